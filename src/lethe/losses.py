@@ -1,0 +1,123 @@
+"""Twice-differentiable convex losses of a linear model, with the constants the certificates need.
+
+A loss is written as a function of the margin ``z = wᵀx`` and the target ``y``: ℓ(z, y). For a linear model the
+gradient and Hessian of Σᵢ ℓ(wᵀxᵢ, yᵢ) are ``Xᵀ ℓ'(z)`` and ``Xᵀ diag(ℓ''(z)) X`` (Guo et al. 2020, §3.2), so a loss
+only has to provide ℓ, ℓ' and ℓ'' elementwise, plus:
+
+``gamma`` (γ)
+    a Lipschitz constant of z ↦ ℓ''(z, y): |ℓ''(z₁, y) − ℓ''(z₂, y)| ≤ γ |z₁ − z₂| for every y in the target set.
+    Guo et al. 2020, Thm 1 and Cor. 1–2 need it.
+``grad_bound`` (C)
+    sup_z |ℓ'(z, y)|, so that ‖∇ℓ(wᵀx, y)‖₂ ≤ C whenever ‖x‖₂ ≤ 1 (Thm 1), or ``None`` when unbounded.
+
+To add a loss, implement the :class:`Loss` protocol in one class and register it in :data:`LOSSES`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from scipy.special import expit
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """Protocol of a margin loss ℓ(z, y) (see module docstring)."""
+
+    name: str
+    gamma: float
+    grad_bound: float | None
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """ℓ(z, y), elementwise."""
+        ...
+
+    def d1(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """∂ℓ/∂z, elementwise."""
+        ...
+
+    def d2(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """∂²ℓ/∂z², elementwise."""
+        ...
+
+    def check_targets(self, y: np.ndarray) -> np.ndarray:
+        """Return ``y`` as float64 or raise ``ValueError`` naming the first invalid target."""
+        ...
+
+
+class LogisticLoss:
+    """Logistic loss ℓ(z, y) = −log σ(y z) = log(1 + e^{−y z}) with y ∈ {−1, +1} (Guo et al. 2020, §3.2).
+
+    ℓ'(z, y) = (σ(y z) − 1) y, ℓ''(z, y) = σ(y z)(1 − σ(y z)).
+
+    Constants: C = sup |ℓ'| = 1. γ = 1/4 is the paper's Lipschitz constant of ℓ'' (valid, since the exact one,
+    sup |ℓ'''| = sup |σ(1−σ)(1−2σ)| = 1/(6√3) ≈ 0.0962, is smaller). ``gamma_exact`` holds the exact value;
+    tighter bounds may use it.
+    """
+
+    name = "logistic"
+    gamma = 0.25
+    gamma_exact = 1.0 / (6.0 * math.sqrt(3.0))
+    grad_bound: float | None = 1.0
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.logaddexp(0.0, -y * z)
+
+    def d1(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return -y * expit(-y * z)
+
+    def d2(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        s = expit(z)
+        return s * (1.0 - s)
+
+    def check_targets(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
+        bad = np.flatnonzero((y != 1.0) & (y != -1.0))
+        if bad.size:
+            raise ValueError(f"Logistic-loss targets must be -1 or +1. Found {y[bad[0]]} at row {bad[0]}.")
+        return y
+
+
+class SquaredLoss:
+    """Least-squares loss ℓ(z, y) = (z − y)² (Guo et al. 2020, §3.2).
+
+    ℓ' = 2(z − y), ℓ'' = 2 (constant), so γ = 0: the Newton update is exact (Guo et al. 2020, §3.2) and removal is
+    0-certified up to the solver's own residual. ℓ' is unbounded, so C is ``None``.
+    """
+
+    name = "squared"
+    gamma = 0.0
+    gamma_exact = 0.0
+    grad_bound: float | None = None
+
+    def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return (z - y) ** 2
+
+    def d1(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return 2.0 * (z - y)
+
+    def d2(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.full_like(np.asarray(z, dtype=np.float64), 2.0)
+
+    def check_targets(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(y))
+        if bad.size:
+            raise ValueError(f"Least-squares targets must be finite. Found {y[bad[0]]} at row {bad[0]}.")
+        return y
+
+
+LOSSES: dict[str, Loss] = {"logistic": LogisticLoss(), "squared": SquaredLoss()}
+
+
+def get_loss(loss: str | Loss) -> Loss:
+    """Return a loss object from its name (``"logistic"``, ``"squared"``) or pass a :class:`Loss` through."""
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be one of {tuple(LOSSES)}. Found {loss!r}.")
+        return LOSSES[loss]
+    if isinstance(loss, Loss):
+        return loss
+    raise TypeError(f"loss must be a loss name or implement lethe.losses.Loss. Found {type(loss).__name__}.")
