@@ -1,0 +1,63 @@
+"""Safe persistence without pickle: one ``.npz`` file (``allow_pickle=False``) holding arrays plus JSON metadata.
+
+Files that contain secret state (the objective perturbation b, see :mod:`lethe.certified.mechanism`) are created
+with owner-only permissions (0600) from the start (``os.open`` with the mode, not a later ``chmod``), and written
+atomically (temporary file, then rename) so a crash never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+META_KEY = "__lethe_meta__"
+FORMAT_VERSION = 1
+
+
+def save_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, secret: bool = True) -> Path:
+    """Write ``arrays`` and JSON-serialisable ``meta`` to ``path`` atomically; mode 0600 when ``secret``.
+
+    Raises ``TypeError`` if ``meta`` is not JSON-serialisable or an array has dtype object (nothing is written).
+    """
+    path = Path(path)
+    for key, arr in arrays.items():
+        if np.asarray(arr).dtype == object:
+            raise TypeError(f"Array {key!r} has dtype object, which cannot be saved without pickle.")
+    if META_KEY in arrays:
+        raise ValueError(f"{META_KEY!r} is reserved.")
+    meta_bytes = json.dumps({"format_version": FORMAT_VERSION, **meta}, sort_keys=True).encode()
+    buf = io.BytesIO()
+    np.savez(buf, **{META_KEY: np.frombuffer(meta_bytes, dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600 if secret else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_npz(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a file written by :func:`save_npz`: (arrays, meta). Never unpickles."""
+    path = Path(path)
+    with np.load(path, allow_pickle=False) as z:
+        if META_KEY not in z.files:
+            raise ValueError(f"{path} is not a lethe file: no {META_KEY!r} entry.")
+        meta = json.loads(bytes(z[META_KEY]).decode())
+        arrays = {k: z[k] for k in z.files if k != META_KEY}
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: unsupported format_version {meta.get('format_version')!r}.")
+    return arrays, meta
