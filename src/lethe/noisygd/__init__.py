@@ -1,0 +1,1 @@
+"""Deletion with Noisy-GD (Chourasia & Shah 2023)."""

@@ -1,0 +1,529 @@
+"""Schedules of Noisy-GD learning A (Eq. 16) and unlearning Ā (Eq. 17): Chourasia & Shah (2023), §5.
+
+Pure formulas. Each function names the theorem and equation it implements; ``docs/noisygd.md`` derives them and
+lists where the paper is inconsistent and which (conservative) reading is used here.
+
+Symbols → arguments
+-------------------
+=============  ====================  ================================================================
+paper          argument              meaning
+=============  ====================  ================================================================
+L              ``lipschitz``         ℓ(·; x) is L-Lipschitz (or per-example gradients clipped to L)
+β              ``smoothness``        ℓ(·; x) is β-smooth
+λ              ``lam``               L2 constant of r(θ) = λ‖θ‖²/2
+B              ``B``                 ℓ is σ² log(B)/4-bounded (Thm 5.2 only), B > 1
+n              ``n``                 database size
+d              ``d``                 model dimension
+r              ``r``                 records edited per request
+q              ``q``                 Rényi order, q > 1
+ε_dp           ``epsilon_dp``        (q, ε_dp)-Rényi DP of A and Ā
+ε_dd           ``epsilon_dd``        (q, ε_dd)-deletion privacy under non-adaptive r-requesters
+η, σ²          ``eta``, ``sigma2``   step size, noise variance
+K_A, K_Ā       ``k_learn``,          Noisy-GD iterations of A and Ā
+               ``k_unlearn``
+ρ              ``init_variance``     ρ = N(0, init_variance · I_d)
+κ              ``kappa``             (λ + β)/λ
+=============  ====================  ================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lethe._validation import check_nonnegative, check_positive, check_positive_int
+
+__all__ = [
+    "ConvexSchedule",
+    "NonConvexSchedule",
+    "convex_deletion_epsilon",
+    "convex_excess_risk_bound",
+    "convex_schedule",
+    "convex_unlearning_steps",
+    "nonconvex_excess_risk_bound",
+    "nonconvex_schedule",
+]
+
+
+def _check_order(q: Any) -> float:
+    q = check_positive("q", q)
+    if q <= 1.0:
+        raise ValueError(f"q (Rényi order) must be > 1. Found {q}.")
+    return q
+
+
+def _ceil_steps(x: float) -> int:
+    """Smallest integer K ≥ max(x, 0), forgiving a relative rounding error of 1e-12 in ``x``.
+
+    Certificates never rely on this: they report the ε that the K actually run certifies.
+    """
+    return max(0, math.ceil(x - 1e-12 * max(1.0, abs(x))))
+
+
+def _check_steps(name: str, k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) and not hasattr(k, "__index__"):
+        raise TypeError(f"{name} must be an integer. Found {k!r} of type {type(k).__name__}.")
+    k = int(k)
+    if k < 0:
+        raise ValueError(f"{name} must be >= 0. Found {k}.")
+    return k
+
+
+def _check_convex_eta(eta: float, lam: float, smoothness: float) -> None:
+    if not eta < 1.0 / (lam + smoothness):
+        raise ValueError(
+            f"eta must be < 1/(lam + smoothness) = {1.0 / (lam + smoothness)!r} (Thm G.15, G.9). Found {eta!r}."
+        )
+
+
+def convex_deletion_epsilon(
+    k_unlearn: int,
+    *,
+    q: float,
+    lipschitz: float,
+    smoothness: float,
+    lam: float,
+    sigma2: float,
+    eta: float,
+    n: int,
+) -> float:
+    r"""ε_dd that K_Ā unlearning iterations certify for a convex loss: Thm G.15, Eq. (114) solved for ε_dd.
+
+    Eq. (114) says (A, Ā) is (q, ε_dd)-deletion-private under all non-adaptive r-requesters if
+    K_Ā ≥ (2/(ηλ)) log(4qL²/(λ ε_dd σ² n²)). The smallest ε_dd that a given K_Ā satisfies is
+
+    .. math:: ε_{dd}(K_Ā) = \frac{4 q L^2}{λ σ^2 n^2}\, e^{-ηλK_Ā/2}.
+
+    Conditions (the caller's promise): ℓ convex, β-smooth, L-Lipschitz (or clipped to L); r(θ) = λ‖θ‖²/2;
+    η < 1/(λ + β); initialisation ρ = N(0, σ²/(λ(1 − ηλ/2)) I_d). The bound holds for any K_A ≥ 0 and any r.
+
+    Parameters
+    ----------
+    k_unlearn : int
+        K_Ā ≥ 0.
+    q, lipschitz, smoothness, lam, sigma2, eta, n
+        q > 1, L, β, λ, σ², η, n as in the module table.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    With Thm 5.1's η and σ² the bound is ε_dp·exp(−K_Ā/(4κ)): here κ = 2, ε_dp = 1.
+
+    >>> lam, beta, q, n = 1.0, 1.0, 2.0, 10
+    >>> s2 = 4 * q / (lam * 1.0 * n**2)
+    >>> round(convex_deletion_epsilon(8, q=q, lipschitz=1.0, smoothness=beta, lam=lam, sigma2=s2,
+    ...                               eta=0.25, n=n), 12) == round(math.exp(-1.0), 12)
+    True
+    """
+    k = _check_steps("k_unlearn", k_unlearn)
+    q = _check_order(q)
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_nonnegative("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    sigma2 = check_positive("sigma2", sigma2)
+    eta = check_positive("eta", eta)
+    n = check_positive_int("n", n)
+    _check_convex_eta(eta, lam, smoothness)
+    return 4.0 * q * lipschitz**2 / (lam * sigma2 * n**2) * math.exp(-eta * lam * k / 2.0)
+
+
+def convex_unlearning_steps(
+    epsilon_dd: float,
+    *,
+    q: float,
+    lipschitz: float,
+    smoothness: float,
+    lam: float,
+    sigma2: float,
+    eta: float,
+    n: int,
+) -> int:
+    r"""Smallest integer K_Ā satisfying Thm G.15, Eq. (114): K_Ā ≥ (2/(ηλ)) log(4qL²/(λ ε_dd σ² n²)).
+
+    Same conditions as :func:`convex_deletion_epsilon`; 0 when the logarithm is ≤ 0.
+
+    >>> convex_unlearning_steps(math.exp(-1.0), q=2.0, lipschitz=1.0, smoothness=1.0, lam=1.0,
+    ...                         sigma2=0.08, eta=0.25, n=10)
+    8
+    """
+    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
+    q = _check_order(q)
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_nonnegative("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    sigma2 = check_positive("sigma2", sigma2)
+    eta = check_positive("eta", eta)
+    n = check_positive_int("n", n)
+    _check_convex_eta(eta, lam, smoothness)
+    bound = 2.0 / (eta * lam) * math.log(4.0 * q * lipschitz**2 / (lam * epsilon_dd * sigma2 * n**2))
+    k = _ceil_steps(bound)
+    # The returned K must certify epsilon_dd as computed by convex_deletion_epsilon (what certificates report).
+    while convex_deletion_epsilon(
+        k, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, sigma2=sigma2, eta=eta, n=n
+    ) > epsilon_dd:
+        k += 1
+    return k
+
+
+def convex_excess_risk_bound(*, q: float, lipschitz: float, smoothness: float, lam: float, epsilon_dp: float,
+                             n: int, d: int) -> float:
+    r"""Thm 5.1 (3), made explicit in its proof (App. G.4): err(Θ̂_i; D_i) ≤ 10 κ q d L² / (λ ε_dp n²).
+
+    Holds for every i ≥ 0 when η, σ², ρ are Thm 5.1's and K_A, K_Ā satisfy Eq. (19).
+
+    >>> convex_excess_risk_bound(q=2.0, lipschitz=1.0, smoothness=1.0, lam=1.0, epsilon_dp=1.0, n=10, d=3)
+    1.2
+    """
+    q = _check_order(q)
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_positive("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
+    n = check_positive_int("n", n)
+    d = check_positive_int("d", d)
+    kappa = (lam + smoothness) / lam
+    return 10.0 * kappa * q * d * lipschitz**2 / (lam * epsilon_dp * n**2)
+
+
+@dataclass(frozen=True)
+class ConvexSchedule:
+    """Hyperparameters of (A, Ā) from Thm 5.1 and the guarantees they imply. Frozen; JSON via :meth:`to_dict`.
+
+    Attributes
+    ----------
+    eta, sigma2, init_variance : float
+        η = 1/(2(λ+β)), σ² = 4qL²/(λ ε_dp n²), ρ = N(0, σ²/(λ(1 − ηλ/2)) I_d).
+    k_learn : int
+        K_A: Eq. (19) (utility) when ``utility`` else 0 (privacy and deletion hold for any K_A ≥ 0).
+    k_unlearn : int
+        K_Ā = max(k_unlearn_deletion, k_unlearn_utility).
+    k_unlearn_deletion : int
+        ⌈4κ log(ε_dp/ε_dd)⌉, Eq. (18).
+    k_unlearn_utility : int
+        ⌈4κ log max{5κ, 8 ε_dp r²/(q d)}⌉, Eq. (19), or 0 when ``utility`` is False.
+    epsilon_dp : float
+        (q, ε_dp)-Rényi DP of A and Ā for any K (Thm 5.1 (1), via Thm G.9).
+    epsilon_dd : float
+        ε_dd certified by k_unlearn (Eq. 114); ≤ the requested ε_dd.
+    excess_risk_bound : float or None
+        10κqdL²/(λ ε_dp n²) when ``utility`` (Thm 5.1 (3)), else None.
+    predicted_speedup : float
+        K_A / K_Ā, the gradient-evaluation ratio of retraining over unlearning (inf if K_Ā = 0).
+    """
+
+    theorem: str
+    q: float
+    lipschitz: float
+    smoothness: float
+    lam: float
+    n: int
+    d: int
+    r: int
+    kappa: float
+    eta: float
+    sigma2: float
+    init_variance: float
+    k_learn: int
+    k_unlearn: int
+    k_unlearn_deletion: int
+    k_unlearn_utility: int
+    epsilon_dp: float
+    epsilon_dd: float
+    excess_risk_bound: float | None
+    predicted_speedup: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)
+
+
+def convex_schedule(
+    *,
+    lipschitz: float,
+    smoothness: float,
+    lam: float,
+    n: int,
+    d: int,
+    r: int,
+    q: float,
+    epsilon_dp: float,
+    epsilon_dd: float,
+    utility: bool = True,
+) -> ConvexSchedule:
+    r"""η, σ², ρ, K_A and K_Ā of Theorem 5.1 (convex, L-Lipschitz, β-smooth loss; Eq. 18–19).
+
+    .. math::
+        κ = \frac{λ+β}{λ},\quad η = \frac{1}{2(λ+β)},\quad σ^2 = \frac{4qL^2}{λ ε_{dp} n^2},\quad
+        ρ = \mathcal N\Bigl(0, \frac{σ^2}{λ(1-ηλ/2)} I_d\Bigr),
+
+        K_Ā ≥ 4κ \log\frac{ε_{dp}}{ε_{dd}}\ (18),\qquad
+        K_A ≥ 4κ\log\frac{ε_{dp} n^2}{4qd},\quad K_Ā ≥ 4κ \log\max\Bigl\{5κ, \frac{8ε_{dp} r^2}{qd}\Bigr\}\ (19).
+
+    Parameters
+    ----------
+    lipschitz, smoothness, lam : float
+        L, β, λ > 0.
+    n, d, r : int
+        Database size, model dimension, records per edit request (1 ≤ r ≤ n).
+    q : float
+        Rényi order q > 1.
+    epsilon_dp, epsilon_dd : float
+        ε_dp ≥ ε_dd > 0.
+    utility : bool, default True
+        Also impose Eq. (19), so every model has excess risk ≤ 10κqdL²/(λ ε_dp n²).
+
+    Returns
+    -------
+    ConvexSchedule
+
+    Examples
+    --------
+    Logistic loss on unit-norm rows (L = 1, β = 1/4), λ = 0.01 so κ = 26:
+
+    >>> s = convex_schedule(lipschitz=1.0, smoothness=0.25, lam=0.01, n=1000, d=10, r=1, q=10.0,
+    ...                     epsilon_dp=1.0, epsilon_dd=0.1, utility=False)
+    >>> s.kappa, s.eta, s.k_unlearn, s.k_unlearn == math.ceil(4 * 26 * math.log(10))
+    (26.0, 1.923076923076923, 240, True)
+    """
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_positive("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    n = check_positive_int("n", n)
+    d = check_positive_int("d", d)
+    r = check_positive_int("r", r)
+    if r > n:
+        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    q = _check_order(q)
+    epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
+    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
+    if epsilon_dd > epsilon_dp:
+        raise ValueError(f"epsilon_dd must be <= epsilon_dp = {epsilon_dp} (Thm 5.1). Found {epsilon_dd}.")
+
+    kappa = (lam + smoothness) / lam
+    eta = 1.0 / (2.0 * (lam + smoothness))
+    sigma2 = 4.0 * q * lipschitz**2 / (lam * epsilon_dp * n**2)
+    init_variance = sigma2 / (lam * (1.0 - eta * lam / 2.0))
+
+    k_del = _ceil_steps(4.0 * kappa * math.log(epsilon_dp / epsilon_dd))
+    if utility:
+        k_learn = _ceil_steps(4.0 * kappa * math.log(epsilon_dp * n**2 / (4.0 * q * d)))
+        k_util = _ceil_steps(4.0 * kappa * math.log(max(5.0 * kappa, 8.0 * epsilon_dp * r**2 / (q * d))))
+        risk: float | None = convex_excess_risk_bound(
+            q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, epsilon_dp=epsilon_dp, n=n, d=d
+        )
+    else:
+        k_learn, k_util, risk = 0, 0, None
+    while convex_deletion_epsilon(
+        k_del, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, sigma2=sigma2, eta=eta, n=n
+    ) > epsilon_dd:
+        k_del += 1
+    k_unlearn = max(k_del, k_util)
+    eps_dd = convex_deletion_epsilon(
+        k_unlearn, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, sigma2=sigma2, eta=eta, n=n
+    )
+    return ConvexSchedule(
+        theorem="Chourasia & Shah 2023, Thm 5.1 (Eq. 18-19); deletion via Thm G.15 Eq. 114; DP via Thm G.9",
+        q=q,
+        lipschitz=lipschitz,
+        smoothness=smoothness,
+        lam=lam,
+        n=n,
+        d=d,
+        r=r,
+        kappa=kappa,
+        eta=eta,
+        sigma2=sigma2,
+        init_variance=init_variance,
+        k_learn=k_learn,
+        k_unlearn=k_unlearn,
+        k_unlearn_deletion=k_del,
+        k_unlearn_utility=k_util,
+        epsilon_dp=epsilon_dp,
+        epsilon_dd=eps_dd,
+        excess_risk_bound=risk,
+        predicted_speedup=(k_learn / k_unlearn) if k_unlearn > 0 else math.inf,
+    )
+
+
+def nonconvex_excess_risk_bound(
+    *, lipschitz: float, smoothness: float, lam: float, B: float, sigma2: float, epsilon_dd: float, d: int
+) -> float:
+    r"""Thm 5.2 (3), Eq. (165): err ≤ Lσ√(2ε_dd B/λ) + ε_dd B σ²(2λ+β)/λ + (dσ²/2)(log((β+λ)/λ) + 2√B).
+
+    >>> round(nonconvex_excess_risk_bound(lipschitz=1.0, smoothness=1.0, lam=1.0, B=4.0, sigma2=1.0,
+    ...                                   epsilon_dd=0.5, d=2), 10) == round(2 + 6 + math.log(2) + 4, 10)
+    True
+    """
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_nonnegative("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    B = _check_B(B)
+    sigma2 = check_positive("sigma2", sigma2)
+    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
+    d = check_positive_int("d", d)
+    sigma = math.sqrt(sigma2)
+    return (
+        lipschitz * sigma * math.sqrt(2.0 * epsilon_dd * B / lam)
+        + epsilon_dd * B * sigma2 * (2.0 * lam + smoothness) / lam
+        + d * sigma2 / 2.0 * (math.log((smoothness + lam) / lam) + 2.0 * math.sqrt(B))
+    )
+
+
+def _check_B(B: Any) -> float:
+    B = check_positive("B", B)
+    if B <= 1.0:
+        raise ValueError(f"B must be > 1 (Thm 5.2). Found {B}.")
+    return B
+
+
+@dataclass(frozen=True)
+class NonConvexSchedule:
+    """Hyperparameters of (A, Ā) from Thm 5.2 (bounded, smooth, possibly non-convex loss). Frozen.
+
+    Attributes
+    ----------
+    eta : float
+        min{λ ε_dd/(64 d q B (β+λ)²), λ/(64 B q² (β+λ)²)}: Thm 5.2 (2) and the step-size condition of Thm G.22,
+        which its proof invokes (see docs/noisygd.md).
+    k_learn, k_unlearn : int
+        Smallest integers satisfying Eq. (21), K_Ā computed from the returned K_A.
+    sigma2 : float
+        qL²η max{K_A, K_Ā}/(ε_dp n²), Eq. (20) with equality.
+    init_variance : float
+        σ²/λ, ρ = N(0, σ²/λ I_d).
+    required_loss_bound : float
+        σ² log(B)/4: the schedule's guarantees need |ℓ(θ; x) − c| ≤ this for all θ, x and some constant c.
+    epsilon_dp, epsilon_dd : float
+        The Rényi DP and deletion-privacy levels the theorem then certifies.
+    excess_risk_bound : float
+        Eq. (165).
+    predicted_speedup : float
+        K_A / K_Ā.
+    """
+
+    theorem: str
+    q: float
+    lipschitz: float
+    smoothness: float
+    lam: float
+    B: float
+    n: int
+    d: int
+    r: int
+    eta: float
+    sigma2: float
+    init_variance: float
+    k_learn: int
+    k_unlearn: int
+    required_loss_bound: float
+    epsilon_dp: float
+    epsilon_dd: float
+    excess_risk_bound: float
+    predicted_speedup: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)
+
+    def check_loss_bound(self, loss_half_range: float) -> None:
+        """Raise ``ValueError`` unless sup|ℓ − c| = ``loss_half_range`` ≤ σ² log(B)/4 (Thm 5.2's assumption)."""
+        loss_half_range = check_nonnegative("loss_half_range", loss_half_range)
+        if loss_half_range > self.required_loss_bound:
+            raise ValueError(
+                "Thm 5.2 needs the loss to be sigma2*log(B)/4-bounded: loss_half_range must be <= "
+                f"{self.required_loss_bound!r}. Found {loss_half_range!r}."
+            )
+
+
+def nonconvex_schedule(
+    *,
+    lipschitz: float,
+    smoothness: float,
+    lam: float,
+    B: float,
+    n: int,
+    d: int,
+    r: int,
+    q: float,
+    epsilon_dp: float,
+    epsilon_dd: float,
+) -> NonConvexSchedule:
+    r"""η, σ², ρ, K_A and K_Ā of Theorem 5.2 (non-convex; Eq. 20–21).
+
+    .. math::
+        η ≤ \frac{λ ε_{dd}}{64 d q B (β+λ)^2},\qquad
+        K_A ≥ \frac{2B}{λη}\log\frac{q\log B}{ε_{dd}},\qquad
+        K_Ā ≥ K_A − \frac{2B}{λη}\log\frac{\log B}{2(ε_{dd} + \frac rn \log B)},
+
+        σ^2 ≥ \frac{q L^2}{ε_{dp} n^2}\, η \max\{K_A, K_Ā\},\qquad ρ = \mathcal N(0, σ^2/λ\, I_d).
+
+    The loss must be σ² log(B)/4-bounded, L-Lipschitz (or clipped) and β-smooth; ``required_loss_bound`` is
+    that bound for the returned σ² (check it with :meth:`NonConvexSchedule.check_loss_bound`). Requires
+    d > ε_dp ≥ ε_dd > 0, q > 1, B > 1.
+
+    Examples
+    --------
+    >>> s = nonconvex_schedule(lipschitz=1.0, smoothness=1.0, lam=1.0, B=math.e, n=100, d=2, r=1, q=2.0,
+    ...                        epsilon_dp=1.0, epsilon_dd=0.5)
+    >>> s.eta == 1.0 * 0.5 / (64 * 2 * 2.0 * math.e * 4)
+    True
+    >>> s.k_learn == math.ceil(2 * math.e / s.eta * math.log(2.0 / 0.5))
+    True
+    """
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_positive("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    B = _check_B(B)
+    n = check_positive_int("n", n)
+    d = check_positive_int("d", d)
+    r = check_positive_int("r", r)
+    if r > n:
+        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    q = _check_order(q)
+    epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
+    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
+    if epsilon_dd > epsilon_dp:
+        raise ValueError(f"epsilon_dd must be <= epsilon_dp = {epsilon_dp} (Thm 5.2). Found {epsilon_dd}.")
+    if not d > epsilon_dp:
+        raise ValueError(f"d must be > epsilon_dp = {epsilon_dp} (Thm 5.2). Found {d}.")
+
+    bl = (smoothness + lam) ** 2
+    eta = min(lam * epsilon_dd / (64.0 * d * q * B * bl), lam / (64.0 * B * q**2 * bl))
+    scale = 2.0 * B / (lam * eta)
+    log_b = math.log(B)
+    k_learn = _ceil_steps(scale * math.log(q * log_b / epsilon_dd))
+    k_unlearn = _ceil_steps(k_learn - scale * math.log(log_b / (2.0 * (epsilon_dd + r / n * log_b))))
+    sigma2 = q * lipschitz**2 * eta * max(k_learn, k_unlearn) / (epsilon_dp * n**2)
+    if sigma2 <= 0.0:
+        raise ValueError(
+            "Thm 5.2 gives K_A = K_Ā = 0 here (q log(B) <= epsilon_dd), so sigma2 = 0: the theorem's "
+            f"sigma2 > 0 cannot be met. Found q={q}, B={B}, epsilon_dd={epsilon_dd}."
+        )
+    risk = nonconvex_excess_risk_bound(
+        lipschitz=lipschitz, smoothness=smoothness, lam=lam, B=B, sigma2=sigma2, epsilon_dd=epsilon_dd, d=d
+    )
+    return NonConvexSchedule(
+        theorem="Chourasia & Shah 2023, Thm 5.2 (Eq. 20-21); convergence Thm G.22; DP via Thm G.7",
+        q=q,
+        lipschitz=lipschitz,
+        smoothness=smoothness,
+        lam=lam,
+        B=B,
+        n=n,
+        d=d,
+        r=r,
+        eta=eta,
+        sigma2=sigma2,
+        init_variance=sigma2 / lam,
+        k_learn=k_learn,
+        k_unlearn=k_unlearn,
+        required_loss_bound=sigma2 * log_b / 4.0,
+        epsilon_dp=epsilon_dp,
+        epsilon_dd=epsilon_dd,
+        excess_risk_bound=risk,
+        predicted_speedup=(k_learn / k_unlearn) if k_unlearn > 0 else math.inf,
+    )
