@@ -81,6 +81,8 @@ class ModelState:
         Rows removed since the last (re)training.
     retrainings : int
         How many times the budget forced retraining.
+    train_iterations : int
+        Optimiser iterations of the last (re)training.
     """
 
     w: np.ndarray
@@ -90,6 +92,7 @@ class ModelState:
     x_norm_bound: float
     removals_since_training: int = 0
     retrainings: int = 0
+    train_iterations: int = 0
 
     def __post_init__(self) -> None:
         for name in ("w", "b"):
@@ -283,34 +286,38 @@ class CertifiedRemoval:
         if X.shape[0] != yv.shape[0]:
             raise ValueError(f"X and y must have the same number of rows. Found {X.shape[0]} and {yv.shape[0]}.")
         if X.shape[0] < 2:
-            raise ValueError(f"At least 2 training rows are needed. Found {X.shape[0]}.")
+            raise ValueError(f"At least 2 training rows are needed (n_samples = {X.shape[0]}).")
         if self.loss_.gamma != 0.0:
             check_row_norms(X)
         return X, self.loss_.check_targets(yv)
 
     # -- Algorithm 1 ----------------------------------------------------------------------------------------
-    def _solve(self, X: np.ndarray, y: np.ndarray, b: np.ndarray, w0: np.ndarray | None = None) -> np.ndarray:
+    def _solve(self, X: np.ndarray, y: np.ndarray, b: np.ndarray,
+               w0: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """argmin_w L_b(w; D) to gradient norm ≤ tol: L-BFGS, then Newton polishing (exact for γ = 0)."""
         n, d = X.shape
         loss, lam = self.loss_, self.lam
         tol = self.train_tolerance(n)
         w = np.zeros(d) if w0 is None else w0.copy()
+        iterations = 0
         if loss.gamma != 0.0:
             res = minimize(obj.value_and_grad, w, args=(X, y, loss, lam, b), jac=True, method="L-BFGS-B",
                            options={"maxiter": self.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
                                     "maxcor": 20})
             w = res.x
+            iterations = int(res.nit)
         for _ in range(50):
             g = obj.objective_grad(w, X, y, loss, lam, b)
             if np.linalg.norm(g) <= tol:
-                return w
+                return w, max(iterations, 1)
             H = obj.hessian(w, X, y, loss, lam)
             w = w - cho_solve(cho_factor(H), g)
+            iterations += 1
         g = obj.objective_grad(w, X, y, loss, lam, b)
         if np.linalg.norm(g) > tol:
             raise RuntimeError(f"Training did not reach the gradient tolerance {tol:.3g}: |grad| = "
                                f"{np.linalg.norm(g):.3g}. Increase max_iter or tol.")
-        return w
+        return w, iterations
 
     def _residual_with_allowance(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, b: np.ndarray) -> float:
         n, d = X.shape
@@ -335,14 +342,14 @@ class CertifiedRemoval:
     def _train_checked(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, retrainings: int) -> ModelState:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
-        w = self._solve(X, y, b)
+        w, iterations = self._solve(X, y, b)
         beta = self._residual_with_allowance(w, X, y, b)
         if self.noise != "none" and beta > self.budget:
             raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {self.budget:.3g}; "
                                "lower tol.")
         x_norm = spectral_norm_upper_bound(X) if self.loss_.gamma != 0.0 else math.nan
         return ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
-                          retrainings=retrainings)
+                          retrainings=retrainings, train_iterations=iterations)
 
     # -- Eq. 3 / Eq. 6 with Cor. 1 / Cor. 2 and Algorithm 2 -----------------------------------------------------
     def newton_step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,

@@ -1,0 +1,154 @@
+"""scikit-learn contract and behaviour of the certified-removal estimators."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+
+
+@parametrize_with_checks([
+    CertifiedLogisticRegression(lam=1e-2, sigma=0.1, normalize_rows=True, random_state=0),
+    CertifiedLinearRegression(lam=1e-3),
+])
+def test_sklearn_contract(estimator, check):
+    check(estimator)
+
+
+def _data(n=300, d=6, seed=0, classes=2):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    if classes == 2:
+        y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1, -1)
+    else:
+        y = np.argmax(X[:, :classes], axis=1)
+    return X, y
+
+
+def test_same_random_state_same_model_and_certificates():
+    X, y = _data()
+    a = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=7).fit(X, y)
+    b = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=7).fit(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    ca, cb = a.remove([5, 9]), b.remove([5, 9])
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert ca.residual_bound == cb.residual_bound
+    c = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=8).fit(X, y)
+    assert not np.array_equal(a.coef_, c.coef_)
+
+
+def test_rows_outside_unit_ball_rejected_with_row_named():
+    X, y = _data()
+    X[17] *= 1.5
+    with pytest.raises(ValueError, match="Row 17"):
+        CertifiedLogisticRegression().fit(X, y)
+    clf = CertifiedLogisticRegression(normalize_rows=True, sigma=1.0, random_state=0).fit(X, y)
+    assert np.linalg.norm(clf.X_[17]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("params, word", [
+    ({"epsilon": 0.0}, "epsilon"), ({"epsilon": -1.0}, "epsilon"), ({"delta": 0.0}, "delta"),
+    ({"delta": 1.0}, "delta"), ({"lam": 0.0}, "lam"), ({"lam": -1e-3}, "lam"), ({"sigma": 0.0}, "sigma"),
+    ({"sigma": -2.0}, "sigma"), ({"noise": "cauchy"}, "noise"), ({"solver": "magic"}, "solver"),
+])
+def test_bad_parameters_raise_and_name_the_parameter(params, word):
+    X, y = _data()
+    with pytest.raises(ValueError, match=word):
+        CertifiedLogisticRegression(**params).fit(X, y)
+
+
+def test_bad_inputs_raise():
+    X, y = _data()
+    Xn = X.copy()
+    Xn[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        CertifiedLogisticRegression().fit(Xn, y)
+    Xi = X.copy()
+    Xi[4, 0] = np.inf
+    with pytest.raises(ValueError, match="infinity|inf"):
+        CertifiedLogisticRegression().fit(Xi, y)
+    with pytest.raises(ValueError, match="2 classes"):
+        CertifiedLogisticRegression().fit(X, np.ones_like(y))
+
+
+def test_bad_removals_raise_and_change_nothing():
+    X, y = _data()
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    clf.remove([1])
+    before = (clf.coef_.copy(), clf.active_.copy(), clf.states_[0].residual_bound, clf.X_.copy())
+    for bad, exc, word in [([300], ValueError, "300"), ([-1], ValueError, "-1"), ([1], ValueError, "already"),
+                           ([2, 2], ValueError, "distinct"), ([], ValueError, "non-empty"),
+                           ([0.5], TypeError, "integers")]:
+        with pytest.raises(exc, match=word):
+            clf.remove(bad)
+        np.testing.assert_array_equal(clf.coef_, before[0])
+        np.testing.assert_array_equal(clf.active_, before[1])
+        assert clf.states_[0].residual_bound == before[2]
+        np.testing.assert_array_equal(clf.X_, before[3])
+
+
+def test_removed_row_is_zeroed_in_memory():
+    X, y = _data()
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    clf.remove([10, 11])
+    assert not clf.X_[[10, 11]].any() and not clf.Y_[:, [10, 11]].any()
+    assert clf.n_remaining_ == 298
+
+
+def test_save_load_roundtrip_owner_only(tmp_path):
+    X, y = _data(classes=3)
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, negative_subsample=1.0, random_state=0).fit(X, y)
+    clf.remove([0])
+    path = clf.save(tmp_path / "model.npz")
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    assert mode == 0o600
+    other = CertifiedLogisticRegression.load(path)
+    np.testing.assert_array_equal(other.coef_, clf.coef_)
+    for a, b in zip(other.states_, clf.states_, strict=True):
+        np.testing.assert_array_equal(a.b, b.b)
+        assert a.residual_bound == b.residual_bound
+    np.testing.assert_array_equal(other.predict(X), clf.predict(X))
+    cert = other.remove([1])
+    assert cert.residual_bound <= cert.budget
+    with pytest.raises(ValueError, match="already"):
+        other.remove([0])
+
+
+def test_multiclass_one_vs_all_with_subsampling_removes_only_where_sampled():
+    X, y = _data(n=600, d=8, classes=4)
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, negative_subsample=1.0, random_state=3).fit(X, y)
+    assert clf.coef_.shape == (4, 8)
+    assert clf.score(X, y) > 0.7
+    i = 5
+    cert = clf.remove([i])
+    sampled = clf.members_[:, i]
+    assert [c is not None for c in cert.per_class] == list(sampled)
+    joint = np.sqrt(sum(s.residual_bound ** 2 for s in clf.states_))
+    assert cert.residual_bound == pytest.approx(joint)
+    assert cert.residual_bound <= cert.budget
+
+
+def test_multiclass_joint_budget_forces_retraining():
+    X, y = _data(n=400, d=8, classes=3)
+    clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.05, random_state=1).fit(X, y)
+    rng = np.random.default_rng(0)
+    retrained = False
+    for i in rng.permutation(400)[:40]:
+        cert = clf.remove([int(i)])
+        assert cert.residual_bound <= cert.budget
+        retrained |= cert.retrained
+    assert retrained
+
+
+def test_fit_does_not_alias_or_modify_the_callers_array():
+    X, y = _data()
+    X0 = X.copy()
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    clf.remove([5])
+    np.testing.assert_array_equal(X, X0)
