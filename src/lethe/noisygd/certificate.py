@@ -1,0 +1,77 @@
+"""Immutable certificates of Noisy-GD learning and unlearning operations (frozen, JSON-serialisable)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = ["NoisyGDCertificate"]
+
+
+@dataclass(frozen=True)
+class NoisyGDCertificate:
+    """What one learning (A) or unlearning (Ā) run guarantees, by which theorem, and what it cost.
+
+    Attributes
+    ----------
+    operation : str
+        ``"learn"`` (A, Eq. 16) or ``"edit"`` (Ā, Eq. 17).
+    step : int
+        Edit step i (0 for learning).
+    theorem : str
+        The results the numbers come from.
+    q : float
+        Rényi order.
+    epsilon_dp : float
+        This run is (q, ε_dp)-Rényi DP w.r.t. the records in its database (Thm G.7, or min(G.7, G.9) if convex).
+    epsilon_dd : float or None
+        (q, ε_dd)-deletion privacy (Def. 4.1) of the records this edit replaced, under non-adaptive requesters;
+        None for learning.
+    p : int
+        Requester adaptivity assumed (number of published models it may see).
+    epsilon_dd_adaptive : float or None
+        ε_dd + p·ε_dp (Thm 4.3): deletion privacy under p-adaptive requesters; None for learning.
+    steps : int
+        Noisy-GD iterations run (K_A or K_Ā).
+    gradient_evaluations : int
+        Per-example gradient evaluations (n per iteration).
+    n : int
+        Database size.
+    r : int
+        Records replaced by this edit (0 for learning).
+    assumptions : tuple of str
+        What the numbers rely on (loss constants, row-norm bound, initialisation).
+    """
+
+    operation: str
+    step: int
+    theorem: str
+    q: float
+    epsilon_dp: float
+    epsilon_dd: float | None
+    p: int
+    epsilon_dd_adaptive: float | None
+    steps: int
+    gradient_evaluations: int
+    n: int
+    r: int
+    assumptions: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        d = asdict(self)
+        d["assumptions"] = list(self.assumptions)
+        return d
+
+    def to_json(self) -> str:
+        """JSON text."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NoisyGDCertificate:
+        """Inverse of :meth:`to_dict`; raises ``ValueError`` on missing or unknown keys."""
+        names = {f.name for f in fields(cls)}
+        if set(d) != names:
+            raise ValueError(f"certificate keys must be {sorted(names)}. Found {sorted(d)}.")
+        return cls(**{**d, "assumptions": tuple(d["assumptions"])})

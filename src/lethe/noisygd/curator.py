@@ -1,0 +1,705 @@
+"""Edit requests, the data curator of Algorithm 1 and update requesters (Chourasia & Shah 2023, §2.2, §5).
+
+Mechanism layer: explicit, serialisable state.
+
+* :class:`EditRequest` — Def. 2.4: a set of replacement operations ⟨ind, y⟩ on distinct indices, applied
+  atomically. Deletions and insertions are replacements with the *dummy record* (the all-zero row, label 0),
+  footnote 1. Indices are 0-based here (the paper's [n] is 1-based).
+* :class:`Database` — an ordered set of n records (rows of X with labels y); D ∘ u returns a new database.
+* :class:`NoisyGDCurator` — the curator (A, Ā, f_pub) of Def. 5.1: A(D) = Noisy-GD(D, Θ ~ ρ, K_A),
+  Ā(D, u, Θ) = Noisy-GD(D ∘ u, Θ, K_Ā), f_pub(θ) = θ by default. Its state is exactly the current database
+  D_i, the current model Θ̂_i, a data-independent random-generator state and the certificates; nothing derived
+  from a replaced record survives an edit (§3–4). :meth:`NoisyGDCurator.state_arrays` lists every array the
+  state holds, so this can be checked.
+* :class:`NonAdaptiveRequester`, :class:`AdaptiveRequester` and :func:`interact` — Def. 2.5 and the loop of
+  Algorithm 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lethe._random import RandomState, check_random_state
+from lethe._validation import check_finite_matrix, check_positive, check_positive_int
+from lethe.exceptions import LetheError, NotFittedError
+from lethe.io import load_npz, save_npz
+from lethe.noisygd.algorithm import noisy_gd
+from lethe.noisygd.certificate import NoisyGDCertificate
+from lethe.noisygd.guarantees import (
+    adaptive_deletion_epsilon,
+    exposure_deletion_epsilon,
+    noisy_gd_rdp,
+    noisy_gd_rdp_convex,
+)
+from lethe.noisygd.models import LogisticModel, MLPModel, model_from_dict
+from lethe.noisygd.schedule import ConvexSchedule, convex_deletion_epsilon
+
+__all__ = [
+    "AdaptiveRequester",
+    "CuratorConfig",
+    "Database",
+    "EditRequest",
+    "EditRequestError",
+    "NoisyGDCurator",
+    "NonAdaptiveRequester",
+    "Replacement",
+    "Transcript",
+    "identity_publish",
+    "interact",
+]
+
+Model = LogisticModel | MLPModel
+
+
+class EditRequestError(LetheError, ValueError):
+    """An edit request is malformed or does not fit the database; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """One replacement operation ⟨ind, y⟩ (Def. 2.4): record ``index`` becomes (``x``, ``label``)."""
+
+    index: int
+    x: tuple[float, ...]
+    label: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.index, bool) or not isinstance(self.index, int | np.integer):
+            raise TypeError(f"Replacement index must be an integer. Found {self.index!r}.")
+        object.__setattr__(self, "index", int(self.index))
+        object.__setattr__(self, "x", tuple(float(v) for v in self.x))
+        object.__setattr__(self, "label", float(self.label))
+        if not all(math.isfinite(v) for v in self.x) or not math.isfinite(self.label):
+            raise EditRequestError(f"Replacement record for index {self.index} must be finite.")
+
+
+@dataclass(frozen=True)
+class EditRequest:
+    """An edit request u = {⟨ind₁, y₁⟩, …, ⟨ind_r, y_r⟩} on distinct indices (Def. 2.4, Eq. 5).
+
+    Examples
+    --------
+    >>> u = EditRequest.from_arrays([2, 0], [[0.5, 0.5], [0.0, 1.0]], [1.0, -1.0])
+    >>> u.indices, u.r
+    ((2, 0), 2)
+    >>> EditRequest.deletion([1], n_features=2).replacements[0].x
+    (0.0, 0.0)
+    >>> EditRequest.from_arrays([1, 1], [[0.0], [1.0]], [1.0, 1.0])  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    EditRequestError: An edit request must modify distinct indices (Def. 2.4). Found index 1 twice.
+    """
+
+    replacements: tuple[Replacement, ...]
+
+    def __post_init__(self) -> None:
+        reps = tuple(self.replacements)
+        if len(reps) == 0:
+            raise EditRequestError("An edit request must contain at least one replacement. Found 0.")
+        for rep in reps:
+            if not isinstance(rep, Replacement):
+                raise TypeError(f"replacements must be Replacement objects. Found {type(rep).__name__}.")
+        seen: set[int] = set()
+        for rep in reps:
+            if rep.index in seen:
+                raise EditRequestError(
+                    f"An edit request must modify distinct indices (Def. 2.4). Found index {rep.index} twice."
+                )
+            seen.add(rep.index)
+        object.__setattr__(self, "replacements", reps)
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """(ind₁, …, ind_r)."""
+        return tuple(rep.index for rep in self.replacements)
+
+    @property
+    def r(self) -> int:
+        """Number of replaced records."""
+        return len(self.replacements)
+
+    @classmethod
+    def from_arrays(cls, indices: Sequence[int], X: Any, y: Sequence[float]) -> EditRequest:
+        """Build from indices, new rows (r × p) and new labels (r,)."""
+        idx = list(indices)
+        Xa = check_finite_matrix("X", X)
+        ya = check_finite_matrix("y", y, ndim=1)
+        if not (len(idx) == Xa.shape[0] == ya.shape[0]):
+            raise EditRequestError(
+                f"indices, X and y must have the same length. Found {len(idx)}, {Xa.shape[0]} and {ya.shape[0]}."
+            )
+        return cls(tuple(Replacement(i, tuple(row), lab) for i, row, lab in zip(idx, Xa, ya, strict=True)))
+
+    @classmethod
+    def deletion(cls, indices: Sequence[int], n_features: int, dummy_label: float = 0.0) -> EditRequest:
+        """Delete records by replacing them with the dummy record (zero row; footnote 1)."""
+        n_features = check_positive_int("n_features", n_features)
+        zero = (0.0,) * n_features
+        return cls(tuple(Replacement(i, zero, dummy_label) for i in indices))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form."""
+        return {"replacements": [{"index": r.index, "x": list(r.x), "label": r.label} for r in self.replacements]}
+
+
+class Database:
+    """An ordered set of n records: rows of ``X`` (n × p, float64) and labels ``y`` (n,). Read-only copies.
+
+    Examples
+    --------
+    >>> D = Database([[1.0, 0.0], [0.0, 1.0]], [1.0, -1.0])
+    >>> D2 = D.apply(EditRequest.deletion([0], n_features=2))
+    >>> D2.X.tolist(), D.X.tolist()
+    ([[0.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]])
+    """
+
+    def __init__(self, X: Any, y: Any) -> None:
+        X = np.array(check_finite_matrix("X", X), dtype=np.float64, copy=True)
+        y = np.array(check_finite_matrix("y", y, ndim=1), dtype=np.float64, copy=True)
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(f"X and y must have the same number of rows. Found {X.shape[0]} and {y.shape[0]}.")
+        if X.shape[0] < 1:
+            raise ValueError("A database must hold at least one record. Found 0.")
+        X.setflags(write=False)
+        y.setflags(write=False)
+        self._X, self._y = X, y
+
+    @property
+    def X(self) -> np.ndarray:
+        """Rows (read-only)."""
+        return self._X
+
+    @property
+    def y(self) -> np.ndarray:
+        """Labels (read-only)."""
+        return self._y
+
+    @property
+    def n(self) -> int:
+        """n."""
+        return int(self._X.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """p."""
+        return int(self._X.shape[1])
+
+    def validate(self, request: EditRequest) -> None:
+        """Raise :class:`EditRequestError` if ``request`` does not fit this database (indices, record shapes)."""
+        if not isinstance(request, EditRequest):
+            raise TypeError(f"request must be an EditRequest. Found {type(request).__name__}.")
+        for rep in request.replacements:
+            if not 0 <= rep.index < self.n:
+                raise EditRequestError(f"Replacement index must be in [0, {self.n}). Found {rep.index}.")
+            if len(rep.x) != self.n_features:
+                raise EditRequestError(
+                    f"Replacement record for index {rep.index} must have {self.n_features} features. "
+                    f"Found {len(rep.x)}."
+                )
+
+    def apply(self, request: EditRequest) -> Database:
+        """D ∘ u (Eq. 5) as a new database; ``self`` is unchanged."""
+        self.validate(request)
+        X = self._X.copy()
+        y = self._y.copy()
+        for rep in request.replacements:
+            X[rep.index] = rep.x
+            y[rep.index] = rep.label
+        return Database(X, y)
+
+
+def identity_publish(theta: np.ndarray) -> np.ndarray:
+    """f_pub(θ) = θ (Def. 5.1): publish a copy of the model."""
+    return np.array(theta, copy=True)
+
+
+@dataclass(frozen=True)
+class CuratorConfig:
+    """Hyperparameters of (A, Ā) and the constants their certificates rely on.
+
+    Attributes
+    ----------
+    eta, sigma2, lam : float
+        η, σ², λ.
+    k_learn, k_unlearn : int
+        K_A, K_Ā.
+    init_std : float
+        ρ = N(0, init_std² I_d).
+    q : float
+        Rényi order of the certificates.
+    lipschitz : float
+        L: ‖∇ℓ(θ; x)‖ ≤ L for every record of norm ≤ ``row_bound`` (or clipping to L when ``clip``).
+    row_bound : float
+        R: every record must have ‖x‖ ≤ R (checked on learn and on every edit).
+    guarantee : {"convex", "lipschitz"}
+        ``"convex"``: Thm G.9 + G.15 (needs a convex model, β = ``smoothness``, η < 1/(λ+β) and
+        init_std² = σ²/(λ(1 − ηλ/2))). ``"lipschitz"``: Thm G.7 only, deletion via
+        :func:`~lethe.noisygd.guarantees.exposure_deletion_epsilon`.
+    smoothness : float or None
+        β (convex only).
+    clip : bool
+        Clip per-example gradients to L (Remark 5.3).
+    p : int
+        Default adaptivity for Thm 4.3.
+    """
+
+    eta: float
+    sigma2: float
+    lam: float
+    k_learn: int
+    k_unlearn: int
+    init_std: float
+    q: float
+    lipschitz: float
+    row_bound: float
+    guarantee: str = "convex"
+    smoothness: float | None = None
+    clip: bool = False
+    p: int = 0
+
+    def __post_init__(self) -> None:
+        check_positive("eta", self.eta)
+        check_positive("sigma2", self.sigma2)
+        check_positive("lam", self.lam)
+        check_positive("init_std", self.init_std)
+        check_positive("lipschitz", self.lipschitz)
+        check_positive("row_bound", self.row_bound)
+        if self.q <= 1:
+            raise ValueError(f"q must be > 1. Found {self.q}.")
+        for name in ("k_learn", "k_unlearn", "p"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0. Found {v!r}.")
+        if self.guarantee not in ("convex", "lipschitz"):
+            raise ValueError(f"guarantee must be 'convex' or 'lipschitz'. Found {self.guarantee!r}.")
+        if self.guarantee == "convex":
+            if self.smoothness is None:
+                raise ValueError("guarantee='convex' needs smoothness (β). Found None.")
+            if not self.eta < 1.0 / (self.lam + self.smoothness):
+                raise ValueError(
+                    f"guarantee='convex' needs eta < 1/(lam + smoothness) = {1.0 / (self.lam + self.smoothness)!r}"
+                    f" (Thm G.15). Found {self.eta!r}."
+                )
+            rho = self.sigma2 / (self.lam * (1.0 - self.eta * self.lam / 2.0))
+            if not math.isclose(self.init_std**2, rho, rel_tol=1e-9):
+                raise ValueError(
+                    "guarantee='convex' needs init_std**2 = sigma2/(lam(1 - eta*lam/2)) = "
+                    f"{rho!r} (Thm G.15). Found {self.init_std**2!r}."
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_convex_schedule(
+        cls, schedule: ConvexSchedule, *, clip: bool = False, p: int = 0, row_bound: float = 1.0
+    ) -> CuratorConfig:
+        """The configuration of Thm 5.1's schedule (η, σ², ρ, K_A, K_Ā, L, β)."""
+        return cls(
+            eta=schedule.eta, sigma2=schedule.sigma2, lam=schedule.lam, k_learn=schedule.k_learn,
+            k_unlearn=schedule.k_unlearn, init_std=math.sqrt(schedule.init_variance), q=schedule.q,
+            lipschitz=schedule.lipschitz, row_bound=row_bound, guarantee="convex", smoothness=schedule.smoothness,
+            clip=clip, p=p,
+        )
+
+
+def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    return {"bit_generator": type(rng.bit_generator).__name__, "state": rng.bit_generator.state}
+
+
+def _rng_from_state(d: dict[str, Any]) -> np.random.Generator:
+    name = d["bit_generator"]
+    if name not in ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"):
+        raise ValueError(f"Unknown bit generator {name!r}.")
+    bg = getattr(np.random, name)()
+    bg.state = d["state"]
+    return np.random.Generator(bg)
+
+
+class NoisyGDCurator:
+    """The data curator (A_Noisy-GD, Ā_Noisy-GD, f_pub) of Def. 5.1 / Algorithm 1.
+
+    Parameters
+    ----------
+    model : LogisticModel or MLPModel
+        The model θ parameterises (its ``mean_gradient`` is the data kernel).
+    config : CuratorConfig
+        η, σ², λ, K_A, K_Ā, ρ and the constants behind the certificates.
+    random_state : None, int or numpy.random.Generator
+        Source of Θ₀ and of the Gaussian noise.
+    publish : callable, optional
+        f_pub; default :func:`identity_publish`.
+
+    Examples
+    --------
+    >>> from lethe.noisygd.schedule import convex_schedule
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3)); X /= np.linalg.norm(X, axis=1, keepdims=True)
+    >>> y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    >>> s = convex_schedule(lipschitz=1.0, smoothness=0.25, lam=0.1, n=200, d=3, r=1, q=2.0,
+    ...                     epsilon_dp=1.0, epsilon_dd=0.5)
+    >>> cur = NoisyGDCurator(LogisticModel(3), CuratorConfig.from_convex_schedule(s), random_state=0)
+    >>> cert0 = cur.learn(Database(X, y))
+    >>> cert1 = cur.unlearn(EditRequest.deletion([5], n_features=3))
+    >>> cert1.epsilon_dd <= 0.5, cert1.steps == s.k_unlearn, cur.database.X[5].tolist()
+    (True, True, [0.0, 0.0, 0.0])
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        config: CuratorConfig,
+        *,
+        random_state: RandomState = None,
+        publish: Callable[[np.ndarray], Any] | None = None,
+    ) -> None:
+        if not isinstance(model, LogisticModel | MLPModel):
+            raise TypeError(f"model must be a LogisticModel or MLPModel. Found {type(model).__name__}.")
+        if not isinstance(config, CuratorConfig):
+            raise TypeError(f"config must be a CuratorConfig. Found {type(config).__name__}.")
+        if config.guarantee == "convex" and not model.convex:
+            raise ValueError(f"guarantee='convex' needs a convex model. Found {type(model).__name__}.")
+        self.model = model
+        self.config = config
+        self._rng = check_random_state(random_state)
+        self._publish = publish if publish is not None else identity_publish
+        self._database: Database | None = None
+        self._theta: np.ndarray | None = None
+        self._step = 0
+        self._total_steps = 0
+        self._certificates: list[NoisyGDCertificate] = []
+
+    # ------------------------------------------------------------------ construction helpers
+    @staticmethod
+    def _theorem(config: CuratorConfig) -> str:
+        if config.guarantee == "convex":
+            return "Chourasia & Shah 2023: DP Thm G.7/G.9 (min), deletion Thm G.15 Eq. 114, adaptive Thm 4.3"
+        return "Chourasia & Shah 2023: DP Thm G.7, deletion Thm G.7 over the record's exposure, adaptive Thm 4.3"
+
+    def _assumptions(self) -> tuple[str, ...]:
+        c = self.config
+        out = [f"every record has L2 norm <= {c.row_bound!r} (checked)"]
+        if c.clip:
+            out.append(f"per-example gradients clipped to L = {c.lipschitz!r} (Remark 5.3)")
+        else:
+            out.append(f"loss is L = {c.lipschitz!r}-Lipschitz on such records")
+        if c.guarantee == "convex":
+            out.append(f"loss convex and beta = {c.smoothness!r}-smooth; rho = N(0, {c.init_std**2!r} I)")
+        return tuple(out)
+
+    # ------------------------------------------------------------------ accessors
+    def _require_learned(self) -> tuple[Database, np.ndarray]:
+        if self._database is None or self._theta is None:
+            raise NotFittedError("The curator has not learned yet: call learn(database) first.")
+        return self._database, self._theta
+
+    @property
+    def database(self) -> Database:
+        """D_i."""
+        return self._require_learned()[0]
+
+    @property
+    def theta(self) -> np.ndarray:
+        """A copy of the secret current model Θ̂_i."""
+        return self._require_learned()[1].copy()
+
+    @property
+    def step(self) -> int:
+        """i, the number of edits processed."""
+        return self._step
+
+    @property
+    def certificates(self) -> tuple[NoisyGDCertificate, ...]:
+        """Certificates of every operation so far."""
+        return tuple(self._certificates)
+
+    def publish(self) -> Any:
+        """φ_i = f_pub(Θ̂_i)."""
+        return self._publish(self._require_learned()[1])
+
+    # ------------------------------------------------------------------ guarantees
+    def _epsilon_dp(self, n: int, steps: int) -> float:
+        c = self.config
+        eps = noisy_gd_rdp(c.q, lipschitz=c.lipschitz, sigma2=c.sigma2, eta=c.eta, n=n, n_steps=steps)
+        if c.guarantee == "convex":
+            assert c.smoothness is not None
+            eps = min(
+                eps,
+                noisy_gd_rdp_convex(
+                    c.q, lipschitz=c.lipschitz, smoothness=c.smoothness, lam=c.lam, sigma2=c.sigma2, eta=c.eta,
+                    n=n, n_steps=steps,
+                ),
+            )
+        return eps
+
+    def _epsilon_dd(self, n: int, exposed_steps: int) -> float:
+        c = self.config
+        if c.guarantee == "convex":
+            assert c.smoothness is not None
+            return convex_deletion_epsilon(
+                c.k_unlearn, q=c.q, lipschitz=c.lipschitz, smoothness=c.smoothness, lam=c.lam, sigma2=c.sigma2,
+                eta=c.eta, n=n,
+            )
+        return exposure_deletion_epsilon(
+            c.q, lipschitz=c.lipschitz, sigma2=c.sigma2, eta=c.eta, n=n, exposed_steps=exposed_steps
+        )
+
+    # ------------------------------------------------------------------ checks
+    def _check_rows(self, X: np.ndarray, where: str) -> None:
+        norms = np.linalg.norm(X, axis=1)
+        bad = np.flatnonzero(norms > self.config.row_bound * (1.0 + 1e-9))
+        if bad.size:
+            raise EditRequestError(
+                f"{where}: every record must have L2 norm <= row_bound = {self.config.row_bound!r}. "
+                f"Found norm {norms[bad[0]]!r} at row {int(bad[0])}."
+            )
+
+    def _check_labels(self, y: np.ndarray, where: str) -> None:
+        if self.model.n_classes == 2:
+            ok = np.isin(y, (-1.0, 1.0, 0.0))
+            rule = "in {-1, +1} (0 for dummy records)"
+        else:
+            ok = (y == np.round(y)) & (y >= 0) & (y < self.model.n_classes)
+            rule = f"a class index in [0, {self.model.n_classes})"
+        if not np.all(ok):
+            i = int(np.flatnonzero(~ok)[0])
+            raise EditRequestError(f"{where}: every label must be {rule}. Found {y[i]!r} at row {i}.")
+
+    def _grad(self, database: Database) -> Callable[[np.ndarray], np.ndarray]:
+        clip = self.config.lipschitz if self.config.clip else None
+        X, y, model = database.X, database.y, self.model
+        return lambda theta: model.mean_gradient(theta, X, y, clip)
+
+    # ------------------------------------------------------------------ A and Ā
+    def learn(self, database: Database) -> NoisyGDCertificate:
+        """Θ̂₀ = A(D₀) = Noisy-GD(D₀, Θ ~ ρ, K_A) (Eq. 16); Algorithm 1, line 1. Resets the curator."""
+        if not isinstance(database, Database):
+            raise TypeError(f"database must be a Database. Found {type(database).__name__}.")
+        if database.n_features != self.model.n_features:
+            raise ValueError(
+                f"database must have {self.model.n_features} features for this model. Found {database.n_features}."
+            )
+        self._check_rows(database.X, "learn")
+        self._check_labels(database.y, "learn")
+        c = self.config
+        saved = self._rng.bit_generator.state
+        try:
+            theta0 = c.init_std * self._rng.standard_normal(self.model.n_params)
+            res = noisy_gd(
+                self._grad(database), theta0, c.k_learn, eta=c.eta, sigma2=c.sigma2, lam=c.lam, n_records=database.n,
+                random_state=self._rng,
+            )
+        except BaseException:
+            self._rng.bit_generator.state = saved
+            raise
+        cert = NoisyGDCertificate(
+            operation="learn", step=0, theorem=self._theorem(c), q=c.q,
+            epsilon_dp=self._epsilon_dp(database.n, c.k_learn), epsilon_dd=None, p=c.p, epsilon_dd_adaptive=None,
+            steps=res.n_steps, gradient_evaluations=res.gradient_evaluations, n=database.n, r=0,
+            assumptions=self._assumptions(),
+        )
+        self._database, self._theta = database, res.theta
+        self._step, self._total_steps = 0, res.n_steps
+        self._certificates = [cert]
+        return cert
+
+    def unlearn(self, request: EditRequest, *, p: int | None = None) -> NoisyGDCertificate:
+        """Θ̂_i = Ā(D_{i−1}, u_i, Θ̂_{i−1}) = Noisy-GD(D_{i−1} ∘ u_i, Θ̂_{i−1}, K_Ā) (Eq. 17); then D_i = D_{i−1} ∘ u_i.
+
+        Validates first; on any error nothing changes (database, model, generator, certificates).
+
+        Parameters
+        ----------
+        request : EditRequest
+            u_i.
+        p : int, optional
+            Adaptivity of the requester for Thm 4.3 (default ``config.p``).
+        """
+        database, theta = self._require_learned()
+        database.validate(request)
+        new_db = database.apply(request)
+        idx = list(request.indices)
+        self._check_rows(new_db.X[idx], "edit")
+        self._check_labels(new_db.y[idx], "edit")
+        c = self.config
+        p_used = c.p if p is None else int(p)
+        saved = self._rng.bit_generator.state
+        try:
+            res = noisy_gd(
+                self._grad(new_db), theta, c.k_unlearn, eta=c.eta, sigma2=c.sigma2, lam=c.lam, n_records=new_db.n,
+                random_state=self._rng,
+            )
+            eps_dp = max(self._epsilon_dp(new_db.n, c.k_unlearn), self._epsilon_dp(new_db.n, c.k_learn))
+            eps_dd = self._epsilon_dd(new_db.n, self._total_steps)
+            cert = NoisyGDCertificate(
+                operation="edit", step=self._step + 1, theorem=self._theorem(c), q=c.q,
+                epsilon_dp=self._epsilon_dp(new_db.n, c.k_unlearn), epsilon_dd=eps_dd, p=p_used,
+                epsilon_dd_adaptive=adaptive_deletion_epsilon(eps_dd, eps_dp, p_used), steps=res.n_steps,
+                gradient_evaluations=res.gradient_evaluations, n=new_db.n, r=request.r,
+                assumptions=self._assumptions(),
+            )
+        except BaseException:
+            self._rng.bit_generator.state = saved
+            raise
+        # Commit: the old database and model are dropped; nothing derived from replaced records is kept.
+        self._database, self._theta = new_db, res.theta
+        self._step += 1
+        self._total_steps += res.n_steps
+        self._certificates.append(cert)
+        return cert
+
+    # ------------------------------------------------------------------ state
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Every array in the curator's state: the database D_i (``X``, ``y``) and the model Θ̂_i (``theta``).
+
+        Nothing else is kept: no gradients, no noise, no previous models or databases. A deleted record can
+        therefore only influence the state through Θ̂_i, which is what Def. 4.1 certifies.
+        """
+        database, theta = self._require_learned()
+        return {"X": database.X.copy(), "y": database.y.copy(), "theta": theta.copy()}
+
+    def state_meta(self) -> dict[str, Any]:
+        """The JSON part of the state: configuration, counters, generator state, certificates (no data)."""
+        return {
+            "kind": "lethe.noisygd.curator",
+            "model": self.model.to_dict(),
+            "config": self.config.to_dict(),
+            "step": self._step,
+            "total_steps": self._total_steps,
+            "rng": _rng_state(self._rng),
+            "certificates": [c.to_dict() for c in self._certificates],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the state to one ``.npz`` file (no pickle; owner-only, atomic). The publish function is not saved."""
+        return save_npz(path, self.state_arrays(), self.state_meta(), secret=True)
+
+    @classmethod
+    def load(cls, path: str | Path, *, publish: Callable[[np.ndarray], Any] | None = None) -> NoisyGDCurator:
+        """Inverse of :meth:`save`."""
+        arrays, meta = load_npz(path)
+        if meta.get("kind") != "lethe.noisygd.curator":
+            raise ValueError(f"{path} does not hold a Noisy-GD curator. Found kind {meta.get('kind')!r}.")
+        if set(arrays) != {"X", "y", "theta"}:
+            raise ValueError(f"{path}: expected arrays X, y, theta. Found {sorted(arrays)}.")
+        cur = cls(model_from_dict(meta["model"]), CuratorConfig(**meta["config"]), publish=publish)
+        cur._rng = _rng_from_state(meta["rng"])
+        cur._database = Database(arrays["X"], arrays["y"])
+        cur._theta = np.array(arrays["theta"], dtype=np.float64)
+        cur._step = int(meta["step"])
+        cur._total_steps = int(meta["total_steps"])
+        cur._certificates = [NoisyGDCertificate.from_dict(c) for c in meta["certificates"]]
+        return cur
+
+
+
+
+# ---------------------------------------------------------------------- requesters and Algorithm 1
+Published = Mapping[int, Any]
+Policy = Callable[[Published, tuple[EditRequest, ...]], EditRequest]
+
+
+class NonAdaptiveRequester:
+    """A 0-adaptive requester: the edit sequence is fixed in advance (Def. 2.5, Remark 4.2)."""
+
+    observable: tuple[int, ...] = ()
+
+    def __init__(self, requests: Sequence[EditRequest]) -> None:
+        self._requests = tuple(requests)
+        for u in self._requests:
+            if not isinstance(u, EditRequest):
+                raise TypeError(f"requests must be EditRequest objects. Found {type(u).__name__}.")
+
+    @property
+    def p(self) -> int:
+        """0."""
+        return 0
+
+    def __call__(self, published: Published, past: tuple[EditRequest, ...]) -> EditRequest:
+        i = len(past) + 1
+        if i > len(self._requests):
+            raise IndexError(f"The requester has only {len(self._requests)} requests. Asked for request {i}.")
+        return self._requests[i - 1]
+
+
+class AdaptiveRequester:
+    """A p-adaptive requester (Def. 2.5, Eq. 6): u_i = Q(φ_{s_1}, …, φ_{s_j}; u_{<i}) with s_j < i.
+
+    Parameters
+    ----------
+    policy : callable
+        (visible published objects {s: φ_s}, past requests) ↦ next request.
+    observable : sequence of int
+        The sorted observable indices s⃗ = (s_1, …, s_p); p = len(observable).
+    """
+
+    def __init__(self, policy: Policy, observable: Sequence[int]) -> None:
+        obs = tuple(int(s) for s in observable)
+        if list(obs) != sorted(set(obs)) or any(s < 0 for s in obs):
+            raise ValueError(f"observable must be sorted distinct indices >= 0. Found {observable!r}.")
+        self.policy = policy
+        self.observable = obs
+
+    @property
+    def p(self) -> int:
+        """p = |s⃗|."""
+        return len(self.observable)
+
+    def __call__(self, published: Published, past: tuple[EditRequest, ...]) -> EditRequest:
+        i = len(past) + 1
+        visible = {s: published[s] for s in self.observable if s < i}
+        return self.policy(visible, past)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """The interaction transcript of Algorithm 1: φ₀, φ₁, … and u₁, u₂, … and the certificates."""
+
+    published: tuple[Any, ...]
+    requests: tuple[EditRequest, ...]
+    certificates: tuple[NoisyGDCertificate, ...]
+
+
+def interact(
+    curator: NoisyGDCurator,
+    database: Database,
+    requester: NonAdaptiveRequester | AdaptiveRequester,
+    n_edits: int,
+) -> Transcript:
+    """Algorithm 1: learn on D₀, publish φ₀, then for i = 1..n_edits get u_i from the requester, unlearn, publish.
+
+    The requester sees only the published objects at its observable indices (Def. 2.5); certificates use its p.
+
+    Examples
+    --------
+    >>> from lethe.noisygd.schedule import convex_schedule
+    >>> X = np.eye(4)[:, :2] * 0.5; y = np.array([1.0, -1.0, 1.0, -1.0])
+    >>> s = convex_schedule(lipschitz=1.0, smoothness=0.25, lam=1.0, n=4, d=2, r=1, q=2.0,
+    ...                     epsilon_dp=1.0, epsilon_dd=0.5)
+    >>> cur = NoisyGDCurator(LogisticModel(2), CuratorConfig.from_convex_schedule(s), random_state=0)
+    >>> req = NonAdaptiveRequester([EditRequest.deletion([0], 2), EditRequest.deletion([1], 2)])
+    >>> t = interact(cur, Database(X, y), req, 2)
+    >>> len(t.published), [c.operation for c in t.certificates]
+    (3, ['learn', 'edit', 'edit'])
+    """
+    n_edits = int(n_edits)
+    if n_edits < 0:
+        raise ValueError(f"n_edits must be >= 0. Found {n_edits}.")
+    published: dict[int, Any] = {}
+    requests: list[EditRequest] = []
+    certs = [curator.learn(database)]
+    published[0] = curator.publish()
+    for i in range(1, n_edits + 1):
+        u = requester(published, tuple(requests))
+        certs.append(curator.unlearn(u, p=requester.p))
+        published[i] = curator.publish()
+        requests.append(u)
+    return Transcript(
+        published=tuple(published[i] for i in range(n_edits + 1)), requests=tuple(requests), certificates=tuple(certs)
+    )
