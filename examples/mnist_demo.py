@@ -61,7 +61,8 @@ def main() -> None:
     print(f"After the 10 hardest removals (|H^-1 Delta| from {infl[hardest[0]]:.2e} down to "
           f"{infl[hardest[-1]]:.2e}; mean certified step {np.mean(steps):.2e} vs {np.mean(random_steps):.2e} for "
           f"random points): test accuracy {acc2:.4f}")
-    print(f"Budget used: {cert.residual_bound:.4f} of {cert.budget:.4f} ({100 * cert.residual_bound / cert.budget:.1f} %);"
+    share = 100 * cert.residual_bound / cert.budget
+    print(f"Budget used: {cert.residual_bound:.4f} of {cert.budget:.4f} ({share:.1f} %);"
           f" epsilon spent so far {cert.epsilon_spent:.3f} of {cert.epsilon}; retrainings {retrains}")
 
     keep = clf.active_
