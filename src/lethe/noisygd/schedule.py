@@ -54,11 +54,12 @@ def _check_order(q: Any) -> float:
 
 
 def _ceil_steps(x: float) -> int:
-    """Smallest integer K ≥ max(x, 0), forgiving a relative rounding error of 1e-12 in ``x``.
+    """Smallest integer K ≥ max(x, 0), forgiving an absolute rounding error of 1e-9 in ``x``.
 
-    Certificates never rely on this: they report the ε that the K actually run certifies.
+    (So that a bound like 8·log(e) = 8.000000000000002 gives 8.) Certificates never rely on this: they report
+    the ε that the K actually run certifies.
     """
-    return max(0, math.ceil(x - 1e-12 * max(1.0, abs(x))))
+    return max(0, math.ceil(x - 1e-9))
 
 
 def _check_steps(name: str, k: Any) -> int:

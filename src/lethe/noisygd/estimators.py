@@ -1,0 +1,328 @@
+"""scikit-learn estimators that learn with Noisy-GD and unlearn with Ā (Chourasia & Shah 2023). Front-end layer.
+
+Both estimators keep a :class:`~lethe.noisygd.curator.NoisyGDCurator` (``curator_``) holding the current database
+and model; :meth:`edit` and :meth:`remove` run Ā on it and return an immutable
+:class:`~lethe.noisygd.certificate.NoisyGDCertificate`.
+
+Rows must have ‖x‖ ≤ 1 for the Lipschitz constant to be known a priori: ``row_norm`` either clips every row to
+the unit ball (``"clip"``, default), scales every non-zero row to unit norm (``"normalize"``) or rejects larger
+rows (``"error"``). These are per-record maps, so they do not affect the privacy analysis. With
+``fit_intercept`` a constant feature 1 is appended, so R = √2.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from lethe._validation import check_choice
+from lethe.noisygd.certificate import NoisyGDCertificate
+from lethe.noisygd.curator import CuratorConfig, Database, EditRequest, NoisyGDCurator
+from lethe.noisygd.models import LogisticModel, MLPModel
+from lethe.noisygd.schedule import ConvexSchedule, convex_schedule
+
+__all__ = ["NoisyGDLogisticRegression", "NoisyGDMLPClassifier"]
+
+
+def _rows_to_unit_ball(X: np.ndarray, how: str) -> np.ndarray:
+    norms = np.linalg.norm(X, axis=1)
+    if how == "clip":
+        return X / np.maximum(1.0, norms)[:, None]
+    if how == "normalize":
+        return X / np.where(norms > 0, norms, 1.0)[:, None]
+    bad = np.flatnonzero(norms > 1.0 + 1e-12)
+    if bad.size:
+        raise ValueError(
+            f"row_norm='error': every row must have L2 norm <= 1. Found {norms[bad[0]]!r} at row {bad[0]}."
+        )
+    return X
+
+
+class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
+    """Shared fit/predict/edit logic; subclasses define the model, the schedule and the curator config."""
+
+    fit_intercept: bool
+    row_norm: str
+    random_state: Any
+    adaptivity: int
+
+    def _augment(self, X: np.ndarray) -> np.ndarray:
+        Xu = _rows_to_unit_ball(np.asarray(X, dtype=np.float64), self.row_norm)
+        if self.fit_intercept:
+            Xu = np.hstack([Xu, np.ones((Xu.shape[0], 1))])
+        return Xu
+
+    @property
+    def _row_bound(self) -> float:
+        return math.sqrt(2.0) if self.fit_intercept else 1.0
+
+    def _encode(self, y: np.ndarray) -> np.ndarray:
+        idx = np.searchsorted(self.classes_, y)
+        idx = np.clip(idx, 0, len(self.classes_) - 1)
+        unknown = self.classes_[idx] != y
+        if np.any(unknown):
+            raise ValueError(f"labels must be among classes_ {self.classes_.tolist()}. Found {y[unknown][0]!r}.")
+        if len(self.classes_) == 2:
+            return np.where(idx == 1, 1.0, -1.0)
+        return idx.astype(np.float64)
+
+    def _build(self, n: int, model: LogisticModel | MLPModel) -> CuratorConfig:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _make_model(self, p: int, n_classes: int) -> LogisticModel | MLPModel:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def fit(self, X: Any, y: Any) -> Any:
+        """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀."""
+        check_choice("row_norm", self.row_norm, ("clip", "normalize", "error"))
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
+        self.classes_ = np.unique(y)
+        if len(self.classes_) < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs samples of at least 2 classes in the data. Found 1 class: "
+                f"{self.classes_[0]!r}."
+            )
+        Xa = self._augment(X)
+        model = self._make_model(Xa.shape[1], len(self.classes_))
+        config = self._build(Xa.shape[0], model)
+        curator = NoisyGDCurator(model, config, random_state=self.random_state)
+        self.certificate_ = curator.learn(Database(Xa, self._encode(y)))
+        self.curator_ = curator
+        self._sync()
+        return self
+
+    def _sync(self) -> None:
+        pass
+
+    def _theta(self) -> np.ndarray:
+        check_is_fitted(self, "curator_")
+        return self.curator_.theta
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Logit (binary, shape (n,)) or logits (n, K) of the published model."""
+        check_is_fitted(self, "curator_")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self.curator_.model.decision(self.curator_.theta, self._augment(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities (sigmoid / softmax of the logits)."""
+        z = self.decision_function(X)
+        if z.ndim == 1:
+            p1 = 1.0 / (1.0 + np.exp(-np.clip(z, -500, 500)))
+            return np.column_stack([1.0 - p1, p1])
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Most likely class."""
+        z = self.decision_function(X)
+        idx = (z > 0).astype(np.intp) if z.ndim == 1 else np.argmax(z, axis=1)
+        return self.classes_[idx]
+
+    def edit(self, indices: Any, X_new: Any, y_new: Any) -> NoisyGDCertificate:
+        """Replace records ``indices`` by (X_new, y_new) and unlearn with Ā (Eq. 17). Returns the certificate.
+
+        On any error (repeated or out-of-range indices, wrong shapes, unknown labels) nothing changes.
+        """
+        check_is_fitted(self, "curator_")
+        X_new = validate_data(self, X_new, dtype=np.float64, reset=False)
+        y_arr = np.asarray(y_new)
+        if y_arr.ndim != 1 or y_arr.shape[0] != X_new.shape[0]:
+            raise ValueError(f"y_new must be 1-D with {X_new.shape[0]} labels. Found shape {y_arr.shape}.")
+        request = EditRequest.from_arrays(list(np.asarray(indices).ravel()), self._augment(X_new), self._encode(y_arr))
+        cert = self.curator_.unlearn(request, p=self.adaptivity)
+        self.certificate_ = cert
+        self._sync()
+        return cert
+
+    def remove(self, indices: Any) -> NoisyGDCertificate:
+        """Delete records ``indices`` (replace them by the dummy zero record, footnote 1) and unlearn with Ā."""
+        check_is_fitted(self, "curator_")
+        request = EditRequest.deletion(list(np.asarray(indices).ravel()), self.curator_.database.n_features)
+        cert = self.curator_.unlearn(request, p=self.adaptivity)
+        self.certificate_ = cert
+        self._sync()
+        return cert
+
+
+class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
+    r"""Logistic regression learned with Noisy-GD and unlearned with Ā, scheduled by Theorem 5.1 (convex).
+
+    Binary targets use ℓ = log(1 + e^{−y θᵀx}) (L = R, β = R²/4); more classes use the multinomial loss
+    (L = √2R, β = R²/2), R = 1 (or √2 with an intercept). η, σ², ρ, K_A, K_Ā come from
+    :func:`~lethe.noisygd.schedule.convex_schedule`; every edit certifies (q, ε_dd)-deletion privacy (Thm G.15)
+    and (q, ε_dd + p ε_dp) under p-adaptive requesters (Thm 4.3, p = ``adaptivity``).
+
+    Parameters
+    ----------
+    lam : float, default 0.01
+        λ.
+    q : float, default 10.0
+        Rényi order.
+    epsilon_dp, epsilon_dd : float, default 1.0, 0.5
+        ε_dp ≥ ε_dd > 0.
+    max_edit_size : int, default 1
+        r, records per edit (utility schedule, Eq. 19).
+    utility : bool, default True
+        Impose Eq. (19) on K_A, K_Ā.
+    fit_intercept : bool, default True
+    row_norm : {"clip", "normalize", "error"}, default "clip"
+    adaptivity : int, default 0
+        p for Thm 4.3.
+    random_state : None, int or numpy.random.Generator
+
+    Attributes
+    ----------
+    classes_, coef_, intercept_, n_features_in_ :
+        As in scikit-learn.
+    schedule_ : ConvexSchedule
+    curator_ : NoisyGDCurator
+    certificate_ : NoisyGDCertificate
+        Of the last operation.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(n_samples=2000, n_features=5, random_state=0)
+    >>> clf = NoisyGDLogisticRegression(random_state=0).fit(X, y)
+    >>> cert = clf.remove([0, 1][:1])
+    >>> cert.steps == clf.schedule_.k_unlearn, cert.epsilon_dd <= 0.5, clf.score(X, y) > 0.95
+    (True, True, True)
+    """
+
+    def __init__(
+        self,
+        lam: float = 0.01,
+        q: float = 10.0,
+        epsilon_dp: float = 1.0,
+        epsilon_dd: float = 0.5,
+        max_edit_size: int = 1,
+        utility: bool = True,
+        fit_intercept: bool = True,
+        row_norm: str = "clip",
+        adaptivity: int = 0,
+        random_state: Any = None,
+    ) -> None:
+        self.lam = lam
+        self.q = q
+        self.epsilon_dp = epsilon_dp
+        self.epsilon_dd = epsilon_dd
+        self.max_edit_size = max_edit_size
+        self.utility = utility
+        self.fit_intercept = fit_intercept
+        self.row_norm = row_norm
+        self.adaptivity = adaptivity
+        self.random_state = random_state
+
+    def _make_model(self, p: int, n_classes: int) -> LogisticModel:
+        return LogisticModel(p, n_classes)
+
+    def _build(self, n: int, model: LogisticModel | MLPModel) -> CuratorConfig:
+        assert isinstance(model, LogisticModel)
+        R = self._row_bound
+        self.schedule_: ConvexSchedule = convex_schedule(
+            lipschitz=model.lipschitz(R), smoothness=model.smoothness(R), lam=self.lam, n=n, d=model.n_params,
+            r=min(self.max_edit_size, n), q=self.q, epsilon_dp=self.epsilon_dp, epsilon_dd=self.epsilon_dd,
+            utility=self.utility,
+        )
+        return CuratorConfig.from_convex_schedule(self.schedule_, p=self.adaptivity, row_bound=R)
+
+    def _sync(self) -> None:
+        theta = self.curator_.theta
+        W = theta[:, None] if len(self.classes_) == 2 else theta.reshape(-1, len(self.classes_))
+        if self.fit_intercept:
+            self.coef_, self.intercept_ = W[:-1].T.copy(), W[-1].copy()
+        else:
+            self.coef_, self.intercept_ = W.T.copy(), np.zeros(W.shape[1])
+
+
+class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
+    r"""One-hidden-layer tanh network learned with Noisy-GD on clipped per-example gradients (non-convex).
+
+    σ² = q L² η max{K_A, K_Ā} / (ε_dp n²) (Thm 5.2 (1), Eq. 20, i.e. Thm G.7): A and Ā are each
+    (q, ε_dp)-Rényi DP. The loss of a network is neither globally smooth nor bounded in θ, so Theorem 5.2's
+    deletion guarantee is *not* claimed; each edit certifies the deletion privacy of Thm G.7 over the steps the
+    record was exposed to (:func:`~lethe.noisygd.guarantees.exposure_deletion_epsilon`), which does not shrink
+    with K_Ā. Θ₀ ~ N(0, init_scale²/p · I) (any data-independent start is allowed by Thm G.7).
+
+    Parameters
+    ----------
+    n_hidden : int, default 16
+    lam : float, default 1e-3
+    eta : float, default 0.5
+    n_iter, n_iter_unlearn : int, default 300, 60
+        K_A, K_Ā.
+    clip : float, default 1.0
+        L.
+    q, epsilon_dp : float, default 10.0, 1.0
+    init_scale : float, default 1.0
+    fit_intercept, row_norm, adaptivity, random_state
+        As in :class:`NoisyGDLogisticRegression`.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_moons
+    >>> X, y = make_moons(n_samples=400, noise=0.1, random_state=0)
+    >>> clf = NoisyGDMLPClassifier(random_state=0, epsilon_dp=5.0).fit(X, y)
+    >>> cert = clf.remove([3])
+    >>> cert.gradient_evaluations == 400 * 60, cert.epsilon_dp <= 5.0
+    (True, True)
+    """
+
+    def __init__(
+        self,
+        n_hidden: int = 16,
+        lam: float = 1e-3,
+        eta: float = 0.5,
+        n_iter: int = 300,
+        n_iter_unlearn: int = 60,
+        clip: float = 1.0,
+        q: float = 10.0,
+        epsilon_dp: float = 1.0,
+        init_scale: float = 1.0,
+        fit_intercept: bool = True,
+        row_norm: str = "clip",
+        adaptivity: int = 0,
+        random_state: Any = None,
+    ) -> None:
+        self.n_hidden = n_hidden
+        self.lam = lam
+        self.eta = eta
+        self.n_iter = n_iter
+        self.n_iter_unlearn = n_iter_unlearn
+        self.clip = clip
+        self.q = q
+        self.epsilon_dp = epsilon_dp
+        self.init_scale = init_scale
+        self.fit_intercept = fit_intercept
+        self.row_norm = row_norm
+        self.adaptivity = adaptivity
+        self.random_state = random_state
+
+    def _make_model(self, p: int, n_classes: int) -> MLPModel:
+        return MLPModel(p, int(self.n_hidden), n_classes)
+
+    def _build(self, n: int, model: LogisticModel | MLPModel) -> CuratorConfig:
+        for name in ("n_iter", "n_iter_unlearn"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1. Found {v!r}.")
+        if self.q <= 1:
+            raise ValueError(f"q must be > 1. Found {self.q}.")
+        if not self.epsilon_dp > 0:
+            raise ValueError(f"epsilon_dp must be > 0. Found {self.epsilon_dp}.")
+        sigma2 = self.q * self.clip**2 * self.eta * max(self.n_iter, self.n_iter_unlearn) / (self.epsilon_dp * n**2)
+        self.sigma2_ = sigma2
+        return CuratorConfig(
+            eta=float(self.eta), sigma2=sigma2, lam=float(self.lam), k_learn=int(self.n_iter),
+            k_unlearn=int(self.n_iter_unlearn), init_std=float(self.init_scale) / math.sqrt(model.n_features),
+            q=float(self.q), lipschitz=float(self.clip), row_bound=self._row_bound, guarantee="lipschitz", clip=True,
+            p=int(self.adaptivity),
+        )

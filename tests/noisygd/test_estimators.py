@@ -1,0 +1,16 @@
+"""scikit-learn contract and edit/removal behaviour of the Noisy-GD estimators."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from lethe.noisygd.curator import EditRequestError
+from lethe.noisygd.estimators import NoisyGDLogisticRegression, NoisyGDMLPClassifier
+
+
+@parametrize_with_checks([NoisyGDLogisticRegression(random_state=0), NoisyGDMLPClassifier(random_state=0)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
