@@ -28,7 +28,7 @@ def gaussian_c(delta: float) -> float:
     """c = √(2 log(1.5/δ)) (Guo et al. 2020, Thm 3 ii: δ = 1.5 e^{−c²/2}; Alg. 2 line 7).
 
     >>> round(gaussian_c(1e-4), 4)
-    4.3849
+    4.3854
     """
     delta = check_open_unit("delta", delta)
     return math.sqrt(2.0 * math.log(1.5 / delta))
@@ -44,7 +44,7 @@ def residual_budget(sigma: float, epsilon: float, delta: float | None, noise: st
     calibration gives δ(ε) > δ (possible for large ε, outside Dwork & Roth's ε < 1 domain), this raises.
 
     >>> round(residual_budget(10.0, 1.0, 1e-4), 4)
-    2.2805
+    2.2803
     """
     sigma = check_positive("sigma", sigma)
     epsilon = check_positive("epsilon", epsilon)
