@@ -2,17 +2,58 @@
 
 The public API is re-exported here; the math lives in one module per topic:
 
-* :mod:`lethe.privacy.gaussian` — classical and analytic (exact) Gaussian calibration;
-* :mod:`lethe.privacy.rdp` — Rényi DP of the Gaussian/Laplace mechanisms, composition, conversions.
+* :mod:`lethe.privacy.gaussian` — classical and analytic (exact) Gaussian calibration, exact δ(ε);
+* :mod:`lethe.privacy.mechanisms` — Laplace and Gaussian mechanisms (scalar/vector, seeded or OS randomness);
+* :mod:`lethe.privacy.plrv` — the privacy loss random variable and the (ε, δ) curves it implies;
+* :mod:`lethe.privacy.composition` — group privacy, basic and advanced composition (lecture 9);
+* :mod:`lethe.privacy.rdp` — Rényi DP of the Gaussian/Laplace mechanisms, composition, conversions;
+* :mod:`lethe.privacy.accountant` — a budgeted ledger of frozen, serializable events;
+* :mod:`lethe.privacy.output_perturbation` — output perturbation for L2-regularised ERM and its estimator.
+
+See ``docs/privacy.md`` for the derivations.
 """
 
 from __future__ import annotations
 
+from lethe.privacy.accountant import (
+    ApproxDPEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    PrivacyAccountant,
+    PrivacyEvent,
+    event_from_dict,
+)
+from lethe.privacy.composition import (
+    advanced_composition,
+    advanced_composition_epsilon,
+    basic_composition,
+    group_privacy,
+)
 from lethe.privacy.gaussian import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
     classical_gaussian_sigma,
+)
+from lethe.privacy.mechanisms import (
+    GaussianMechanism,
+    LaplaceMechanism,
+    OSRandomSource,
+    gaussian_mechanism,
+    laplace_mechanism,
+)
+from lethe.privacy.output_perturbation import (
+    OutputPerturbationLogisticRegression,
+    erm_sensitivity,
+    excess_risk_bound,
+    excess_risk_bound_from_sigma,
+    output_perturbation_sigma,
+)
+from lethe.privacy.plrv import (
+    GaussianPrivacyLoss,
+    LaplacePrivacyLoss,
+    empirical_hockey_stick,
+    empirical_tail,
 )
 from lethe.privacy.rdp import (
     DEFAULT_ORDERS,
@@ -27,14 +68,38 @@ from lethe.privacy.rdp import (
 
 __all__ = [
     "DEFAULT_ORDERS",
+    "ApproxDPEvent",
+    "GaussianEvent",
+    "GaussianMechanism",
+    "GaussianPrivacyLoss",
+    "LaplaceEvent",
+    "LaplaceMechanism",
+    "LaplacePrivacyLoss",
+    "OSRandomSource",
+    "OutputPerturbationLogisticRegression",
+    "PrivacyAccountant",
+    "PrivacyEvent",
+    "advanced_composition",
+    "advanced_composition_epsilon",
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma",
+    "basic_composition",
     "best_dp_over_orders",
     "classical_gaussian_sigma",
     "compose_rdp",
+    "empirical_hockey_stick",
+    "empirical_tail",
+    "erm_sensitivity",
+    "event_from_dict",
+    "excess_risk_bound",
+    "excess_risk_bound_from_sigma",
+    "gaussian_mechanism",
     "gaussian_rdp",
+    "group_privacy",
+    "laplace_mechanism",
     "laplace_rdp",
+    "output_perturbation_sigma",
     "pure_dp_rdp",
     "rdp_to_dp",
     "rdp_to_dp_tight",
