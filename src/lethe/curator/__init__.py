@@ -1,0 +1,37 @@
+"""The curator service: deletion requests end to end (store, mechanism adapters, worker, HTTP API).
+
+Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas, pyarrow, tqdm). See ``docs/curator.md``.
+
+>>> from lethe.curator import Curator, Settings   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from lethe.curator.adapters import (
+    CertifiedRemovalAdapter,
+    MechanismAdapter,
+    available_mechanisms,
+    get_adapter,
+    register_adapter,
+)
+from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
+from lethe.curator.service import (
+    BatchResult,
+    BusyError,
+    ConflictError,
+    Curator,
+    CuratorError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    Principal,
+    Settings,
+)
+from lethe.curator.worker import BackgroundWorker, run_worker
+
+__all__ = [
+    "Artifact", "ArtifactError", "ArtifactStore", "BackgroundWorker", "BatchResult", "BusyError",
+    "CertifiedRemovalAdapter", "ConflictError", "Curator", "CuratorError", "InvalidInputError", "MechanismAdapter",
+    "NotFoundError", "PermissionDeniedError", "Principal", "Settings", "available_mechanisms", "get_adapter",
+    "register_adapter", "run_worker",
+]

@@ -1,0 +1,914 @@
+"""The curator: deletion requests end to end (Chourasia & Shah 2023, Alg. 1 as a durable process).
+
+Flow: register a dataset (records with stable keys) → train a model with a mechanism → submit deletion requests by
+key → process them (immediately or in batches) → publish a new model version with one certificate per request and
+model → delete the raw records, destroy the superseded versions' artifacts (and with them their secret state) and
+purge the database files (SQLite: ``secure_delete``, ``VACUUM``, WAL checkpoint with truncation).
+
+Reliability:
+
+* a request is acknowledged only after its transaction committed (``synchronous=FULL`` on SQLite);
+* processing computes new artifacts first (new files nobody refers to), then publishes everything — new versions,
+  certificates, ledger events, record deletions, request states — in ONE transaction; a crash before the commit
+  leaves the old version published and the requests pending, a crash after it leaves the new one;
+* every entry point that changes models holds an exclusive file lock and first runs :meth:`Curator.recover`:
+  unreferenced artifacts (from a crashed batch) and superseded ones are destroyed, and an unfinished purge redone.
+
+The curator holds no math: the mechanism is reached through :mod:`lethe.curator.adapters`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import logging
+import math
+import os
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+
+from lethe._random import RandomState, check_random_state
+from lethe.curator.adapters import get_adapter
+from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore, destroy_file
+from lethe.curator.store import (
+    DB_FILENAME,
+    CertificateRow,
+    Dataset,
+    DeletionRequest,
+    LedgerEvent,
+    Model,
+    ModelVersion,
+    Record,
+    Store,
+    Token,
+    add_event,
+    as_utc,
+    iso,
+    sqlite_url,
+    utcnow,
+)
+from lethe.curator.tables import MAX_KEY_LENGTH, normalize_rows, read_table
+from lethe.exceptions import LetheError
+
+log = logging.getLogger("lethe.curator")
+
+SCOPES = ("admin", "requester")
+NORMALIZE = ("none", "rows")
+LOCK_FILE = "processing.lock"
+SECRETS_DIR = "secrets"
+LOG_DIR = "logs"
+
+
+# -- errors (the HTTP API maps them to status codes) ----------------------------------------------------------------
+class CuratorError(LetheError, ValueError):
+    """A request the curator refuses; nothing was changed."""
+
+    status_code = 400
+
+
+class NotFoundError(CuratorError):
+    """Unknown dataset, model, key, request or certificate."""
+
+    status_code = 404
+
+
+class ConflictError(CuratorError):
+    """A repeated request, a name already in use, or a request id reused for a different deletion."""
+
+    status_code = 409
+
+
+class PermissionDeniedError(CuratorError):
+    """The caller's scope does not allow this."""
+
+    status_code = 403
+
+
+class InvalidInputError(CuratorError):
+    """A malformed value (wrong feature dimension, bad parameter)."""
+
+    status_code = 422
+
+
+class BusyError(CuratorError):
+    """Another process holds the processing lock."""
+
+    status_code = 503
+
+
+# -- settings and views -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Settings:
+    """Processing settings.
+
+    batch_size : at most this many requests of one dataset are removed as one batch (one new model version).
+    max_delay : seconds a pending request may wait for others to fill a batch; 0 processes at once.
+    poll_interval : seconds between the worker's looks at the queue.
+    max_attempts : a batch the mechanism fails on this many times marks its requests ``failed``.
+    """
+
+    batch_size: int = 16
+    max_delay: float = 0.0
+    poll_interval: float = 0.5
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1. Found {self.batch_size!r}.")
+        for name in ("max_delay", "poll_interval"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0. Found {v!r}.")
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be an integer >= 1. Found {self.max_attempts!r}.")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a token's name and scope (the CLI acts as ``Principal("cli", "admin")``)."""
+
+    name: str
+    scope: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.scope == "admin"
+
+
+CLI_PRINCIPAL = Principal("cli", "admin")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one processed batch did."""
+
+    batch_id: str
+    dataset: str
+    request_ids: tuple[str, ...]
+    status: str  # "done" | "retry" | "failed"
+    new_versions: dict[str, int] = field(default_factory=dict)  # model name -> version number
+    error: str | None = None
+
+
+# -- the processing lock ----------------------------------------------------------------------------------------------
+class ProcessingLock:
+    """An exclusive ``flock`` on ``<data_dir>/processing.lock`` (released by the OS if the holder dies), plus a
+    re-entrant thread lock so threads of one process (the API server and its embedded worker) take turns."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._thread_lock = threading.RLock()
+        self._fd: int | None = None
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def hold(self, timeout: float | None = 60.0) -> Iterator[None]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._thread_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise BusyError(f"Another thread is processing {self.path.parent}; gave up after {timeout} s.")
+        try:
+            if self._depth == 0:
+                self._fd = self._acquire_file(deadline, timeout)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+                    os.close(self._fd)
+                    self._fd = None
+        finally:
+            self._thread_lock.release()
+
+    def _acquire_file(self, deadline: float | None, timeout: float | None) -> int:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise BusyError(f"Another process is processing {self.path.parent}; "
+                                    f"gave up after {timeout} s.") from None
+                time.sleep(0.05)
+
+
+def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{kind} must be a string. Found {type(value).__name__}.")
+    if not value or value.strip() != value or len(value) > max_len or any(ord(c) < 32 for c in value):
+        raise InvalidInputError(f"{kind} must be 1 to {max_len} printable characters without surrounding spaces. "
+                                f"Found {value!r}.")
+    return value
+
+
+class Curator:
+    """The curator service over one data directory (and optionally an external database URL).
+
+    Parameters
+    ----------
+    data_dir : directory holding the SQLite database (default store), the artifacts, the secrets and the logs.
+        Created with mode 0700.
+    database_url : SQLAlchemy URL; default ``sqlite:///<data_dir>/lethe.db``.
+    settings : :class:`Settings`.
+    """
+
+    def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for sub in (SECRETS_DIR, LOG_DIR):
+            (self.data_dir / sub).mkdir(mode=0o700, exist_ok=True)
+        self.settings = settings or Settings()
+        if database_url is None:  # the database holds raw records: owner-only from the start (WAL/SHM inherit it)
+            db = self.data_dir / DB_FILENAME
+            os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+        self.store = Store(database_url or sqlite_url(self.data_dir))
+        self.store.create()
+        self.artifacts = ArtifactStore(self.data_dir)
+        self.lock = ProcessingLock(self.data_dir / LOCK_FILE)
+        self._pepper = self._load_pepper()
+        self._public_cache: dict[int, Artifact] = {}
+
+    def close(self) -> None:
+        """Release database connections."""
+        self.store.dispose()
+
+    # -- secrets ----------------------------------------------------------------------------------------------------
+    def _load_pepper(self) -> bytes:
+        path = self.data_dir / SECRETS_DIR / "key_pepper"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            data = path.read_bytes()
+            if len(data) < 32:
+                raise RuntimeError(f"{path} is damaged: expected 32 secret bytes, found {len(data)}.") from None
+            return data
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+            f.flush()
+            os.fsync(f.fileno())
+        return path.read_bytes()
+
+    def key_digest(self, dataset_id: int, key: str) -> str:
+        """HMAC-SHA256 of (dataset, key) under the secret pepper: how a request refers to its key."""
+        return hmac.new(self._pepper, f"{dataset_id}\x00{key}".encode(), hashlib.sha256).hexdigest()
+
+    # -- tokens -----------------------------------------------------------------------------------------------------
+    def create_token(self, name: str, scope: str) -> str:
+        """Create a bearer token; returns it (shown once; only its SHA-256 is stored)."""
+        _check_name("token name", name)
+        if scope not in SCOPES:
+            raise InvalidInputError(f"scope must be one of {SCOPES}. Found {scope!r}.")
+        token = f"lethe_{secrets.token_urlsafe(32)}"
+        with self.store.write() as s, s.begin():
+            if s.scalar(select(Token).where(Token.name == name)) is not None:
+                raise ConflictError(f"A token named {name!r} already exists.")
+            s.add(Token(name=name, digest=hashlib.sha256(token.encode()).hexdigest(), scope=scope, created_at=utcnow()))
+            add_event(s, "token_created", {"name": name, "scope": scope})
+        return token
+
+    def revoke_token(self, name: str) -> None:
+        """Revoke a token by name."""
+        with self.store.write() as s, s.begin():
+            tok = s.scalar(select(Token).where(Token.name == name))
+            if tok is None:
+                raise NotFoundError(f"No token named {name!r}.")
+            tok.revoked = True
+            add_event(s, "token_revoked", {"name": name})
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        """Names, scopes and states of the tokens (never the tokens)."""
+        with self.store.read() as s:
+            return [{"name": t.name, "scope": t.scope, "revoked": t.revoked, "created_at": iso(t.created_at)}
+                    for t in s.scalars(select(Token).order_by(Token.id))]
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal of a valid, unrevoked token, else None (constant-time comparison of digests)."""
+        if not isinstance(token, str) or not token or len(token) > 200:
+            return None
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        with self.store.read() as s:
+            tok = s.scalar(select(Token).where(Token.digest == digest))
+            if tok is None or tok.revoked or not hmac.compare_digest(tok.digest, digest):
+                return None
+            return Principal(tok.name, tok.scope)
+
+    # -- datasets ---------------------------------------------------------------------------------------------------
+    def register_dataset(self, name: str, path: str | Path, *, key: str, label: str,
+                         features: list[str] | None = None, normalize: str = "none",
+                         progress: bool = False) -> dict[str, Any]:
+        """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction."""
+        from tqdm import tqdm
+
+        _check_name("dataset name", name)
+        if normalize not in NORMALIZE:
+            raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
+        table = read_table(path, key=key, label=label, features=features)
+        X = normalize_rows(table.X) if normalize == "rows" else table.X
+        n, d = X.shape
+        with self.store.write() as s, s.begin():
+            if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
+                raise ConflictError(f"A dataset named {name!r} already exists.")
+            ds = Dataset(name=name, n_features=d, feature_names={"names": table.feature_names}, key_column=key,
+                         label_column=label, normalize=normalize, source=Path(path).name, created_at=utcnow())
+            s.add(ds)
+            s.flush()
+            chunk = 5000
+            with tqdm(total=n, desc=f"import {name}", unit="rec", disable=not progress) as bar:
+                for start in range(0, n, chunk):
+                    stop = min(start + chunk, n)
+                    s.add_all([Record(dataset_id=ds.id, key=table.keys[i], features=X[i].astype("<f8").tobytes(),
+                                      label=float(table.y[i])) for i in range(start, stop)])
+                    s.flush()
+                    bar.update(stop - start)
+            add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize})
+            ds_id = ds.id
+        log.info("registered dataset %s (id %d): %d records, %d features", name, ds_id, n, d)
+        return self.dataset_info(name)
+
+    def dataset_info(self, name: str) -> dict[str, Any]:
+        with self.store.read() as s:
+            ds = self._dataset(s, name)
+            n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id))
+            return {"name": ds.name, "id": ds.id, "n_records": int(n or 0), "n_features": ds.n_features,
+                    "normalize": ds.normalize, "key_column": ds.key_column, "label_column": ds.label_column,
+                    "source": ds.source, "created_at": iso(ds.created_at)}
+
+    @staticmethod
+    def _dataset(s: Any, name: str) -> Dataset:
+        ds = s.scalar(select(Dataset).where(Dataset.name == name))
+        if ds is None:
+            raise NotFoundError(f"Unknown dataset {name!r}.")
+        return ds
+
+    @staticmethod
+    def _current_data(s: Any, dataset_id: int, n_features: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(record ids, X, y) of the records present, ordered by id: the data every model of the dataset is for."""
+        rows = s.execute(select(Record.id, Record.features, Record.label).where(Record.dataset_id == dataset_id)
+                         .order_by(Record.id)).all()
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        X = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f8").reshape(len(rows), n_features).astype(np.float64)
+        y = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
+        return ids, X, y
+
+    # -- training ---------------------------------------------------------------------------------------------------
+    def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
+              params: dict[str, Any] | None = None, random_state: RandomState = None,
+              progress: bool = False) -> dict[str, Any]:
+        """Train model ``model`` on the current records of ``dataset`` and publish its version 1.
+
+        ``random_state`` seeds the secret perturbation: use it in tests only (a known seed reveals b).
+        """
+        from tqdm import tqdm
+
+        _check_name("model name", model)
+        try:
+            adapter = get_adapter(mechanism, params)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(str(exc)) from exc
+        rng = check_random_state(random_state)
+        with self.lock.hold(), tqdm(total=3, desc=f"train {model}", disable=not progress) as bar:
+            self._recover_locked()
+            with self.store.read() as s:
+                ds = self._dataset(s, dataset)
+                if s.scalar(select(Model).where(Model.name == model)) is not None:
+                    raise ConflictError(f"A model named {model!r} already exists.")
+                ds_id, ds_name = ds.id, ds.name
+                ids, X, y = self._current_data(s, ds.id, ds.n_features)
+            adapter.check_features(X.shape[1])
+            bar.update(1)
+            try:
+                artifact, cert = adapter.train(X, y, rng)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {exc}") from exc
+            bar.update(1)
+            summary = adapter.summary(artifact)
+            with self._new_artifact(artifact) as (relpath, sha):
+                with self.store.write() as s, s.begin():
+                    n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
+                    if n_now != ids.size:
+                        raise ConflictError(f"Dataset {dataset!r} changed during training; try again.")
+                    if s.scalar(select(Model).where(Model.name == model)) is not None:
+                        raise ConflictError(f"A model named {model!r} already exists.")
+                    m = Model(name=model, dataset_id=ds_id, mechanism=mechanism, params=adapter.params,
+                              created_at=utcnow())
+                    s.add(m)
+                    s.flush()
+                    v = ModelVersion(model_id=m.id, number=1, parent_id=None, status="published", artifact=relpath,
+                                     sha256=sha, n_records=int(ids.size), summary=summary, created_at=utcnow())
+                    s.add(v)
+                    s.flush()
+                    m.current_version_id = v.id
+                    add_event(s, "train", {"dataset": ds_name, "mechanism": mechanism, "params": adapter.params,
+                                           **summary}, model_id=m.id, version_id=v.id)
+                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="train", model_id=m.id, new_version_id=v.id,
+                                         mechanism=mechanism, certificate=cert, created_at=utcnow()))
+            bar.update(1)
+        log.info("trained model %s (mechanism %s) on dataset %s: version 1, n=%d", model, mechanism, ds_name,
+                 ids.size)
+        return self.budget(model)
+
+    @contextlib.contextmanager
+    def _new_artifact(self, artifact: Artifact) -> Iterator[tuple[str, str]]:
+        """Save an artifact; destroy it again if the block that should publish it fails."""
+        relpath, sha = self.artifacts.save(artifact)
+        try:
+            yield relpath, sha
+        except BaseException:
+            self.artifacts.destroy(relpath)
+            raise
+
+    # -- deletion requests ------------------------------------------------------------------------------------------
+    def submit_deletion(self, dataset: str, key: str, *, principal: Principal = CLI_PRINCIPAL,
+                        client_request_id: str | None = None) -> tuple[dict[str, Any], bool]:
+        """Record a deletion request; returns (request view, created). Acknowledged only once committed.
+
+        Idempotent under ``client_request_id``: the same id with the same dataset and key returns the existing
+        request (created=False); the same id with another deletion is a :class:`ConflictError`.
+        Unknown key → :class:`NotFoundError`; a key already requested or deleted → :class:`ConflictError`.
+        """
+        _check_name("dataset", dataset)
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+            raise InvalidInputError(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters.")
+        if client_request_id is not None:
+            _check_name("request_id", client_request_id)
+        with self.store.write() as s, s.begin():
+            ds = self._dataset(s, dataset)
+            digest = self.key_digest(ds.id, key)
+            if client_request_id is not None:
+                prev = s.scalar(select(DeletionRequest).where(DeletionRequest.requester == principal.name,
+                                                              DeletionRequest.client_request_id == client_request_id))
+                if prev is not None:
+                    if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, digest):
+                        return self._request_view(s, prev), False
+                    raise ConflictError(f"request_id {client_request_id!r} was already used for a different "
+                                        "deletion request.")
+            earlier = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
+                                                              DeletionRequest.key_digest == digest,
+                                                              DeletionRequest.status != "failed")).first()
+            if earlier is not None:
+                ref = f" as request {earlier.id}" if principal.is_admin or earlier.requester == principal.name else ""
+                what = "is already pending" if earlier.status == "pending" else "was already deleted"
+                raise ConflictError(f"The deletion of this key from dataset {dataset!r} {what}{ref}.")
+            record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
+            if record_id is None:
+                raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")
+            req = DeletionRequest(id=str(uuid.uuid4()), requester=principal.name, client_request_id=client_request_id,
+                                  dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
+                                  attempts=0, submitted_at=utcnow())
+            s.add(req)
+            s.flush()
+            add_event(s, "request_submitted", {"dataset": dataset, "requester": principal.name},
+                      request_id=req.id)
+            view = self._request_view(s, req)
+        log.info("request %s submitted (dataset %s)", view["id"], dataset)
+        return view, True
+
+    def _request_view(self, s: Any, req: DeletionRequest) -> dict[str, Any]:
+        ds = s.get(Dataset, req.dataset_id)
+        certs = s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
+                          .order_by(CertificateRow.created_at)).all()
+        return {"id": req.id, "request_id": req.client_request_id, "dataset": ds.name if ds else None,
+                "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": req.error,
+                "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
+                "certificates": list(certs)}
+
+    def request_status(self, request_id: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+        """A request's state; a requester sees only its own requests (others are reported as unknown)."""
+        with self.store.read() as s:
+            req = s.get(DeletionRequest, request_id) if isinstance(request_id, str) else None
+            if req is None or not (principal.is_admin or req.requester == principal.name):
+                raise NotFoundError(f"Unknown request {request_id!r}.")
+            return self._request_view(s, req)
+
+    def certificate(self, certificate_id: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+        """One certificate by id (a requester: only those of its own requests)."""
+        with self.store.read() as s:
+            row = s.get(CertificateRow, certificate_id) if isinstance(certificate_id, str) else None
+            if row is None:
+                raise NotFoundError(f"Unknown certificate {certificate_id!r}.")
+            if not principal.is_admin:
+                req = s.get(DeletionRequest, row.request_id) if row.request_id else None
+                if req is None or req.requester != principal.name:
+                    raise NotFoundError(f"Unknown certificate {certificate_id!r}.")
+            return self._certificate_view(s, row)
+
+    def request_certificates(self, request_id: str, *, principal: Principal = CLI_PRINCIPAL) -> list[dict[str, Any]]:
+        """The certificates of one request (one per model of its dataset, or a deletion receipt)."""
+        view = self.request_status(request_id, principal=principal)
+        with self.store.read() as s:
+            rows = s.scalars(select(CertificateRow).where(CertificateRow.request_id == view["id"])
+                             .order_by(CertificateRow.created_at)).all()
+            return [self._certificate_view(s, r) for r in rows]
+
+    @staticmethod
+    def _certificate_view(s: Any, row: CertificateRow) -> dict[str, Any]:
+        model = s.get(Model, row.model_id) if row.model_id is not None else None
+        old = s.get(ModelVersion, row.old_version_id) if row.old_version_id is not None else None
+        new = s.get(ModelVersion, row.new_version_id) if row.new_version_id is not None else None
+        return {"id": row.id, "kind": row.kind, "request_id": row.request_id, "batch_id": row.batch_id,
+                "model": model.name if model else None, "mechanism": row.mechanism,
+                "old_version": old.number if old else None, "new_version": new.number if new else None,
+                "old_version_id": row.old_version_id, "new_version_id": row.new_version_id,
+                "submitted_at": iso(row.submitted_at), "issued_at": iso(row.created_at),
+                "certificate": row.certificate}
+
+    # -- processing -------------------------------------------------------------------------------------------------
+    def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
+                        lock_timeout: float | None = 60.0) -> list[BatchResult]:
+        """Process the pending requests whose batch is due (all of them with ``force``).
+
+        A dataset's batch is due when it has ``batch_size`` pending requests or its oldest one has waited
+        ``max_delay`` seconds. Returns one :class:`BatchResult` per batch.
+        """
+        from tqdm import tqdm
+
+        results: list[BatchResult] = []
+        with self.lock.hold(lock_timeout):
+            self._recover_locked()
+            with tqdm(desc="forget", unit="req", disable=not progress) as bar:
+                while max_batches is None or len(results) < max_batches:
+                    batch = self._next_batch(force)
+                    if batch is None:
+                        break
+                    res = self._process_batch(*batch)
+                    results.append(res)
+                    bar.update(len(res.request_ids))
+                    if res.status == "retry":
+                        break  # back off; the worker tries again on its next poll
+        return results
+
+    def _next_batch(self, force: bool) -> tuple[int, list[str]] | None:
+        now = utcnow()
+        with self.store.read() as s:
+            rows = s.execute(select(DeletionRequest.dataset_id, DeletionRequest.id, DeletionRequest.submitted_at)
+                             .where(DeletionRequest.status == "pending")
+                             .order_by(DeletionRequest.submitted_at, DeletionRequest.id)).all()
+        by_ds: dict[int, list[tuple[str, Any]]] = {}
+        for ds_id, rid, at in rows:
+            by_ds.setdefault(ds_id, []).append((rid, at))
+        for ds_id, reqs in by_ds.items():
+            oldest = as_utc(reqs[0][1])
+            waited = (now - oldest).total_seconds() if oldest is not None else math.inf
+            if force or len(reqs) >= self.settings.batch_size or waited >= self.settings.max_delay:
+                return ds_id, [rid for rid, _ in reqs[: self.settings.batch_size]]
+        return None
+
+    def _process_batch(self, dataset_id: int, request_ids: list[str]) -> BatchResult:
+        batch_id = str(uuid.uuid4())
+        rng = check_random_state(None)  # fresh entropy for any retraining: b must be unpredictable
+        # 1. read one consistent snapshot: data, requests, models
+        with self.store.read() as s:
+            ds = s.get(Dataset, dataset_id)
+            assert ds is not None
+            ds_name = ds.name
+            reqs = [s.get(DeletionRequest, rid) for rid in request_ids]
+            ids, X, y = self._current_data(s, ds.id, ds.n_features)
+            models = s.scalars(select(Model).where(Model.dataset_id == ds.id).order_by(Model.id)).all()
+            current = {m.id: s.get(ModelVersion, m.current_version_id) for m in models}
+            model_info = [(m.id, m.name, m.mechanism, dict(m.params)) for m in models]
+        pos = {int(r): i for i, r in enumerate(ids)}
+        missing = [rid for rid, r in zip(request_ids, reqs, strict=True)
+                   if r is None or r.record_id is None or r.record_id not in pos]
+        if missing:  # cannot happen while the invariants hold; refuse only those requests, the rest come next
+            return self._fail_batch(batch_id, ds_name, missing, "the record of this request is missing", final=True)
+        if model_info and ids.size - len(request_ids) < 2:
+            allowed = ids.size - 2
+            if allowed < 1:
+                return self._fail_batch(batch_id, ds_name, request_ids,
+                                        f"dataset {ds_name!r} has models and {ids.size} records; at least 2 must "
+                                        "remain", final=True)
+            request_ids, reqs = request_ids[:allowed], reqs[:allowed]
+        indices = np.array([pos[int(r.record_id)] for r in reqs if r is not None and r.record_id is not None],
+                           dtype=np.int64)
+        # 2. compute every model's new version; the new artifacts are files nobody refers to yet
+        new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]] = []
+        try:
+            for model_id, name, mech, params, in model_info:
+                old = current[model_id]
+                assert old is not None
+                adapter = get_adapter(mech, params)
+                artifact = self.artifacts.load(old.artifact, old.sha256)
+                new_art, cert = adapter.remove(artifact, X, y, indices, rng)
+                relpath, sha = self.artifacts.save(new_art)
+                new.append((model_id, name, mech, old, cert, relpath, sha, adapter.summary(new_art)))
+        except Exception as exc:  # the mechanism refused or failed: nothing is published
+            for item in new:
+                self.artifacts.destroy(item[5])
+            log.warning("batch %s failed: %s", batch_id, type(exc).__name__)
+            return self._fail_batch(batch_id, ds_name, request_ids, f"{type(exc).__name__}: {exc}", final=False)
+        # 3. publish everything in one transaction
+        try:
+            versions = self._publish(batch_id, dataset_id, ds_name, request_ids, new)
+        except BaseException:
+            for item in new:
+                self.artifacts.destroy(item[5])
+            raise
+        log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
+                 ds_name, versions)
+        # 4. destroy superseded versions (their secret state) and purge the database files
+        self._destroy_superseded()
+        self.purge()
+        return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
+                           new_versions=versions)
+
+    def _publish(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
+                 new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]]
+                 ) -> dict[str, int]:
+        now = utcnow()
+        versions: dict[str, int] = {}
+        with self.store.write() as s, s.begin():
+            # validate: nothing moved since the snapshot (the lock makes this a safety net)
+            reqs = [s.get(DeletionRequest, rid) for rid in request_ids]
+            if any(r is None or r.status != "pending" for r in reqs):
+                raise RuntimeError(f"batch {batch_id}: a request is no longer pending")
+            n_models = s.scalar(select(func.count()).select_from(Model).where(Model.dataset_id == dataset_id))
+            if n_models != len(new):
+                raise RuntimeError(f"batch {batch_id}: the models of the dataset changed")
+            published: list[tuple[int, ModelVersion, ModelVersion, str, dict[str, Any]]] = []
+            for model_id, name, mech, old_snap, cert, relpath, sha, summary in new:
+                m = s.get(Model, model_id)
+                old = s.get(ModelVersion, old_snap.id)
+                if m is None or old is None or m.current_version_id != old.id or old.status != "published":
+                    raise RuntimeError(f"batch {batch_id}: model {name} changed")
+                # record first (ledger), then update state
+                add_event(s, "retrain" if cert.get("retrained") else "remove",
+                          {"batch_id": batch_id, "n_removed": len(request_ids), **summary,
+                           "step_bound": cert.get("step_bound")}, model_id=model_id, version_id=old.id)
+                v = ModelVersion(model_id=model_id, number=old.number + 1, parent_id=old.id, status="published",
+                                 artifact=relpath, sha256=sha, n_records=old.n_records - len(request_ids),
+                                 summary=summary, created_at=now)
+                s.add(v)
+                old.status = "superseded"
+                old.superseded_at = now
+                s.flush()
+                m.current_version_id = v.id
+                add_event(s, "version_published", {"batch_id": batch_id, "number": v.number, "parent": old.id},
+                          model_id=model_id, version_id=v.id)
+                published.append((model_id, old, v, mech, cert))
+                versions[name] = v.number
+            for req in reqs:
+                assert req is not None
+                if published:
+                    for model_id, old, v, mech, cert in published:
+                        s.add(CertificateRow(id=str(uuid.uuid4()), kind="removal", request_id=req.id,
+                                             model_id=model_id, old_version_id=old.id, new_version_id=v.id,
+                                             batch_id=batch_id, mechanism=mech, certificate=cert,
+                                             submitted_at=req.submitted_at, created_at=now))
+                else:
+                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="deletion", request_id=req.id, batch_id=batch_id,
+                                         certificate={"operation": "delete", "guarantee": "raw record deleted; no "
+                                                      "model had been trained on this dataset",
+                                                      "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
+                                         submitted_at=req.submitted_at, created_at=now))
+                record = s.get(Record, req.record_id) if req.record_id is not None else None
+                if record is None:
+                    raise RuntimeError(f"batch {batch_id}: a record vanished")
+                s.delete(record)
+                req.record_id = None
+                req.status = "done"
+                req.processed_at = now
+                add_event(s, "request_done", {"batch_id": batch_id}, request_id=req.id)
+            add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": ds_name, "count": len(reqs)})
+        return versions
+
+    def _fail_batch(self, batch_id: str, ds_name: str, request_ids: list[str], error: str, *,
+                    final: bool) -> BatchResult:
+        status = "failed" if final else "retry"
+        with self.store.write() as s, s.begin():
+            for rid in request_ids:
+                req = s.get(DeletionRequest, rid)
+                if req is None or req.status != "pending":
+                    continue
+                req.attempts += 1
+                req.error = error
+                if final or req.attempts >= self.settings.max_attempts:
+                    req.status = "failed"
+                    req.processed_at = utcnow()
+                    status = "failed"
+                    add_event(s, "request_failed", {"batch_id": batch_id, "error": error}, request_id=rid)
+        log.warning("batch %s of dataset %s not processed (%s)", batch_id, ds_name, status)
+        return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status=status,
+                           error=error)
+
+    # -- destruction, purge and recovery ----------------------------------------------------------------------------
+    def _destroy_superseded(self) -> int:
+        with self.store.read() as s:
+            olds = [(v.id, v.model_id, v.artifact) for v in
+                    s.scalars(select(ModelVersion).where(ModelVersion.status == "superseded"))]
+        for vid, model_id, relpath in olds:
+            self.artifacts.destroy(relpath)
+            self._public_cache.pop(vid, None)
+            with self.store.write() as s, s.begin():
+                v = s.get(ModelVersion, vid)
+                if v is not None and v.status == "superseded":
+                    v.status = "destroyed"
+                    v.destroyed_at = utcnow()
+                    add_event(s, "version_destroyed", {"artifact": relpath}, model_id=model_id, version_id=vid)
+        return len(olds)
+
+    def purge_pending(self) -> bool:
+        """True if records were deleted after the last completed purge."""
+        with self.store.read() as s:
+            last_del = s.scalar(select(func.max(LedgerEvent.id)).where(LedgerEvent.kind == "records_deleted"))
+            last_purge = s.scalar(select(func.max(LedgerEvent.id)).where(LedgerEvent.kind == "purge"))
+        return last_del is not None and (last_purge is None or last_purge < last_del)
+
+    def purge(self, attempts: int = 20) -> bool:
+        """Make deleted rows unrecoverable from the database files.
+
+        SQLite: rows were deleted with ``secure_delete=ON`` (overwritten with zeros); then ``VACUUM`` rewrites the
+        database and ``wal_checkpoint(TRUNCATE)`` copies it back and truncates the WAL, whose old frames still held
+        the records. PostgreSQL: ``VACUUM FULL`` of the records table (old WAL segments are the server's; see the
+        operating guide). Returns False (purge stays pending, retried later) if readers kept the WAL busy.
+        """
+        done = False
+        if self.store.is_sqlite:
+            raw = self.store.raw_sqlite()
+            try:
+                con = raw.driver_connection
+                con.execute("VACUUM")
+                for _ in range(attempts):
+                    busy, _log, _ckpt = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                    if busy == 0:
+                        done = True
+                        break
+                    time.sleep(0.05)
+            finally:
+                raw.close()
+        else:
+            with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                c.exec_driver_sql("VACUUM FULL records")
+            done = True
+        if done:
+            with self.store.write() as s, s.begin():
+                add_event(s, "purge", {"database": "sqlite" if self.store.is_sqlite else "other"})
+            if self.store.is_sqlite:  # the event just written sits in the WAL; it holds no deleted data
+                raw = self.store.raw_sqlite()
+                try:
+                    raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    raw.close()
+        else:
+            log.warning("purge incomplete: readers kept the WAL busy; will retry")
+        return done
+
+    def recover(self) -> dict[str, int]:
+        """Finish what a crash interrupted (takes the processing lock). See :meth:`_recover_locked`."""
+        with self.lock.hold():
+            return self._recover_locked()
+
+    def _recover_locked(self) -> dict[str, int]:
+        """Destroy unreferenced artifacts (a crashed batch's) and superseded ones; redo an unfinished purge."""
+        with self.store.read() as s:
+            referenced = set(s.scalars(select(ModelVersion.artifact)
+                                       .where(ModelVersion.status.in_(("published", "superseded")))))
+        orphans = [p for p in self.artifacts.all_files() if p not in referenced]
+        for p in orphans:
+            destroy_file(self.data_dir / p)
+        destroyed = self._destroy_superseded()
+        purged = 0
+        if self.purge_pending():
+            purged = int(self.purge())
+        if orphans or destroyed or purged:
+            with self.store.write() as s, s.begin():
+                add_event(s, "recovered", {"orphans_destroyed": len(orphans), "superseded_destroyed": destroyed,
+                                           "purged": purged})
+            log.info("recovery: %d orphan artifact(s), %d superseded version(s) destroyed, purge %s", len(orphans),
+                     destroyed, bool(purged))
+        return {"orphans_destroyed": len(orphans), "superseded_destroyed": destroyed, "purged": purged}
+
+    # -- models: prediction, budget, status ---------------------------------------------------------------------------
+    def _model(self, s: Any, name: str) -> Model:
+        m = s.scalar(select(Model).where(Model.name == name)) if isinstance(name, str) else None
+        if m is None:
+            raise NotFoundError(f"Unknown model {name!r}.")
+        return m
+
+    def predict(self, model: str, features: Any) -> dict[str, Any]:
+        """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers)."""
+        try:
+            X = np.asarray(features, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"features must be a list of rows of numbers: {exc}") from exc
+        for _ in range(5):  # a version may be superseded (and destroyed) between reading its id and its file
+            with self.store.read() as s:
+                m = self._model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                assert ds is not None and v is not None
+                mech, params, number, vid = m.mechanism, dict(m.params), v.number, v.id
+                relpath, sha, d, normalize = v.artifact, v.sha256, ds.n_features, ds.normalize
+            if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
+                raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
+                                        f"Found shape {X.shape}.")
+            if not np.all(np.isfinite(X)):
+                raise InvalidInputError("features must be finite numbers.")
+            adapter = get_adapter(mech, params)
+            art = self._public_cache.get(vid)
+            if art is None:
+                try:
+                    full = self.artifacts.load(relpath, sha)
+                except ArtifactError:
+                    continue
+                art = Artifact(arrays={k: a for k, a in full.arrays.items() if k not in adapter.secret_arrays},
+                               meta=full.meta)
+                if len(self._public_cache) > 32:
+                    self._public_cache.clear()
+                self._public_cache[vid] = art
+            Xp = normalize_rows(X) if normalize == "rows" else X
+            pred = adapter.predict(art, Xp)
+            return {"model": model, "version": number, "predictions": [float(p) for p in pred]}
+        raise BusyError(f"Model {model!r} is being republished; try again.")
+
+    def budget(self, model: str) -> dict[str, Any]:
+        """Budget status of a model's published version (public numbers only)."""
+        with self.store.read() as s:
+            m = self._model(s, model)
+            v = s.get(ModelVersion, m.current_version_id)
+            ds = s.get(Dataset, m.dataset_id)
+            assert v is not None and ds is not None
+            n_versions = s.scalar(select(func.count()).select_from(ModelVersion)
+                                  .where(ModelVersion.model_id == m.id))
+            return {"model": m.name, "dataset": ds.name, "mechanism": m.mechanism, "params": m.params,
+                    "version": v.number, "version_id": v.id, "published_at": iso(v.created_at),
+                    "n_records": v.n_records, "versions_total": int(n_versions or 0), **v.summary}
+
+    def status(self) -> dict[str, Any]:
+        """Datasets, models and request counts."""
+        with self.store.read() as s:
+            datasets = []
+            for ds in s.scalars(select(Dataset).order_by(Dataset.id)):
+                n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id))
+                datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features})
+            models = []
+            for m in s.scalars(select(Model).order_by(Model.id)):
+                v = s.get(ModelVersion, m.current_version_id)
+                models.append({"name": m.name, "mechanism": m.mechanism, "version": v.number if v else None,
+                               "n_records": v.n_records if v else None,
+                               "budget_left": v.summary.get("budget_left") if v else None})
+            counts = dict(s.execute(select(DeletionRequest.status, func.count())
+                                    .group_by(DeletionRequest.status)).all())
+            oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
+                              .where(DeletionRequest.status == "pending"))
+        return {"data_dir": str(self.data_dir), "database": self._safe_url(), "datasets": datasets, "models": models,
+                "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
+                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(),
+                "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
+
+    def _safe_url(self) -> str:
+        return self.store.write_engine.url.render_as_string(hide_password=True)
+
+    def ledger(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The most recent ledger events (newest last)."""
+        with self.store.read() as s:
+            rows = s.scalars(select(LedgerEvent).order_by(LedgerEvent.id.desc()).limit(limit)).all()
+            return [{"id": e.id, "at": iso(e.at), "kind": e.kind, "model_id": e.model_id, "version_id": e.version_id,
+                     "request_id": e.request_id, "payload": e.payload} for e in reversed(rows)]
+
+    def pending_count(self) -> int:
+        with self.store.read() as s:
+            return int(s.scalar(select(func.count()).select_from(DeletionRequest)
+                                .where(DeletionRequest.status == "pending")) or 0)
+
+
+def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None]:
+    """Log ``lethe.*`` INFO and above to ``<data_dir>/logs/<name>.log`` (mode 0600). Returns a remover.
+
+    The curator never logs keys, features or labels: only ids, counts and error types.
+    """
+    path = Path(data_dir).resolve() / LOG_DIR / f"{name}.log"
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.close(fd)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("lethe")
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+    def remove() -> None:
+        logger.removeHandler(handler)
+        handler.close()
+
+    return remove
+
+
+__all__ = [
+    "BatchResult", "BusyError", "ConflictError", "Curator", "CuratorError", "InvalidInputError", "NotFoundError",
+    "PermissionDeniedError", "Principal", "ProcessingLock", "Settings", "configure_file_logging",
+]

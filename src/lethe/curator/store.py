@@ -1,0 +1,327 @@
+"""The curator's store: SQLAlchemy tables, engine set-up and the append-only ledger.
+
+Embedded default: one SQLite file under the data directory (WAL journal, ``synchronous=FULL`` so an acknowledged
+request survives a crash, ``secure_delete=ON`` so deleted rows are overwritten with zeros). Any other SQLAlchemy URL
+(e.g. ``postgresql+psycopg://...``) works for the tables; the purge guarantees of :mod:`lethe.curator.service` are
+only those the database gives (see ``docs/curator.md``).
+
+What is stored where (nothing here is secret except the token hashes, which are not reversible):
+
+* ``datasets`` / ``records`` — the raw records: stable external key, features (float64 bytes), label.
+* ``models`` / ``model_versions`` — model metadata; the weights and the secret perturbation live only in artifact
+  files (:mod:`lethe.curator.artifacts`).
+* ``deletion_requests`` — a request refers to its record by internal row id and to its key only by a keyed digest
+  (HMAC), so that no plain key remains once the record is purged.
+* ``certificates`` — the mechanism's certificate verbatim, plus request, model and version ids and timestamps.
+* ``ledger`` — append-only events (budget, privacy, lifecycle). Updates and deletes are refused in code (a session
+  hook) and, on SQLite, by triggers.
+* ``tokens`` — API bearer tokens (SHA-256 of the token, scope, subject).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    DDL,
+    JSON,
+    Boolean,
+    DateTime,
+    Engine,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+SCHEMA_VERSION = 1
+DB_FILENAME = "lethe.db"
+
+
+def utcnow() -> _dt.datetime:
+    """Timezone-aware UTC now (stored naive-UTC by SQLite; always read back as UTC)."""
+    return _dt.datetime.now(_dt.UTC)
+
+
+def as_utc(t: _dt.datetime | None) -> _dt.datetime | None:
+    """Attach UTC to a naive datetime read back from the database."""
+    if t is None:
+        return None
+    return t if t.tzinfo is not None else t.replace(tzinfo=_dt.UTC)
+
+
+def iso(t: _dt.datetime | None) -> str | None:
+    """ISO 8601 text of a stored timestamp (UTC)."""
+    u = as_utc(t)
+    return None if u is None else u.isoformat()
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the curator's tables."""
+
+    type_annotation_map = {dict[str, Any]: JSON}
+
+
+class Meta(Base):
+    """Key/value facts about the store (schema version)."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Dataset(Base):
+    """A registered data set: records with stable keys, a fixed number of features and a label."""
+
+    __tablename__ = "datasets"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    n_features: Mapped[int] = mapped_column(Integer)
+    feature_names: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"names": [...]}
+    key_column: Mapped[str] = mapped_column(String(200))
+    label_column: Mapped[str] = mapped_column(String(200))
+    normalize: Mapped[str] = mapped_column(String(16))  # "none" | "rows"
+    source: Mapped[str] = mapped_column(Text)  # file name it was registered from (not a copy of it)
+    created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Record(Base):
+    """One raw record. Deleted (and purged) when a deletion request for its key is processed."""
+
+    __tablename__ = "records"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
+    key: Mapped[str] = mapped_column(String(512))
+    features: Mapped[bytes] = mapped_column(LargeBinary)  # float64, little endian, n_features values
+    label: Mapped[float] = mapped_column(Float)
+    __table_args__ = (UniqueConstraint("dataset_id", "key", name="uq_record_key"),)
+
+
+class Model(Base):
+    """A named model on one dataset, driven by one mechanism; its versions are published one at a time."""
+
+    __tablename__ = "models"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
+    mechanism: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    current_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ModelVersion(Base):
+    """One model version. ``status``: published (exactly one per model) → superseded → destroyed."""
+
+    __tablename__ = "model_versions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    parent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    artifact: Mapped[str] = mapped_column(Text)  # path relative to the data directory
+    sha256: Mapped[str] = mapped_column(String(64))
+    n_records: Mapped[int] = mapped_column(Integer)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)  # public budget facts of the state (never b)
+    created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    superseded_at: Mapped[_dt.datetime | None] = mapped_column(DateTime, nullable=True)
+    destroyed_at: Mapped[_dt.datetime | None] = mapped_column(DateTime, nullable=True)
+    __table_args__ = (UniqueConstraint("model_id", "number", name="uq_version_number"),)
+
+
+class DeletionRequest(Base):
+    """A deletion request. It names its record by row id and its key only by an HMAC digest.
+
+    ``status``: pending → done, or failed (the mechanism refused it; nothing changed; see ``error``).
+    """
+
+    __tablename__ = "deletion_requests"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    requester: Mapped[str] = mapped_column(String(200))
+    client_request_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
+    record_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    key_digest: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    submitted_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    processed_at: Mapped[_dt.datetime | None] = mapped_column(DateTime, nullable=True)
+    __table_args__ = (
+        UniqueConstraint("requester", "client_request_id", name="uq_client_request"),
+        Index("ix_request_digest", "dataset_id", "key_digest"),
+    )
+
+
+class CertificateRow(Base):
+    """The certificate one request got from one model (or a raw-deletion receipt when no model exists)."""
+
+    __tablename__ = "certificates"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "train" | "removal" | "deletion"
+    request_id: Mapped[str | None] = mapped_column(ForeignKey("deletion_requests.id"), nullable=True, index=True)
+    model_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    old_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    new_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    batch_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    mechanism: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    certificate: Mapped[dict[str, Any]] = mapped_column(JSON)
+    submitted_at: Mapped[_dt.datetime | None] = mapped_column(DateTime, nullable=True)
+    created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class LedgerEvent(Base):
+    """An append-only event. Never updated, never deleted (enforced by :func:`_refuse_ledger_changes`)."""
+
+    __tablename__ = "ledger"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    model_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    request_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class Token(Base):
+    """An API bearer token: only its SHA-256 is stored. ``scope`` is "admin" or "requester"."""
+
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+# -- the append-only ledger ----------------------------------------------------------------------------------------
+class LedgerViolation(RuntimeError):
+    """Something tried to update or delete a ledger event."""
+
+
+@event.listens_for(Session, "before_flush")
+def _refuse_ledger_changes(session: Session, flush_context: Any, instances: Any) -> None:
+    for obj in list(session.dirty) + list(session.deleted):
+        if isinstance(obj, LedgerEvent) and (obj in session.deleted or session.is_modified(obj)):
+            raise LedgerViolation(f"The ledger is append-only: event {obj.id} cannot be changed or deleted.")
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _refuse_bulk_ledger_changes(state: Any) -> None:
+    if (state.is_update or state.is_delete) and any(
+            getattr(m, "class_", None) is LedgerEvent for m in state.all_mappers):
+        raise LedgerViolation("The ledger is append-only: bulk UPDATE/DELETE on it is refused.")
+
+
+for _op in ("UPDATE", "DELETE"):
+    event.listen(LedgerEvent.__table__, "after_create", DDL(
+        f"CREATE TRIGGER IF NOT EXISTS ledger_no_{_op.lower()} BEFORE {_op} ON ledger "
+        "BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END").execute_if(dialect="sqlite"))
+event.listen(LedgerEvent.__table__, "after_create", DDL(
+    "CREATE OR REPLACE FUNCTION lethe_ledger_append_only() RETURNS trigger AS $$ "
+    "BEGIN RAISE EXCEPTION 'the ledger is append-only'; END; $$ LANGUAGE plpgsql; "
+    "CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON ledger "
+    "FOR EACH ROW EXECUTE FUNCTION lethe_ledger_append_only();").execute_if(dialect="postgresql"))
+
+
+# -- engines ---------------------------------------------------------------------------------------------------------
+def sqlite_url(data_dir: str | Path) -> str:
+    """The default database URL: ``sqlite:///<data_dir>/lethe.db``."""
+    return f"sqlite:///{Path(data_dir).resolve() / DB_FILENAME}"
+
+
+def _configure_sqlite(engine: Engine, *, immediate: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (below)
+        cur = dbapi_connection.cursor()
+        cur.execute("PRAGMA busy_timeout = 30000")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = FULL")
+        cur.execute("PRAGMA secure_delete = ON")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # Writers take the write lock at BEGIN: no deadlock-prone upgrade from a read transaction.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class Store:
+    """Engines and session factories on one database: ``read()`` for queries, ``write()`` for changes.
+
+    On SQLite, ``write()`` sessions start with ``BEGIN IMMEDIATE`` (one writer at a time, waiting up to the busy
+    timeout); ``read()`` sessions use deferred transactions (WAL readers never block).
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"future": True}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        self.write_engine = create_engine(url, **kwargs)
+        self.read_engine = create_engine(url, **kwargs) if self.is_sqlite else self.write_engine
+        if self.is_sqlite:
+            _configure_sqlite(self.write_engine, immediate=True)
+            _configure_sqlite(self.read_engine, immediate=False)
+        self._write = sessionmaker(self.write_engine, expire_on_commit=False)
+        self._read = sessionmaker(self.read_engine, expire_on_commit=False)
+
+    def create(self) -> None:
+        """Create missing tables and record the schema version (idempotent)."""
+        Base.metadata.create_all(self.write_engine)
+        with self.write() as s, s.begin():
+            row = s.get(Meta, "schema_version")
+            if row is None:
+                s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif row.value != str(SCHEMA_VERSION):
+                raise RuntimeError(f"The store has schema version {row.value}; this lethe needs {SCHEMA_VERSION}.")
+
+    def write(self) -> Session:
+        """A session for one write transaction (use ``with store.write() as s, s.begin(): ...``)."""
+        return self._write()
+
+    def read(self) -> Session:
+        """A session for reading."""
+        return self._read()
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.write_engine.dispose()
+        if self.read_engine is not self.write_engine:
+            self.read_engine.dispose()
+
+    def raw_sqlite(self) -> Any:
+        """A fresh autocommit ``sqlite3`` connection (for VACUUM and checkpoints), with the store's pragmas."""
+        raw = self.write_engine.raw_connection()
+        return raw
+
+
+def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,
+              version_id: int | None = None, request_id: str | None = None) -> LedgerEvent:
+    """Append one ledger event (validated JSON-serialisable first: a bad payload records nothing)."""
+    payload = dict(payload or {})
+    json.dumps(payload, allow_nan=True)  # raises TypeError before anything is added
+    ev = LedgerEvent(kind=kind, payload=payload, model_id=model_id, version_id=version_id, request_id=request_id,
+                     at=utcnow())
+    session.add(ev)
+    return ev
+
+
+__all__ = [
+    "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation", "Meta", "Model",
+    "ModelVersion", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
+]
