@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-from sklearn.datasets import make_classification
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from lethe.noisygd.curator import EditRequestError
 from lethe.noisygd.estimators import NoisyGDLogisticRegression, NoisyGDMLPClassifier
 
 
