@@ -54,11 +54,11 @@ def test_update_is_algorithm_2_exactly():
 
 
 def test_seeded_runs_are_reproducible_and_do_not_touch_global_state():
-    state = np.random.get_state()[1].copy()
+    state = np.random.get_state()[1].copy()  # noqa: NPY002 - checks global state is untouched
     a = noisy_gd(lambda t: t, np.ones(3), 20, eta=0.1, sigma2=1.0, lam=0.0, n_records=1, random_state=3)
     b = noisy_gd(lambda t: t, np.ones(3), 20, eta=0.1, sigma2=1.0, lam=0.0, n_records=1, random_state=3)
     np.testing.assert_array_equal(a.theta, b.theta)
-    np.testing.assert_array_equal(np.random.get_state()[1], state)
+    np.testing.assert_array_equal(np.random.get_state()[1], state)  # noqa: NPY002
 
 
 @pytest.mark.parametrize("bad", [{"eta": 0.0}, {"sigma2": -1.0}, {"lam": -0.1}])
