@@ -460,9 +460,10 @@ class Curator:
                                                               DeletionRequest.key_digest == digest,
                                                               DeletionRequest.status != "failed")).first()
             if earlier is not None:
-                ref = f" as request {earlier.id}" if principal.is_admin or earlier.requester == principal.name else ""
-                what = "is already pending" if earlier.status == "pending" else "was already deleted"
-                raise ConflictError(f"The deletion of this key from dataset {dataset!r} {what}{ref}.")
+                ref = f" (request {earlier.id})" if principal.is_admin or earlier.requester == principal.name else ""
+                if earlier.status == "pending":
+                    raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending{ref}.")
+                raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
             record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
             if record_id is None:
                 raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")

@@ -1,0 +1,324 @@
+"""Curator subcommands: ``dataset``, ``train``, ``forget``, ``process``, ``status``, ``request``, ``budget``,
+``certificate``, ``ledger``, ``token``, ``serve``, ``worker``.
+
+Every subcommand takes ``--data-dir`` (default ``$LETHE_DATA_DIR`` or ``./lethe-data``) and ``--database-url``
+(default ``$LETHE_DATABASE_URL`` or SQLite in the data directory). Heavy imports happen inside the handlers, so
+``lethe --help`` works without the ``service`` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lethe.curator.service import Curator
+
+DEFAULT_DATA_DIR = "./lethe-data"
+
+
+def _common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("store")
+    g.add_argument("--data-dir", default=os.environ.get("LETHE_DATA_DIR", DEFAULT_DATA_DIR),
+                   help="data directory (database, artifacts, secrets, logs); default $LETHE_DATA_DIR or "
+                        f"{DEFAULT_DATA_DIR}")
+    g.add_argument("--database-url", default=os.environ.get("LETHE_DATABASE_URL"),
+                   help="SQLAlchemy URL; default $LETHE_DATABASE_URL or SQLite in the data directory")
+    return p
+
+
+def _processing() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("processing")
+    g.add_argument("--batch-size", type=int, default=int(os.environ.get("LETHE_BATCH_SIZE", "16")),
+                   help="requests removed together as one batch (default $LETHE_BATCH_SIZE or 16)")
+    g.add_argument("--max-delay", type=float, default=float(os.environ.get("LETHE_MAX_DELAY", "0")),
+                   help="seconds a request may wait for its batch to fill (default $LETHE_MAX_DELAY or 0)")
+    g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between looks at the queue")
+    return p
+
+
+def _curator(args: argparse.Namespace) -> Curator:
+    from lethe.curator.service import Curator, Settings
+
+    settings = Settings(batch_size=getattr(args, "batch_size", 16), max_delay=getattr(args, "max_delay", 0.0),
+                        poll_interval=getattr(args, "poll_interval", 0.5))
+    return Curator(args.data_dir, database_url=args.database_url, settings=settings)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(_clean(obj), indent=2, sort_keys=False))
+
+
+def _progress() -> bool:
+    return sys.stderr.isatty()
+
+
+# -- handlers -------------------------------------------------------------------------------------------------------
+def _dataset_add(args: argparse.Namespace) -> int:
+    features = [f for f in args.features.split(",") if f] if args.features else None
+    c = _curator(args)
+    _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
+                              normalize=args.normalize, progress=_progress() or args.progress))
+    return 0
+
+
+def _dataset_list(args: argparse.Namespace) -> int:
+    _print(_curator(args).status()["datasets"])
+    return 0
+
+
+def _parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--param must look like name=value. Found {item!r}.")
+        k, v = item.split("=", 1)
+        try:
+            params[k] = json.loads(v)
+        except json.JSONDecodeError:
+            params[k] = v
+    return params
+
+
+def _train(args: argparse.Namespace) -> int:
+    params = _parse_params(args.param)
+    for name in ("loss", "lam", "sigma", "epsilon", "delta", "noise"):
+        if getattr(args, name) is not None:
+            params[name] = getattr(args, name)
+    c = _curator(args)
+    _print(c.train(args.dataset, args.model, mechanism=args.mechanism, params=params, random_state=args.seed,
+                   progress=_progress() or args.progress))
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    keys = list(args.keys)
+    if args.keys_file:
+        with open(args.keys_file, encoding="utf-8") as f:
+            keys += [line.strip() for line in f if line.strip()]
+    if not keys:
+        raise ValueError("Name at least one key (arguments or --keys-file).")
+    if args.request_id and len(keys) != 1:
+        raise ValueError(f"--request-id needs exactly one key. Found {len(keys)}.")
+    from lethe.curator.service import CuratorError
+
+    c = _curator(args)
+    out: list[dict[str, Any]] = []
+    failed = 0
+    for i, key in enumerate(keys):
+        try:
+            view, created = c.submit_deletion(args.dataset, key, client_request_id=args.request_id)
+            out.append({"item": i, "id": view["id"], "status": view["status"], "created": created})
+        except CuratorError as exc:
+            failed += 1
+            out.append({"item": i, "error": str(exc)})
+    if args.now:
+        results = c.process_pending(force=True, progress=_progress() or args.progress)
+        done = {rid: r.status for r in results for rid in r.request_ids}
+        for item in out:
+            if "id" in item:
+                item["status"] = c.request_status(item["id"])["status"] if item["id"] not in done else done[item["id"]]
+    _print(out)
+    return 1 if failed else 0
+
+
+def _process(args: argparse.Namespace) -> int:
+    c = _curator(args)
+    results = c.process_pending(force=args.all, progress=_progress() or args.progress)
+    _print([{"batch_id": r.batch_id, "dataset": r.dataset, "requests": list(r.request_ids), "status": r.status,
+             "new_versions": r.new_versions, "error": r.error} for r in results])
+    return 0 if all(r.status == "done" for r in results) else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    _print(_curator(args).status())
+    return 0
+
+
+def _request(args: argparse.Namespace) -> int:
+    _print(_curator(args).request_status(args.id))
+    return 0
+
+
+def _budget(args: argparse.Namespace) -> int:
+    _print(_curator(args).budget(args.model))
+    return 0
+
+
+def _certificate(args: argparse.Namespace) -> int:
+    from lethe.curator.service import NotFoundError
+
+    c = _curator(args)
+    try:
+        _print(c.certificate(args.id))
+    except NotFoundError:
+        try:
+            _print(c.request_certificates(args.id))
+        except NotFoundError:
+            raise NotFoundError(f"{args.id!r} is neither a certificate id nor a request id.") from None
+    return 0
+
+
+def _ledger(args: argparse.Namespace) -> int:
+    _print(_curator(args).ledger(args.limit))
+    return 0
+
+
+def _token_create(args: argparse.Namespace) -> int:
+    token = _curator(args).create_token(args.name, args.scope)
+    print(token)
+    print(f"# token {args.name!r} (scope {args.scope}); shown once, store it now", file=sys.stderr)
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    _print(_curator(args).list_tokens())
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    _curator(args).revoke_token(args.name)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from lethe.curator.api import create_app
+    from lethe.curator.service import configure_file_logging
+
+    c = _curator(args)
+    configure_file_logging(c.data_dir, "server")
+    app = create_app(c, run_worker=not args.no_worker)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=True)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from lethe.curator.service import configure_file_logging
+    from lethe.curator.worker import run_worker
+
+    c = _curator(args)
+    configure_file_logging(c.data_dir, "worker")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def ready() -> None:
+        print("ready", flush=True)
+
+    n = run_worker(c, once=args.once, drain=args.drain, stop=stop, on_ready=ready, progress=args.progress)
+    print(f"processed {n} batch(es)", flush=True)
+    return 0
+
+
+# -- registration ---------------------------------------------------------------------------------------------------
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the curator's subcommands."""
+    common, proc = _common(), _processing()
+
+    ds = sub.add_parser("dataset", help="register and list datasets")
+    dsub = ds.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
+    p = dsub.add_parser("add", parents=[common], help="register a dataset from CSV, Parquet or .npz")
+    p.add_argument("name")
+    p.add_argument("file", help="a .csv, .parquet or .npz file")
+    p.add_argument("--key", required=True, help="column (or array) of stable record keys, e.g. a user id")
+    p.add_argument("--label", required=True, help="label column (or array)")
+    p.add_argument("--features", help="comma-separated feature columns (default: all others; .npz: 'X')")
+    p.add_argument("--normalize", choices=("none", "rows"), default="none",
+                   help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")
+    p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
+    p.set_defaults(func=_dataset_add)
+    p = dsub.add_parser("list", parents=[common], help="list datasets")
+    p.set_defaults(func=_dataset_list)
+
+    p = sub.add_parser("train", parents=[common], help="train a model on a dataset and publish version 1")
+    p.add_argument("dataset")
+    p.add_argument("model", help="a new model name")
+    p.add_argument("--mechanism", default="certified-removal")
+    p.add_argument("--loss", choices=("logistic", "squared"))
+    p.add_argument("--lam", type=float)
+    p.add_argument("--sigma", type=float)
+    p.add_argument("--epsilon", type=float)
+    p.add_argument("--delta", type=float)
+    p.add_argument("--noise", choices=("gaussian", "laplace", "none"))
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="any mechanism parameter (value parsed as JSON); repeatable")
+    p.add_argument("--seed", type=int, help="seed of the secret perturbation: for tests only (a known seed reveals "
+                   "it)")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("forget", parents=[common, proc], help="submit deletion requests by key")
+    p.add_argument("dataset")
+    p.add_argument("keys", nargs="*", metavar="KEY")
+    p.add_argument("--keys-file", help="a file with one key per line")
+    p.add_argument("--request-id", help="client request id (idempotent resubmission); one key only")
+    p.add_argument("--now", action="store_true", help="process all pending requests right away")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(func=_forget)
+
+    p = sub.add_parser("process", parents=[common, proc], help="process due deletion requests once")
+    p.add_argument("--all", action="store_true", help="process every pending request (ignore --max-delay)")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(func=_process)
+
+    p = sub.add_parser("status", parents=[common], help="datasets, models, request counts")
+    p.set_defaults(func=_status)
+    p = sub.add_parser("request", parents=[common], help="show a deletion request")
+    p.add_argument("id")
+    p.set_defaults(func=_request)
+    p = sub.add_parser("budget", parents=[common], help="budget status of a model")
+    p.add_argument("model")
+    p.set_defaults(func=_budget)
+    p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id)")
+    p.add_argument("id")
+    p.set_defaults(func=_certificate)
+    p = sub.add_parser("ledger", parents=[common], help="show the latest ledger events")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=_ledger)
+
+    tk = sub.add_parser("token", help="API bearer tokens")
+    tsub = tk.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    p = tsub.add_parser("create", parents=[common], help="create a token (printed once)")
+    p.add_argument("name")
+    p.add_argument("--scope", choices=("admin", "requester"), required=True)
+    p.set_defaults(func=_token_create)
+    p = tsub.add_parser("list", parents=[common], help="list tokens (names and scopes)")
+    p.set_defaults(func=_token_list)
+    p = tsub.add_parser("revoke", parents=[common], help="revoke a token")
+    p.add_argument("name")
+    p.set_defaults(func=_token_revoke)
+
+    p = sub.add_parser("serve", parents=[common, proc], help="run the HTTP API (with a worker thread)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--no-worker", action="store_true", help="do not process requests in this process")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=_serve)
+
+    p = sub.add_parser("worker", parents=[common, proc], help="process deletion requests until stopped")
+    p.add_argument("--once", action="store_true", help="process what is due, then exit")
+    p.add_argument("--drain", action="store_true", help="treat every pending request as due")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(func=_worker)
+
+
+__all__ = ["register"]
