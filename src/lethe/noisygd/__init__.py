@@ -1,1 +1,82 @@
-"""Deletion with Noisy-GD (Chourasia & Shah 2023)."""
+"""Deletion with Noisy-GD: learning, unlearning, edit requests and deletion privacy (Chourasia & Shah 2023).
+
+* math — :mod:`~lethe.noisygd.algorithm` (Noisy-GD, Algorithm 2; loss kernels), :mod:`~lethe.noisygd.models`,
+  :mod:`~lethe.noisygd.schedule` (Thm 5.1, 5.2, G.15 Eq. 114), :mod:`~lethe.noisygd.guarantees`
+  (Thm G.7, G.9, 4.1, 4.3);
+* mechanism — :mod:`~lethe.noisygd.curator` (edit requests Def. 2.4, curator Def. 5.1 / Algorithm 1, requesters);
+* front end — :mod:`~lethe.noisygd.estimators` (scikit-learn classifiers with ``edit`` / ``remove``).
+
+Derivations and the paper's inconsistencies (and which reading is used) are in ``docs/noisygd.md``.
+"""
+
+from lethe.noisygd.algorithm import NoisyGDResult, clip_rows, noisy_gd
+from lethe.noisygd.certificate import NoisyGDCertificate
+from lethe.noisygd.curator import (
+    AdaptiveRequester,
+    CuratorConfig,
+    Database,
+    EditRequest,
+    EditRequestError,
+    NoisyGDCurator,
+    NonAdaptiveRequester,
+    Replacement,
+    Transcript,
+    identity_publish,
+    interact,
+)
+from lethe.noisygd.estimators import NoisyGDLogisticRegression, NoisyGDMLPClassifier
+from lethe.noisygd.guarantees import (
+    adaptive_deletion_epsilon,
+    deletion_privacy_to_dp,
+    exposure_deletion_epsilon,
+    membership_advantage_bound,
+    noisy_gd_rdp,
+    noisy_gd_rdp_convex,
+)
+from lethe.noisygd.models import LogisticModel, MLPModel
+from lethe.noisygd.schedule import (
+    ConvexSchedule,
+    NonConvexSchedule,
+    convex_deletion_epsilon,
+    convex_excess_risk_bound,
+    convex_schedule,
+    convex_unlearning_steps,
+    nonconvex_excess_risk_bound,
+    nonconvex_schedule,
+)
+
+__all__ = [
+    "AdaptiveRequester",
+    "ConvexSchedule",
+    "CuratorConfig",
+    "Database",
+    "EditRequest",
+    "EditRequestError",
+    "LogisticModel",
+    "MLPModel",
+    "NoisyGDCertificate",
+    "NoisyGDCurator",
+    "NoisyGDLogisticRegression",
+    "NoisyGDMLPClassifier",
+    "NoisyGDResult",
+    "NonAdaptiveRequester",
+    "NonConvexSchedule",
+    "Replacement",
+    "Transcript",
+    "adaptive_deletion_epsilon",
+    "clip_rows",
+    "convex_deletion_epsilon",
+    "convex_excess_risk_bound",
+    "convex_schedule",
+    "convex_unlearning_steps",
+    "deletion_privacy_to_dp",
+    "exposure_deletion_epsilon",
+    "identity_publish",
+    "interact",
+    "membership_advantage_bound",
+    "noisy_gd",
+    "noisy_gd_rdp",
+    "noisy_gd_rdp_convex",
+    "nonconvex_excess_risk_bound",
+    "nonconvex_schedule",
+]
