@@ -124,7 +124,7 @@ class EditRequest:
         return len(self.replacements)
 
     @classmethod
-    def from_arrays(cls, indices: Sequence[int], X: Any, y: Sequence[float]) -> EditRequest:
+    def from_arrays(cls, indices: Sequence[int], X: Any, y: Any) -> EditRequest:
         """Build from indices, new rows (r × p) and new labels (r,)."""
         idx = list(indices)
         Xa = check_finite_matrix("X", X)
