@@ -127,7 +127,10 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     @property
     def mechanism(self) -> CertifiedRemoval:
         """The configured mechanism."""
-        return self._mechanism(self.params)
+        mech = self.__dict__.get("_mech")
+        if mech is None:
+            mech = self.__dict__["_mech"] = self._mechanism(self.params)
+        return mech
 
     # -- labels ---------------------------------------------------------------------------------------------------
     def _encode(self, y: np.ndarray, classes: list[float] | None) -> tuple[np.ndarray, list[float] | None]:

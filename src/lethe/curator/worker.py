@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from lethe.curator.adapters import available_mechanisms, get_adapter
 from lethe.curator.service import BusyError, Curator
 
 log = logging.getLogger("lethe.curator.worker")
@@ -30,6 +31,8 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
     on_ready : called once recovery has finished (e.g. to print "ready").
     """
     stop = stop or threading.Event()
+    for name in available_mechanisms():  # warm up lazy imports so the first batch is not slowed by them
+        get_adapter(name)
     curator.recover()
     if on_ready is not None:
         on_ready()
