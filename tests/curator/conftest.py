@@ -16,12 +16,35 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from sqlalchemy import func, select
 
 from lethe.curator import Curator, Settings
+from lethe.curator.store import (
+    CertificateRow,
+    Dataset,
+    DeletionRequest,
+    LedgerEvent,
+    Model,
+    ModelVersion,
+    Record,
+    Token,
+)
 
 N, D = 200, 10
 PARAMS = {"lam": 1e-2, "sigma": 1.0, "epsilon": 1.0, "delta": 1e-4}
 REPO = Path(__file__).resolve().parents[2]
+
+
+TABLES = (Dataset, Record, Model, ModelVersion, DeletionRequest, CertificateRow, LedgerEvent, Token)
+
+
+def snapshot(c: Curator) -> dict[str, object]:
+    """Row counts of every table, the published versions and the artifact files: what 'nothing changed' means."""
+    with c.store.read() as s:
+        counts = {t.__tablename__: s.scalar(select(func.count()).select_from(t)) for t in TABLES}
+        versions = sorted((v.id, v.status) for v in s.scalars(select(ModelVersion)))
+        reqs = sorted((r.id, r.status, r.attempts) for r in s.scalars(select(DeletionRequest)))
+    return {"counts": counts, "versions": versions, "requests": reqs, "files": c.artifacts.all_files()}
 
 
 @dataclass

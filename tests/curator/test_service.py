@@ -22,29 +22,15 @@ from lethe.curator import (
     get_adapter,
 )
 from lethe.curator.store import (
-    CertificateRow,
-    Dataset,
     DeletionRequest,
     LedgerEvent,
     LedgerViolation,
     Model,
     ModelVersion,
     Record,
-    Token,
 )
 
-from .conftest import PARAMS, Data, make_data
-
-TABLES = (Dataset, Record, Model, ModelVersion, DeletionRequest, CertificateRow, LedgerEvent, Token)
-
-
-def snapshot(c: Curator) -> dict[str, object]:
-    """Row counts of every table, the published versions and the artifact files: what 'nothing changed' means."""
-    with c.store.read() as s:
-        counts = {t.__tablename__: s.scalar(select(func.count()).select_from(t)) for t in TABLES}
-        versions = sorted((v.id, v.status) for v in s.scalars(select(ModelVersion)))
-        reqs = sorted((r.id, r.status, r.attempts) for r in s.scalars(select(DeletionRequest)))
-    return {"counts": counts, "versions": versions, "requests": reqs, "files": c.artifacts.all_files()}
+from .conftest import PARAMS, Data, make_data, snapshot
 
 
 def published(c: Curator, model: str = "clf") -> tuple[ModelVersion, dict[str, np.ndarray]]:

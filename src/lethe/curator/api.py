@@ -9,7 +9,6 @@ request or certificate; 409 repeated request, or a request id reused for another
 wrong feature dimension; 503 busy (the processing lock or the database was held too long; retry).
 """
 
-from __future__ import annotations
 
 import contextlib
 import math
@@ -17,6 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
@@ -147,6 +148,11 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
     @app.exception_handler(CuratorError)
     async def _curator_error(request: Request, exc: CuratorError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # the default handler echoes the input, and fails (500) on NaN or infinity in it
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
     @app.exception_handler(OperationalError)
     async def _db_busy(request: Request, exc: OperationalError) -> JSONResponse:
