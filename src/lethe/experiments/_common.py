@@ -1,0 +1,130 @@
+"""Shared pieces of the reproduction runs: profiles, progress bars, plotting set-up, timing, JSON output."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one reproduction run. ``quick`` runs in minutes (tests); ``full`` uses the papers' sizes."""
+
+    name: str
+    n_train: int | None  # None: the whole training set
+    n_test: int | None
+    lambdas: tuple[float, ...]
+    sigmas: tuple[float, ...]
+    probe_removals: int  # removals measured per (λ, σ) to estimate the mean certified step (Fig. 1)
+    fig1_epsilons: tuple[float, ...]
+    fig1_lambdas: tuple[float, ...]
+    fig1_removals: int  # Fig. 1 middle: "supporting 100 removals"
+    fig2_removals: int  # Fig. 2: points removed (single) and in batches of 10
+    table1_removals: int
+    table1_cholesky_removals: int
+    ngd_n_train: int | None
+    ngd_edits: int
+    ngd_epsilon_dds: tuple[float, ...]
+    audit: dict[str, Any] = field(default_factory=dict)
+    downsample: int = 1  # average-pool MNIST images by this factor (quick: 2, i.e. 14 x 14 pixels)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)
+
+
+QUICK = Profile(
+    name="quick", n_train=1000, n_test=500, lambdas=(1e-3, 1e-2, 1e-1), sigmas=(1.0, 10.0),
+    probe_removals=4, fig1_epsilons=(0.5, 2.0), fig1_lambdas=(1e-2,), fig1_removals=5,
+    fig2_removals=20, table1_removals=5, table1_cholesky_removals=1, ngd_n_train=300, ngd_edits=2,
+    ngd_epsilon_dds=(0.5, 0.1), audit={"n_train": 200, "n_candidates": 60, "trials": 2, "shadows": 4},
+    downsample=2,
+)
+FULL = Profile(
+    name="full", n_train=None, n_test=None, lambdas=(1e-4, 1e-3, 1e-2, 1e-1),
+    sigmas=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), probe_removals=30,
+    fig1_epsilons=(0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), fig1_lambdas=(1e-3, 1e-2, 1e-1), fig1_removals=100,
+    fig2_removals=1000, table1_removals=200, table1_cholesky_removals=20, ngd_n_train=2000, ngd_edits=10,
+    ngd_epsilon_dds=(1.0, 0.25, 0.05), audit={"n_train": 400, "n_candidates": 150, "trials": 4, "shadows": 16},
+)
+PROFILES = {"quick": QUICK, "full": FULL}
+
+
+def progress(it: Iterable[T], desc: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:
+    """A tqdm progress bar on stderr if tqdm is installed (and ``enabled``), else the bare iterable."""
+    if enabled:
+        try:
+            from tqdm import tqdm
+        except ImportError:  # progress bars are optional
+            pass
+        else:
+            yield from tqdm(it, desc=desc, total=total, leave=False, dynamic_ncols=True)
+            return
+    yield from it
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot with the non-interactive Agg backend (no display needed)."""
+    try:
+        import matplotlib
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("The reproduction needs matplotlib: pip install 'lethe[plots]'.") from exc
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+class Timer:
+    """Wall-clock seconds of a ``with`` block (``time.perf_counter``)."""
+
+    def __enter__(self) -> Timer:
+        self.t0 = time.perf_counter()
+        self.seconds = math.nan
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating | float):
+        f = float(obj)
+        return None if math.isnan(f) else f
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON (NaN becomes null)."""
+    path.write_text(json.dumps(_jsonable(obj), indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def stratified_subset(y: np.ndarray, n: int | None, rng: np.random.Generator) -> np.ndarray:
+    """Indices of a class-stratified random subset of size ``n`` (all indices, shuffled, if n is None)."""
+    if n is None or n >= y.shape[0]:
+        return rng.permutation(y.shape[0])
+    classes, codes = np.unique(y, return_inverse=True)
+    out = []
+    for k in range(classes.size):
+        rows = np.flatnonzero(codes == k)
+        take = int(round(n * rows.size / y.shape[0]))
+        out.append(rng.choice(rows, size=min(take, rows.size), replace=False))
+    return rng.permutation(np.concatenate(out))

