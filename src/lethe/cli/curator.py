@@ -206,9 +206,13 @@ def _serve(args: argparse.Namespace) -> int:
     from lethe.curator.service import configure_file_logging
 
     c = _curator(args)
-    configure_file_logging(c.data_dir, "server")
-    app = create_app(c, run_worker=not args.no_worker)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=True)
+    remove_log = configure_file_logging(c.data_dir, "server")
+    try:
+        app = create_app(c, run_worker=not args.no_worker)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=True)
+    finally:
+        remove_log()
+        c.close()
     return 0
 
 
@@ -217,14 +221,19 @@ def _worker(args: argparse.Namespace) -> int:
     from lethe.curator.worker import run_worker
 
     c = _curator(args)
-    configure_file_logging(c.data_dir, "worker")
+    remove_log = configure_file_logging(c.data_dir, "worker")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def ready() -> None:
         print("ready", flush=True)
 
-    n = run_worker(c, once=args.once, drain=args.drain, stop=stop, on_ready=ready, progress=args.progress)
+    try:
+        n = run_worker(c, once=args.once, drain=args.drain, stop=stop, on_ready=ready, progress=args.progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        remove_log()
+        c.close()
     print(f"processed {n} batch(es)", flush=True)
     return 0
 
