@@ -1,0 +1,103 @@
+"""Membership-inference audit: statistics against closed forms, attacks on a synthetic memorising model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from lethe.audit import advantage, clopper_pearson, dp_advantage_bound, eq12_advantage_bound, lira_offline_scores
+from lethe.audit.experiment import run_audit
+from lethe.audit.stats import auc, best_threshold
+
+
+def test_clopper_pearson_matches_the_binomial_tails():
+    k, n, a = 7, 40, 0.05
+    lo, hi = clopper_pearson(k, n, a)
+    assert binom.sf(k - 1, n, lo) == pytest.approx(a / 2, rel=1e-6)  # P[X >= k | lo] = α/2
+    assert binom.cdf(k, n, hi) == pytest.approx(a / 2, rel=1e-6)  # P[X <= k | hi] = α/2
+    assert clopper_pearson(0, 10)[0] == 0.0 and clopper_pearson(10, 10)[1] == 1.0
+    with pytest.raises(ValueError):
+        clopper_pearson(3, 2)
+
+
+def test_clopper_pearson_coverage():
+    rng = np.random.default_rng(0)
+    p, n = 0.3, 50
+    ks = rng.binomial(n, p, size=2000)
+    covered = np.mean([lo <= p <= hi for lo, hi in (clopper_pearson(int(k), n) for k in ks)])
+    assert covered >= 0.95  # exact intervals are conservative
+
+
+def test_advantage_null_and_separated():
+    rng = np.random.default_rng(1)
+    same = advantage(rng.normal(size=400), rng.normal(size=400), random_state=0)
+    assert same.low <= 0.0 <= same.high and abs(same.advantage) < 0.15
+    far = advantage(rng.normal(5, 1, size=200), rng.normal(size=200), random_state=0)
+    assert far.advantage > 0.95 and far.low > 0.9 and far.auc > 0.99
+
+
+def test_best_threshold_and_auc():
+    pos, neg = np.array([3.0, 4.0, 5.0]), np.array([0.0, 1.0, 3.5])
+    t = best_threshold(pos, neg)
+    assert np.mean(pos > t) - np.mean(neg > t) == pytest.approx(2 / 3)
+    assert auc(pos, neg) == pytest.approx(8 / 9)  # 8 of the 9 pairs are ordered
+    assert auc(np.array([1.0]), np.array([1.0])) == 0.5
+
+
+def test_bounds():
+    assert dp_advantage_bound(0.0, 0.0) == 0.0
+    eps, delta = 1.0, 1e-3
+    alpha = (1 - delta) / (math.exp(eps) + 1)  # the corner of the (ε, δ) testing region
+    assert dp_advantage_bound(eps, delta) == pytest.approx(math.exp(eps) * alpha + delta - alpha)
+    q, e = 10.0, 0.05
+    direct = min(math.sqrt(2 * e), q * math.exp(e * (q - 1) / q) * (2 * (q - 1)) ** (1 / q) / (q - 1) - 1)
+    assert eq12_advantage_bound(q, e) == pytest.approx(direct)
+    assert eq12_advantage_bound(q, 50.0) == 1.0
+
+
+def test_lira_offline_is_a_z_score():
+    sh = np.array([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])
+    z = lira_offline_scores(np.array([2.0, 3.0]), sh, min_std=0.5)
+    assert z[0] == pytest.approx(0.0)
+    assert z[1] == pytest.approx(2.0 / 0.5)  # zero spread is floored at min_std
+    with pytest.raises(ValueError):
+        lira_offline_scores(np.zeros(3), sh)
+
+
+@pytest.fixture(scope="module")
+def noise_audit():
+    # pure-noise labels, d > n: a plain model can only memorise, so members are easy to tell from non-members
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1500, 120))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = rng.choice([-1.0, 1.0], size=1500)
+    return run_audit({"n_train": 100, "n_candidates": 40, "trials": 2, "shadows": 3}, seed=0, show_progress=False,
+                     population=(X, y))
+
+
+def _row(res, target, attack, question):
+    (r,) = [r for r in res["rows"] if r["target"] == target and r["attack"] == attack and r["question"] == question]
+    return r
+
+
+def test_audit_positive_control_detects_memorisation(noise_audit):
+    assert noise_audit["positive_control_ok"]
+    for attack, floor in (("loss", 0.3), ("lira", 0.1)):  # offline LiRA with 3 shadows is the weaker one here
+        r = _row(noise_audit, "plain", attack, "retained vs never seen")
+        assert r["low"] > floor, r
+        # nothing removed from the plain model: its "removed" points are members too
+        assert _row(noise_audit, "plain", attack, "removed vs never seen")["low"] > floor
+
+
+def test_audit_unlearned_models_within_bounds(noise_audit):
+    for target in ("plain-retrained", "certified", "noisygd"):
+        for attack in ("loss", "lira"):
+            r = _row(noise_audit, target, attack, "removed vs never seen")
+            assert r["low"] < 0.3, r  # far below the positive control
+            assert r["exceeds_bound"] in (False, None)
+    md = noise_audit["markdown"]
+    r = _row(noise_audit, "noisygd", "loss", "removed vs never seen")
+    assert f"{r['advantage']:+.3f}" in md and "Eq. (12)" in md
