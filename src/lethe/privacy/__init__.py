@@ -8,7 +8,8 @@ The public API is re-exported here; the math lives in one module per topic:
 * :mod:`lethe.privacy.composition` — group privacy, basic and advanced composition (lecture 9);
 * :mod:`lethe.privacy.rdp` — Rényi DP of the Gaussian/Laplace mechanisms, composition, conversions;
 * :mod:`lethe.privacy.accountant` — a budgeted ledger of frozen, serializable events;
-* :mod:`lethe.privacy.output_perturbation` — output perturbation for L2-regularised ERM and its estimator.
+* :mod:`lethe.privacy.output_perturbation` — output perturbation for L2-regularised ERM and its estimator;
+* :mod:`lethe.privacy.objective_perturbation` — (ε, δ)-DP calibration of Gaussian objective perturbation.
 
 See ``docs/privacy.md`` for the derivations.
 """
@@ -42,6 +43,7 @@ from lethe.privacy.mechanisms import (
     gaussian_mechanism,
     laplace_mechanism,
 )
+from lethe.privacy.objective_perturbation import objective_perturbation_epsilon, objective_perturbation_sigma
 from lethe.privacy.output_perturbation import (
     OutputPerturbationLogisticRegression,
     erm_sensitivity,
@@ -99,6 +101,8 @@ __all__ = [
     "group_privacy",
     "laplace_mechanism",
     "laplace_rdp",
+    "objective_perturbation_epsilon",
+    "objective_perturbation_sigma",
     "output_perturbation_sigma",
     "pure_dp_rdp",
     "rdp_to_dp",
