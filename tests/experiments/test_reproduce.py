@@ -110,3 +110,14 @@ def test_noisygd_stream_part(tmp_path):
         assert f"{r['grad_unlearn_total']:,}" in report
         if r["schedule"] == "deletion":
             assert r["epsilon_dd_certified"] <= r["epsilon_dd"] * (1 + 1e-9)
+
+
+def test_cli_subcommands_register():
+    cli = pytest.importorskip("lethe.cli")
+    cli.register_module("lethe.cli.reproduce")
+    cli.register_module("lethe.cli.audit")
+    parser = cli.build_parser()
+    args = parser.parse_args(["reproduce", "--quick", "--out", "x", "--parts", "guo"])
+    assert args.quick and args.out == "x" and callable(args.func)
+    args = parser.parse_args(["audit", "--quick", "--trials", "1"])
+    assert args.trials == 1 and callable(args.func)
