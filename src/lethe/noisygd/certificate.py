@@ -24,14 +24,18 @@ class NoisyGDCertificate:
     q : float
         Rényi order.
     epsilon_dp : float
-        This run is (q, ε_dp)-Rényi DP w.r.t. the records in its database (Thm G.7, or min(G.7, G.9) if convex).
+        The model published after this operation is (q, ε_dp)-Rényi DP w.r.t. each record of the current database,
+        counting every Noisy-GD step since learning (Thm G.7; min(G.7, G.9) if convex). For the convex schedule of
+        Thm 5.1 this stays ≤ ε_dp however many edits are made; for the Lipschitz-only mode it grows.
     epsilon_dd : float or None
         (q, ε_dd)-deletion privacy (Def. 4.1) of the records this edit replaced, under non-adaptive requesters;
         None for learning.
     p : int
         Requester adaptivity assumed (number of published models it may see).
     epsilon_dd_adaptive : float or None
-        ε_dd + p·ε_dp (Thm 4.3): deletion privacy under p-adaptive requesters; None for learning.
+        ε_dd + p·ε_dp (Thm 4.3): deletion privacy under p-adaptive requesters; None for learning. The p·ε_dp term
+        is the RDP of the releases the requester saw (min of p·4qL²/(λσ²n²) and G.7 over the trajectory in the
+        convex mode, G.7 over the trajectory otherwise).
     steps : int
         Noisy-GD iterations run (K_A or K_Ā).
     gradient_evaluations : int

@@ -32,7 +32,6 @@ from lethe.io import load_npz, save_npz
 from lethe.noisygd.algorithm import noisy_gd
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.guarantees import (
-    adaptive_deletion_epsilon,
     exposure_deletion_epsilon,
     noisy_gd_rdp,
     noisy_gd_rdp_convex,
@@ -425,6 +424,11 @@ class NoisyGDCurator:
 
     # ------------------------------------------------------------------ guarantees
     def _epsilon_dp(self, n: int, steps: int) -> float:
+        """RDP of a model after ``steps`` Noisy-GD iterations of the (extended) run, w.r.t. one record.
+
+        G.7 composes over every step; G.9 holds for the extended run too (its proof, like phase I of Thm G.15,
+        only needs neighbouring databases at every step), so the convex mode certifies min(G.7, G.9).
+        """
         c = self.config
         eps = noisy_gd_rdp(c.q, lipschitz=c.lipschitz, sigma2=c.sigma2, eta=c.eta, n=n, n_steps=steps)
         if c.guarantee == "convex":
@@ -437,6 +441,23 @@ class NoisyGDCurator:
                 ),
             )
         return eps
+
+    def _adaptive_term(self, n: int, steps_before: int, p: int) -> float:
+        """The p·ε_dp of Thm 4.3: RDP of the (at most p) releases a p-adaptive requester saw before the edit.
+
+        Every observed release is a post-processing of the trajectory before the edit, so G.7 over those steps
+        always bounds it. In the convex mode each observed release, given the previous one, is an extended
+        Noisy-GD run from a common start, (q, 4qL²/(λσ²n²))-RDP by G.9 for any length; composing gives p times
+        that. The smaller valid bound is used.
+        """
+        if p == 0:
+            return 0.0
+        c = self.config
+        whole = noisy_gd_rdp(c.q, lipschitz=c.lipschitz, sigma2=c.sigma2, eta=c.eta, n=n, n_steps=steps_before)
+        if c.guarantee == "convex":
+            sup_g9 = 4.0 * c.q * c.lipschitz**2 / (c.lam * c.sigma2 * n**2)
+            return min(whole, p * sup_g9)
+        return whole
 
     def _epsilon_dd(self, n: int, exposed_steps: int) -> float:
         c = self.config
@@ -535,12 +556,13 @@ class NoisyGDCurator:
                 self._grad(new_db), theta, c.k_unlearn, eta=c.eta, sigma2=c.sigma2, lam=c.lam, n_records=new_db.n,
                 random_state=self._rng,
             )
-            eps_dp = max(self._epsilon_dp(new_db.n, c.k_unlearn), self._epsilon_dp(new_db.n, c.k_learn))
             eps_dd = self._epsilon_dd(new_db.n, self._total_steps)
+            # Thm 4.3: ε_dd + (RDP of the releases a p-adaptive requester saw), see _adaptive_term.
+            eps_adaptive = eps_dd + self._adaptive_term(new_db.n, self._total_steps, p_used)
             cert = NoisyGDCertificate(
                 operation="edit", step=self._step + 1, theorem=self._theorem(c), q=c.q,
-                epsilon_dp=self._epsilon_dp(new_db.n, c.k_unlearn), epsilon_dd=eps_dd, p=p_used,
-                epsilon_dd_adaptive=adaptive_deletion_epsilon(eps_dd, eps_dp, p_used), steps=res.n_steps,
+                epsilon_dp=self._epsilon_dp(new_db.n, self._total_steps + res.n_steps), epsilon_dd=eps_dd, p=p_used,
+                epsilon_dd_adaptive=eps_adaptive, steps=res.n_steps,
                 gradient_evaluations=res.gradient_evaluations, n=new_db.n, r=request.r,
                 assumptions=self._assumptions(),
             )
