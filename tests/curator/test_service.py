@@ -351,3 +351,25 @@ def test_budget_exhaustion_retrains_with_fresh_secret(tmp_path: Path, data: Data
     assert not np.array_equal(arrays1["b"], arrays2["b"])
     kinds = [e["kind"] for e in c.ledger(1000)]
     assert "retrain" in kinds
+
+
+def test_noisy_gd_mechanism_through_the_service(tmp_path: Path, data: Data) -> None:
+    c = Curator(tmp_path / "d", settings=Settings(batch_size=8))
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.train("people", "ngd", mechanism="noisy-gd", params={"lam": 0.1, "r": 2, "epsilon_dd": 0.5}, random_state=0)
+    v1, a1 = published(c, "ngd")
+    assert set(a1) == {"theta"}  # no records and no generator state in the artifact
+    ids = [c.submit_deletion("people", k)[0]["id"] for k in ("user-0001", "user-0002", "user-0003")]
+    (res,) = c.process_pending(force=True)
+    assert res.status == "done" and res.new_versions == {"ngd": 2}
+    cert = c.request_certificates(ids[0])[0]["certificate"]
+    assert cert["operation"] == "edit" and cert["edit_requests"] == 2  # 3 deletions in requests of <= r = 2
+    assert cert["n"] == 200  # replaced by dummy records: the database size stays n (footnote 1)
+    assert 0 < cert["epsilon_dd"] <= 0.5 and cert["n_remaining"] == 197
+    v2, a2 = published(c, "ngd")
+    assert v2.n_records == 197 and v2.summary["n_dummies"] == 3 and v2.summary["edits"] == 2
+    assert not np.array_equal(a1["theta"], a2["theta"])
+    assert c.artifacts.all_files() == [v2.artifact]
+    assert c.predict("ngd", data.X[:4].tolist())["version"] == 2
+    with pytest.raises(InvalidInputError, match="Unknown parameter"):
+        c.train("people", "bad", mechanism="noisy-gd", params={"sigma": 1.0})
