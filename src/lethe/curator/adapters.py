@@ -221,7 +221,8 @@ class NoisyGDAdapter(MechanismAdapter):
     Parameters (JSON): ``lam`` (λ), ``q`` (Rényi order), ``epsilon_dp``, ``epsilon_dd`` (targets of Thm 5.1),
     ``r`` (records per edit request), ``p`` (adaptivity of requesters for Thm 4.3: how many published models a
     requester may see before choosing its request; 0 = non-adaptive). The schedule (η, σ², ρ, K_A, K_Ā) is that of
-    Thm 5.1 for the dataset size at training. A batch of m deletions is carried out as ⌈m / r⌉ edit requests of at most r records.
+    Thm 5.1 for the dataset size at training. A batch of m deletions is carried out as ⌈m / r⌉ edit requests of at
+    most r records.
 
     Deletions replace a record by the dummy record (all-zero row, label 0; the paper's footnote 1), so the database
     size n stays fixed. The curator service deletes the raw record; the artifact only counts the dummies
