@@ -24,7 +24,7 @@ def test_labels_and_split(tmp_path, monkeypatch):
     scores[:7] = 0.0
     monkeypatch.setattr(sst, "load_movie_snippets", lambda data_dir=None: ([f"s{i}" for i in range(300)], scores))
     a, ya, b, yb = sst.load_sst(tmp_path)
-    assert len(a) + len(b) == 293  # zeros dropped
+    assert len(a) + len(b) == int(np.sum(scores != 0)) <= 293  # zeros dropped
     lookup = dict(zip([f"s{i}" for i in range(300)], scores, strict=True))
     assert all((lookup[s] > 0) == (lab > 0) for s, lab in zip(a + b, np.concatenate([ya, yb]), strict=True))
     assert abs(yb.mean() - ya.mean()) < 0.05  # stratified
