@@ -280,6 +280,13 @@ def deviations(results: dict[str, Any]) -> list[str]:
         out.append(f"Accuracy at λ = 1e-3, σ = 10 is {100 * ref[0]['accuracy']:.1f} %, below the paper's ≈ 95 %: "
                    f"with n = {results['data']['n_train']} the regulariser λn and the data term are smaller "
                    "relative to b (‖w‖ grows like σ√d / (λn)).")
+    sp = results["table1"]["refine"]["speedup"]
+    if sp < 100:
+        out.append(f"Removal is only {sp:.0f}× faster than retraining here (target: two orders of magnitude; paper "
+                   "390×). Our removal is a certified Newton step on 2 shared CPU cores in float64 with the "
+                   "solve error measured and charged (several O(nd) Hessian-vector products per removal), while "
+                   "training is a fast L-BFGS run; the paper timed a GPU implementation. The runs shared the machine "
+                   "with other jobs, which inflates both times unevenly.")
     fin = results["fig2"]["final"]
     if fin["single_worst"] / fin["single_data"] < 100:
         out.append("The worst-case bound is less than two orders of magnitude above the data-dependent one here.")
