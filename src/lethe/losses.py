@@ -10,6 +10,15 @@ only has to provide ℓ, ℓ' and ℓ'' elementwise, plus:
 ``grad_bound`` (C)
     sup_z |ℓ'(z, y)|, so that ‖∇ℓ(wᵀx, y)‖₂ ≤ C whenever ‖x‖₂ ≤ 1 (Thm 1), or ``None`` when unbounded.
 
+Optional attributes, used by the tighter certificates (``bound="tight"``, docs/tighter_bounds.md) when present:
+
+``gamma_exact``
+    the smallest Lipschitz constant of ℓ'' (sup |ℓ'''|); ``gamma`` is used when absent.
+``d2_lipschitz_on(lo, hi)``
+    elementwise upper bounds on sup over [loᵢ, hiᵢ] of |ℓ'''|: a *local* Lipschitz constant of ℓ''.
+``d2_sup``
+    sup_z ℓ''(z, y), a Lipschitz constant of ℓ' (used by rounding allowances).
+
 To add a loss, implement the :class:`Loss` protocol in one class and register it in :data:`LOSSES`.
 """
 
@@ -54,13 +63,44 @@ class LogisticLoss:
 
     Constants: C = sup |ℓ'| = 1. γ = 1/4 is the paper's Lipschitz constant of ℓ'' (valid, since the exact one,
     sup |ℓ'''| = sup |σ(1−σ)(1−2σ)| = 1/(6√3) ≈ 0.0962, is smaller). ``gamma_exact`` holds the exact value;
-    tighter bounds may use it.
+    the tight bounds use it (proof: docs/tighter_bounds.md §1).
     """
 
     name = "logistic"
     gamma = 0.25
     gamma_exact = 1.0 / (6.0 * math.sqrt(3.0))
     grad_bound: float | None = 1.0
+    d2_sup = 0.25
+    #: ξ* = log(2 + √3): |ℓ'''| peaks at ±ξ* (s = σ(ξ) solves 6s² − 6s + 1 = 0 there).
+    xi_star = math.log(2.0 + math.sqrt(3.0))
+
+    @staticmethod
+    def d3_abs(z: np.ndarray) -> np.ndarray:
+        """|ℓ'''(z)| = σ(z) σ(−z) tanh(|z|/2), evaluated without cancellation (relative error a few u)."""
+        z = np.asarray(z, dtype=np.float64)
+        return np.asarray(expit(z) * expit(-z) * np.tanh(0.5 * np.abs(z)))
+
+    def d2_lipschitz_on(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Upper bounds on the sup over ξ in [loᵢ, hiᵢ] of |ℓ'''(ξ)|, elementwise: local Lipschitz constants of ℓ''.
+
+        g(ξ) = |ℓ'''(ξ)| is even, increasing on [0, ξ*] and decreasing on [ξ*, ∞) (docs/tighter_bounds.md §1), so
+        on an interval containing neither of ±ξ* it is largest at an endpoint; otherwise the answer is γ = g(ξ*).
+        Endpoint values are padded by a relative 1e-12 (their evaluation error is a few u; checked against mpmath
+        in the tests) and by 1e-300 (underflow beyond |ξ| ≈ 745), and capped by γ.
+
+        >>> loss = LogisticLoss()
+        >>> b = loss.d2_lipschitz_on(np.array([5.0, -1.0]), np.array([6.0, 2.0]))
+        >>> bool(b[0] < 0.01), bool(b[1] == loss.gamma_exact * (1 + 1e-12))
+        (True, True)
+        """
+        lo = np.asarray(lo, dtype=np.float64)
+        hi = np.asarray(hi, dtype=np.float64)
+        top = self.gamma_exact * (1.0 + 1e-12)
+        pad = 1e-12 * (1.0 + self.xi_star)
+        contains = ((lo <= self.xi_star + pad) & (hi >= self.xi_star - pad)) | (
+            (lo <= -self.xi_star + pad) & (hi >= -self.xi_star - pad))
+        ends = np.maximum(self.d3_abs(lo), self.d3_abs(hi)) * (1.0 + 1e-12) + 1e-300  # underflow floor
+        return np.asarray(np.where(contains, top, np.minimum(ends, top)))
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.logaddexp(0.0, -y * z)
@@ -91,6 +131,11 @@ class SquaredLoss:
     gamma = 0.0
     gamma_exact = 0.0
     grad_bound: float | None = None
+    d2_sup = 2.0
+
+    def d2_lipschitz_on(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """ℓ''' = 0: zeros."""
+        return np.zeros(np.broadcast(np.asarray(lo), np.asarray(hi)).shape)
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (z - y) ** 2

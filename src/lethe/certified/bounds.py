@@ -1,4 +1,4 @@
-"""Gradient-residual bounds of the Newton removal step (Guo et al. 2020, Thm 1, 4; Cor. 1, 2).
+"""Gradient-residual bounds of the Newton removal step (Guo et al. 2020, Thm 1, 4; Cor. 1, 2) and lethe's tighter ones.
 
 Setting: L(·; D′) is the objective on the remaining data D′ (n′ = n − m rows, data matrix X′), w the current model,
 Δ = m λ w + Σ_{removed} ∇ℓ(wᵀxⱼ, yⱼ), H = ∇²L(w; D′), and the step w⁻ = w + v with v ≈ H⁻¹Δ.
@@ -11,7 +11,7 @@ identity for vector-valued G, the integral form is),
     G(w)     = u − Δ,          u = ∇L_b(w; D) the residual before the removal,
 
 so  G(w⁻) = u + (H̄ − H) v + (H v − Δ).  Here H̄ − H = X′ᵀ(D̄ − D)X′ with diagonal entries
-∫₀¹ [ℓ''((w + t v)ᵀxᵢ) − ℓ''(wᵀxᵢ)] dt, each at most γ |xᵢᵀ v| ≤ γ ‖v‖ in absolute value (‖xᵢ‖ ≤ 1). Hence
+κᵢ = ∫₀¹ [ℓ''((w + t v)ᵀxᵢ) − ℓ''(wᵀxᵢ)] dt, each at most γ |xᵢᵀ v| ≤ γ ‖v‖ in absolute value (‖xᵢ‖ ≤ 1). Hence
 
     ‖G(w⁻)‖ ≤ ‖u‖ + γ ‖X′‖₂ ‖v‖ ‖X′ v‖ + ‖H v − Δ‖.
 
@@ -23,6 +23,12 @@ solver's own residual ‖∇L_b(w₀; D)‖ rather than 0 (footnote 1).
 
 The worst-case bounds of Thm 1/Thm 4 are reported for comparison only: their proof bounds ‖w‖ ≤ C/λ, which fails
 under the perturbation b (the paper's errata), so they certify nothing here.
+
+Tighter bounds (``bound="tight"``). :func:`remainder_bound_tight` and :func:`anchor_bounds` bound the same vectors:
+the Taylor remainder r = (H̄ − H) v = Σᵢ κᵢ aᵢ xᵢ (aᵢ = xᵢᵀv) and, for the no-data-pass solver, the anchor mismatch
+(H(w) − M) v. Proofs: ``docs/tighter_bounds.md``; each docstring states its inequality chain. All inputs are
+*upper bounds* of the quantities named (callers inflate computed values by their rounding error) and every bound is
+monotone in its inputs, so a bound evaluated at upper bounds is still a bound.
 """
 
 from __future__ import annotations
@@ -33,15 +39,26 @@ import numpy as np
 from scipy.linalg import eigvalsh
 
 EPS = float(np.finfo(np.float64).eps)
+#: Unit roundoff u of float64 (half the machine epsilon): fl(a ∘ b) = (a ∘ b)(1 + θ), |θ| ≤ u.
+UNIT_ROUNDOFF = EPS / 2.0
+#: Rows are accepted with ‖xᵢ‖₂ ≤ 1 + ROW_NORM_TOLERANCE (see :func:`lethe.certified.mechanism.check_row_norms`).
+ROW_NORM_TOLERANCE = 1e-9
+#: The largest row norm ρ the bounds assume for losses that require ‖xᵢ‖ ≤ 1.
+ROW_NORM_MAX = 1.0 + ROW_NORM_TOLERANCE
 
 
-def spectral_norm_upper_bound(X: np.ndarray) -> float:
+def spectral_norm_upper_bound(X: np.ndarray, gram: np.ndarray | None = None) -> float:
     """A certified upper bound on ‖X‖₂ (largest singular value).
 
     Computed as √(λ_max(G) + r) with G the smaller Gram matrix (XᵀX or XXᵀ) and r a rounding allowance covering
     the error of forming G in floating point (|fl(G) − G| ≤ k u ‖X‖_F² entrywise, k the inner dimension) and of
     the symmetric eigensolver (backward stable: error ≤ p(d) u ‖G‖₂); the result is then capped by the Frobenius
     norm ‖X‖_F, itself an upper bound. Power iteration is *not* used: from a random start it gives a lower bound.
+
+    ``gram`` may pass a precomputed fl(XᵀX) (only used when d ≤ n; the allowance covers its rounding).
+
+    Removing rows never increases ‖X‖₂ (XᵀX loses positive semi-definite terms), so the bound computed at training
+    stays valid for every later subset of the rows: lethe computes it once per (re)training.
 
     >>> X = np.diag([3.0, 1.0])
     >>> 3.0 <= spectral_norm_upper_bound(X) < 3.0 + 1e-9
@@ -52,7 +69,10 @@ def spectral_norm_upper_bound(X: np.ndarray) -> float:
         return 0.0
     n, d = X.shape
     fro2 = float(np.einsum("ij,ij->", X, X))
-    G = X.T @ X if d <= n else X @ X.T
+    if gram is not None and d <= n:
+        G = np.triu(gram) + np.triu(gram, 1).T
+    else:
+        G = X.T @ X if d <= n else X @ X.T
     k = max(n, d)
     lam_max = float(eigvalsh(G, subset_by_index=[G.shape[0] - 1, G.shape[0] - 1])[0])
     allowance = 4.0 * (k + G.shape[0]) * EPS * fro2
@@ -85,3 +105,126 @@ def rounding_allowance(n: int, d: int, *magnitudes: float) -> float:
     Added to computed residual norms so that a certificate never rests on round-off in lethe's favour.
     """
     return 16.0 * EPS * (n + d) * float(sum(abs(m) for m in magnitudes))
+
+
+def gamma_k(k: int | float) -> float:
+    """Higham's γ_k = k u / (1 − k u): |fl(Σⱼ aⱼbⱼ) − Σ aⱼbⱼ| ≤ γ_k Σ |aⱼbⱼ| for k terms, any summation order.
+
+    (Higham 2002, §3.1; also holds with fused multiply-adds.) Raises ``ValueError`` if k u ≥ 1/2.
+
+    >>> gamma_k(10) > 10 * UNIT_ROUNDOFF
+    True
+    """
+    ku = float(k) * UNIT_ROUNDOFF
+    if ku >= 0.5:
+        raise ValueError(f"gamma_k needs k u < 1/2. Found k = {k}.")
+    return ku / (1.0 - ku)
+
+
+def evaluation_slack(n_terms: int) -> float:
+    """A factor ≥ 1 covering the floating-point evaluation of a bound formula that sums ``n_terms`` non-negative
+    terms and takes a few products and square roots: 1 + 2 γ_{n+16}."""
+    return 1.0 + 2.0 * gamma_k(n_terms + 16)
+
+
+# -- tighter bounds (docs/tighter_bounds.md) -------------------------------------------------------------------------
+
+
+def remainder_bound_paper(gamma: float, x_norm: float, row_norm: float, v_norm: float, a_norm: float) -> float:
+    """Guo et al. 2020, Cor. 1/2 with the row-norm bound explicit: γ ‖X′‖₂ ρ ‖v‖ ‖X′v‖.
+
+    Proof (docs/tighter_bounds.md §2): |κᵢ| ≤ sup_t |ℓ''(zᵢ + t aᵢ) − ℓ''(zᵢ)| ≤ γ |aᵢ| ≤ γ ρ ‖v‖ (ρ ≥ maxᵢ ‖xᵢ‖),
+    and ‖X′ᵀ diag(κ) a‖ ≤ ‖X′‖₂ maxᵢ|κᵢ| ‖a‖. This is the paper's bound (it takes ρ = 1).
+
+    >>> round(remainder_bound_paper(0.25, 2.0, 1.0, 0.1, 0.3), 12)
+    0.015
+    """
+    return gamma * x_norm * row_norm * v_norm * a_norm
+
+
+def remainder_bound_tight(a_abs: np.ndarray, lipschitz: np.ndarray | float, x_norm: float,
+                          row_norm: float) -> tuple[float, dict[str, float]]:
+    """The tight bound on ‖r‖, r = Σᵢ κᵢ aᵢ xᵢ (Taylor remainder of the Newton step), and its candidates.
+
+    Parameters
+    ----------
+    a_abs : ndarray (n,)
+        Upper bounds āᵢ ≥ |aᵢ| = |xᵢᵀv| (0 for rows not in D′).
+    lipschitz : ndarray (n,) or float
+        Γᵢ ≥ sup |ℓ'''| on the segment between zᵢ and zᵢ + aᵢ (a local Lipschitz constant of ℓ''), or the global
+        γ = sup |ℓ'''| (1/(6√3) for the logistic loss).
+    x_norm : float
+        An upper bound on ‖X′‖₂.
+    row_norm : float
+        ρ ≥ maxᵢ ‖xᵢ‖₂.
+
+    Returns
+    -------
+    (bound, candidates)
+        ``bound`` is the smallest candidate times :func:`evaluation_slack`. The candidates, both valid:
+
+        * ``"spectral"``: ½ ‖X′‖₂ ‖Γ ⊙ ā²‖₂ — from |κᵢ| ≤ ∫₀¹ Γᵢ t |aᵢ| dt = Γᵢ|aᵢ|/2 and ‖X′ᵀg‖ ≤ ‖X′‖₂‖g‖;
+          with Γᵢ = γ this is (γ/2) ‖X′‖₂ ‖a‖₄².
+        * ``"triangle"``: ½ ρ Σᵢ Γᵢ āᵢ² — the triangle inequality over rows, ‖Σᵢ gᵢ xᵢ‖ ≤ Σᵢ |gᵢ| ‖xᵢ‖.
+
+        With Γᵢ ≤ γ both are ≤ (γ/2) ‖X′‖₂ ρ ‖v‖ ‖a‖₂ (since ‖a‖₄² ≤ ‖a‖_∞‖a‖₂ ≤ ρ‖v‖‖a‖₂), which is half the
+        paper's bound at the same γ (docs/tighter_bounds.md §3).
+
+    >>> b, c = remainder_bound_tight(np.array([0.1, 0.2]), 0.25, 1.0, 1.0)
+    >>> sorted(c), round(b, 6)
+    (['spectral', 'triangle'], 0.005154)
+    """
+    a_abs = np.asarray(a_abs, dtype=np.float64)
+    t = np.asarray(lipschitz, dtype=np.float64) * a_abs * a_abs
+    spectral = 0.5 * x_norm * float(np.sqrt(np.dot(t, t)))
+    triangle = 0.5 * row_norm * float(np.sum(t))
+    cands = {"spectral": spectral, "triangle": triangle}
+    return min(cands.values()) * evaluation_slack(a_abs.size), cands
+
+
+def anchor_bounds(*, gamma: float, tau: float, x_norm: float, row_norm: float, n_rows: int, v_norm: float,
+                  a_norm: float, dw_norm: float, c_norm: float, mode: str) -> tuple[float, float, dict[str, float]]:
+    """Bounds for a step solved with an anchor Hessian M = X′ᵀ diag(ŝ) X′ + λ n′ I (ŝᵢ ≈ ℓ''(xᵢᵀw_a)), computable
+    without a pass over the data (docs/tighter_bounds.md §5).
+
+    The step's residual increment is (Mv − Δ) + (H(w) − M) v + r. The first term is measured by the caller; this
+    function bounds the other two.
+
+    * Mismatch (H(w) − M) v = X′ᵀ diag(ℓ''(zᵢ) − ŝᵢ) a with |ℓ''(zᵢ) − ŝᵢ| ≤ γ |cᵢ| + τ, cᵢ = xᵢᵀ(w − w_a):
+
+      - ``"mismatch/triangle"``: ρ (γ ‖c‖₂ + τ √n′) ‖a‖₂ (triangle inequality over rows, Cauchy–Schwarz);
+      - ``"mismatch/spectral-dw"``: ‖X′‖₂ (γ ρ ‖w − w_a‖ + τ) ‖a‖₂ (|cᵢ| ≤ ρ ‖w − w_a‖);
+      - ``"mismatch/spectral-v"``: ‖X′‖₂ (γ ‖c‖₂ ρ ‖v‖ + τ ‖a‖₂) (‖c ⊙ a‖₂ ≤ ‖c‖₂ ‖a‖_∞ ≤ ‖c‖₂ ρ ‖v‖).
+
+    * Taylor remainder r with |κᵢ| ≤ γ |aᵢ| / 2:
+
+      - ``"remainder/triangle"``: ½ γ ρ ‖a‖₂²;
+      - ``"remainder/spectral"``: ½ γ ‖X′‖₂ ρ ‖v‖ ‖a‖₂.
+
+    ``mode="paper"`` keeps the Cor. 1 form with the mean-value factor 1 for both: mismatch
+    γ ‖X′‖₂ ρ ‖w − w_a‖ ‖a‖₂ + τ ‖X′‖₂ ‖a‖₂, remainder γ ‖X′‖₂ ρ ‖v‖ ‖a‖₂. ``mode="tight"`` takes the smallest
+    candidate of each group. Inputs are upper bounds: ``a_norm`` ≥ ‖X′v‖, ``c_norm`` ≥ ‖X′(w − w_a)‖,
+    ``dw_norm`` ≥ ‖w − w_a‖, ``tau`` ≥ maxᵢ |ŝᵢ − ℓ''(xᵢᵀw_a)| (the curvature evaluation error).
+
+    Returns (mismatch bound, remainder bound, candidates); both bounds include :func:`evaluation_slack`.
+
+    >>> m, r, _ = anchor_bounds(gamma=0.1, tau=0.0, x_norm=10.0, row_norm=1.0, n_rows=100, v_norm=0.01,
+    ...                         a_norm=0.05, dw_norm=0.02, c_norm=0.1, mode="tight")
+    >>> round(m, 8), round(r, 8)
+    (0.0005, 0.000125)
+    """
+    slack = evaluation_slack(16)
+    if mode == "paper":
+        mismatch = gamma * x_norm * row_norm * dw_norm * a_norm + tau * x_norm * a_norm
+        remainder = gamma * x_norm * row_norm * v_norm * a_norm
+        return mismatch * slack, remainder * slack, {"mismatch/paper": mismatch, "remainder/paper": remainder}
+    cands = {
+        "mismatch/triangle": row_norm * (gamma * c_norm + tau * math.sqrt(n_rows)) * a_norm,
+        "mismatch/spectral-dw": x_norm * (gamma * row_norm * dw_norm + tau) * a_norm,
+        "mismatch/spectral-v": x_norm * (gamma * c_norm * row_norm * v_norm + tau * a_norm),
+        "remainder/triangle": 0.5 * gamma * row_norm * a_norm * a_norm,
+        "remainder/spectral": 0.5 * gamma * x_norm * row_norm * v_norm * a_norm,
+    }
+    mismatch = min(v for k, v in cands.items() if k.startswith("mismatch/"))
+    remainder = min(v for k, v in cands.items() if k.startswith("remainder/"))
+    return mismatch * slack, remainder * slack, cands

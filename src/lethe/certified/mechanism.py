@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg.blas import dsyrk
 from scipy.optimize import minimize
 
 from lethe._random import RandomState, check_random_state
@@ -37,16 +38,10 @@ from lethe._validation import (
     check_positive_int,
 )
 from lethe.certified import objective as obj
-from lethe.certified.bounds import (
-    data_dependent_bound,
-    rounding_allowance,
-    spectral_norm_upper_bound,
-    worst_case_bound,
-)
-from lethe.certified.noise import NOISES, epsilon_spent, residual_budget, sample_perturbation
+from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound
+from lethe.certified.newton import BOUNDS, SOLVERS, NewtonCache, StepResult, compute_step, prime_cache
+from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
 from lethe.losses import Loss, get_loss
-
-ROW_NORM_TOLERANCE = 1e-9
 
 
 def check_row_norms(X: np.ndarray, name: str = "X") -> None:
@@ -101,35 +96,15 @@ class ModelState:
             object.__setattr__(self, name, arr)
 
 
-class NewtonCache:
-    """A cached Cholesky factorisation M of a Hessian, used to precondition later Newton solves.
-
-    Held in memory by the caller, never serialised with the model: M is derived from the data at the time it
-    was formed (including rows removed since), so it is refreshed from the current data whenever it goes stale
-    (more than ``max_sweeps`` refinement sweeps needed to bring ‖Hv − Δ‖ below ``budget_share`` times the
-    Cor. 1/2 term, or below ``rtol`` ‖Δ‖) and dropped at retraining.
-    """
-
-    def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4) -> None:
-        self.rtol = rtol
-        self.budget_share = budget_share
-        self.max_sweeps = max_sweeps
-        self.factor: tuple[np.ndarray, bool] | None = None
-        self.refreshes = 0
-        self.sweeps_total = 0
-
-    def refresh(self, H: np.ndarray) -> None:
-        """Factorise a new Hessian."""
-        self.factor = cho_factor(H)
-        self.refreshes += 1
-
-
 @dataclass(frozen=True)
 class Certificate:
     """What one operation (train, remove, retrain) guaranteed, by which result, with which numbers, at what cost.
 
     ``epsilon``/``delta`` are the guarantee that holds for the published model after the operation
-    (delta = 0 for pure ε-removal; epsilon = delta = 0 for exact removal).
+    (delta = 0 for pure ε-removal; epsilon = delta = 0 for exact removal). ``step_bound`` is the sum of
+    ``solve_error`` (measured), ``error_allowance`` (rounding and matrix-drift allowances), ``remainder_bound``
+    (Taylor remainder) and ``mismatch_bound`` (anchor solver only); ``bound_mode``, ``calibration`` and
+    ``solver`` name the configuration (docs/tighter_bounds.md).
     """
 
     operation: str
@@ -150,6 +125,14 @@ class Certificate:
     solve_error: float
     seconds: float
     removed_indices: tuple[int, ...] = field(default=())
+    bound_mode: str = "paper"
+    calibration: str = "paper"
+    solver: str = "cholesky"
+    remainder_bound: float = math.nan
+    mismatch_bound: float = 0.0
+    error_allowance: float = 0.0
+    iterations: int = 0
+    refreshed: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -203,11 +186,43 @@ class CertifiedRemoval:
         Default: 10⁻³ ε′ (0.1 % of the budget); for ``noise="none"``, 10⁻⁹ (λ n).
     max_iter : int
         Maximum L-BFGS iterations in training.
-    solver : {"cholesky", "refine"}
-        How the Newton system H v = Δ is solved at removal: ``"cholesky"`` rebuilds and factorises the exact
-        Hessian on the remaining data at every removal (the paper, O(nd² + d³)); ``"refine"`` uses iterative
-        refinement with a cached factorisation (see :class:`NewtonCache`), O(nd) per sweep. The step and the
-        certificate are for the same Eq. 3/6 either way; the measured solve error is charged to the bound.
+    solver : {"cholesky", "refine", "pcg", "anchor"}
+        How the Newton system is solved at removal (:mod:`lethe.certified.newton`): ``"cholesky"`` rebuilds and
+        factorises the exact Hessian at every removal (the paper, O(nd² + d³)); ``"refine"`` (iterative
+        refinement) and ``"pcg"`` (preconditioned conjugate gradients) use a cached factorisation as
+        preconditioner and measure the solve error with Hessian-vector products, O(nd) per iteration;
+        ``"anchor"`` makes no pass over the data: it solves with an anchor Hessian downdated per removed row and
+        *bounds* its mismatch with the current Hessian, O(d²) per removed row. Every solver's certificate covers
+        the full residual increment, including its own solve error.
+    bound : {"paper", "tight"}
+        ``"paper"``: Cor. 1/2 with γ = ``loss.gamma`` (1/4 for logistic), as in the paper (for reproduction).
+        ``"tight"``: the smallest of the proven bounds of docs/tighter_bounds.md (exact γ = 1/(6√3) or per-sample
+        local curvature, the integral form's factor 1/2, per-sample ‖X′v‖₄²- and triangle-inequality forms).
+    calibration : {"paper", "analytic"}
+        Budget for Gaussian noise: ``"paper"``: ε′ = σε/√(2 log(1.5/δ)) (Alg. 2; refused where invalid);
+        ``"analytic"``: the exact analytic Gaussian mechanism (Balle & Wang 2018), valid for every ε and never
+        smaller.
+    refresh : "auto", "never" or int
+        When the cached factorisation (``refine``/``pcg``) or anchor (``anchor``) is rebuilt from the data:
+        ``"auto"``: when the time or budget its staleness has cost reaches the cost of rebuilding it
+        (:mod:`lethe.certified.newton`); ``"never"``: only when missing; k: every k removals.
+
+    The defaults reproduce the paper (``bound="paper"``, ``calibration="paper"``, ``solver="cholesky"``). The
+    tightest sound configuration is ``bound="tight", calibration="analytic", solver="pcg"`` (the estimators'
+    default); ``solver="anchor"`` trades budget for latency.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(300, 5)); X /= np.linalg.norm(X, axis=1, keepdims=True)
+    >>> y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    >>> mech = CertifiedRemoval(lam=1e-2, sigma=1.0, bound="tight", calibration="analytic", solver="pcg")
+    >>> cache = NewtonCache()
+    >>> state, _ = mech.train(X, y, random_state=0, cache=cache)
+    >>> state, cert = mech.remove(state, X, y, [3], cache=cache)
+    >>> cert.residual_bound <= cert.budget, cert.bound_mode, cert.calibration
+    (True, 'tight', 'analytic')
     """
 
     loss: str | Loss = "logistic"
@@ -219,6 +234,9 @@ class CertifiedRemoval:
     tol: float | None = None
     max_iter: int = 2000
     solver: str = "cholesky"
+    bound: str = "paper"
+    calibration: str = "paper"
+    refresh: str | int = "auto"
 
     def __post_init__(self) -> None:
         check_positive("lam", self.lam)
@@ -238,9 +256,15 @@ class CertifiedRemoval:
         if self.tol is not None:
             check_positive("tol", self.tol)
         check_positive_int("max_iter", self.max_iter)
-        check_choice("solver", self.solver, ("cholesky", "refine"))
+        check_choice("solver", self.solver, SOLVERS)
+        check_choice("bound", self.bound, BOUNDS)
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        if isinstance(self.refresh, bool) or not (self.refresh in ("auto", "never") or (
+                isinstance(self.refresh, int) and self.refresh >= 1)):
+            raise ValueError(f"refresh must be 'auto', 'never' or an integer >= 1. Found {self.refresh!r}.")
         object.__setattr__(self, "_loss", loss)
-        object.__setattr__(self, "_budget", residual_budget(self.sigma, self.epsilon, self.delta, self.noise)
+        object.__setattr__(self, "_budget", residual_budget(self.sigma, self.epsilon, self.delta, self.noise,
+                                                            calibration=self.calibration)
                            if self.noise != "none" else 0.0)
 
     # -- derived quantities ---------------------------------------------------------------------------------
@@ -261,6 +285,9 @@ class CertifiedRemoval:
             return "exact removal (Guo et al. 2020, §3.2: least squares, epsilon = 0)"
         if self.noise == "laplace":
             return "epsilon-certified removal (Guo et al. 2020, Def. 1, Thm 3 i)"
+        if self.calibration == "analytic":
+            return ("(epsilon, delta)-certified removal (Guo et al. 2020, Def. 1, Thm 2-3 ii with the analytic "
+                    "Gaussian mechanism of Balle & Wang 2018)")
         return "(epsilon, delta)-certified removal (Guo et al. 2020, Def. 1, Thm 3 ii)"
 
     def _eps_delta(self) -> tuple[float, float]:
@@ -325,21 +352,26 @@ class CertifiedRemoval:
         d1 = self.loss_.d1(X @ w, y)
         fro = math.sqrt(float(np.einsum("ij,ij->", X, X)))
         return float(np.linalg.norm(g)) + rounding_allowance(
-            n, d, fro * float(np.linalg.norm(d1)), self.lam * n * float(np.linalg.norm(w)), float(np.linalg.norm(b)))
+            n, d, fro * float(np.linalg.norm(d1)), self.lam * n * float(np.linalg.norm(w)), float(np.linalg.norm(b)),
+            float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * float(np.linalg.norm(w)))
 
-    def train(self, X: Any, y: Any, random_state: RandomState = None) -> tuple[ModelState, Certificate]:
+    def train(self, X: Any, y: Any, random_state: RandomState = None, *,
+              cache: NewtonCache | None = None) -> tuple[ModelState, Certificate]:
         """Algorithm 1: sample b, minimise L_b(w; D); the solver's residual starts the accumulated bound β.
 
-        Returns the new state and a ``"train"`` certificate.
+        If a :class:`NewtonCache` is given it is prepared for the configured solver (for ``"anchor"`` this builds
+        the anchor system, an O(n d²) pass that later removals then avoid). Returns the new state and a
+        ``"train"`` certificate.
         """
         t0 = time.perf_counter()
         X, y = self.check_data(X, y)
         rng = check_random_state(random_state)
-        state = self._train_checked(X, y, rng, retrainings=0)
+        state = self._train_checked(X, y, rng, retrainings=0, cache=cache)
         return state, self._certificate("train", state, step=state.residual_bound, retrained=False, removed=(),
                                         worst=math.nan, solve_error=0.0, seconds=time.perf_counter() - t0)
 
-    def _train_checked(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, retrainings: int) -> ModelState:
+    def _train_checked(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, retrainings: int, *,
+                       x_norm: float | None = None, cache: NewtonCache | None = None) -> ModelState:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
         w, iterations = self._solve(X, y, b)
@@ -347,78 +379,71 @@ class CertifiedRemoval:
         if self.noise != "none" and beta > self.budget:
             raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {self.budget:.3g}; "
                                "lower tol.")
-        x_norm = spectral_norm_upper_bound(X) if self.loss_.gamma != 0.0 else math.nan
-        return ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
-                          retrainings=retrainings, train_iterations=iterations)
+        gram = None
+        if cache is not None and self.solver == "anchor" and d <= n:
+            gram = dsyrk(1.0, X.T, trans=0, lower=0)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
+        if x_norm is None or not math.isfinite(x_norm):
+            x_norm = spectral_norm_upper_bound(X, gram=gram)
+        state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
+                           retrainings=retrainings, train_iterations=iterations)
+        if cache is not None:
+            prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram)
+        return state
 
-    # -- Eq. 3 / Eq. 6 with Cor. 1 / Cor. 2 and Algorithm 2 -----------------------------------------------------
+    def prime(self, cache: NewtonCache, state: ModelState, X: np.ndarray, y: np.ndarray,
+              active: np.ndarray | None = None) -> None:
+        """Prepare ``cache`` for removals from ``state`` on the rows ``active`` of (X, y) (one data pass).
+
+        Optional: an unprepared cache is built at the first removal.
+        """
+        active = np.ones(X.shape[0], dtype=bool) if active is None else np.asarray(active, dtype=bool)
+        prime_cache(self, state, X, y, active, cache)
+
+    # -- Eq. 3 / Eq. 6 with their certificates, and Algorithm 2 -----------------------------------------------
     def newton_step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                     cache: NewtonCache | None = None) -> tuple[np.ndarray, float, float, float]:
-        """The (batch) Newton removal step w⁻ = w + H⁻¹Δ (Eq. 3, 6) and its certified residual increment.
+        """The (batch) Newton removal step w⁻ = w + v, v ≈ H⁻¹Δ (Eq. 3, 6), and its certified residual increment.
 
-        ``keep`` is the mask of rows that remain after the removal; ``idx`` the rows removed.
-        H = ∇²L(w; D′) is applied exactly; the linear system is solved either by a fresh Cholesky factorisation
-        of H (``solver="cholesky"``, the paper's O(nd² + d³)) or, when a :class:`NewtonCache` is given, by
-        iterative refinement preconditioned with a cached factorisation M of an earlier Hessian: v ← v − M⁻¹(Hv − Δ),
-        each sweep one O(nd) Hessian-vector product. Either way the solve error ‖Hv − Δ‖ is measured exactly and
-        charged to the certificate, so the bound does not depend on how well the system was solved.
+        ``keep`` is the mask of rows that remain after the removal; ``idx`` the rows removed. The step is computed
+        by the configured ``solver`` and certified by the configured ``bound`` (see :mod:`lethe.certified.newton`,
+        :mod:`lethe.certified.bounds` and docs/tighter_bounds.md). A :class:`NewtonCache` makes later steps
+        fast; it advances itself to the returned weights.
 
-        Returns (w⁻, step bound, worst-case bound (Thm 1/4, informational), solve error ‖Hv − Δ‖).
-        See :mod:`lethe.certified.bounds` for the derivation.
+        Returns (w⁻, step bound, worst-case bound (Thm 1/4, informational), measured solve error).
         """
-        loss, lam = self.loss_, self.lam
-        d = X.shape[1]
-        n_new = int(np.count_nonzero(keep))
-        m = idx.size
-        w = state.w
-        # Δ = m λ w + Σ_{j removed} ∇ℓ(wᵀxⱼ, yⱼ)   (Eq. 6)
-        Delta = m * lam * w + obj.loss_gradients_sum(w, X[idx], y[idx], loss)
-        s = obj.curvature(w, X, y, loss, keep)  # diag of D_w on D′ (0 on absent rows)
-        x_norm = state.x_norm_bound if loss.gamma != 0.0 else 0.0
+        r = compute_step(self, state, X, y, keep, idx, cache)
+        return r.w_new, r.step_bound, r.worst_case, r.solve_error
 
-        def residual_of(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-            w_new = w + v
-            v = w_new - w  # the step actually taken, after rounding
-            Xv = X @ v
-            return w_new, v, Xv, X.T @ (s * Xv) + lam * n_new * v - Delta
+    def step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+             cache: NewtonCache | None = None) -> StepResult:
+        """As :meth:`newton_step`, returning the full :class:`~lethe.certified.newton.StepResult`."""
+        return compute_step(self, state, X, y, keep, idx, cache)
 
-        def cor_term(v: np.ndarray, Xv: np.ndarray) -> float:
-            return data_dependent_bound(loss.gamma, x_norm, float(np.linalg.norm(v)), float(np.linalg.norm(Xv[keep])))
+    def _propose(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+                 cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
+        """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
+        r = compute_step(self, state, X, y, keep, idx, cache)
+        new = ModelState(w=r.w_new, b=state.b, n=state.n - idx.size, residual_bound=state.residual_bound + r.step_bound,
+                         x_norm_bound=state.x_norm_bound, removals_since_training=state.removals_since_training
+                         + idx.size, retrainings=state.retrainings, train_iterations=state.train_iterations)
+        return new, r
 
-        if cache is None or self.solver == "cholesky":
-            factor = cho_factor(obj.hessian(w, X, y, loss, lam, mask=keep))
-            w_new, v, Xv, err = residual_of(cho_solve(factor, Delta))
-        else:
-            if cache.factor is None:
-                cache.refresh(obj.hessian(w, X, y, loss, lam, mask=keep))
-            assert cache.factor is not None
-            v = cho_solve(cache.factor, Delta)
-            for sweep in range(cache.max_sweeps + 1):
-                w_new, v, Xv, err = residual_of(v)
-                e_norm = float(np.linalg.norm(err))
-                # stop once the solve error costs at most ``budget_share`` of the Cor. 1/2 term (or is negligible)
-                if e_norm <= max(cache.rtol * float(np.linalg.norm(Delta)), cache.budget_share * cor_term(v, Xv)):
-                    break
-                if sweep == cache.max_sweeps:  # the preconditioner has gone stale: refresh at the current point
-                    cache.refresh(obj.hessian(w, X, y, loss, lam, mask=keep))
-                    w_new, v, Xv, err = residual_of(cho_solve(cache.factor, Delta))
-                    break
-                v = v - cho_solve(cache.factor, err)
-            cache.sweeps_total += sweep + 1
-        Xv_norm = float(np.linalg.norm(Xv[keep]))
-        v_norm = float(np.linalg.norm(v))
-        solve_err = float(np.linalg.norm(err))
-        step = data_dependent_bound(loss.gamma, x_norm, v_norm, Xv_norm) + solve_err
-        h_norm = float(np.max(s, initial=0.0)) * (x_norm**2 if loss.gamma != 0.0 else
-                                                   float(np.einsum("ij,ij->", X[keep], X[keep]))) + lam * n_new
-        step += rounding_allowance(n_new, d, float(np.linalg.norm(Delta)), h_norm * v_norm)
-        worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
-        return w_new, step, worst, solve_err
+    def retrain(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, rng: np.random.Generator,
+                cache: NewtonCache | None = None) -> ModelState:
+        """Alg. 2 line 17: retrain on the rows ``keep`` with a fresh b (reusing the ‖X‖₂ bound: rows were only
+        removed), and re-prime ``cache`` for the new model."""
+        new = self._train_checked(X[keep], y[keep], rng, retrainings=state.retrainings + 1,
+                                  x_norm=state.x_norm_bound)
+        if cache is not None:
+            cache.reset()
+            prime_cache(self, new, X, y, keep, cache)
+        return new
 
     def remove(self, state: ModelState, X: Any, y: Any, indices: Any, *, active: np.ndarray | None = None,
                cache: NewtonCache | None = None, random_state: RandomState = None,
                check_input: bool = True) -> tuple[ModelState, Certificate]:
-        """Remove rows ``indices`` of X as one batch (Eq. 3 for one row, Eq. 6 for many), certified by Cor. 1/2.
+        """Remove rows ``indices`` of X as one batch (Eq. 3 for one row, Eq. 6 for many), certified by the
+        configured bound (Cor. 1/2 or the tight bounds).
 
         If the certified bound after the step would exceed the budget ε′, retrain on the remaining rows with a
         fresh b instead (Alg. 2, lines 16–17).
@@ -435,7 +460,8 @@ class CertifiedRemoval:
         active : bool array, optional
             Rows currently in the data set (default: all). Not modified; the caller clears ``active[indices]``.
         cache : NewtonCache, optional
-            A cached factorisation used as preconditioner (fast path). Without it the Hessian is rebuilt.
+            Cached factorisation / margins / anchor system (fast path; required for the ``anchor`` solver to be
+            O(d²)). Without it the Hessian is rebuilt.
         random_state
             Randomness for the fresh b if retraining is needed.
         check_input : bool
@@ -460,38 +486,50 @@ class CertifiedRemoval:
         rng = check_random_state(random_state)
         keep = active.copy()
         keep[idx] = False
-        w_new, step, worst, solve_err = self.newton_step(state, X, y, keep, idx, cache)
-        beta = state.residual_bound + step
+        new, r = self._propose(state, X, y, keep, idx, cache)
         removed = tuple(int(i) for i in idx)
-        if self.noise == "none" or beta <= self.budget:
-            new = ModelState(w=w_new, b=state.b, n=state.n - idx.size, residual_bound=beta,
-                             x_norm_bound=state.x_norm_bound,
-                             removals_since_training=state.removals_since_training + idx.size,
-                             retrainings=state.retrainings)
-            return new, self._certificate("remove", new, step=step, retrained=False, removed=removed, worst=worst,
-                                          solve_error=solve_err, seconds=time.perf_counter() - t0)
-        new = self._train_checked(X[keep], y[keep], rng, retrainings=state.retrainings + 1)
-        if cache is not None:
-            cache.factor = None
-        return new, self._certificate("retrain", new, step=step, retrained=True, removed=removed, worst=worst,
-                                      solve_error=solve_err, seconds=time.perf_counter() - t0)
+        if self.noise == "none" or new.residual_bound <= self.budget:
+            return new, self._certificate("remove", new, step=r.step_bound, retrained=False, removed=removed,
+                                          worst=r.worst_case, solve_error=r.solve_error,
+                                          seconds=time.perf_counter() - t0, result=r)
+        new = self.retrain(state, X, y, keep, rng, cache)
+        return new, self._certificate("retrain", new, step=r.step_bound, retrained=True, removed=removed,
+                                      worst=r.worst_case, solve_error=r.solve_error,
+                                      seconds=time.perf_counter() - t0, result=r)
+
+    def _bound_description(self) -> str:
+        if self.bound == "paper":
+            text = "data-dependent: Cor. 1/Cor. 2 + solve error (Guo et al. 2020)"
+        else:
+            text = "tight: min of proven remainder bounds + solve error (docs/tighter_bounds.md)"
+        if self.solver == "anchor":
+            text += " + anchor mismatch bound (no data pass)"
+        return text
 
     def _certificate(self, operation: str, state: ModelState, *, step: float, retrained: bool,
-                     removed: tuple[int, ...], worst: float, solve_error: float, seconds: float) -> Certificate:
+                     removed: tuple[int, ...], worst: float, solve_error: float, seconds: float,
+                     result: StepResult | None = None) -> Certificate:
         eps, delta = self._eps_delta()
         bound = ("training residual (Guo et al. 2020, footnote 1)" if operation == "train" else
-                 "data-dependent: Cor. 1/Cor. 2 + solve error (Guo et al. 2020)")
+                 self._bound_description())
         if operation == "retrain":
             bound = "budget exceeded (Alg. 2 line 16): retrained with fresh b; bound = training residual"
         budget = self.budget
+        extra: dict[str, Any] = {}
+        if result is not None:
+            extra = dict(remainder_bound=float(result.remainder_bound), mismatch_bound=float(result.mismatch_bound),
+                         error_allowance=float(result.error_allowance), iterations=int(result.iterations),
+                         refreshed=result.refreshed)
         return Certificate(
             operation=operation, guarantee=self.guarantee, epsilon=eps, delta=delta, noise=self.noise, bound=bound,
             step_bound=float(step), residual_bound=float(state.residual_bound), budget=float(budget),
             budget_left=float(max(budget - state.residual_bound, 0.0)) if self.noise != "none" else 0.0,
-            epsilon_spent=float(epsilon_spent(state.residual_bound, self.sigma, self.delta, self.noise))
+            epsilon_spent=float(epsilon_spent(state.residual_bound, self.sigma, self.delta, self.noise,
+                                              calibration=self.calibration))
             if self.noise != "none" else 0.0,
             retrained=retrained, n_removed=len(removed), n_remaining=state.n, worst_case_bound=float(worst),
-            solve_error=float(solve_error), seconds=float(seconds), removed_indices=removed)
+            solve_error=float(solve_error), seconds=float(seconds), removed_indices=removed, bound_mode=self.bound,
+            calibration=self.calibration, solver=self.solver, **extra)
 
 
 def exact_residual(config: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray) -> float:
@@ -499,4 +537,4 @@ def exact_residual(config: CertifiedRemoval, state: ModelState, X: np.ndarray, y
     return float(np.linalg.norm(obj.objective_grad(state.w, X, y, config.loss_, config.lam, state.b)))
 
 
-__all__ = ["Certificate", "CertifiedRemoval", "ModelState", "check_row_norms", "exact_residual"]
+__all__ = ["Certificate", "CertifiedRemoval", "ModelState", "NewtonCache", "check_row_norms", "exact_residual"]
