@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import lethe
 
-COMMAND_MODULES: list[str] = ["lethe.cli.curator"]
+COMMAND_MODULES: list[str] = ["lethe.cli.curator", "lethe.cli.reproduce", "lethe.cli.audit"]
 
 
 def register_module(name: str) -> None:
