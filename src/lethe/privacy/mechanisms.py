@@ -21,9 +21,10 @@ for every draw; secure mode refuses any ``random_state`` (a seed would make the 
 What secure mode does *not* do: the noise is still a float64, so the textbook floating-point Laplace and
 Gaussian mechanisms remain exposed to Mironov's (CCS 2012) attack on the low-order bits of noisy
 outputs; use a snapping or discrete mechanism where that threat matters. Uniforms in secure mode are
-drawn on (0, 1/2] with 106 random bits, so the noise tails are exact out to |z| ≈ 12.3 standard
-deviations (Gaussian) and 73 scales (Laplace); the missing tail mass is below 2⁻¹⁰⁵ ≈ 2.5e-32, which is
-the most it can add to δ.
+drawn on (0, 1/2] with 105 random bits, so the noise tails stop at |z| ≈ 11.9 standard deviations
+(Gaussian) and 73 scales (Laplace). Setting the floating-point caveat aside (i.e. treating the uniforms as
+continuous), that truncation removes probability η = 2⁻¹⁰⁶ ≈ 1.2e-32 per coordinate, which adds at most
+(1 + e^ε)·k·η to the δ of a k-coordinate release.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ _CALIBRATIONS = ("analytic", "classical")
 class OSRandomSource:
     """Standard normal and Laplace variates built from the operating system's CSPRNG (``os.urandom``).
 
-    Each variate uses a fresh random sign bit and a uniform u ∈ (0, 1/2] made of 106 random bits,
+    Each variate uses a fresh random sign bit and a uniform u ∈ (0, 1/2] made of 105 random bits,
     u = (k₁ + (k₂ + 1/2)·2⁻⁵³)·2⁻⁵³ with k₁ < 2⁵² and k₂ < 2⁵³; then |Z| = −Φ⁻¹(u) (Gaussian) or
     |Z| = −ln(2u) (Laplace, unit scale). There is no state and no seed.
 
