@@ -164,6 +164,9 @@ class Database:
             raise ValueError(f"X and y must have the same number of rows. Found {X.shape[0]} and {y.shape[0]}.")
         if X.shape[0] < 1:
             raise ValueError("A database must hold at least one record. Found 0.")
+        self._set(X, y)
+
+    def _set(self, X: np.ndarray, y: np.ndarray) -> None:
         X.setflags(write=False)
         y.setflags(write=False)
         self._X, self._y = X, y
@@ -206,10 +209,12 @@ class Database:
         self.validate(request)
         X = self._X.copy()
         y = self._y.copy()
-        for rep in request.replacements:
+        for rep in request.replacements:  # finite by construction of Replacement
             X[rep.index] = rep.x
             y[rep.index] = rep.label
-        return Database(X, y)
+        out = Database.__new__(Database)
+        out._set(X, y)  # self was validated and the new rows are finite: one copy, no re-validation
+        return out
 
 
 def identity_publish(theta: np.ndarray) -> np.ndarray:
