@@ -234,3 +234,12 @@ def test_excess_empirical_risk_within_theorem_5_1_bound():
     assert s.excess_risk_bound is not None
     assert np.all(err - 3 * se <= s.excess_risk_bound), (err, s.excess_risk_bound)
     assert np.all(err > 0)  # noisy models are not optimal: the estimate is meaningful
+
+
+def test_negative_adaptivity_is_rejected():
+    cur, _ = _curator()
+    X, y = _data()
+    cur.learn(Database(X, y))
+    with pytest.raises(ValueError, match="p must be"):
+        cur.unlearn(EditRequest.deletion([0], 3), p=-1)
+    assert cur.step == 0

@@ -548,6 +548,8 @@ class NoisyGDCurator:
             Adaptivity of the requester for Thm 4.3 (default ``config.p``).
         """
         database, theta = self._require_learned()
+        if p is not None and (isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 0):
+            raise ValueError(f"p must be an integer >= 0. Found {p!r}.")
         database.validate(request)
         new_db = database.apply(request)
         idx = list(request.indices)
