@@ -14,6 +14,9 @@ from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegress
 
 @parametrize_with_checks([
     CertifiedLogisticRegression(lam=1e-2, sigma=0.1, normalize_rows=True, random_state=0),
+    CertifiedLogisticRegression(lam=1e-2, sigma=0.1, normalize_rows=True, solver="anchor", random_state=0),
+    CertifiedLogisticRegression(lam=1e-2, sigma=0.1, normalize_rows=True, bound="paper", calibration="paper",
+                                solver="cholesky", random_state=0),
     CertifiedLinearRegression(lam=1e-3),
 ])
 def test_sklearn_contract(estimator, check):
@@ -56,6 +59,7 @@ def test_rows_outside_unit_ball_rejected_with_row_named():
     ({"epsilon": 0.0}, "epsilon"), ({"epsilon": -1.0}, "epsilon"), ({"delta": 0.0}, "delta"),
     ({"delta": 1.0}, "delta"), ({"lam": 0.0}, "lam"), ({"lam": -1e-3}, "lam"), ({"sigma": 0.0}, "sigma"),
     ({"sigma": -2.0}, "sigma"), ({"noise": "cauchy"}, "noise"), ({"solver": "magic"}, "solver"),
+    ({"bound": "loose"}, "bound"), ({"calibration": "classical"}, "calibration"), ({"refresh": 0}, "refresh"),
 ])
 def test_bad_parameters_raise_and_name_the_parameter(params, word):
     X, y = _data()
@@ -152,3 +156,59 @@ def test_fit_does_not_alias_or_modify_the_callers_array():
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     clf.remove([5])
     np.testing.assert_array_equal(X, X0)
+
+
+def test_defaults_are_the_tightest_sound_options():
+    clf = CertifiedLogisticRegression()
+    assert (clf.bound, clf.calibration, clf.solver, clf.refresh) == ("tight", "analytic", "pcg", "auto")
+    assert {"bound", "calibration", "refresh"} <= set(clf.get_params())
+    assert CertifiedLinearRegression().solver == "anchor"
+
+
+def _removals_until_retraining(clf, X, y, cap=400):
+    clf.fit(X, y)
+    for k, i in enumerate(np.random.default_rng(0).permutation(X.shape[0])[:cap]):
+        if clf.remove([int(i)]).retrained:
+            return k
+    return cap
+
+
+def test_tight_mode_supports_more_removals_than_the_paper_mode():
+    X, y = _data(n=400, d=6)
+    params = dict(lam=1e-2, sigma=0.2, random_state=0)
+    paper = _removals_until_retraining(
+        CertifiedLogisticRegression(**params, bound="paper", calibration="paper", solver="cholesky"), X, y)
+    tight = _removals_until_retraining(CertifiedLogisticRegression(**params), X, y)
+    anchor = _removals_until_retraining(CertifiedLogisticRegression(**params, solver="anchor"), X, y)
+    assert paper < 400 and tight > 3 * paper and anchor > paper
+
+
+def test_one_vs_all_with_anchor_solver_certifies_the_exact_residuals():
+    X, y = _data(n=500, d=8, classes=3)
+    clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="anchor", random_state=2).fit(X, y)
+    rng = np.random.default_rng(1)
+    for _ in range(25):
+        i = int(rng.choice(np.flatnonzero(clf.active_)))
+        cert = clf.remove([i])
+        assert cert.residual_bound <= cert.budget
+    act = clf.active_
+    for k, st in enumerate(clf.states_):
+        Xa, ya = X[act], clf.Y_[k][act]
+        g = Xa.T @ (-ya / (1 + np.exp(ya * (Xa @ st.w)))) + clf.lam * act.sum() * st.w + st.b
+        assert np.linalg.norm(g) <= st.residual_bound
+
+
+def test_loading_a_file_without_the_new_parameters_keeps_the_paper_mode(tmp_path):
+    from lethe.io import load_npz, save_npz
+
+    X, y = _data()
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, bound="paper", calibration="paper", random_state=0)
+    path = clf.fit(X, y).save(tmp_path / "m.npz")
+    arrays, meta = load_npz(path)
+    for key in ("bound", "calibration", "refresh"):  # as written before these parameters existed
+        meta["params"].pop(key)
+    meta.pop("format_version")
+    save_npz(path, arrays, meta)
+    other = CertifiedLogisticRegression.load(path)
+    assert (other.bound, other.calibration, other.refresh) == ("paper", "paper", "auto")
+    np.testing.assert_array_equal(other.coef_, clf.coef_)

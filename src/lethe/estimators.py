@@ -84,7 +84,8 @@ class _CertifiedLinearBase(BaseEstimator):
     def _mechanism(self) -> CertifiedRemoval:
         return CertifiedRemoval(loss=self._loss, lam=self.lam, sigma=self.sigma, epsilon=self.epsilon,
                                 delta=self.delta, noise=self.noise, tol=self.tol, max_iter=self.max_iter,
-                                solver=self.solver)
+                                solver=self.solver, bound=self.bound, calibration=self.calibration,
+                                refresh=self.refresh)
 
     def _prepare_X(self, X: np.ndarray) -> np.ndarray:
         X = np.array(X, dtype=np.float64, order="C", copy=True)  # our own copy: removal zeroes rows of it
@@ -173,6 +174,9 @@ class _CertifiedLinearBase(BaseEstimator):
         params = dict(meta["params"])
         if isinstance(params.get("random_state"), dict):
             params["random_state"] = None
+        # files written before the tight bounds existed were certified in the paper's mode: keep it
+        params.setdefault("bound", "paper")
+        params.setdefault("calibration", "paper")
         est = cls(**params)
         est.X_, est.Y_, est.active_ = arrays["X"], arrays["Y"], arrays["active"].astype(bool)
         est.states_ = [ModelState(w=arrays[f"w_{k}"], b=arrays[f"b_{k}"], **s) for k, s in enumerate(meta["states"])]
@@ -182,7 +186,7 @@ class _CertifiedLinearBase(BaseEstimator):
         if "classes" in meta:
             est.classes_ = np.asarray(meta["classes"])
         est.mechanism_ = est._mechanism()
-        est.caches_ = [NewtonCache() for _ in est.states_]
+        est.caches_ = [NewtonCache() for _ in est.states_]  # rebuilt at the first removal
         est._rng = check_random_state(None)
         return est
 
@@ -191,8 +195,16 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     """Logistic regression that can forget training rows with (ε, δ)-certified removal (Guo et al. 2020).
 
     Trains by objective perturbation (Alg. 1): minimise Σ ℓ(wᵀxᵢ, yᵢ) + λn/2 ‖w‖² + bᵀw with secret random b;
-    removes rows with the Newton update (Eq. 3, 6), certified by the data-dependent bounds (Cor. 1, 2), and retrains
-    with a fresh b when the budget ε′ = σε/c is spent (Alg. 2). With more than two classes it trains one-vs-all.
+    removes rows with the Newton update (Eq. 3, 6), certified by a proven bound on the gradient residual, and
+    retrains with a fresh b when the budget ε′ is spent (Alg. 2). With more than two classes it trains one-vs-all.
+
+    Defaults are the tightest sound options (docs/tighter_bounds.md): ``bound="tight"`` (the smallest of the proven
+    remainder bounds: exact γ = 1/(6√3) and per-sample local curvature, integral form, ‖X′v‖₄²/triangle forms),
+    ``calibration="analytic"`` (exact Gaussian calibration, Balle & Wang 2018) and ``solver="pcg"`` (cached
+    factorisation, measured solve error, O(nd) per removal). On MNIST 3 vs 8 this supports about two orders of
+    magnitude more removals than the paper's mode at the same (ε, δ, λ, σ). ``bound="paper",
+    calibration="paper"`` reproduces Guo et al. 2020; ``solver="anchor"`` removes without a pass over the data
+    (O(d²) per row) at the price of a looser bound.
 
     Parameters
     ----------
@@ -210,8 +222,14 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         Gradient-norm tolerance of training (charged to the budget); default 0.1 % of the budget.
     max_iter : int, default=2000
         L-BFGS iterations.
-    solver : {"refine", "cholesky"}, default="refine"
+    solver : {"pcg", "refine", "anchor", "cholesky"}, default="pcg"
         How the Newton system is solved at removal (see :class:`~lethe.certified.mechanism.CertifiedRemoval`).
+    bound : {"tight", "paper"}, default="tight"
+        Which proven residual bound certifies each removal.
+    calibration : {"analytic", "paper"}, default="analytic"
+        How the budget ε′ follows from (σ, ε, δ) for Gaussian noise.
+    refresh : "auto", "never" or int, default="auto"
+        When the cached factorisation / anchor is rebuilt from the data.
     normalize_rows : bool, default=False
         The guarantee needs ‖xᵢ‖₂ ≤ 1. If False a violating row raises ``ValueError``; if True rows outside the
         unit ball are scaled onto it (at fit and at prediction).
@@ -245,9 +263,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     _loss = "logistic"
 
     def __init__(self, lam: float = 1e-3, sigma: float = 10.0, epsilon: float = 1.0, delta: float = 1e-4,
-                 noise: str = "gaussian", tol: float | None = None, max_iter: int = 2000, solver: str = "refine",
+                 noise: str = "gaussian", tol: float | None = None, max_iter: int = 2000, solver: str = "pcg",
                  normalize_rows: bool = False, negative_subsample: float | None = None,
-                 random_state: Any = None) -> None:
+                 random_state: Any = None, bound: str = "tight", calibration: str = "analytic",
+                 refresh: str | int = "auto") -> None:
         self.lam = lam
         self.sigma = sigma
         self.epsilon = epsilon
@@ -256,6 +275,9 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         self.tol = tol
         self.max_iter = max_iter
         self.solver = solver
+        self.bound = bound
+        self.calibration = calibration
+        self.refresh = refresh
         self.normalize_rows = normalize_rows
         self.negative_subsample = negative_subsample
         self.random_state = random_state
@@ -291,12 +313,17 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                 take = min(neg.size, int(math.ceil(self.negative_subsample * pos.size)))
                 members[k, pos] = True
                 members[k, rng.choice(neg, size=take, replace=False)] = True
-        states, certs = [], []
+        states, certs, caches = [], [], []
         for k in range(K):
-            rows = slice(None) if members is None else members[k]
-            st, cert = mech.train(X[rows], Y[k][rows], random_state=rng)
+            cache = NewtonCache()
+            if members is None:  # train on X itself so that the cache is keyed to the array kept in X_
+                st, cert = mech.train(X, Y[k], random_state=rng, cache=cache)
+            else:
+                st, cert = mech.train(X[members[k]], Y[k][members[k]], random_state=rng)
+                mech.prime(cache, st, X, Y[k], members[k])
             states.append(st)
             certs.append(cert)
+            caches.append(cache)
         self.classes_ = classes
         self.X_, self.Y_ = X, Y
         self.active_ = np.ones(X.shape[0], dtype=bool)
@@ -305,7 +332,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         self.fit_certificates_ = certs
         self.n_removed_ = 0
         self.mechanism_ = mech
-        self.caches_ = [NewtonCache() for _ in states]
+        self.caches_ = caches
         self._rng = rng
         return self
 
@@ -380,16 +407,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             # the per-class Newton step (no budget decision here: the joint budget decides below)
             keep = rows.copy()
             keep[mine] = False
-            w_new, step, worst, err = mech.newton_step(self.states_[k], self.X_, self.Y_[k], keep, mine,
-                                                       self.caches_[k])
-            st = self.states_[k]
-            new = ModelState(w=w_new, b=st.b, n=st.n - mine.size, residual_bound=st.residual_bound + step,
-                             x_norm_bound=st.x_norm_bound,
-                             removals_since_training=st.removals_since_training + mine.size,
-                             retrainings=st.retrainings)
-            cert = mech._certificate("remove", new, step=step, retrained=False,
-                                     removed=tuple(int(i) for i in mine), worst=worst, solve_error=err,
-                                     seconds=0.0)
+            new, r = mech._propose(self.states_[k], self.X_, self.Y_[k], keep, mine, self.caches_[k])
+            cert = mech._certificate("remove", new, step=r.step_bound, retrained=False,
+                                     removed=tuple(int(i) for i in mine), worst=r.worst_case,
+                                     solve_error=r.solve_error, seconds=0.0, result=r)
             proposals.append((new, cert))
         new_states = [p[0] if p is not None else self.states_[k] for k, p in enumerate(proposals)]
         retrained: list[int] = []
@@ -407,9 +428,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             if joint(new_states) <= mech.budget:
                 break
             rows = keep_all if self.members_ is None else keep_all & self.members_[k]
-            new_states[k] = mech._train_checked(self.X_[rows], self.Y_[k][rows], self._rng,
-                                                retrainings=self.states_[k].retrainings + 1)
-            self.caches_[k].factor = None
+            new_states[k] = mech.retrain(self.states_[k], self.X_, self.Y_[k], rows, self._rng, self.caches_[k])
             retrained.append(k)
         beta = joint(new_states)
         per_class: list[Certificate | None] = []
@@ -428,7 +447,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         return MulticlassCertificate(
             epsilon=eps, delta=delta, residual_bound=beta, budget=mech.budget,
             budget_left=max(mech.budget - beta, 0.0),
-            epsilon_spent=epsilon_spent(beta, mech.sigma, mech.delta, mech.noise),
+            epsilon_spent=epsilon_spent(beta, mech.sigma, mech.delta, mech.noise, calibration=mech.calibration),
             retrained_classes=tuple(retrained), per_class=tuple(per_class), n_removed=idx.size,
             seconds=time.perf_counter() - t0, removed_indices=tuple(int(i) for i in idx))
 
@@ -438,6 +457,8 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
 
     Minimises Σ (wᵀxᵢ − yᵢ)² + λn/2 ‖w‖² (+ bᵀw if ``noise`` is not ``"none"``). The loss's second derivative is
     constant (γ = 0), so the removal step leaves no residual beyond round-off: ε = 0 with ``noise="none"``.
+    The default ``solver="anchor"`` is then exact *and* makes no pass over the data: the anchor Hessian
+    2X′ᵀX′ + λn′I is the Hessian, downdated per removed row in O(d²).
 
     Examples
     --------
@@ -453,8 +474,9 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     _loss = "squared"
 
     def __init__(self, lam: float = 1e-3, noise: str = "none", sigma: float = 1.0, epsilon: float = 1.0,
-                 delta: float = 1e-4, tol: float | None = None, max_iter: int = 2000, solver: str = "refine",
-                 random_state: Any = None) -> None:
+                 delta: float = 1e-4, tol: float | None = None, max_iter: int = 2000, solver: str = "anchor",
+                 random_state: Any = None, bound: str = "tight", calibration: str = "analytic",
+                 refresh: str | int = "auto") -> None:
         self.lam = lam
         self.noise = noise
         self.sigma = sigma
@@ -463,6 +485,9 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         self.tol = tol
         self.max_iter = max_iter
         self.solver = solver
+        self.bound = bound
+        self.calibration = calibration
+        self.refresh = refresh
         self.random_state = random_state
 
     normalize_rows = False
@@ -473,15 +498,17 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         X, y = validate_data(self, X, y, y_numeric=True)
         X = self._prepare_X(X)
         rng = check_random_state(self.random_state)
-        state, cert = mech.train(X, y, random_state=rng)
-        self.X_, self.Y_ = X, np.asarray(y, dtype=np.float64)[None, :].copy()
+        Y = np.asarray(y, dtype=np.float64)[None, :].copy()
+        cache = NewtonCache()
+        state, cert = mech.train(X, Y[0], random_state=rng, cache=cache)
+        self.X_, self.Y_ = X, Y
         self.active_ = np.ones(X.shape[0], dtype=bool)
         self.members_ = None
         self.states_ = [state]
         self.fit_certificates_ = [cert]
         self.n_removed_ = 0
         self.mechanism_ = mech
-        self.caches_ = [NewtonCache()]
+        self.caches_ = [cache]
         self._rng = rng
         return self
 
