@@ -6,7 +6,9 @@ Usage::
     python -m lethe.experiments.reproduce --out docs/reproduction        # full profile: the papers' sizes
 
 Parts (``--parts``): ``guo`` (Guo et al. 2020 Fig. 1–3, Table 1 on MNIST 3 vs 8), ``noisygd`` (Chourasia & Shah:
-Noisy-GD unlearning vs retraining over a stream of edits), ``audit`` (membership-inference audit). Outputs in
+Noisy-GD unlearning vs retraining over a stream of edits), ``audit`` (membership-inference audit); not run by
+default, they need the optional torch dependencies: ``sst`` (Guo Fig. 4 right: MiniLM sentence features + certified
+head) and ``dpfeat`` (Guo Fig. 5 on MNIST: DP-SGD CNN features + certified heads vs a fully DP CNN). Outputs in
 ``--out``: the PNGs, ``results.json`` (every measured number) and ``report.md``.
 """
 
@@ -24,7 +26,8 @@ import numpy as np
 from lethe.experiments._common import PROFILES, Profile, stratified_subset, write_json
 from lethe.experiments.report import render
 
-ALL_PARTS = ("guo", "noisygd", "audit")
+DEFAULT_PARTS = ("guo", "noisygd", "audit")
+ALL_PARTS = (*DEFAULT_PARTS, "sst", "dpfeat")  # sst and dpfeat need torch (the 'deep' extra)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -34,7 +37,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--out", default="reproduction", help="output directory (created)")
     p.add_argument("--data-dir", default=None, help="data cache (default $LETHE_DATA or ./data)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--parts", default=",".join(ALL_PARTS), help=f"comma-separated subset of {','.join(ALL_PARTS)}")
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                   help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {','.join(DEFAULT_PARTS)})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -61,7 +65,7 @@ def load_mnist38(profile: Profile, data_dir: str | None, seed: int) -> tuple[np.
     return X[i], y[i], Xt[j], yt[j]
 
 
-def run(profile: Profile, out: Path, *, parts: Sequence[str] = ALL_PARTS, data_dir: str | None = None,
+def run(profile: Profile, out: Path, *, parts: Sequence[str] = DEFAULT_PARTS, data_dir: str | None = None,
         seed: int = 0, show_progress: bool = True) -> dict[str, Any]:
     """Run the requested parts, write PNGs, ``results.json`` and ``report.md`` into ``out``; return the results."""
     unknown = set(parts) - set(ALL_PARTS)
@@ -96,6 +100,16 @@ def run(profile: Profile, out: Path, *, parts: Sequence[str] = ALL_PARTS, data_d
 
         results["audit"] = run_audit(profile.audit, data_dir=data_dir, seed=seed, show_progress=show_progress)
         deviations += results["audit"]["deviations"]
+    if "sst" in parts:
+        from lethe.experiments import public_extractor
+
+        results["sst"] = public_extractor.run(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
+        deviations += results["sst"]["deviations"]
+    if "dpfeat" in parts:
+        from lethe.experiments import dp_extractor
+
+        results["dp"] = dp_extractor.run(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
+        deviations += results["dp"]["deviations"]
     results["seconds"] = time.perf_counter() - t0
     results["deviations"] = deviations
     write_json(out / "results.json", results)
