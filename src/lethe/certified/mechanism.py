@@ -104,7 +104,9 @@ class Certificate:
     (delta = 0 for pure ε-removal; epsilon = delta = 0 for exact removal). ``step_bound`` is the sum of
     ``solve_error`` (measured), ``error_allowance`` (rounding and matrix-drift allowances), ``remainder_bound``
     (Taylor remainder) and ``mismatch_bound`` (anchor solver only); ``bound_mode``, ``calibration`` and
-    ``solver`` name the configuration (docs/tighter_bounds.md).
+    ``solver`` name the configuration (docs/tighter_bounds.md). With ``bound="tight"`` the new ``residual_bound``
+    may be smaller than the old one plus ``step_bound``: it also uses the measured error vector, of norm
+    ``carried_error``, which the next removal corrects (docs/tighter_bounds.md §4).
     """
 
     operation: str
@@ -133,6 +135,7 @@ class Certificate:
     error_allowance: float = 0.0
     iterations: int = 0
     refreshed: str = ""
+    carried_error: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict."""
@@ -423,7 +426,10 @@ class CertifiedRemoval:
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
         r = compute_step(self, state, X, y, keep, idx, cache)
-        new = ModelState(w=r.w_new, b=state.b, n=state.n - idx.size, residual_bound=state.residual_bound + r.step_bound,
+        beta = state.residual_bound + r.step_bound  # Guo et al.'s induction (triangle inequality over steps)
+        if r.accumulated_bound is not None:  # tight accounting with the measured error vector (docs §4)
+            beta = min(beta, r.accumulated_bound)
+        new = ModelState(w=r.w_new, b=state.b, n=state.n - idx.size, residual_bound=beta,
                          x_norm_bound=state.x_norm_bound, removals_since_training=state.removals_since_training
                          + idx.size, retrainings=state.retrainings, train_iterations=state.train_iterations)
         return new, r
@@ -519,7 +525,7 @@ class CertifiedRemoval:
         if result is not None:
             extra = dict(remainder_bound=float(result.remainder_bound), mismatch_bound=float(result.mismatch_bound),
                          error_allowance=float(result.error_allowance), iterations=int(result.iterations),
-                         refreshed=result.refreshed)
+                         refreshed=result.refreshed, carried_error=float(result.carried_error))
         return Certificate(
             operation=operation, guarantee=self.guarantee, epsilon=eps, delta=delta, noise=self.noise, bound=bound,
             step_bound=float(step), residual_bound=float(state.residual_bound), budget=float(budget),

@@ -68,12 +68,15 @@ class CostModel:
     """Deterministic prices (seconds on a nominal machine) of the operations the refresh policy trades off.
 
     Memory-bound kernels (X @ v, Xᵀ g, symmetric matrix-vector products, triangular solves) run at
-    ``blas2_flops``; compute-bound ones (the Hessian's rank-k update, Cholesky) at ``blas3_flops``. Only ratios
-    matter to the policy. Flop counts rather than wall-clock time keep seeded runs reproducible.
+    ``blas2_flops``; the Hessian's rank-n update at ``blas3_flops``; a d × d Cholesky at ``cholesky_flops``.
+    Only ratios matter to the policy. Flop counts rather than wall-clock time keep seeded runs reproducible. The
+    defaults were measured on the 2-core development machine (MNIST 3 vs 8: a data pass ≈ 5 ms, the Hessian
+    ≈ 0.18 s, a 784 × 784 Cholesky ≈ 27 ms).
     """
 
-    blas2_flops: float = 5e9
+    blas2_flops: float = 4e9
     blas3_flops: float = 4e10
+    cholesky_flops: float = 6e9
 
     def data_pass(self, n: int, d: int) -> float:
         """One product with the n × d data matrix."""
@@ -85,15 +88,15 @@ class CostModel:
 
     def cholesky(self, d: int) -> float:
         """A d × d Cholesky factorisation."""
-        return d**3 / 3.0 / self.blas3_flops
+        return d**3 / 3.0 / self.cholesky_flops
 
     def dense_op(self, d: int) -> float:
         """A d × d matrix-vector product or a pair of triangular solves."""
         return 2.0 * d * d / self.blas2_flops
 
     def training(self, n: int, d: int, iterations: int) -> float:
-        """Retraining: ~3 data passes per L-BFGS iteration plus the Gram matrix for ‖X‖₂."""
-        return 3.0 * max(iterations, 1) * self.data_pass(n, d) + self.hessian(n, d)
+        """Retraining: ~3 data passes per L-BFGS iteration plus XᵀX (a general product) for ‖X‖₂."""
+        return 3.0 * max(iterations, 1) * self.data_pass(n, d) + 2.0 * self.hessian(n, d)
 
 
 def _sync_key(X: np.ndarray, w: np.ndarray, active: np.ndarray) -> tuple[Any, ...]:
@@ -111,8 +114,10 @@ class NewtonCache:
     rebuilds it, so a stale cache can cost time but never soundness. Use one cache per model and data set, and
     do not modify the active rows of the data array in between. What it holds depends on the solver:
 
-    * ``refine``/``pcg``: ``factor`` — Cholesky factor of an earlier Hessian (a preconditioner only: the solve
-      error is measured against the exact Hessian); ``z`` — margins X w at the current w with their error bound.
+    * ``refine``/``pcg``: the Hessian at an anchor point as a dense matrix M, downdated per removed row, and
+      ``factor`` = Cholesky factor of an earlier M (both only produce the initial guess and the preconditioner:
+      the solve error is measured against the exact Hessian); ``z`` — margins X w at the current w with their
+      error bound.
     * ``anchor``: the anchor point w_a, the dense anchor Hessian M and Gram matrix X′ᵀX′ (upper triangles,
       downdated per removed row), their rounding-error bounds, curvatures ŝ at w_a, and ``factor`` = Cholesky of an
       earlier M (a preconditioner only: the anchor residual Mv − Δ is measured).
@@ -125,15 +130,19 @@ class NewtonCache:
         ... or once it is at most this share of the step's other bound terms.
     max_sweeps : int
         Iterations per removal before the preconditioner counts as stale and is refreshed.
+    carry_share : float
+        Tight accounting (``bound="tight"``): iterations also stop once the carried solve error ‖ē‖ (which is
+        corrected by the next step instead of accumulating) is at most this share of the budget ε′.
     cost_model : CostModel, optional
         Prices used by ``refresh="auto"``.
     """
 
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
-                 cost_model: CostModel | None = None) -> None:
+                 carry_share: float = 1e-2, cost_model: CostModel | None = None) -> None:
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
+        self.carry_share = carry_share
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.factor: tuple[np.ndarray, bool] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)
@@ -149,6 +158,12 @@ class NewtonCache:
         self.row_norm_max: float | None = None
         self.excess_cost = 0.0
         self.iter_cost = 0.0
+        self.last_remainder = 0.0
+        # tight accounting (docs/tighter_bounds.md §4): ‖u‖ ≤ carry_bound + ‖carry_e‖ + carry_err, where carry_e is
+        # the measured sum of solve errors since the last sync and carry_bound the bounded parts (incl. β at sync)
+        self.carry_e: np.ndarray | None = None
+        self.carry_err = 0.0
+        self.carry_bound = math.nan
         self.removals_since_refresh = 0
         # anchor
         self.w_anchor: np.ndarray | None = None
@@ -188,7 +203,9 @@ class StepResult:
 
     ``step_bound`` ≥ ‖G(w_new) − u‖ in exact arithmetic; it is the sum of ``solve_error`` (the measured norm of
     the solve/anchor residual), ``error_allowance`` (its rounding allowance plus, for ``anchor``, the drift of the
-    maintained matrices), ``remainder_bound`` and ``mismatch_bound`` (anchor only).
+    maintained matrices), ``remainder_bound`` and ``mismatch_bound`` (anchor only). ``accumulated_bound``
+    (tight mode with a cache, else ``None``) is a second bound on the *new* residual ‖G(w_new)‖ itself, from the
+    vector accounting of docs/tighter_bounds.md §4; ``carried_error`` = ‖ē‖ after the step.
     """
 
     w_new: np.ndarray
@@ -202,6 +219,8 @@ class StepResult:
     refreshed: str
     data_passes: float
     candidates: dict[str, float] = field(default_factory=dict)
+    accumulated_bound: float | None = None
+    carried_error: float = 0.0
 
 
 # -- shared pieces ---------------------------------------------------------------------------------------------------
@@ -252,12 +271,159 @@ def _policy_due(cfg: CertifiedRemoval, cache: NewtonCache, refresh_cost: float) 
     return cache.excess_cost >= refresh_cost
 
 
+def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A x for the symmetric matrix stored in the upper triangle of A."""
+    return np.asarray(dsymv(1.0, A, x, lower=0))
+
+
+def _dense_pcg(M: np.ndarray, F: tuple[np.ndarray, bool], rhs: np.ndarray, v: np.ndarray, e: np.ndarray, tol: float,
+               max_it: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Preconditioned CG on M v = rhs from v (e = M v − rhs), preconditioner F⁻¹; O(d²) per iteration.
+
+    Returns (v, e, iterations); ``e`` is the recursively updated residual (callers that certify it recompute it).
+    """
+    it = 0
+    rz_old = 0.0
+    p = np.zeros_like(v)
+    while it < max_it and float(np.linalg.norm(e)) > tol:
+        r = -e
+        zc = cho_solve(F, r, check_finite=False)
+        rz = float(r @ zc)
+        p = zc if it == 0 else zc + (rz / rz_old) * p
+        rz_old = rz
+        q = _mv(M, p)
+        pq = float(p @ q)
+        if not pq > 0.0:
+            break
+        alpha = rz / pq
+        v = v + alpha * p
+        e = e + alpha * q
+        it += 1
+    return v, e, it
+
+
+def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
+                 cache: NewtonCache, *, with_gram: bool | None, gram: np.ndarray | None = None) -> None:
+    """Form the anchor system at w_a = w on the rows ``active`` (one O(n d²) pass) and factorise it.
+
+    M̃ = fl(Zᵀ Z) + λ n′ I with Z = √ŝ ⊙ X′, ŝᵢ = fl(ℓ''(fl(xᵢᵀ w_a))) (stored: row i is later downdated with
+    exactly this value); with ``with_gram`` also G̃ = fl(X′ᵀ X′) (or ``gram``, a previously computed fl(X′ᵀX′) for
+    exactly these rows); ``with_gram=None`` keeps the maintained G̃ (it does not depend on w).
+    Error bounds (docs/tighter_bounds.md §7): ‖M̃ − M̂‖_F ≤ (γ_n + 6u) max ŝ ‖X′‖_F² + 2u(λ n′ √d + ‖M̃‖_F),
+    with M̂ the exact matrix for the stored ŝ; ‖G̃ − X′ᵀX′‖_F ≤ γ_n ‖X′‖_F²;
+    |ŝᵢ − ℓ''(xᵢᵀw_a)| ≤ γ γ_d ρ ‖w_a‖ + 8u(1 + max ŝ). Other cache fields (margins, counters) are kept.
+    """
+    loss, lam = cfg.loss_, cfg.lam
+    n_rows, d = X.shape
+    n_act = int(np.count_nonzero(active))
+    rho = _row_norm_max(cfg, X, cache)
+    all_rows = bool(active.all())
+    Xa = X if all_rows else X[active]
+    z = Xa @ w
+    s_act = loss.d2(z, y if all_rows else y[active])
+    s_hat = np.zeros(n_rows)
+    s_hat[active] = s_act
+    Zt = (np.sqrt(s_act)[:, None] * Xa).T  # d × n′, a Fortran-contiguous view: no copy for BLAS
+    M = dsyrk(1.0, Zt, trans=0, lower=0)
+    M[np.diag_indices(d)] += lam * n_act
+    fro2 = float(np.einsum("ij,ij->", Xa, Xa))
+    s_max = float(np.max(s_act, initial=0.0))
+    gn = gamma_k(n_act + 2)
+    cache.w_anchor = np.array(w, dtype=np.float64, copy=True)
+    cache.s_hat = s_hat
+    cache.M = np.asfortranarray(M)
+    cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
+    cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
+    cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * float(np.linalg.norm(w)) + 8 * U * (1.0 + s_max)
+    if with_gram:
+        G = dsyrk(1.0, Xa.T, trans=0, lower=0) if gram is None else np.array(gram, dtype=np.float64, copy=True)
+        cache.G = np.asfortranarray(G)
+        cache.fro_G = _fro_sym_upper(cache.G) * (1.0 + 1e-10)
+        cache.eps_G = 1.01 * gn * fro2
+    elif with_gram is not None:
+        cache.G = None
+    cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
+    cache.refreshes += 1
+    cache.excess_cost = 0.0
+    cache.iter_cost = 0.0
+    cache.removals_since_refresh = 0
+
+
+def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *, track: bool) -> None:
+    """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, G ← G − Σ xⱼxⱼᵀ (rank-one updates
+    of the upper triangles, O(d²) per row, in place), reading only those rows. With ``track``, grow the rounding
+    bounds ε_M, ε_G (per update: u ‖result‖_F + 2u |α| ‖x‖² entrywise-summed, doubled)."""
+    assert cache.M is not None and cache.s_hat is not None
+    M, G = cache.M, cache.G
+    d = M.shape[0]
+    for j in idx:
+        xj = np.ascontiguousarray(X[j])
+        sj = float(cache.s_hat[j])
+        if sj != 0.0:
+            M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
+        if G is not None:
+            G = dsyr(-1.0, xj, lower=0, a=G, overwrite_a=1)
+        cache.s_hat[j] = 0.0
+        if track:
+            xx = float(xj @ xj)
+            cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 3.0 * sj * xx)
+            cache.eps_G += U * (2.0 * (cache.fro_G + 2.0 * cache.eps_G) + 3.0 * xx)
+    m = int(idx.size)
+    M[np.diag_indices(d)] -= lam * m
+    if track:
+        cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
+    cache.M, cache.G = M, G
+
+
+def _carry_start(cfg: CertifiedRemoval, state: ModelState, cache: NewtonCache | None, synced: bool,
+                 d: int) -> tuple[np.ndarray | None, float, float]:
+    """The carried measured error ē, its error bound and the bounded part S (tight mode with a cache), else None.
+
+    Out of sync (another state, or the first step) the carry restarts from the state's own bound: ē = 0,
+    S = β, which is valid because ‖u‖ ≤ β.
+    """
+    if cache is None or cfg.bound != "tight":
+        return None, 0.0, math.nan
+    if not synced or cache.carry_e is None or not math.isfinite(cache.carry_bound):
+        cache.carry_e = np.zeros(d)
+        cache.carry_err = 0.0
+        cache.carry_bound = float(state.residual_bound)
+    return cache.carry_e, cache.carry_err, cache.carry_bound
+
+
+def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | None, eps_old: float, S_old: float,
+                  err_e: float, bounded: float) -> tuple[float | None, float, float, float]:
+    """Close the step's accounting (docs/tighter_bounds.md §4).
+
+    ``e`` is the computed residual of the solved system (H v − rhs, or M v − rhs for ``anchor``) and ``err_e`` a
+    bound on its error (including that of Δ and of rhs = fl(Δ − ē_old)). Returns (accumulated bound or None,
+    ‖ē_new‖, ‖H v − Δ‖ as computed, its error bound) — the last two give the triangle-inequality step bound.
+    """
+    if e_old is None or cache is None:
+        return None, 0.0, float(np.linalg.norm(e)), err_e
+    e_delta = e - e_old  # H v − Δ
+    e_delta_norm = float(np.linalg.norm(e_delta))
+    err_step = err_e + 2 * U * e_delta_norm
+    carried = float(np.linalg.norm(e))
+    cache.carry_e = e
+    cache.carry_err = eps_old + err_e
+    cache.carry_bound = S_old + bounded
+    acc = (cache.carry_bound + carried + cache.carry_err) * evaluation_slack(e.size)
+    return acc, carried, e_delta_norm, err_step
+
+
 # -- solvers with the exact Hessian (cholesky, refine, pcg) --------------------------------------------------------
 
 
 def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
                        idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
-    """Newton step with the exact Hessian at w: measured solve error + remainder bound (module docstring)."""
+    """Newton step with the exact Hessian at w: measured solve error + remainder bound (module docstring).
+
+    ``refine``/``pcg``: the initial guess solves the downdated anchor system M v = Δ by a few O(d²) PCG
+    iterations (preconditioner: the cached factor F); the outer iterations (iterative refinement or PCG on the exact
+    H, preconditioner F, one Hessian-vector product = two data passes each) run only while the *measured* solve
+    error exceeds ``budget_share`` of the remainder bound.
+    """
     loss, lam = cfg.loss_, cfg.lam
     n_rows, d = X.shape
     n_new = int(np.count_nonzero(keep))
@@ -276,17 +442,26 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
 
     active_before = keep.copy()
     active_before[idx] = True
-    if cache is not None and cache.matches(X, w, active_before, "exact") and cache.z is not None:
+    synced = cache is not None and cache.matches(X, w, active_before, "exact") and cache.z is not None
+    if synced:
+        assert cache is not None and cache.z is not None
         z, eta = cache.z, cache.eta
     else:
-        if cache is not None and cache.kind not in (None, "exact"):
-            cache.reset()
         z = X @ w
         eta = gd * rho * float(np.linalg.norm(w))
         passes += 1
+        if cache is not None:
+            if cache.kind != "exact":
+                cache.reset()
+            cache.kind = "exact"
+            cache.M = None  # the downdated anchor system is only trusted in sync; F stays as a preconditioner
+            cache.s_hat = None
     if cache is not None:
         cache._mark_dirty()
-        cache.kind = "exact"
+    # tight accounting: solve H v = Δ − ē, correcting the carried measured error ē (docs/tighter_bounds.md §4)
+    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    rhs = Delta if e_old is None else Delta - e_old
+    err_rhs = err_Delta + (0.0 if e_old is None else U * float(np.linalg.norm(rhs)))
 
     s = np.where(keep, loss.d2(z, y), 0.0)
     s_max = float(np.max(s, initial=0.0))
@@ -308,24 +483,6 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         err = x_norm * g_err + gn * x_fro * g_norm + 2 * U * (lam_n * p_norm + float(np.linalg.norm(q)))
         return ap, q, err
 
-    # -- preconditioner / factorisation
-    refresh_cost = cm.hessian(n_new, d) + cm.cholesky(d) + cm.data_pass(n_rows, d)
-    if cfg.solver == "cholesky" or cache is None:
-        F = cho_factor(obj.hessian(w, X, y, loss, lam, mask=keep), check_finite=False)
-        passes += d / 4.0
-    else:
-        if cache.factor is None or _policy_due(cfg, cache, refresh_cost):
-            cache.refresh(obj.hessian(w, X, y, loss, lam, mask=keep))
-            cache.excess_cost = 0.0
-            cache.removals_since_refresh = 0
-            refreshed = "hessian"
-            passes += d / 4.0
-        assert cache.factor is not None
-        F = cache.factor
-
-    max_it = 0 if cfg.solver == "cholesky" or cache is None else cache.max_sweeps
-    rtol = cache.rtol if cache is not None else 1e-12
-    share = cache.budget_share if cache is not None else 1e-2
     lip_fn = getattr(loss, "d2_lipschitz_on", None)
     gamma_tight = float(getattr(loss, "gamma_exact", loss.gamma))
 
@@ -344,17 +501,62 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
             lip = gamma_tight
         return remainder_bound_tight(a_abs, lip, x_norm, rho)
 
-    def solve_from(F: tuple[np.ndarray, bool], max_it: int) -> tuple:
-        v = cho_solve(F, Delta, check_finite=False)
+    # -- preconditioner F and initial guess v₀
+    refresh_cost = cm.hessian(n_new, d) + cm.cholesky(d)
+    fresh = False
+    if cfg.solver == "cholesky" or cache is None:
+        F = cho_factor(obj.hessian(w, X, y, loss, lam, mask=keep), check_finite=False)
+        passes += d / 4.0
+        fresh = True
+    else:
+        if cache.factor is None or _policy_due(cfg, cache, refresh_cost):
+            build_anchor(cfg, w, X, y, keep, cache, with_gram=False)  # the exact Hessian on D′ at w
+            refreshed = "hessian"
+            passes += d / 4.0
+            fresh = True
+        elif cache.M is not None:
+            _downdate(cache, X, idx, lam, track=False)
+            if cache.iter_cost >= cm.cholesky(d):  # stale factor: refactorise the maintained M (no data pass)
+                cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
+                cache.refactorizations += 1
+                cache.iter_cost = 0.0
+                refreshed = "factor"
+        assert cache.factor is not None
+        F = cache.factor
+    max_it = 0 if cfg.solver == "cholesky" or cache is None else cache.max_sweeps
+    rtol = cache.rtol if cache is not None else 1e-12
+    share = cache.budget_share if cache is not None else 1e-2
+
+    carry_target = (cache.carry_share * cfg.budget) if (cache is not None and e_old is not None) else 0.0
+    v = cho_solve(F, rhs, check_finite=False)
+    if not fresh and cache is not None and cache.M is not None:
+        e_M = _mv(cache.M, v) - rhs
+        tol_in = max(rtol * delta_norm, 0.1 * max(share * cache.last_remainder, carry_target))
+        v, _, k_in = _dense_pcg(cache.M, F, rhs, v, e_M, tol_in, 4 * cache.max_sweeps)
+        cache.iter_cost += k_in * 2 * cm.dense_op(d)
+
+    def finish(v: np.ndarray, P: float, zeta_comb: float) -> tuple[np.ndarray, float, float, float]:
+        w_new = w + v
+        wn_new = float(np.linalg.norm(w_new))
+        v_ub = float(np.linalg.norm(v)) + 1.01 * U * wn_new  # ‖v_true‖, v_true = w_new − w exactly
+        zeta = 2.0 * (gd * rho * P + zeta_comb + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true|
+        return w_new, wn_new, v_ub, zeta
+
+    def solve_from(v: np.ndarray, max_it: int) -> tuple:
         a, q, errq = hvp(v)
-        e = q - Delta
-        err_e = errq + err_Delta + U * float(np.linalg.norm(e))
+        e = q - rhs  # = ē_new in tight accounting (H v − Δ + ē_old), = H v − Δ otherwise
+        err_e = errq + err_rhs + U * float(np.linalg.norm(e))
         P = float(np.linalg.norm(v))  # ‖v₀‖ + Σ|α|‖p‖ (for the matvec error of ã)
         zeta_comb = 0.0
         it = 0
         rz_old = 0.0
         p = np.zeros(d)
-        target = max(rtol * delta_norm, share * remainder(a, 0.0, P)[0])
+        w_new, wn_new, v_ub, zeta = finish(v, P, zeta_comb)
+        rem = None
+        target = max(rtol * delta_norm, carry_target)
+        if float(np.linalg.norm(e)) > target:
+            rem = remainder(a, zeta, v_ub)
+            target = max(target, share * rem[0])
         while float(np.linalg.norm(e)) > target and it < max_it:
             r = -e
             zc = cho_solve(F, r, check_finite=False)
@@ -376,41 +578,39 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
             vn = float(np.linalg.norm(v))
             err_e += (abs(alpha) * errp + 2 * U * (float(np.linalg.norm(e)) + abs(alpha) * float(np.linalg.norm(qp)))
                       + H_ub * 2 * U * (vn + pa))
-            zeta_comb += (2 * U * (float(np.max(np.abs(a), initial=0.0)) + abs(alpha) * float(np.max(np.abs(ap),
-                                                                                                         initial=0.0)))
-                          + 2 * U * rho * (vn + pa))
+            zeta_comb += (2 * U * (float(np.max(np.abs(a), initial=0.0))
+                                   + abs(alpha) * float(np.max(np.abs(ap), initial=0.0))) + 2 * U * rho * (vn + pa))
             it += 1
-            target = max(rtol * delta_norm, share * remainder(a, 0.0, P)[0])
-        return v, a, e, err_e, P, zeta_comb, it, target
+            w_new, wn_new, v_ub, zeta = finish(v, P, zeta_comb)
+            rem = remainder(a, zeta, v_ub)
+            target = max(rtol * delta_norm, carry_target, share * rem[0])
+        if rem is None:
+            rem = remainder(a, zeta, v_ub)
+        return v, a, e, err_e, w_new, wn_new, zeta, rem, it, target
 
-    v, a, e, err_e, P, zeta_comb, it, target = solve_from(F, max_it)
+    v, a, e, err_e, w_new, wn_new, zeta, rem_c, it, target = solve_from(v, max_it)
     passes += 2 + 2 * it
-    if (cache is not None and cfg.solver != "cholesky" and float(np.linalg.norm(e)) > target
-            and cfg.refresh != "never"):
-        # the preconditioner has gone stale: refresh it at the current point and solve again
-        cache.refresh(obj.hessian(w, X, y, loss, lam, mask=keep))
-        cache.excess_cost = 0.0
-        cache.removals_since_refresh = 0
+    if (cache is not None and not fresh and float(np.linalg.norm(e)) > target and cfg.refresh != "never"):
+        # the preconditioner has gone stale: rebuild the anchor system at the current point and solve again
+        build_anchor(cfg, w, X, y, keep, cache, with_gram=False)
         refreshed = "hessian"
         passes += d / 4.0
         assert cache.factor is not None
-        v, a, e, err_e, P, zeta_comb, it2, target = solve_from(cache.factor, 0)
+        F = cache.factor
+        v, a, e, err_e, w_new, wn_new, zeta, rem_c, it2, target = solve_from(cho_solve(F, rhs, check_finite=False), 0)
         passes += 2
         it += it2
+    rem, cands = rem_c
     if cache is not None:
         cache.sweeps_total += it
         if cfg.solver != "cholesky":
             cache.removals_since_refresh += 1
             cache.excess_cost += it * 2 * cm.data_pass(n_rows, d)
+        cache.last_remainder = rem
 
-    w_new = w + v
-    wn_new = float(np.linalg.norm(w_new))
-    v_ub = float(np.linalg.norm(v)) + 1.01 * U * wn_new  # ‖v_true‖, v_true = w_new − w exactly
-    zeta = 2.0 * (gd * rho * P + zeta_comb + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true|
     err_e = 2.0 * (err_e + H_ub * 1.01 * U * wn_new)
-    e_norm = float(np.linalg.norm(e))
-    rem, cands = remainder(a, zeta, v_ub)
-    step = rem + e_norm + err_e
+    acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err_e, rem)
+    step = rem + e_norm + err_step
 
     if cache is not None:  # advance the margins to w_new: X′w_new = z + a up to the tracked error
         z_new = z + a
@@ -418,9 +618,9 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         cache.eta = eta + zeta + 1.01 * U * float(np.max(np.abs(z_new), initial=0.0))
         cache._advance(X, w_new, keep)
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
-    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_e, remainder_bound=rem,
-                      mismatch_bound=0.0, worst_case=worst, iterations=it, refreshed=refreshed, data_passes=passes,
-                      candidates=cands)
+    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
+                      remainder_bound=rem, mismatch_bound=0.0, worst_case=worst, iterations=it, refreshed=refreshed,
+                      data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)
 
 
 # -- the no-data-pass solver (anchor) -------------------------------------------------------------------------------
@@ -431,52 +631,6 @@ def _fro_sym_upper(A: np.ndarray) -> float:
     up = np.triu(A)
     dg = np.diag(A)
     return math.sqrt(max(2.0 * float(np.einsum("ij,ij->", up, up)) - float(dg @ dg), 0.0))
-
-
-def build_anchor(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, active: np.ndarray,
-                 cache: NewtonCache, gram: np.ndarray | None = None) -> None:
-    """Form the anchor system at w_a = state.w on the rows ``active`` (one O(n d²) pass) and factorise it.
-
-    M̃ = fl(Zᵀ Z) + λ n′ I with Z = √ŝ ⊙ X′, ŝᵢ = fl(ℓ''(fl(xᵢᵀ w_a))) (stored; used again to downdate row i);
-    G̃ = fl(X′ᵀ X′) unless ``gram`` (a previously computed fl(X′ᵀX′) for exactly these rows) is given. Error bounds
-    (docs/tighter_bounds.md §7): ‖M̃ − M̂‖_F ≤ (γ_n + 6u) max ŝ ‖X′‖_F² + 2u(λ n′ √d + ‖M̃‖_F), with M̂ the exact
-    matrix for the stored ŝ; ‖G̃ − X′ᵀX′‖_F ≤ γ_n ‖X′‖_F²; |ŝᵢ − ℓ''(xᵢᵀw_a)| ≤ γ γ_d ρ ‖w_a‖ + 8u(1 + max ŝ).
-    """
-    loss, lam = cfg.loss_, cfg.lam
-    n_rows, d = X.shape
-    n_act = int(np.count_nonzero(active))
-    w = state.w
-    rho = _row_norm_max(cfg, X, cache)
-    all_rows = bool(active.all())
-    Xa = X if all_rows else X[active]
-    z = Xa @ w
-    s_act = loss.d2(z, y if all_rows else y[active])
-    s_hat = np.zeros(n_rows)
-    s_hat[active] = s_act
-    Zt = (np.sqrt(s_act)[:, None] * Xa).T  # d × n′, Fortran-contiguous view of a C array: no copy for BLAS
-    M = dsyrk(1.0, Zt, trans=0, lower=0)
-    M[np.diag_indices(d)] += lam * n_act
-    if gram is None:
-        G = dsyrk(1.0, Xa.T, trans=0, lower=0)
-    else:
-        G = np.array(gram, dtype=np.float64, order="F", copy=True)
-    fro2 = float(np.einsum("ij,ij->", Xa, Xa))
-    s_max = float(np.max(s_act, initial=0.0))
-    gn = gamma_k(n_act + 2)
-    cache.reset()
-    cache.kind = "anchor"
-    cache.row_norm_max = rho
-    cache.w_anchor = w.copy()
-    cache.s_hat = s_hat
-    cache.M = np.asfortranarray(M)
-    cache.G = np.asfortranarray(G)
-    cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
-    cache.fro_G = _fro_sym_upper(cache.G) * (1.0 + 1e-10)
-    cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
-    cache.eps_G = 1.01 * gn * fro2
-    cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * float(np.linalg.norm(w)) + 8 * U * (1.0 + s_max)
-    cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
-    cache.refreshes += 1
 
 
 def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
@@ -495,87 +649,67 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     active_before = keep.copy()
     active_before[idx] = True
     anchor_cost = cm.hessian(n_rows, d) + cm.cholesky(d) + cm.data_pass(n_rows, d)
-    if not cache.matches(X, w, active_before, "anchor") or _policy_due(cfg, cache, anchor_cost):
-        build_anchor(cfg, state, X, y, active_before, cache)
+    synced = cache.matches(X, w, active_before, "anchor") and cache.G is not None
+    if not synced or _policy_due(cfg, cache, anchor_cost):
+        if not synced:
+            cache.reset()
+            cache.kind = "anchor"
+        # a re-anchor keeps the Gram matrix (independent of w) and the carried accounting
+        build_anchor(cfg, w, X, y, active_before, cache, with_gram=True if not synced else None)
         refreshed = "anchor"
         passes += d / 2.0
     elif cache.iter_cost >= cm.cholesky(d):
+        assert cache.M is not None
         cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
         cache.refactorizations += 1
         cache.iter_cost = 0.0
         refreshed = "factor"
     cache._mark_dirty()
-    assert cache.M is not None and cache.G is not None and cache.s_hat is not None and cache.w_anchor is not None
+    assert cache.w_anchor is not None
     rho = _row_norm_max(cfg, X, cache)
     x_norm = _x_norm(state, n_rows, rho)
 
     Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
     delta_norm = float(np.linalg.norm(Delta))
-
-    # downdate M̃ and G̃ for the removed rows (rank-one updates of the upper triangles, in place)
+    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    rhs = Delta if e_old is None else Delta - e_old
+    err_rhs = err_Delta + (0.0 if e_old is None else U * float(np.linalg.norm(rhs)))
+    _downdate(cache, X, idx, lam, track=True)
     M, G = cache.M, cache.G
-    for j in idx:
-        xj = np.ascontiguousarray(X[j])
-        sj = float(cache.s_hat[j])
-        xx = float(xj @ xj)
-        if sj != 0.0:
-            M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
-        G = dsyr(-1.0, xj, lower=0, a=G, overwrite_a=1)
-        cache.s_hat[j] = 0.0
-        cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 3.0 * sj * xx)
-        cache.eps_G += U * (2.0 * (cache.fro_G + 2.0 * cache.eps_G) + 3.0 * xx)
-    M[np.diag_indices(d)] -= lam * m
-    cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
-    cache.M, cache.G = M, G
+    assert M is not None and G is not None
     fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
     fro_G = cache.fro_G + 2.0 * cache.eps_G
 
-    def mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return np.asarray(dsymv(1.0, A, x, lower=0))
-
-    # mismatch/remainder for the stopping rule, from the current iterate
     gamma = float(loss.gamma) if cfg.bound == "paper" else float(getattr(loss, "gamma_exact", loss.gamma))
     dw = w - cache.w_anchor
     dw_norm = float(np.linalg.norm(dw)) * (1.0 + 4 * U)
     gq = gamma_k(d + 2) * fro_G + cache.eps_G
-    c_sq = float(dw @ mv(G, dw)) + gq * dw_norm**2
-    c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
+    if dw_norm > 0.0:
+        c_sq = float(dw @ _mv(G, dw)) + gq * dw_norm**2
+        c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
+    else:
+        c_norm = 0.0
 
-    def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, float, dict[str, float]]:
+    def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float]]:
         v_ub = float(np.linalg.norm(v)) + 1.01 * U * w_new_norm
-        a_sq = float(v @ mv(G, v)) + gq * v_ub**2
+        a_sq = float(v @ _mv(G, v)) + gq * v_ub**2
         a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
         mis, rem, cands = anchor_bounds(gamma=gamma, tau=cache.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
                                         v_norm=v_ub, a_norm=a_norm, dw_norm=dw_norm, c_norm=c_norm, mode=cfg.bound)
-        return mis, rem, v_ub, a_norm, cands
+        return mis, rem, v_ub, cands
 
     F = cache.factor
     assert F is not None
-    v = cho_solve(F, Delta, check_finite=False)
-    e = mv(M, v) - Delta
-    it = 0
-    mis, rem, _, _, _ = terms(v, float(np.linalg.norm(w)))
+    v = cho_solve(F, rhs, check_finite=False)
+    e = _mv(M, v) - rhs
+    w_new = w + v
+    mis, rem, v_ub, cands = terms(v, float(np.linalg.norm(w_new)))
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
+    it = 0
     for attempt in range(2):
-        rz_old = 0.0
-        p = np.zeros(d)
-        k = 0
-        while float(np.linalg.norm(e)) > target and k < cache.max_sweeps:
-            r = -e
-            zc = cho_solve(F, r, check_finite=False)
-            rz = float(r @ zc)
-            p = zc if k == 0 else zc + (rz / rz_old) * p
-            rz_old = rz
-            qp = mv(M, p)
-            pq = float(p @ qp)
-            if not pq > 0.0:
-                break
-            alpha = rz / pq
-            v = v + alpha * p
-            e = e + alpha * qp
-            k += 1
+        v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
         it += k
-        cache.iter_cost += k * (cm.dense_op(d) * 2)
+        cache.iter_cost += k * 2 * cm.dense_op(d)
         if float(np.linalg.norm(e)) <= target or attempt == 1:
             break
         # stale preconditioner: refactorise the maintained M̃ (O(d³), no data pass) and solve again
@@ -583,20 +717,21 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         cache.refactorizations += 1
         cache.iter_cost = 0.0
         refreshed = refreshed or "factor"
-        v = cho_solve(F, Delta, check_finite=False)
-        e = mv(M, v) - Delta
+        v = cho_solve(F, rhs, check_finite=False)
+        e = _mv(M, v) - rhs
     cache.sweeps_total += it
-
-    w_new = w + v
+    if it:
+        w_new = w + v
+        e = _mv(M, v) - rhs  # measured directly for the final v
+        mis, rem, v_ub, cands = terms(v, float(np.linalg.norm(w_new)))
     wn_new = float(np.linalg.norm(w_new))
-    e = mv(M, v) - Delta  # measured directly for the final v
     e_norm = float(np.linalg.norm(e))
-    mis, rem, v_ub, a_norm, cands = terms(v, wn_new)
     vn = float(np.linalg.norm(v))
-    # ‖M̂ v_true − Δ‖ ≤ ‖ẽ‖ + symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of Δ̃
-    err = (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new + err_Delta)
-    err *= 2.0
-    step = e_norm + err + mis + rem
+    # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
+    err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
+                 + err_rhs)
+    acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
+    step = e_norm + err_step + mis + rem
 
     cache._advance(X, w_new, keep)
     cache.removals_since_refresh += 1
@@ -605,9 +740,9 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         kappa = cm.training(n_rows, d, state.train_iterations) / cfg.budget
         cache.excess_cost += kappa * mis
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
-    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err, remainder_bound=rem,
-                      mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed, data_passes=passes,
-                      candidates=cands)
+    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
+                      remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,
+                      data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)
 
 
 def compute_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
@@ -627,20 +762,25 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
                 cache: NewtonCache, gram: np.ndarray | None = None) -> None:
     """Prepare ``cache`` for removals from ``state`` (after training), so the first removal is fast.
 
-    ``anchor``: builds the anchor system (O(n d²)). ``refine``/``pcg``: factorises the Hessian and stores the
-    margins. ``cholesky``: stores the margins only.
+    ``anchor``: builds the anchor system with its Gram matrix (O(n d²)). ``refine``/``pcg``: builds the anchor
+    system (the Hessian at w) and stores the margins. ``cholesky``: stores the margins only.
     """
     cache.reset()
+    n_rows, d = X.shape
     if cfg.solver == "anchor":
-        build_anchor(cfg, state, X, y, active, cache, gram=gram)
+        cache.kind = "anchor"
+        build_anchor(cfg, state.w, X, y, active, cache, with_gram=True, gram=gram)
     else:
-        n_rows, d = X.shape
         rho = _row_norm_max(cfg, X, cache)
         cache.kind = "exact"
         cache.z = X @ state.w
         cache.eta = gamma_k(d + 2) * rho * float(np.linalg.norm(state.w))
         if cfg.solver != "cholesky":
-            cache.refresh(obj.hessian(state.w, X, y, cfg.loss_, cfg.lam, mask=None if active.all() else active))
+            build_anchor(cfg, state.w, X, y, active, cache, with_gram=False)
+    if cfg.bound == "tight":
+        cache.carry_e = np.zeros(d)
+        cache.carry_err = 0.0
+        cache.carry_bound = float(state.residual_bound)
     cache._advance(X, state.w, active)
 
 

@@ -131,5 +131,8 @@ def epsilon_spent(residual_bound: float, sigma: float, delta: float | None, nois
     if calibration == "analytic":
         from lethe.privacy import analytic_gaussian_epsilon
 
-        return float(analytic_gaussian_epsilon(delta, sigma, max(residual_bound, 0.0)))
+        if residual_bound <= 0.5 * delta * sigma:
+            # μ = β/σ ≤ δ/2: δ(0) = 2Φ(μ/2) − 1 ≤ μ/√(2π) < δ, so ε = 0 (this also keeps μ from underflowing to 0)
+            return 0.0
+        return float(analytic_gaussian_epsilon(delta, sigma, residual_bound))
     return residual_bound * gaussian_c(delta) / sigma

@@ -1,0 +1,237 @@
+"""Benchmark: faster and tighter certified removal than the paper (docs/tighter_bounds.md), side by side, one run.
+
+Prints, from one run on this machine (ratios, since these machines are noisy):
+
+1. MNIST 3 vs 8, λ = 1e-3, σ = 10, ε = 1, δ = 1e-4 — for each mode (bound × calibration × solver): retraining time
+   from scratch (Alg. 1, median of 3), median and mean (amortised: includes every refresh) time per single-row
+   removal, their ratio, test accuracy, and removals supported before the budget forces retraining. "measured":
+   random rows removed one at a time until the first retraining. "extrapolated": the budget would outlast the
+   removals run (for the tight bounds it would outlast the data set), so the count is K (ε′ − β₀)/(β_K − β₀) from
+   the accumulated bound β_K after K removals.
+2. Synthetic n-scaling of the O(d²) `anchor` solver (refresh="never": no data pass after training): median time per
+   removal at n and 10 n, with the O(nd) `pcg` solver for contrast.
+3. The best test accuracy at ε = 1, δ = 1e-4 supporting ≥ 1000 removals, for the paper's mode and ours: for each
+   λ of a grid, a probe (train at σ_ref, 200 removals) estimates the mean certified step; the smallest σ whose budget
+   covers 1000 such steps (× 1.25) is then *verified* by removing 1000 random rows one at a time without a
+   retraining (σ × 1.3 and retry otherwise); the test accuracy of that model is reported.
+4. The issue's targets, met or not.
+
+Run: ``python benchmarks/bench_fast_removal.py`` (about 10–15 minutes on 2 cores; ``--quick`` for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
+from lethe.datasets import load_mnist_binary
+
+EPS, DELTA = 1.0, 1e-4
+REF = dict(lam=1e-3, sigma=10.0, epsilon=EPS, delta=DELTA)
+
+MODES: list[tuple[str, dict[str, Any]]] = [
+    ("paper (Cor.1, c, cholesky)", dict(bound="paper", calibration="paper", solver="cholesky")),
+    ("paper bound, refine", dict(bound="paper", calibration="paper", solver="refine")),
+    ("paper bound + analytic", dict(bound="paper", calibration="analytic", solver="refine")),
+    ("tight bound + paper cal.", dict(bound="tight", calibration="paper", solver="pcg")),
+    ("tight + analytic, pcg", dict(bound="tight", calibration="analytic", solver="pcg")),
+    ("tight + analytic, refine", dict(bound="tight", calibration="analytic", solver="refine")),
+    ("anchor O(d2), auto", dict(bound="tight", calibration="analytic", solver="anchor", refresh="auto")),
+    ("anchor O(d2), never", dict(bound="tight", calibration="analytic", solver="anchor", refresh="never")),
+]
+
+
+def accuracy(w: np.ndarray, Xt: np.ndarray, yt: np.ndarray) -> float:
+    return float(np.mean(np.where(Xt @ w > 0, 1.0, -1.0) == yt))
+
+
+def retrain_seconds(mech: CertifiedRemoval, X: np.ndarray, y: np.ndarray, reps: int = 3) -> float:
+    """Alg. 1 from scratch (what Alg. 2 does when the budget is spent), median of ``reps``."""
+    out = []
+    for r in range(reps):
+        t0 = time.perf_counter()
+        mech.train(X, y, random_state=100 + r)
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def run_removals(mech: CertifiedRemoval, X: np.ndarray, y: np.ndarray, order: np.ndarray, k: int,
+                 seed: int = 0) -> dict[str, Any]:
+    """Remove ``order[:k]`` one row at a time until the first retraining (or k)."""
+    cache = NewtonCache()
+    t0 = time.perf_counter()
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    setup = time.perf_counter() - t0
+    w0, beta0 = state.w.copy(), state.residual_bound
+    active = np.ones(X.shape[0], dtype=bool)
+    times, refreshes, done, hit = [], 0, 0, False
+    for i in order[:k]:
+        state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=seed + 1,
+                                  check_input=False)
+        active[i] = False
+        times.append(cert.seconds)
+        if cert.retrained:
+            hit = True
+            break
+        refreshes += bool(cert.refreshed)
+        done += 1
+    budget = mech.budget
+    if hit:
+        supported, how = done, "measured"
+    else:
+        spent = state.residual_bound - beta0
+        supported, how = (int(done * (budget - beta0) / spent) if spent > 0 else 10**9), f"extrapolated from {done}"
+    times_ok = times[:-1] if hit else times
+    return dict(w0=w0, setup=setup, median=float(np.median(times_ok)), mean=float(np.mean(times_ok)),
+                supported=supported, how=how, budget=budget, beta0=beta0, refreshes=refreshes, removed=done,
+                state=state)
+
+
+def part1(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
+    n, d = X.shape
+    print(f"\n== 1. MNIST 3 vs 8: n = {n}, d = {d}, test = {Xt.shape[0]}; lambda = {REF['lam']}, sigma = "
+          f"{REF['sigma']}, eps = {EPS}, delta = {DELTA}")
+    order = np.random.default_rng(1).permutation(n)
+    k_tight = 300 if quick else 2000
+    caps = {"paper (Cor.1, c, cholesky)": 10 if quick else 25, "paper bound, refine": n,
+            "paper bound + analytic": n, "tight bound + paper cal.": k_tight, "tight + analytic, pcg": k_tight,
+            "tight + analytic, refine": k_tight // 2, "anchor O(d2), auto": 400 if quick else n,
+            "anchor O(d2), never": 400 if quick else n}
+    retrain_cache: dict[str, float] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for name, kw in MODES:
+        mech = CertifiedRemoval(**REF, **kw)
+        if mech.calibration not in retrain_cache:
+            retrain_cache[mech.calibration] = retrain_seconds(mech, X, y, reps=1 if quick else 3)
+        r = run_removals(mech, X, y, order, caps[name])
+        r["retrain"] = retrain_cache[mech.calibration]
+        r["acc"] = accuracy(r["w0"], Xt, yt)
+        if name.startswith("paper (Cor.1"):
+            r["how"] = "timing only"
+        results[name] = r
+    # the paper-faithful count is the same Cor. 1 bound; it is counted with the refine solver (measured solve error
+    # ≤ 1 % of the bound) because rebuilding the Hessian for each of ~250 removals would take minutes
+    results["paper (Cor.1, c, cholesky)"]["supported"] = results["paper bound, refine"]["supported"]
+    results["paper (Cor.1, c, cholesky)"]["how"] = "= paper bound, refine"
+    base = results["paper (Cor.1, c, cholesky)"]["supported"]
+    print(f"{'mode':<28}{'retrain s':>10}{'median ms':>11}{'mean ms':>9}{'retrain/':>10}{'test acc':>9}"
+          f"{'budget':>8}{'removals supported':>36}{'x paper':>9}")
+    print(f"{'':<28}{'':>10}{'':>11}{'':>9}{'median':>10}")
+    for name, r in results.items():
+        print(f"{name:<28}{r['retrain']:>10.2f}{1e3 * r['median']:>11.2f}{1e3 * r['mean']:>9.2f}"
+              f"{r['retrain'] / r['median']:>10.0f}{r['acc']:>9.4f}{r['budget']:>8.3f}"
+              f"{r['supported']:>10d} ({r['how']})".ljust(36 + 75) + f"{r['supported'] / base:>9.1f}")
+    a = results["anchor O(d2), auto"]
+    print(f"anchor setup (one O(n d^2) pass at training): {a['setup']:.2f} s incl. training; refreshes during the run: "
+          f"auto {a['refreshes']}, never {results['anchor O(d2), never']['refreshes']} (no data pass)")
+    return results
+
+
+def synthetic(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    w = rng.normal(size=d) * 3.0
+    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-X @ w)), 1.0, -1.0)
+    return X, y
+
+
+def part2(quick: bool) -> dict[str, float]:
+    d = 200
+    ns = (2000, 20000) if quick else (10000, 100000)
+    k = 100 if quick else 300
+    print(f"\n== 2. n-scaling, synthetic: d = {d}, n = {ns[0]} and {ns[1]}; lambda = 1e-3, sigma = 10; {k} removals")
+    out: dict[str, float] = {}
+    print(f"{'solver':<22}" + "".join(f"{'median ms n=' + str(n):>22}" for n in ns) + f"{'ratio':>8}")
+    for solver, refresh in (("anchor", "never"), ("pcg", "auto")):
+        med = []
+        for n in ns:
+            X, y = synthetic(n, d, seed=n)
+            mech = CertifiedRemoval(**REF, bound="tight", calibration="analytic", solver=solver, refresh=refresh)
+            r = run_removals(mech, X, y, np.random.default_rng(2).permutation(n), k)
+            med.append(r["median"])
+        out[solver] = med[1] / med[0]
+        print(f"{solver + ' (' + refresh + ')':<22}" + "".join(f"{1e3 * m:>22.3f}" for m in med) +
+              f"{med[1] / med[0]:>8.2f}")
+    return out
+
+
+def verified_sigma(kw: dict[str, Any], lam: float, X, y, Xt, yt, order, need: int, quick: bool) -> dict[str, Any]:
+    sigma_ref = 1.0
+    probe = 50 if quick else 200
+    mech = CertifiedRemoval(lam=lam, sigma=sigma_ref, epsilon=EPS, delta=DELTA, **kw)
+    r = run_removals(mech, X, y, order, probe)
+    mean_step = (r["state"].residual_bound - r["beta0"]) / max(r["removed"], 1) if r["removed"] else math.inf
+    if r["how"] == "measured" and r["removed"] < probe:  # budget hit during the probe: steps measured so far
+        mean_step = max(mean_step, r["budget"] / max(r["removed"], 1))
+    sigma = sigma_ref * 1.25 * (need * mean_step) / (r["budget"] * (1 - 1e-3))
+    for _ in range(4):
+        mech = CertifiedRemoval(lam=lam, sigma=sigma, epsilon=EPS, delta=DELTA, **kw)
+        v = run_removals(mech, X, y, order, need)
+        if v["removed"] >= need:
+            return dict(lam=lam, sigma=sigma, acc=accuracy(v["w0"], Xt, yt), acc_after=accuracy(v["state"].w, Xt, yt),
+                        removed=v["removed"], median=v["median"])
+        sigma *= 1.3
+    return dict(lam=lam, sigma=math.nan, acc=math.nan, acc_after=math.nan, removed=0, median=math.nan)
+
+
+def part3(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
+    need = 200 if quick else 1000
+    lams = (3e-4, 1e-3) if quick else (1e-4, 3e-4, 1e-3, 3e-3)
+    print(f"\n== 3. best test accuracy at eps = {EPS}, delta = {DELTA} with >= {need} removals "
+          f"(verified: {need} single-row removals without retraining)")
+    order = np.random.default_rng(3).permutation(X.shape[0])
+    modes = {"paper": dict(bound="paper", calibration="paper", solver="refine"),
+             "ours": dict(bound="tight", calibration="analytic", solver="pcg")}
+    best: dict[str, dict[str, Any]] = {}
+    print(f"{'mode':<8}{'lambda':>9}{'sigma':>10}{'test acc':>10}{'acc after':>11}{'removals':>10}")
+    for name, kw in modes.items():
+        for lam in lams:
+            r = verified_sigma(kw, lam, X, y, Xt, yt, order, need, quick)
+            print(f"{name:<8}{lam:>9.0e}{r['sigma']:>10.3g}{r['acc']:>10.4f}{r['acc_after']:>11.4f}{r['removed']:>10d}")
+            if not math.isnan(r["acc"]) and r["acc"] > best.get(name, {"acc": -1.0})["acc"]:
+                best[name] = r
+    for name, r in best.items():
+        print(f"best {name}: test accuracy {r['acc']:.4f} at lambda = {r['lam']:.0e}, sigma = {r['sigma']:.3g} "
+              f"({r['removed']} removals verified)")
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small smoke run (not the reported figures)")
+    args = ap.parse_args()
+    t_start = time.perf_counter()
+    X, y, Xt, yt = load_mnist_binary(3, 8)
+    res = part1(X, y, Xt, yt, args.quick)
+    scale = part2(args.quick)
+    best = part3(X, y, Xt, yt, args.quick)
+    paper, tight, anchor = (res["paper (Cor.1, c, cholesky)"], res["tight + analytic, pcg"],
+                            res["anchor O(d2), never"])
+    print("\n== 4. targets (same machine, same run)")
+    checks = [
+        ("tightest mode supports >= 10x the paper's removals",
+         f"{tight['supported']} vs {paper['supported']} = {tight['supported'] / paper['supported']:.0f}x",
+         tight["supported"] >= 10 * paper["supported"]),
+        ("tightest mode: removal <= 1/100 of retraining",
+         f"1/{tight['retrain'] / tight['median']:.0f} (median)", tight["retrain"] / tight["median"] >= 100),
+        ("O(d^2) mode: removal <= 1/1000 of retraining",
+         f"1/{anchor['retrain'] / anchor['median']:.0f} (median)", anchor["retrain"] / anchor["median"] >= 1000),
+        ("O(d^2) mode: time grows < 2x for 10x n", f"{scale['anchor']:.2f}x", scale["anchor"] < 2.0),
+        (">= 96% test accuracy with >= 1000 removals (ours)",
+         f"{best.get('ours', {}).get('acc', math.nan):.4f}", best.get("ours", {}).get("acc", 0.0) >= 0.96),
+    ]
+    for what, value, ok in checks:
+        print(f"  [{'met' if ok else 'NOT met'}] {what}: {value}")
+    print(f"  paper mode, best accuracy with >= 1000 removals: {best.get('paper', {}).get('acc', math.nan):.4f}")
+    print(f"total benchmark time: {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
