@@ -212,3 +212,13 @@ def test_loading_a_file_without_the_new_parameters_keeps_the_paper_mode(tmp_path
     other = CertifiedLogisticRegression.load(path)
     assert (other.bound, other.calibration, other.refresh) == ("paper", "paper", "auto")
     np.testing.assert_array_equal(other.coef_, clf.coef_)
+
+
+def test_certificates_are_strict_json():
+    import json
+
+    X, y = _data()
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    for cert in [clf.fit_certificates_[0], clf.remove([1])]:
+        text = json.dumps(cert.to_dict(), allow_nan=False)  # raises on NaN/Infinity
+        assert json.loads(text)["epsilon"] == cert.epsilon

@@ -138,10 +138,11 @@ class Certificate:
     carried_error: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
+        """A strictly JSON-serialisable dict: non-finite numbers (e.g. an undefined worst-case bound) become ``None``
+        (standard JSON, and PostgreSQL's JSON type, have no NaN or Infinity)."""
         d = dataclasses.asdict(self)
         d["removed_indices"] = list(self.removed_indices)
-        return d
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
