@@ -35,7 +35,7 @@ def main() -> None:
     cert0 = clf.fit_certificates_[0]
     acc0 = clf.score(Xt, yt)
     print(f"Trained in {t_train:.2f} s: test accuracy {acc0:.4f}; removal budget eps' = {cert0.budget:.4f} "
-          f"(sigma*eps/c), training residual {cert0.residual_bound:.2e}")
+          f"(bound={clf.bound}, calibration={clf.calibration}), training residual {cert0.residual_bound:.2e}")
 
     rng = np.random.default_rng(1)
     random_rows = rng.choice(X.shape[0], size=100, replace=False)
