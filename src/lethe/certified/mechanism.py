@@ -158,9 +158,10 @@ def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
     bad = np.flatnonzero((idx < 0) | (idx >= n))
     if bad.size:
         raise ValueError(f"indices must be in [0, {n}). Found {int(idx[bad[0]])}.")
-    uniq, counts = np.unique(idx, return_counts=True)
-    if np.any(counts > 1):
-        raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
+    if idx.size > 1:
+        uniq, counts = np.unique(idx, return_counts=True)
+        if np.any(counts > 1):
+            raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
     gone = np.flatnonzero(~active[idx])
     if gone.size:
         raise ValueError(f"Row {int(idx[gone[0]])} was already removed.")
@@ -490,7 +491,6 @@ class CertifiedRemoval:
         if X.shape[1] != state.w.shape[0]:
             raise ValueError(f"X must have {state.w.shape[0]} features. Found {X.shape[1]}.")
         idx = _check_indices(indices, n_rows, active)
-        rng = check_random_state(random_state)
         keep = active.copy()
         keep[idx] = False
         new, r = self._propose(state, X, y, keep, idx, cache)
@@ -499,7 +499,7 @@ class CertifiedRemoval:
             return new, self._certificate("remove", new, step=r.step_bound, retrained=False, removed=removed,
                                           worst=r.worst_case, solve_error=r.solve_error,
                                           seconds=time.perf_counter() - t0, result=r)
-        new = self.retrain(state, X, y, keep, rng, cache)
+        new = self.retrain(state, X, y, keep, check_random_state(random_state), cache)
         return new, self._certificate("retrain", new, step=r.step_bound, retrained=True, removed=removed,
                                       worst=r.worst_case, solve_error=r.solve_error,
                                       seconds=time.perf_counter() - t0, result=r)

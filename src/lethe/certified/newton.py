@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.linalg import cho_factor
-from scipy.linalg.blas import dsymv, dsyr, dsyrk, dtrsv
+from scipy.linalg import LinAlgError, cho_factor
+from scipy.linalg.blas import dsymv, dsyr, dsyrk, dtrsv, strsv
 
 from lethe.certified import objective as obj
 from lethe.certified.bounds import (
@@ -272,13 +272,35 @@ def _policy_due(cfg: CertifiedRemoval, cache: NewtonCache, refresh_cost: float) 
 
 
 def cho_solve(F: tuple[np.ndarray, bool], b: np.ndarray, check_finite: bool = False) -> np.ndarray:
-    """Solve with a Cholesky factor from :func:`scipy.linalg.cho_factor` by two BLAS triangular solves (the
-    LAPACK wrapper's overhead is significant at O(d²) per removal). Used only for preconditioners and initial
-    guesses: certificates never rely on the accuracy of this solve."""
+    """Solve with a Cholesky factor (from :func:`scipy.linalg.cho_factor` or :func:`precond_factor`) by two BLAS
+    triangular solves (the LAPACK wrapper's overhead is significant at O(d²) per removal). Used only for
+    preconditioners and initial guesses: certificates never rely on the accuracy of this solve."""
     c, lower = F
+    if c.dtype == np.float32:
+        b32 = np.asarray(b, dtype=np.float32)
+        if lower:
+            return np.asarray(strsv(c, strsv(c, b32, lower=1, trans=0), lower=1, trans=1), dtype=np.float64)
+        return np.asarray(strsv(c, strsv(c, b32, lower=0, trans=1), lower=0, trans=0), dtype=np.float64)
     if lower:
         return np.asarray(dtrsv(c, dtrsv(c, b, lower=1, trans=0), lower=1, trans=1))
     return np.asarray(dtrsv(c, dtrsv(c, b, lower=0, trans=1), lower=0, trans=0))
+
+
+def precond_factor(M: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Cholesky factor of the symmetric matrix in the upper triangle of M, stored in float32 (half the memory
+    traffic per solve), for use as a preconditioner only. Should the factorisation fail (M numerically
+    indefinite after many downdates), a growing multiple of the identity is added: any SPD matrix is a valid
+    preconditioner, and certificates never depend on it."""
+    jitter = 0.0
+    scale = float(np.max(np.abs(np.diag(M)), initial=1.0))
+    for _ in range(8):
+        try:
+            A = M if jitter == 0.0 else M + jitter * np.eye(M.shape[0])
+            c, lower = cho_factor(A, lower=False, check_finite=False)
+            return np.asfortranarray(np.triu(c), dtype=np.float32), lower
+        except LinAlgError:
+            jitter = max(jitter * 100.0, 1e-10 * scale)
+    raise LinAlgError("The anchor matrix could not be factorised even with a diagonal shift.")
 
 
 def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -352,7 +374,7 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
         cache.eps_G = 1.01 * gn * fro2
     elif with_gram is not None:
         cache.G = None
-    cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
+    cache.factor = precond_factor(cache.M)
     cache.refreshes += 1
     cache.excess_cost = 0.0
     cache.iter_cost = 0.0
@@ -527,7 +549,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         elif cache.M is not None:
             _downdate(cache, X, idx, lam, track=False)
             if cache.iter_cost >= cm.cholesky(d):  # stale factor: refactorise the maintained M (no data pass)
-                cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
+                cache.factor = precond_factor(cache.M)
                 cache.refactorizations += 1
                 cache.iter_cost = 0.0
                 refreshed = "factor"
@@ -670,7 +692,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         passes += d / 2.0
     elif cache.iter_cost >= cm.cholesky(d):
         assert cache.M is not None
-        cache.factor = cho_factor(cache.M, lower=False, check_finite=False)
+        cache.factor = precond_factor(cache.M)
         cache.refactorizations += 1
         cache.iter_cost = 0.0
         refreshed = "factor"
@@ -725,7 +747,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         if float(np.linalg.norm(e)) <= target or attempt == 1:
             break
         # stale preconditioner: refactorise the maintained M̃ (O(d³), no data pass) and solve again
-        cache.factor = F = cho_factor(M, lower=False, check_finite=False)
+        cache.factor = F = precond_factor(M)
         cache.refactorizations += 1
         cache.iter_cost = 0.0
         refreshed = refreshed or "factor"

@@ -134,5 +134,49 @@ def epsilon_spent(residual_bound: float, sigma: float, delta: float | None, nois
         if residual_bound <= 0.5 * delta * sigma:
             # μ = β/σ ≤ δ/2: δ(0) = 2Φ(μ/2) − 1 ≤ μ/√(2π) < δ, so ε = 0 (this also keeps μ from underflowing to 0)
             return 0.0
+        try:
+            eps = _fast_analytic_epsilon(delta, residual_bound / sigma)
+        except (OverflowError, ZeroDivisionError, ValueError):  # extreme regimes: use the exact root-finder
+            eps = None
+        if eps is not None and gaussian_delta_exact(eps, sigma, residual_bound) <= delta:
+            return eps  # verified against the exact profile of lethe.privacy
         return float(analytic_gaussian_epsilon(delta, sigma, residual_bound))
     return residual_bound * gaussian_c(delta) / sigma
+
+
+def _phi(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _fast_analytic_epsilon(delta: float, mu: float) -> float | None:
+    """A candidate for the smallest ε with δ(ε; μ) ≤ δ, by Newton's method on log δ (d log δ/dε = −e^ε Φ(b)/δ,
+    b = −μ/2 − ε/μ) safeguarded by bisection, in plain double precision, padded up by 1e-9 relative. The caller
+    verifies it against the exact profile (per-certificate cost ~0.03 ms instead of a bracketing root-finder's
+    ~0.2 ms); ``None`` if the iteration fails (the caller then uses :func:`lethe.privacy.analytic_gaussian_epsilon`).
+    """
+    def dlt(e: float) -> float:
+        return _phi(mu / 2 - e / mu) - math.exp(e) * _phi(-mu / 2 - e / mu)
+
+    if dlt(0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, max(mu * mu / 2 + mu * math.sqrt(2 * math.log(1.25 / delta)), 1e-12)
+    for _ in range(60):
+        if dlt(hi) <= delta:
+            break
+        lo, hi = hi, 2 * hi
+    else:
+        return None
+    e = hi
+    for _ in range(100):
+        d = dlt(e)
+        if d <= delta:
+            hi = e
+        else:
+            lo = e
+        if hi - lo <= 1e-12 * hi:
+            break
+        slope = -math.exp(e) * _phi(-mu / 2 - e / mu)
+        step = (d - delta) / slope if slope < 0 else math.inf
+        e_new = e - step
+        e = e_new if lo < e_new < hi else 0.5 * (lo + hi)
+    return hi * (1.0 + 1e-9) if math.isfinite(hi) else None
