@@ -71,3 +71,11 @@ def check_finite_matrix(name: str, X: Any, *, ndim: int = 2) -> np.ndarray:
         bad = np.argwhere(~np.isfinite(A))[0]
         raise ValueError(f"{name} must contain only finite values. Found {A[tuple(bad)]} at index {tuple(bad)}.")
     return A
+
+
+def check_renyi_order(name: str, q: Any) -> float:
+    """A Rényi order q > 1 (finite)."""
+    q = check_positive(name, q)
+    if q <= 1.0:
+        raise ValueError(f"{name} (Rényi order) must be > 1. Found {q}.")
+    return q

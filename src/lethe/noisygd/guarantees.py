@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
+from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int, check_renyi_order
 from lethe.privacy.rdp import gaussian_rdp, rdp_to_dp, rdp_to_dp_tight
 
 __all__ = [
@@ -36,11 +36,6 @@ __all__ = [
 ]
 
 
-def _check_order(q: float) -> float:
-    q = check_positive("q", q)
-    if q <= 1.0:
-        raise ValueError(f"q (Rényi order) must be > 1. Found {q}.")
-    return q
 
 
 def _check_steps(name: str, k: object) -> int:
@@ -63,7 +58,7 @@ def noisy_gd_rdp(q: float, *, lipschitz: float, sigma2: float, eta: float, n: in
     >>> noisy_gd_rdp(2.0, lipschitz=1.0, sigma2=0.5, eta=0.1, n=10, n_steps=50)
     0.2
     """
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     lipschitz = check_positive("lipschitz", lipschitz)
     sigma2 = check_positive("sigma2", sigma2)
     eta = check_positive("eta", eta)
@@ -86,7 +81,7 @@ def noisy_gd_rdp_convex(
     ...                           n_steps=10**6), 12)
     2.0
     """
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     lipschitz = check_positive("lipschitz", lipschitz)
     smoothness = check_nonnegative("smoothness", smoothness)
     lam = check_positive("lam", lam)
@@ -147,7 +142,7 @@ def membership_advantage_bound(q: float, epsilon: float) -> float:
     >>> b == 1000 / 999 * math.exp(0.1 * 999 / 1000) * 1998 ** (1 / 1000) - 1, round(b, 4)
     (True, 0.1146)
     """
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     epsilon = check_nonnegative("epsilon", epsilon)
     pinsker = math.sqrt(2.0 * epsilon)
     conversion = q / (q - 1.0) * math.exp(epsilon * (q - 1.0) / q) * (2.0 * (q - 1.0)) ** (1.0 / q) - 1.0
@@ -165,7 +160,7 @@ def deletion_privacy_to_dp(q: float, epsilon: float, delta: float, *, tight: boo
     >>> round(deletion_privacy_to_dp(11.0, 0.5, 1e-5), 6)
     1.651293
     """
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     epsilon = check_nonnegative("epsilon", epsilon)
     delta = check_open_unit("delta", delta)
     return rdp_to_dp_tight(q, epsilon, delta) if tight else rdp_to_dp(q, epsilon, delta)

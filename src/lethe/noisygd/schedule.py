@@ -32,7 +32,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lethe._validation import check_nonnegative, check_positive, check_positive_int
+from lethe._validation import check_nonnegative, check_positive, check_positive_int, check_renyi_order
 
 __all__ = [
     "ConvexSchedule",
@@ -46,11 +46,6 @@ __all__ = [
 ]
 
 
-def _check_order(q: Any) -> float:
-    q = check_positive("q", q)
-    if q <= 1.0:
-        raise ValueError(f"q (Rényi order) must be > 1. Found {q}.")
-    return q
 
 
 def _ceil_steps(x: float) -> int:
@@ -121,7 +116,7 @@ def convex_deletion_epsilon(
     True
     """
     k = _check_steps("k_unlearn", k_unlearn)
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     lipschitz = check_positive("lipschitz", lipschitz)
     smoothness = check_nonnegative("smoothness", smoothness)
     lam = check_positive("lam", lam)
@@ -152,7 +147,7 @@ def convex_unlearning_steps(
     8
     """
     epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     lipschitz = check_positive("lipschitz", lipschitz)
     smoothness = check_nonnegative("smoothness", smoothness)
     lam = check_positive("lam", lam)
@@ -179,7 +174,7 @@ def convex_excess_risk_bound(*, q: float, lipschitz: float, smoothness: float, l
     >>> convex_excess_risk_bound(q=2.0, lipschitz=1.0, smoothness=1.0, lam=1.0, epsilon_dp=1.0, n=10, d=3)
     1.2
     """
-    q = _check_order(q)
+    q = check_renyi_order("q", q)
     lipschitz = check_positive("lipschitz", lipschitz)
     smoothness = check_positive("smoothness", smoothness)
     lam = check_positive("lam", lam)
@@ -290,19 +285,8 @@ def convex_schedule(
     >>> s.kappa, s.eta, s.k_unlearn, s.k_unlearn == math.ceil(4 * 26 * math.log(10))
     (26.0, 1.923076923076923, 240, True)
     """
-    lipschitz = check_positive("lipschitz", lipschitz)
-    smoothness = check_positive("smoothness", smoothness)
-    lam = check_positive("lam", lam)
-    n = check_positive_int("n", n)
-    d = check_positive_int("d", d)
-    r = check_positive_int("r", r)
-    if r > n:
-        raise ValueError(f"r must be <= n = {n}. Found {r}.")
-    q = _check_order(q)
-    epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
-    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
-    if epsilon_dd > epsilon_dp:
-        raise ValueError(f"epsilon_dd must be <= epsilon_dp = {epsilon_dp} (Thm 5.1). Found {epsilon_dd}.")
+    lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd = _check_schedule_inputs(
+        lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd, theorem="5.1")
 
     kappa = (lam + smoothness) / lam
     eta = 1.0 / (2.0 * (lam + smoothness))
@@ -372,6 +356,27 @@ def nonconvex_excess_risk_bound(
         + epsilon_dd * B * sigma2 * (2.0 * lam + smoothness) / lam
         + d * sigma2 / 2.0 * (math.log((smoothness + lam) / lam) + 2.0 * math.sqrt(B))
     )
+
+
+def _check_schedule_inputs(lipschitz: Any, smoothness: Any, lam: Any, n: Any, d: Any, r: Any, q: Any,
+                           epsilon_dp: Any, epsilon_dd: Any, *,
+                           theorem: str) -> tuple[float, float, float, int, int, int, float, float, float]:
+    """The checks shared by the schedules of Theorems 5.1 and 5.2 (constants > 0, 1 <= r <= n, q > 1,
+    0 < ε_dd <= ε_dp)."""
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_positive("smoothness", smoothness)
+    lam = check_positive("lam", lam)
+    n = check_positive_int("n", n)
+    d = check_positive_int("d", d)
+    r = check_positive_int("r", r)
+    if r > n:
+        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    q = check_renyi_order("q", q)
+    epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
+    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
+    if epsilon_dd > epsilon_dp:
+        raise ValueError(f"epsilon_dd must be <= epsilon_dp = {epsilon_dp} (Thm {theorem}). Found {epsilon_dd}.")
+    return lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd
 
 
 def _check_B(B: Any) -> float:
@@ -475,20 +480,9 @@ def nonconvex_schedule(
     >>> s.k_learn == math.ceil(2 * math.e / s.eta * math.log(2.0 / 0.5))
     True
     """
-    lipschitz = check_positive("lipschitz", lipschitz)
-    smoothness = check_positive("smoothness", smoothness)
-    lam = check_positive("lam", lam)
     B = _check_B(B)
-    n = check_positive_int("n", n)
-    d = check_positive_int("d", d)
-    r = check_positive_int("r", r)
-    if r > n:
-        raise ValueError(f"r must be <= n = {n}. Found {r}.")
-    q = _check_order(q)
-    epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
-    epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
-    if epsilon_dd > epsilon_dp:
-        raise ValueError(f"epsilon_dd must be <= epsilon_dp = {epsilon_dp} (Thm 5.2). Found {epsilon_dd}.")
+    lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd = _check_schedule_inputs(
+        lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd, theorem="5.2")
     if not d > epsilon_dp:
         raise ValueError(f"d must be > epsilon_dp = {epsilon_dp} (Thm 5.2). Found {d}.")
 
