@@ -168,21 +168,27 @@ def part2(quick: bool) -> dict[str, float]:
 
 
 def verified_sigma(kw: dict[str, Any], lam: float, X, y, Xt, yt, order, need: int, quick: bool) -> dict[str, Any]:
+    """Smallest σ found whose model supports ``need`` removals (verified), or the most removals reached."""
     sigma_ref = 1.0
     probe = 50 if quick else 200
     mech = CertifiedRemoval(lam=lam, sigma=sigma_ref, epsilon=EPS, delta=DELTA, **kw)
     r = run_removals(mech, X, y, order, probe)
     # mean increase of the certified bound per removal (the step that forced a retraining counts in full)
     sigma = sigma_ref * 1.25 * (need * r["mean_increment"]) / (r["budget"] * (1 - 1e-3))
+    most, most_sigma = 0, math.nan
     for _ in range(6):
         mech = CertifiedRemoval(lam=lam, sigma=sigma, epsilon=EPS, delta=DELTA, **kw)
         v = run_removals(mech, X, y, order, need)
         if v["removed"] >= need:
             return dict(lam=lam, sigma=sigma, acc=accuracy(v["w0"], Xt, yt), acc_after=accuracy(v["state"].w, Xt, yt),
                         removed=v["removed"], median=v["median"])
-        # the certified steps grow with σ (w moves further from the data's optimum): re-estimate at this σ
+        if v["removed"] <= most:  # more noise no longer buys removals: the target is out of reach at this λ
+            break
+        most, most_sigma = v["removed"], sigma
+        # the certified steps grow with σ (w moves away from the data's optimum): re-estimate at this σ
         sigma = max(sigma * 1.3, sigma * 1.25 * (need * v["mean_increment"]) / (v["budget"] * (1 - 1e-3)))
-    return dict(lam=lam, sigma=math.nan, acc=math.nan, acc_after=math.nan, removed=0, median=math.nan)
+    return dict(lam=lam, sigma=math.nan, acc=math.nan, acc_after=math.nan, removed=most, median=math.nan,
+                most_sigma=most_sigma)
 
 
 def part3(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
@@ -198,6 +204,10 @@ def part3(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
     for name, kw in modes.items():
         for lam in lams:
             r = verified_sigma(kw, lam, X, y, Xt, yt, order, need, quick)
+            if math.isnan(r["sigma"]):
+                print(f"{name:<8}{lam:>9.0e}   not reachable: at most {r['removed']} removals (sigma = "
+                      f"{r['most_sigma']:.3g}; more noise lowered the count)")
+                continue
             print(f"{name:<8}{lam:>9.0e}{r['sigma']:>10.3g}{r['acc']:>10.4f}{r['acc_after']:>11.4f}{r['removed']:>10d}")
             if not math.isnan(r["acc"]) and r["acc"] > best.get(name, {"acc": -1.0})["acc"]:
                 best[name] = r

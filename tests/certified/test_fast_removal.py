@@ -135,8 +135,17 @@ def step_property(problem, lam, sigma, batches, bound, solver, calibration, nois
 
 
 test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
-test_step_bounds_dominate_exact_increments_slow = pytest.mark.slow(
-    settings(max_examples=SLOW)(given(**STEP_ARGS)(step_property)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bound", ["paper", "tight"])
+@pytest.mark.parametrize("solver", ["cholesky", "refine", "pcg", "anchor"])
+@settings(max_examples=SLOW)
+@given(**{k: v for k, v in STEP_ARGS.items() if k not in ("bound", "solver")})
+def test_step_bounds_dominate_exact_increments_slow(bound, solver, problem, lam, sigma, batches, calibration, noise,
+                                                    refresh, prime, zero_removed):
+    """≥ 2000 examples for each (bound mode, solver) pair."""
+    step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed)
 
 
 SQUARED_ARGS = dict(

@@ -277,10 +277,15 @@ def cho_solve(F: tuple[np.ndarray, bool], b: np.ndarray, check_finite: bool = Fa
     preconditioners and initial guesses: certificates never rely on the accuracy of this solve."""
     c, lower = F
     if c.dtype == np.float32:
-        b32 = np.asarray(b, dtype=np.float32)
+        scale = float(np.max(np.abs(b), initial=0.0))  # the solve is linear: scale into float32's range
+        if scale == 0.0 or not np.isfinite(scale):
+            return np.zeros_like(b) if scale == 0.0 else np.full_like(b, np.nan)
+        b32 = np.asarray(b / scale, dtype=np.float32)
         if lower:
-            return np.asarray(strsv(c, strsv(c, b32, lower=1, trans=0), lower=1, trans=1), dtype=np.float64)
-        return np.asarray(strsv(c, strsv(c, b32, lower=0, trans=1), lower=0, trans=0), dtype=np.float64)
+            x = strsv(c, strsv(c, b32, lower=1, trans=0), lower=1, trans=1)
+        else:
+            x = strsv(c, strsv(c, b32, lower=0, trans=1), lower=0, trans=0)
+        return np.asarray(x, dtype=np.float64) * scale
     if lower:
         return np.asarray(dtrsv(c, dtrsv(c, b, lower=1, trans=0), lower=1, trans=1))
     return np.asarray(dtrsv(c, dtrsv(c, b, lower=0, trans=1), lower=0, trans=0))
