@@ -495,3 +495,20 @@ def test_vector_accounting_is_used_and_sound_over_many_removals():
         assert norm_ld(grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")) <= state.residual_bound
         assert cert.carried_error <= cache.carry_share * mech.budget * (1 + 1e-9) or cert.iterations > 0
     assert state.residual_bound < beta0 + steps
+
+
+@pytest.mark.parametrize("solver", ["pcg", "anchor"])
+def test_cache_given_another_data_array_rebuilds(solver):
+    """The cache is tied to the data array object: with another array (other rows) it must rebuild, not reuse."""
+    X, y = _data(6)
+    mech = CertifiedRemoval(lam=1e-3, sigma=1.0, bound="tight", calibration="analytic", solver=solver)
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=0, cache=cache)
+    X2 = X.copy()
+    X2[:150] = np.roll(X2[:150], 1, axis=1)  # same shape and norms, other data
+    state2, _ = mech.train(X2, y, random_state=0)
+    state3, cert = mech.remove(state2, X2, y, [7], cache=cache)
+    active = np.ones(300, dtype=bool)
+    active[7] = False
+    assert cert.refreshed in ("anchor", "hessian", "") and not cert.retrained
+    assert norm_ld(grad_ld(state3.w, state3.b, X2[active], y[active], mech.lam, "logistic")) <= state3.residual_bound

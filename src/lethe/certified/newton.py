@@ -36,6 +36,7 @@ refreshes with a data pass; an integer k refreshes every k removals.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,9 +101,9 @@ class CostModel:
 
 
 def _sync_key(X: np.ndarray, w: np.ndarray, active: np.ndarray) -> tuple[Any, ...]:
-    """What a cache must match to be reused: the data array, the exact bytes of w, and the active-row mask."""
-    return (id(X), X.shape, hash(np.ascontiguousarray(w).tobytes()), active.shape[0],
-            hash(np.packbits(active).tobytes()))
+    """What a cache must match to be reused (besides the data array itself, held by weak reference): its shape,
+    the exact bytes of w, and the active-row mask."""
+    return (X.shape, hash(np.ascontiguousarray(w).tobytes()), active.shape[0], hash(np.packbits(active).tobytes()))
 
 
 class NewtonCache:
@@ -153,6 +154,7 @@ class NewtonCache:
     def _clear_state(self) -> None:
         self.kind: str | None = None
         self._key: tuple[Any, ...] | None = None
+        self._xref: weakref.ref[np.ndarray] | None = None
         self.z: np.ndarray | None = None
         self.eta = math.inf
         self.row_norm_max: float | None = None
@@ -187,13 +189,16 @@ class NewtonCache:
         self._clear_state()
 
     def matches(self, X: np.ndarray, w: np.ndarray, active: np.ndarray, kind: str) -> bool:
-        """Whether the cache was last advanced, by a ``kind`` solver, to exactly these weights, rows and data."""
-        return self.kind == kind and self._key is not None and self._key == _sync_key(X, w, active)
+        """Whether the cache was last advanced, by a ``kind`` solver, to exactly these weights, rows and data array
+        (the same object: a weak reference, so a new array at a recycled address does not match)."""
+        return (self.kind == kind and self._key is not None and self._xref is not None and self._xref() is X
+                and self._key == _sync_key(X, w, active))
 
     def _mark_dirty(self) -> None:
         self._key = None
 
     def _advance(self, X: np.ndarray, w: np.ndarray, active: np.ndarray) -> None:
+        self._xref = weakref.ref(X)
         self._key = _sync_key(X, w, active)
 
 
@@ -488,7 +493,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         eta = gd * rho * float(np.linalg.norm(w))
         passes += 1
         if cache is not None:
-            if cache.kind != "exact":
+            if cache.kind != "exact" or (cache.factor is not None and cache.factor[0].shape != (d, d)):
                 cache.reset()
             cache.kind = "exact"
             cache.M = None  # the downdated anchor system is only trusted in sync; F stays as a preconditioner
