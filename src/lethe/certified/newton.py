@@ -201,6 +201,13 @@ class NewtonCache:
         self._xref = weakref.ref(X)
         self._key = _sync_key(X, w, active)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a copied or unpickled cache is not tied to any data array: it rebuilds at its first use
+        state = self.__dict__.copy()
+        state["_xref"] = None
+        state["_key"] = None
+        return state
+
 
 @dataclass(frozen=True)
 class StepResult:
