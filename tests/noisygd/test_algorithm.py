@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lethe.noisygd.algorithm import clip_rows, noisy_gd
+from lethe.noisygd.algorithm import clip_rows, noisy_gd, noisy_gd_chains
 from lethe.noisygd.models import LogisticModel, MLPModel
 
 
@@ -131,3 +131,56 @@ def test_logistic_constants():
         theta = rng.normal(size=model.n_params) * 3
         norms = [np.linalg.norm(model.mean_gradient(theta, X[i : i + 1], y[i : i + 1])) for i in range(200)]
         assert max(norms) <= model.lipschitz(1.0) + 1e-12
+
+
+@pytest.mark.parametrize("clip", [None, 0.05])
+def test_chains_equal_single_chain_runs_with_the_same_streams(clip):
+    # R chains as one matrix Θ (d, R) with per-chain streams = R runs of Algorithm 2, column by column, on the
+    # logistic loss with and without per-example clipping (0.05 clips most examples here, per chain).
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X[7] = 0.0  # a dummy record
+    y = rng.choice([-1.0, 1.0], 60)
+    y[7] = 0.0
+    model = LogisticModel(4)
+    theta0 = rng.normal(size=(4, 5))
+    kw = {"eta": 0.3, "sigma2": 0.01, "lam": 0.1, "n_records": 60}
+    multi = noisy_gd_chains(lambda T: model.mean_gradient_chains(T, X, y, clip), theta0, 40,
+                            random_state=[np.random.default_rng([9, j]) for j in range(5)], **kw)
+    assert multi.theta.shape == (4, 5) and multi.n_chains == 5
+    assert multi.gradient_evaluations == 60 * 40 and multi.total_gradient_evaluations == 5 * 60 * 40
+    for j in range(5):
+        single = noisy_gd(lambda t: model.mean_gradient(t, X, y, clip), theta0[:, j], 40,
+                          random_state=np.random.default_rng([9, j]), **kw)
+        np.testing.assert_allclose(multi.theta[:, j], single.theta, rtol=0, atol=1e-12)
+    # The clipped kernel clipped something (otherwise the clip case would test nothing new).
+    if clip is not None:
+        assert not np.allclose(model.mean_gradient_chains(theta0, X, y, clip), model.mean_gradient_chains(theta0, X, y))
+
+
+def test_chains_one_stream_have_independent_gaussian_columns():
+    # Pure noise (zero gradient, λ = 0): after K steps each entry is √(2ηK)σ·N(0, 1), independent across chains.
+    res = noisy_gd_chains(lambda T: np.zeros_like(T), np.zeros((3, 4000)), 8, eta=0.5, sigma2=0.25, lam=0.0,
+                          n_records=1, random_state=11)
+    sd = np.sqrt(2 * 0.5 * 8 * 0.25)
+    # Seeded tolerances: 12000 draws, SE of the sd estimate ≈ sd/√24000 ≈ 0.0065·sd; correlations SE ≈ 0.016.
+    assert abs(res.theta.std() / sd - 1) < 0.03
+    corr = np.corrcoef(res.theta[0, :-1], res.theta[0, 1:])[0, 1]
+    assert abs(corr) < 0.06
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"theta0": np.zeros(3)}, r"shape \(d, R\)"),
+        ({"random_state": [1, 2]}, "list of R = 3"),
+        ({"mean_grad": lambda T: T[:, :1]}, r"shape \(2, 3\)"),
+        ({"n_steps": -1}, "n_steps"),
+    ],
+)
+def test_chains_reject_bad_input(kw, match):
+    args = {"mean_grad": lambda T: T, "theta0": np.zeros((2, 3)), "n_steps": 2, **kw}
+    with pytest.raises(ValueError, match=match):
+        noisy_gd_chains(args.pop("mean_grad"), args.pop("theta0"), args.pop("n_steps"), eta=0.1, sigma2=1.0,
+                        lam=0.0, n_records=1, **args)

@@ -9,7 +9,7 @@
 Derivations and the paper's inconsistencies (and which reading is used) are in ``docs/noisygd.md``.
 """
 
-from lethe.noisygd.algorithm import NoisyGDResult, clip_rows, noisy_gd
+from lethe.noisygd.algorithm import NoisyGDChainsResult, NoisyGDResult, clip_rows, noisy_gd, noisy_gd_chains
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.curator import (
     AdaptiveRequester,
@@ -58,6 +58,7 @@ __all__ = [
     "NoisyGDCurator",
     "NoisyGDLogisticRegression",
     "NoisyGDMLPClassifier",
+    "NoisyGDChainsResult",
     "NoisyGDResult",
     "NonAdaptiveRequester",
     "NonConvexSchedule",
@@ -75,6 +76,7 @@ __all__ = [
     "interact",
     "membership_advantage_bound",
     "noisy_gd",
+    "noisy_gd_chains",
     "noisy_gd_rdp",
     "noisy_gd_rdp_convex",
     "nonconvex_excess_risk_bound",

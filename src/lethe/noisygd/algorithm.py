@@ -21,7 +21,7 @@ L                      ``clip``                     per-example gradient clippin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from lethe._random import RandomState, check_random_state
 from lethe._validation import check_nonnegative, check_positive
 
 __all__ = [
+    "NoisyGDChainsResult",
     "NoisyGDResult",
     "clip_rows",
     "logistic_loss",
@@ -38,6 +39,7 @@ __all__ = [
     "multinomial_loss",
     "multinomial_mean_gradient",
     "noisy_gd",
+    "noisy_gd_chains",
     "regularized_objective",
 ]
 
@@ -133,6 +135,124 @@ def noisy_gd(
     return NoisyGDResult(theta=theta, n_steps=int(n_steps), gradient_evaluations=int(n_records) * int(n_steps))
 
 
+@dataclass(frozen=True)
+class NoisyGDChainsResult:
+    """Output of :func:`noisy_gd_chains`: the last iterates of R independent chains and what each cost.
+
+    Attributes
+    ----------
+    theta : numpy.ndarray
+        Θ_{ηK} of every chain, shape (d, R) (column j is chain j).
+    n_steps : int
+        K, the iterations run by every chain.
+    n_chains : int
+        R.
+    gradient_evaluations : int
+        Per-example gradient evaluations *per chain*, ``n_records * K`` (as for one :func:`noisy_gd` run).
+    """
+
+    theta: np.ndarray
+    n_steps: int
+    n_chains: int
+    gradient_evaluations: int
+
+    @property
+    def total_gradient_evaluations(self) -> int:
+        """Over all chains: R · n · K."""
+        return self.n_chains * self.gradient_evaluations
+
+
+def noisy_gd_chains(
+    mean_grad: MeanGradient,
+    theta0: np.ndarray,
+    n_steps: int,
+    *,
+    eta: float,
+    sigma2: float,
+    lam: float,
+    n_records: int,
+    random_state: RandomState | Sequence[RandomState] = None,
+) -> NoisyGDChainsResult:
+    r"""R independent Noisy-GD chains (Algorithm 2) run together as one matrix Θ ∈ R^{d×R}.
+
+    Column j follows exactly the update of :func:`noisy_gd`,
+
+    .. math::
+        Θ^{(j)}_{η(k+1)} = Θ^{(j)}_{ηk} − η\bigl(g(Θ^{(j)}_{ηk}) + λΘ^{(j)}_{ηk}\bigr) + \sqrt{2η}\,Z^{(j)}_k,
+        \qquad Z^{(j)}_k \sim \mathcal N(0, σ^2 I_d)\ \text{independent over } j, k,
+
+    with g the (clipped, if the kernel clips) mean loss gradient of the column. The point is cost: a full-batch
+    gradient of all chains is one matrix product ``X @ Θ`` (and ``X.T @ G``) instead of R matrix-vector products.
+
+    Parameters
+    ----------
+    mean_grad : callable
+        Θ (d, R) ↦ (d, R) whose column j is (1/n) Σ_x Clip_L(∇ℓ(Θ[:, j]; x)) (per example *and* per chain, e.g.
+        :func:`logistic_mean_gradient` with a 2-D θ, or ``model.mean_gradient_chains``).
+    theta0 : array_like, shape (d, R)
+        Θ₀ of every chain.
+    n_steps : int
+        K ≥ 0, the same for every chain.
+    eta, sigma2, lam : float
+        η > 0, σ² ≥ 0, λ ≥ 0.
+    n_records : int
+        n, only for counting gradient evaluations (n·K per chain).
+    random_state : None, int, Generator, or a list/tuple of R of these
+        One stream: each step draws the (d, R) noise block from it. A list or tuple of R streams: column j draws
+        its noise from stream j, d numbers per step, exactly as ``noisy_gd(..., random_state=streams[j])`` does,
+        so column j equals that single-chain run up to floating-point rounding of the matrix products.
+
+    Returns
+    -------
+    NoisyGDChainsResult
+
+    Examples
+    --------
+    Without noise every column is gradient descent on ℓ(θ; x) = ½‖θ − x‖²:
+
+    >>> X = np.array([[1.0, 0.0], [3.0, 2.0]])
+    >>> res = noisy_gd_chains(lambda T: T - X.mean(axis=0)[:, None], np.zeros((2, 3)), 200, eta=0.5,
+    ...                       sigma2=0.0, lam=0.0, n_records=2)
+    >>> np.round(res.theta, 6).tolist(), res.gradient_evaluations, res.total_gradient_evaluations
+    ([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0]], 400, 1200)
+    """
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or int(n_steps) < 0:
+        raise ValueError(f"n_steps must be an integer >= 0. Found {n_steps!r}.")
+    eta = check_positive("eta", eta)
+    sigma2 = check_nonnegative("sigma2", sigma2)
+    lam = check_nonnegative("lam", lam)
+    theta = np.array(theta0, dtype=np.float64, copy=True)
+    if theta.ndim != 2 or theta.shape[1] < 1 or theta.shape[0] < 1:
+        raise ValueError(f"theta0 must have shape (d, R) with d, R >= 1 (one column per chain). Found {theta.shape}.")
+    d, n_chains = theta.shape
+    per_chain: list[np.random.Generator] | None = None
+    rng: np.random.Generator | None = None
+    if isinstance(random_state, list | tuple):
+        if len(random_state) != n_chains:
+            raise ValueError(
+                f"random_state must be one stream or a list of R = {n_chains} streams. Found {len(random_state)}."
+            )
+        per_chain = [check_random_state(s) for s in random_state]
+    else:
+        rng = check_random_state(random_state)
+    noise_scale = math.sqrt(2.0 * eta * sigma2)
+    for k in range(int(n_steps)):
+        g = np.asarray(mean_grad(theta))
+        if k == 0 and g.shape != theta.shape:
+            raise ValueError(f"mean_grad must return an array of shape {theta.shape} (d, R). Found {g.shape}.")
+        theta = theta - eta * (g + lam * theta)
+        if noise_scale > 0.0:
+            if per_chain is not None:
+                Z = np.stack([r.standard_normal(d) for r in per_chain], axis=1)
+            else:
+                assert rng is not None
+                Z = rng.standard_normal((d, n_chains))
+            theta = theta + noise_scale * Z
+    return NoisyGDChainsResult(
+        theta=theta, n_steps=int(n_steps), n_chains=n_chains, gradient_evaluations=int(n_records) * int(n_steps)
+    )
+
+
 def clip_rows(G: np.ndarray, clip: float) -> np.ndarray:
     r"""Clip_L of every row: v / max(1, ‖v‖₂ / L) (Chourasia & Shah 2023, App. F.1).
 
@@ -161,10 +281,16 @@ def logistic_mean_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clip
 
     ∇ℓ(θ; x, y) = −y σ(−y θᵀx) x. With ‖x‖ ≤ R the loss is R-Lipschitz and R²/4-smooth, so L = 1, β = 1/4 on
     unit-norm rows.
+
+    ``theta`` may be one model (shape (d,)) or R chains (shape (d, R)); with chains the result is (d, R), column
+    j the (clipped) mean gradient at column j (clipping is per example *and* per chain).
     """
-    coef = -y * expit(-y * (X @ theta))  # ℓ'(z) per example
+    Z = X @ theta
+    yy = y if Z.ndim == 1 else y[:, None]
+    coef = -yy * expit(-yy * Z)  # ℓ'(z) per example (and chain)
     if clip is not None:
-        coef = coef * _clip_factors(coef**2 * np.einsum("ij,ij->i", X, X), clip)
+        sq = np.einsum("ij,ij->i", X, X)
+        coef = coef * _clip_factors(coef**2 * (sq if Z.ndim == 1 else sq[:, None]), clip)
     return X.T @ coef / X.shape[0]
 
 

@@ -33,6 +33,14 @@ from lethe.noisygd.algorithm import (
 __all__ = ["LogisticModel", "MLPModel", "model_from_dict"]
 
 
+def _columnwise(fn: Any, theta: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float | None) -> np.ndarray:
+    """Stack fn(theta[:, j], X, y, clip) over the chains j (fallback for kernels without a chain axis)."""
+    theta = np.asarray(theta)
+    if theta.ndim != 2:
+        raise ValueError(f"theta must have shape (d, R) for chains. Found {theta.shape}.")
+    return np.stack([fn(theta[:, j], X, y, clip) for j in range(theta.shape[1])], axis=1)
+
+
 @dataclass(frozen=True)
 class LogisticModel:
     """Linear logistic model on p (augmented) features: binary (n_classes = 2) or multinomial.
@@ -67,6 +75,14 @@ class LogisticModel:
         if self.n_classes == 2:
             return logistic_mean_gradient(theta, X, y, clip)
         return multinomial_mean_gradient(self._shape(theta), X, y, clip).ravel()
+
+    def mean_gradient_chains(
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float | None = None
+    ) -> np.ndarray:
+        """Column j = ``mean_gradient(theta[:, j], …)`` for θ of shape (d, R) (R chains; one GEMM if binary)."""
+        if self.n_classes == 2:
+            return logistic_mean_gradient(theta, X, y, clip)
+        return _columnwise(self.mean_gradient, theta, X, y, clip)
 
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Per-example loss."""
@@ -137,6 +153,12 @@ class MLPModel:
             A, delta = A * c, delta * c
         n = X.shape[0]
         return np.concatenate([(X.T @ A).ravel() / n, (H.T @ delta).ravel() / n])
+
+    def mean_gradient_chains(
+        self, theta: np.ndarray, X: np.ndarray, y: np.ndarray, clip: float | None = None
+    ) -> np.ndarray:
+        """Column j = ``mean_gradient(theta[:, j], …)`` for θ of shape (d, R)."""
+        return _columnwise(self.mean_gradient, theta, X, y, clip)
 
     def loss(self, theta: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Per-example loss."""
