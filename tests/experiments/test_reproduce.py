@@ -121,3 +121,71 @@ def test_cli_subcommands_register():
     assert args.quick and args.out == "x" and callable(args.func)
     args = parser.parse_args(["audit", "--quick", "--trials", "1"])
     assert args.trials == 1 and callable(args.func)
+
+
+def test_update_merges_parts_and_their_deviations(quick_run, tmp_path, capsys):
+    pytest.importorskip("lethe.noisygd.estimators")
+    import shutil
+
+    out = tmp_path / "merged"
+    shutil.copytree(quick_run, out)
+    before = json.loads((out / "results.json").read_text())
+    args = ["--quick", "--out", str(out), "--no-progress", "--seed", "3", "--update"]
+    assert reproduce.main([*args, "--parts", "noisygd"]) == 0
+    assert "updated noisygd" in capsys.readouterr().out
+    res = json.loads((out / "results.json").read_text())
+    report = (out / "report.md").read_text()
+    # the guo part is kept exactly as it was, the noisygd part is added, both are in the report
+    for key in ("data", "fig1", "fig2", "table1"):
+        assert res[key] == before[key], key
+    assert res["parts"] == ["guo", "noisygd"] and res["updated_parts"] == ["noisygd"]
+    assert set(res["deviations_by_part"]) == {"guo", "noisygd"}
+    assert res["deviations_by_part"]["guo"] == before["deviations_by_part"]["guo"]
+    assert res["deviations_by_part"]["noisygd"] == res["noisygd"]["deviations"]
+    assert f"{100 * res['fig1']['grid'][0]['accuracy']:.1f} %" in report
+    assert f"{res['noisygd']['runs'][0]['grad_unlearn_total']:,}" in report
+    for d in res["deviations"]:
+        assert d in report
+    # updating the same part again replaces it: no duplicated deviations, guo still untouched
+    assert reproduce.main([*args, "--parts", "noisygd"]) == 0
+    res2 = json.loads((out / "results.json").read_text())
+    assert len(res2["deviations"]) == len(res["deviations"]) and res2["fig1"] == before["fig1"]
+    # without --update the directory is overwritten with the parts run now
+    assert reproduce.main(["--quick", "--out", str(out), "--no-progress", "--seed", "3", "--parts", "noisygd"]) == 0
+    res3 = json.loads((out / "results.json").read_text())
+    assert res3["parts"] == ["noisygd"] and "fig1" not in res3
+
+
+def test_update_refuses_another_profile_or_seed(tmp_path, capsys):
+    from lethe.experiments._common import write_json
+
+    write_json(tmp_path / "results.json", {"profile": reproduce.PROFILES["full"].to_dict(), "seed": 0,
+                                          "parts": ["guo"]})
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--parts", "noisygd", "--update"]) == 2
+    assert "'full' profile" in capsys.readouterr().err
+    write_json(tmp_path / "results.json", {"profile": reproduce.PROFILES["quick"].to_dict(), "seed": 5,
+                                          "parts": ["guo"]})
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--parts", "noisygd", "--update", "--seed", "1"]) == 2
+    assert "seed 5" in capsys.readouterr().err
+    (tmp_path / "results.json").write_text("{not json", encoding="utf-8")
+    assert reproduce.main(["--quick", "--out", str(tmp_path), "--parts", "noisygd", "--update"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_update_of_a_legacy_results_file_rederives_the_deviations(quick_run, tmp_path):
+    pytest.importorskip("lethe.noisygd.estimators")
+    import shutil
+
+    out = tmp_path / "legacy"
+    shutil.copytree(quick_run, out)
+    res = json.loads((out / "results.json").read_text())
+    for key in ("deviations_by_part", "seconds_by_part", "updated_parts"):
+        res.pop(key)  # a results.json written before deviations were stored per part
+    (out / "results.json").write_text(json.dumps(res), encoding="utf-8")
+    merged = reproduce.run(reproduce.PROFILES["quick"], out, parts=["noisygd"], seed=3, show_progress=False,
+                           update=True)
+    from lethe.experiments.guo_mnist import deviations
+
+    assert merged["deviations_by_part"]["guo"] == deviations(res)
+    assert merged["seconds_by_part"]["guo"] is None and merged["seconds_by_part"]["noisygd"] > 0
+    assert "guo (not recorded)" in (out / "report.md").read_text()

@@ -10,11 +10,16 @@ Noisy-GD unlearning vs retraining over a stream of edits), ``audit`` (membership
 default, they need the optional torch dependencies: ``sst`` (Guo Fig. 4 right: MiniLM sentence features + certified
 head) and ``dpfeat`` (Guo Fig. 5 on MNIST: DP-SGD CNN features + certified heads vs a fully DP CNN). Outputs in
 ``--out``: the PNGs, ``results.json`` (every measured number) and ``report.md``.
+
+``--update`` merges instead of overwriting: it loads ``--out``/results.json (same profile and seed), replaces only
+the parts run now (their results, deviations and run time; the deviations are stored per part) and re-renders
+report.md from the merged results, e.g. ``lethe reproduce --parts guo --update --out docs/reproduction``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -28,6 +33,11 @@ from lethe.experiments.report import render
 
 DEFAULT_PARTS = ("guo", "noisygd", "audit")
 ALL_PARTS = (*DEFAULT_PARTS, "sst", "dpfeat")  # sst and dpfeat need torch (the 'deep' extra)
+# the keys of results.json each part writes (everything else is run metadata)
+PART_KEYS: dict[str, tuple[str, ...]] = {"guo": ("data", "fig1", "fig2", "table1"), "noisygd": ("noisygd",),
+                                         "audit": ("audit",), "sst": ("sst",), "dpfeat": ("dp",)}
+QUICK_NOTE = ("Quick profile: small stratified subsets, images average-pooled to 14 x 14 and short grids, so "
+              "accuracies and removal counts are far from the paper's; only the full profile is comparable.")
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -40,6 +50,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
                    help=f"comma-separated subset of {','.join(ALL_PARTS)} (default {','.join(DEFAULT_PARTS)})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--update", action="store_true",
+                   help="merge into an existing OUT/results.json: replace only the parts run now, keep the others, "
+                        "and re-render report.md from the merged results (same profile and seed required)")
     return p
 
 
@@ -65,21 +78,91 @@ def load_mnist38(profile: Profile, data_dir: str | None, seed: int) -> tuple[np.
     return X[i], y[i], Xt[j], yt[j]
 
 
+def _part_deviations(old: dict[str, Any]) -> dict[str, list[str]]:
+    """Deviations per part of a stored results.json (older files stored only the concatenated list: re-derive)."""
+    if isinstance(old.get("deviations_by_part"), dict):
+        return {k: list(v) for k, v in old["deviations_by_part"].items()}
+    out: dict[str, list[str]] = {}
+    if "fig1" in old and "table1" in old and "fig2" in old:
+        from lethe.experiments.guo_mnist import deviations as guo_deviations
+
+        out["guo"] = guo_deviations(old)  # statements computed from the stored numbers
+    for part, key in (("noisygd", "noisygd"), ("audit", "audit"), ("sst", "sst"), ("dpfeat", "dp")):
+        if isinstance(old.get(key), dict):
+            out[part] = list(old[key].get("deviations", []))
+    return out
+
+
+def load_previous(out: Path, profile: Profile, seed: int) -> dict[str, Any]:
+    """The results.json in ``out`` to merge into (``--update``), checked to come from the same profile and seed."""
+    path = out / "results.json"
+    if not path.exists():
+        return {}
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--update: {path} is not valid JSON ({exc}).") from exc
+    if not isinstance(old, dict) or "profile" not in old:
+        raise ValueError(f"--update: {path} is not a results.json written by lethe reproduce (no 'profile').")
+    old_profile = old["profile"].get("name") if isinstance(old["profile"], dict) else None
+    if old_profile != profile.name:
+        raise ValueError(f"--update: {path} holds the {old_profile!r} profile; cannot merge a {profile.name!r} run "
+                         "into it. Use another --out or the same profile.")
+    if old.get("seed") != seed:
+        raise ValueError(f"--update: {path} was run with seed {old.get('seed')}; cannot merge a run with seed "
+                         f"{seed} into it. Pass --seed {old.get('seed')}.")
+    return old
+
+
 def run(profile: Profile, out: Path, *, parts: Sequence[str] = DEFAULT_PARTS, data_dir: str | None = None,
-        seed: int = 0, show_progress: bool = True) -> dict[str, Any]:
-    """Run the requested parts, write PNGs, ``results.json`` and ``report.md`` into ``out``; return the results."""
+        seed: int = 0, show_progress: bool = True, update: bool = False) -> dict[str, Any]:
+    """Run the requested parts, write PNGs, ``results.json`` and ``report.md`` into ``out``; return the results.
+
+    With ``update``, the results of ``out``/results.json (same profile and seed) are kept for the parts not run
+    now, and the report is rendered from the merged results.
+    """
     unknown = set(parts) - set(ALL_PARTS)
     if unknown:
         raise ValueError(f"parts must be among {ALL_PARTS}. Found {sorted(unknown)}.")
+    if not parts:
+        raise ValueError(f"parts must name at least one of {ALL_PARTS}. Found none.")
+    old = load_previous(out, profile, seed) if update else {}
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    results: dict[str, Any] = {"profile": profile.to_dict(), "seed": seed, "parts": list(parts)}
-    deviations: list[str] = []
-    if profile.name == "quick":
-        deviations.append("Quick profile: small stratified subsets, images average-pooled to 14 x 14 and short "
-                          "grids, so accuracies and removal counts are far from the paper's; only the full profile "
-                          "is comparable.")
-    if "guo" in parts:
+    results: dict[str, Any] = {"profile": profile.to_dict(), "seed": seed}
+    devs: dict[str, list[str]] = {}
+    secs: dict[str, float | None] = {}
+    if old:
+        devs = _part_deviations(old)
+        old_parts = [p for p in old.get("parts", []) if p in ALL_PARTS]
+        secs = dict(old.get("seconds_by_part") or {p: None for p in old_parts})
+        for p in old_parts:
+            if p in parts:
+                continue
+            for key in PART_KEYS[p]:
+                if key in old:
+                    results[key] = old[key]
+    for p in parts:
+        t0 = time.perf_counter()
+        devs[p] = _run_part(p, results, profile, out, data_dir, seed, show_progress)
+        secs[p] = time.perf_counter() - t0
+    ran = [p for p in ALL_PARTS if p in secs]
+    results["parts"] = ran
+    results["updated_parts"] = list(parts) if old else []
+    results["seconds_by_part"] = {p: secs[p] for p in ran}
+    known = [v for v in results["seconds_by_part"].values() if v is not None]
+    results["seconds"] = float(sum(known)) if len(known) == len(ran) else old.get("seconds", float(sum(known)))
+    results["deviations_by_part"] = {p: devs.get(p, []) for p in ran}
+    results["deviations"] = ([QUICK_NOTE] if profile.name == "quick" else []) + [
+        d for p in ran for d in results["deviations_by_part"][p]]
+    write_json(out / "results.json", results)
+    (out / "report.md").write_text(render(results), encoding="utf-8")
+    return results
+
+
+def _run_part(part: str, results: dict[str, Any], profile: Profile, out: Path, data_dir: str | None, seed: int,
+              show_progress: bool) -> list[str]:
+    """Run one part, store its results in ``results``; return its deviations."""
+    if part == "guo":
         from lethe.experiments import guo_mnist
 
         data = load_mnist38(profile, data_dir, seed)
@@ -88,33 +171,26 @@ def run(profile: Profile, out: Path, *, parts: Sequence[str] = DEFAULT_PARTS, da
         results["fig1"] = guo_mnist.run_fig1(data, profile, out, seed, show_progress)
         results["fig2"] = guo_mnist.run_fig2_fig3(data, profile, out, seed, show_progress)
         results["table1"] = guo_mnist.run_table1(data, profile, seed, show_progress)
-        deviations += guo_mnist.deviations(results)
-    if "noisygd" in parts:
+        return guo_mnist.deviations(results)
+    if part == "noisygd":
         from lethe.experiments.noisygd_stream import run as run_noisygd
 
-        results["noisygd"] = run_noisygd(profile, out, data_dir=data_dir, seed=seed,
-                                     show_progress=show_progress)
-        deviations += results["noisygd"]["deviations"]
-    if "audit" in parts:
+        results["noisygd"] = run_noisygd(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
+        return list(results["noisygd"]["deviations"])
+    if part == "audit":
         from lethe.audit.experiment import run_audit
 
         results["audit"] = run_audit(profile.audit, data_dir=data_dir, seed=seed, show_progress=show_progress)
-        deviations += results["audit"]["deviations"]
-    if "sst" in parts:
+        return list(results["audit"]["deviations"])
+    if part == "sst":
         from lethe.experiments import public_extractor
 
         results["sst"] = public_extractor.run(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
-        deviations += results["sst"]["deviations"]
-    if "dpfeat" in parts:
-        from lethe.experiments import dp_extractor
+        return list(results["sst"]["deviations"])
+    from lethe.experiments import dp_extractor
 
-        results["dp"] = dp_extractor.run(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
-        deviations += results["dp"]["deviations"]
-    results["seconds"] = time.perf_counter() - t0
-    results["deviations"] = deviations
-    write_json(out / "results.json", results)
-    (out / "report.md").write_text(render(results), encoding="utf-8")
-    return results
+    results["dp"] = dp_extractor.run(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
+    return list(results["dp"]["deviations"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,11 +206,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     out = Path(args.out)
     try:
         res = run(profile, out, parts=parts, data_dir=args.data_dir, seed=args.seed,
-                  show_progress=not args.no_progress)
+                  show_progress=not args.no_progress, update=getattr(args, "update", False))
     except ValueError as exc:
         print(f"lethe reproduce: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out / 'report.md'} and {len(list(out.glob('*.png')))} figures in {res['seconds']:.0f} s")
+    merged = f" (updated {', '.join(res['updated_parts'])}; kept the others)" if res["updated_parts"] else ""
+    print(f"wrote {out / 'report.md'}{merged} and {len(list(out.glob('*.png')))} figures")
     return 0
 
 
