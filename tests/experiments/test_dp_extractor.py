@@ -29,6 +29,27 @@ def test_theorem5_adds_epsilons_and_deltas():
         dp_extractor.theorem5(1.0, math.nan, 0.1, 9e-6)
 
 
+def test_choose_sigma_steps_up_until_the_removals_need_no_retraining():
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(0)
+    F = np.abs(rng.normal(size=(300, 6)))
+    F /= np.linalg.norm(F, axis=1, keepdims=True)
+    y = np.argmax(F[:, :3], axis=1)  # three classes: one-vs-all heads
+    rows = rng.choice(300, size=dp_extractor.K_REMOVALS, replace=False)
+    st = {"lam": 1e-3, "sigmas": tuple(np.geomspace(1e-4, 1e3, 15))}
+    sigma, clf, certs, tried = dp_extractor.choose_sigma(F, y, st, 0.2, 1e-5, rows, np.random.default_rng(1))
+    assert sigma is not None and len(tried) > 1  # the smallest σ of the grid fails: the search stepped up
+    assert not tried[0]["ok"] and (tried[0]["retrainings"] > 0 or tried[0]["budget_used"] > 0.9)
+    assert tried[-1]["ok"] and tried[-1]["sigma"] == sigma and all(not t["ok"] for t in tried[:-1])
+    # the returned model is the one that removed exactly these rows, without retraining
+    assert not any(c.retrained for c in certs) and certs[-1].residual_bound <= 0.9 * certs[-1].budget
+    assert not np.any(clf.active_[rows])
+    none = dp_extractor.choose_sigma(F, y, st | {"sigmas": (1e-4,)}, 0.2, 1e-5, rows, np.random.default_rng(1))
+    assert none[0] is None and none[1] is None and len(none[3]) == 1
+    with pytest.raises(ValueError, match="max_budget_used"):
+        dp_extractor.choose_sigma(F, y, st, 0.2, 1e-5, rows, np.random.default_rng(1), max_budget_used=0.0)
+
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("opacus")
 
@@ -79,8 +100,11 @@ def test_run_composes_theorem5_from_the_certificates(mnist_small, tmp_path, monk
     assert row["total_epsilon"] == pytest.approx(ge + row["cr_epsilon"])
     assert row["total_delta"] == pytest.approx(gd + row["cr_delta"]) and row["total_delta"] <= 1e-5 * 1.0001
     assert len(row["residual_bounds"]) == 10
-    if row["retrainings"] == 0:  # one at a time, the joint residual bound only grows, and stays within budget
-        assert np.all(np.diff(row["residual_bounds"]) >= 0)
-        assert row["residual_bounds"][-1] <= row["budget"] and row["budget_used"] <= 1.0
+    # the reported model carried out its 10 removals by Newton steps: no retraining, within 90 % of the budget
+    assert row["retrainings"] == 0 and row["sigma_search"][-1]["ok"]
+    assert row["sigma"] == row["sigma_search"][-1]["sigma"]
+    assert all(not t["ok"] for t in row["sigma_search"][:-1])
+    assert np.all(np.diff(row["residual_bounds"]) >= 0)  # one at a time, the joint residual bound only grows
+    assert row["residual_bounds"][-1] <= 0.9 * row["budget"] and row["budget_used"] <= 0.9
     assert (tmp_path / res["png"]).read_bytes()[:4] == b"\x89PNG"
     assert f"{row['total_epsilon']:.3g}" in res["markdown"]
