@@ -285,13 +285,18 @@ def logistic_mean_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clip
     ``theta`` may be one model (shape (d,)) or R chains (shape (d, R)); with chains the result is (d, R), column
     j the (clipped) mean gradient at column j (clipping is per example *and* per chain).
     """
-    Z = X @ theta
-    yy = y if Z.ndim == 1 else y[:, None]
-    coef = -yy * expit(-yy * Z)  # ℓ'(z) per example (and chain)
+    if np.ndim(theta) == 1:
+        coef = -y * expit(-y * (X @ theta))  # ℓ'(z) per example
+        if clip is not None:
+            coef = coef * _clip_factors(coef**2 * np.einsum("ij,ij->i", X, X), clip)
+        return X.T @ coef / X.shape[0]
+    # Chains: (θᵀXᵀ)ᵀ and (CᵀX)ᵀ are the same products as X θ and Xᵀ C, written so that OpenBLAS runs them as
+    # one GEMM over the row-major X (about 2x faster than X @ θ for a few columns).
+    Z = (theta.T @ X.T).T
+    coef = -y[:, None] * expit(-y[:, None] * Z)  # ℓ'(z) per example and chain
     if clip is not None:
-        sq = np.einsum("ij,ij->i", X, X)
-        coef = coef * _clip_factors(coef**2 * (sq if Z.ndim == 1 else sq[:, None]), clip)
-    return X.T @ coef / X.shape[0]
+        coef = coef * _clip_factors(coef**2 * np.einsum("ij,ij->i", X, X)[:, None], clip)
+    return (coef.T @ X).T / X.shape[0]
 
 
 def multinomial_loss(W: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.ndarray:
