@@ -79,9 +79,9 @@ def problems(draw, max_n=100, max_d=10, loss="logistic"):
 # -- 1. every step bound dominates the exact increment; the accumulated bound the exact residual ------------------
 
 
-def _run_removals(mech, seed, X, y, batches, *, prime, zero_removed, loss="logistic"):
+def _run_removals(mech, seed, X, y, batches, *, prime, zero_removed, loss="logistic", flush_every=16):
     n = X.shape[0]
-    cache = NewtonCache()
+    cache = NewtonCache(flush_every=flush_every)
     state, _ = mech.train(X, y, random_state=seed, cache=cache if prime else None)
     assert norm_ld(grad_ld(state.w, state.b, X, y, mech.lam, loss)) <= state.residual_bound
     rng = np.random.default_rng(seed + 1)
@@ -118,20 +118,22 @@ STEP_ARGS = dict(
     sigma=st.floats(1e-2, 100.0),
     batches=st.lists(st.integers(1, 6), min_size=1, max_size=8),
     bound=st.sampled_from(["paper", "tight"]),
-    solver=st.sampled_from(["cholesky", "refine", "pcg", "anchor"]),
+    solver=st.sampled_from(["cholesky", "refine", "pcg", "anchor", "onepass"]),
     calibration=st.sampled_from(["paper", "analytic"]),
     noise=st.sampled_from(["gaussian", "laplace"]),
     refresh=st.sampled_from(["auto", "never", 1, 3]),
     prime=st.booleans(),
     zero_removed=st.booleans(),
+    flush_every=st.sampled_from([1, 2, 16]),
 )
 
 
-def step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed):
+def step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed,
+                  flush_every):
     seed, X, y = problem
     mech = CertifiedRemoval(loss="logistic", lam=lam, sigma=sigma, epsilon=1.0, delta=1e-4, noise=noise,
                             solver=solver, bound=bound, calibration=calibration, refresh=refresh)
-    _run_removals(mech, seed, X, y, batches, prime=prime, zero_removed=zero_removed)
+    _run_removals(mech, seed, X, y, batches, prime=prime, zero_removed=zero_removed, flush_every=flush_every)
 
 
 test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
@@ -139,20 +141,21 @@ test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("bound", ["paper", "tight"])
-@pytest.mark.parametrize("solver", ["cholesky", "refine", "pcg", "anchor"])
+@pytest.mark.parametrize("solver", ["cholesky", "refine", "pcg", "anchor", "onepass"])
 @settings(max_examples=SLOW)
 @given(**{k: v for k, v in STEP_ARGS.items() if k not in ("bound", "solver")})
 def test_step_bounds_dominate_exact_increments_slow(bound, solver, problem, lam, sigma, batches, calibration, noise,
-                                                    refresh, prime, zero_removed):
+                                                    refresh, prime, zero_removed, flush_every):
     """≥ 2000 examples for each (bound mode, solver) pair."""
-    step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed)
+    step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed,
+                  flush_every)
 
 
 SQUARED_ARGS = dict(
     problem=problems(loss="squared"),
     lam=st.floats(1e-4, 1.0),
     batches=st.lists(st.integers(1, 6), min_size=1, max_size=6),
-    solver=st.sampled_from(["cholesky", "refine", "pcg", "anchor"]),
+    solver=st.sampled_from(["cholesky", "refine", "pcg", "anchor", "onepass"]),
     noise=st.sampled_from(["none", "gaussian"]),
     prime=st.booleans(),
 )
@@ -361,7 +364,7 @@ def _data(seed=0, n=300, d=8):
     return X, y
 
 
-@pytest.mark.parametrize("solver", ["refine", "pcg", "anchor"])
+@pytest.mark.parametrize("solver", ["refine", "pcg", "anchor", "onepass"])
 def test_same_seed_same_weights_bit_for_bit(solver):
     X, y = _data()
     runs = []
@@ -381,7 +384,7 @@ def test_same_seed_same_weights_bit_for_bit(solver):
     assert runs[0][1] == runs[1][1]
 
 
-@pytest.mark.parametrize("solver", ["refine", "pcg", "anchor"])
+@pytest.mark.parametrize("solver", ["refine", "pcg", "anchor", "onepass"])
 def test_one_cache_shared_by_two_models_stays_sound(solver):
     """Misuse: a cache advanced by one model is passed with another; it must rebuild, not certify wrongly."""
     X, y = _data(1)
@@ -497,7 +500,7 @@ def test_vector_accounting_is_used_and_sound_over_many_removals():
     assert state.residual_bound < beta0 + steps
 
 
-@pytest.mark.parametrize("solver", ["pcg", "anchor"])
+@pytest.mark.parametrize("solver", ["pcg", "anchor", "onepass"])
 def test_cache_given_another_data_array_rebuilds(solver):
     """The cache is tied to the data array object: with another array (other rows) it must rebuild, not reuse."""
     X, y = _data(6)
@@ -512,3 +515,48 @@ def test_cache_given_another_data_array_rebuilds(solver):
     active[7] = False
     assert cert.refreshed in ("anchor", "hessian", "") and not cert.retrained
     assert norm_ld(grad_ld(state3.w, state3.b, X2[active], y[active], mech.lam, "logistic")) <= state3.residual_bound
+
+
+# -- the single-precision pass of the onepass solver ----------------------------------------------------------------
+
+
+def single_pass_property(seed, n, d, v_scale, spread, sparse):
+    """ζ of :func:`single_pass_margins` bounds |ãᵢ − xᵢᵀv| (exact value in long double) for rows with ‖xᵢ‖ ≤ 1."""
+    from lethe.certified.newton import single_pass_margins
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.exp(rng.uniform(-spread, 0.0, size=(n, d)))
+    if sparse:
+        X *= rng.uniform(size=X.shape) < 0.3
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    v = rng.normal(size=d) * np.exp(rng.uniform(-spread, 0.0, size=d)) * v_scale
+    a, zeta = single_pass_margins(X.astype(np.float32), v, 1.0)
+    exact = np.asarray(X, dtype=np.longdouble) @ np.asarray(v, dtype=np.longdouble)
+    err = float(np.max(np.abs(np.asarray(a, dtype=np.longdouble) - exact), initial=0.0))
+    assert err <= zeta, (err, zeta)
+
+
+SINGLE_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60), d=st.integers(1, 800),
+                   v_scale=st.sampled_from([1e-300, 1e-40, 1e-12, 1e-3, 1.0, 1e6, 1e300]),
+                   spread=st.floats(0.0, 60.0), sparse=st.booleans())
+test_single_pass_margin_error_bound = given(**SINGLE_ARGS)(single_pass_property)
+test_single_pass_margin_error_bound_slow = pytest.mark.slow(
+    settings(max_examples=SLOW)(given(**SINGLE_ARGS)(single_pass_property)))
+
+
+def test_onepass_forgets_removed_rows_and_flushes():
+    """The float32 copy held by the cache has removed rows zeroed at once; the pending vector is applied to the
+    data (flushed) every ``flush_every`` removals, and the bound stays sound throughout."""
+    X, y = _data(7)
+    mech = CertifiedRemoval(lam=1e-3, sigma=1.0, bound="tight", calibration="analytic", solver="onepass")
+    cache = NewtonCache(flush_every=4)
+    state, _ = mech.train(X, y, random_state=0, cache=cache)
+    active = np.ones(300, dtype=bool)
+    for k, i in enumerate([3, 50, 7, 9, 120, 200, 201, 5, 77]):
+        state, cert = mech.remove(state, X, y, [i], active=active, cache=cache)
+        active[i] = False
+        assert not cert.retrained and cert.solver == "onepass"
+        assert cache.X32 is not None and not np.any(cache.X32[~active]) and np.any(cache.X32[active])
+        assert cache.P is not None and not np.any(cache.P[~active])
+        assert norm_ld(grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")) <= state.residual_bound
+    assert cache.flushes >= 2 and cache.since_flush < 4  # every 4 removals, or earlier on the charge threshold

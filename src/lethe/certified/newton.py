@@ -59,7 +59,7 @@ from lethe.certified.bounds import (
 if TYPE_CHECKING:  # pragma: no cover
     from lethe.certified.mechanism import CertifiedRemoval, ModelState
 
-SOLVERS = ("cholesky", "refine", "pcg", "anchor")
+SOLVERS = ("cholesky", "refine", "pcg", "anchor", "onepass")
 BOUNDS = ("paper", "tight")
 U = UNIT_ROUNDOFF
 
@@ -122,6 +122,9 @@ class NewtonCache:
     * ``anchor``: the anchor point w_a, the dense anchor Hessian M and Gram matrix X′ᵀX′ (upper triangles,
       downdated per removed row), their rounding-error bounds, curvatures ŝ at w_a, and ``factor`` = Cholesky of an
       earlier M (a preconditioner only: the anchor residual Mv − Δ is measured).
+    * ``onepass``: the anchor system of ``anchor`` without the Gram matrix (M enters the certificate, so its
+      rounding drift is tracked), the margins z, a float32 copy of the data (one single-precision pass per removal)
+      and the pending mismatch vector P of docs/tighter_bounds.md §5b, with their error bounds.
 
     Parameters
     ----------
@@ -136,14 +139,21 @@ class NewtonCache:
         corrected by the next step instead of accumulating) is at most this share of the budget ε′.
     cost_model : CostModel, optional
         Prices used by ``refresh="auto"``.
+    flush_every, flush_share : int, float
+        ``onepass``: apply the pending mismatch to the data (one double-precision pass, plus one to refresh the
+        margins) every ``flush_every`` removals, or as soon as its charge ‖X′‖₂‖P‖ exceeds ``flush_share`` of the
+        budget, or when the bound would otherwise force a retraining.
     """
 
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
-                 carry_share: float = 1e-2, cost_model: CostModel | None = None) -> None:
+                 carry_share: float = 1e-2, cost_model: CostModel | None = None, flush_every: int = 16,
+                 flush_share: float = 2e-2) -> None:
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
         self.carry_share = carry_share
+        self.flush_every = flush_every
+        self.flush_share = flush_share
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.factor: tuple[np.ndarray, bool] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)
@@ -177,6 +187,12 @@ class NewtonCache:
         self.fro_M = math.inf
         self.fro_G = math.inf
         self.tau = math.inf
+        # onepass: float32 copy of the data, pending mismatch vector P (ē = carry_e + X′ᵀP) and its error bound
+        self.X32: np.ndarray | None = None
+        self.P: np.ndarray | None = None
+        self.p_err = 0.0
+        self.since_flush = 0
+        self.flushes = 0
 
     def refresh(self, H: np.ndarray) -> None:
         """Factorise a new Hessian (used as preconditioner)."""
@@ -461,6 +477,28 @@ def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | 
     return acc, carried, e_delta_norm, err_step
 
 
+def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: float, a: np.ndarray, zeta: float,
+               v_ub: float, x_norm: float, rho: float) -> tuple[float, dict[str, float]]:
+    """Bound on the Taylor remainder ‖r‖ of a step with computed margins ã ≈ X v (|ãᵢ − xᵢᵀv| ≤ ζ) from margins
+    z̃ ≈ X w (|z̃ᵢ − xᵢᵀw| ≤ η): Cor. 1/2 in paper mode, Theorem 1 with local Lipschitz constants in tight mode
+    (docs/tighter_bounds.md §2–3). Returns (bound, candidates)."""
+    loss = cfg.loss_
+    a_abs = np.where(keep, np.abs(a) + zeta, 0.0)
+    if cfg.bound == "paper":
+        b = remainder_bound_paper(float(loss.gamma), x_norm, rho, v_ub, float(np.linalg.norm(a_abs)))
+        return b * evaluation_slack(a.size), {"paper": b}
+    if loss.gamma == 0.0:
+        return 0.0, {"spectral": 0.0, "triangle": 0.0}
+    lip_fn = getattr(loss, "d2_lipschitz_on", None)
+    if lip_fn is not None:
+        za = z + a
+        slack = eta + zeta + 4 * U * (np.abs(z) + np.abs(a))
+        lip = lip_fn(np.minimum(z, za) - slack, np.maximum(z, za) + slack)
+    else:
+        lip = float(getattr(loss, "gamma_exact", loss.gamma))
+    return remainder_bound_tight(a_abs, lip, x_norm, rho)
+
+
 # -- solvers with the exact Hessian (cholesky, refine, pcg) --------------------------------------------------------
 
 
@@ -532,23 +570,8 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         err = x_norm * g_err + gn * x_fro * g_norm + 2 * U * (lam_n * p_norm + float(np.linalg.norm(q)))
         return ap, q, err
 
-    lip_fn = getattr(loss, "d2_lipschitz_on", None)
-    gamma_tight = float(getattr(loss, "gamma_exact", loss.gamma))
-
     def remainder(a: np.ndarray, zeta: float, v_ub: float) -> tuple[float, dict[str, float]]:
-        a_abs = np.where(keep, np.abs(a) + zeta, 0.0)
-        if cfg.bound == "paper":
-            b = remainder_bound_paper(float(loss.gamma), x_norm, rho, v_ub, float(np.linalg.norm(a_abs)))
-            return b * evaluation_slack(n_rows), {"paper": b}
-        if loss.gamma == 0.0:
-            return 0.0, {"spectral": 0.0, "triangle": 0.0}
-        if lip_fn is not None:
-            za = z + a
-            slack = eta + zeta + 4 * U * (np.abs(z) + np.abs(a))
-            lip = lip_fn(np.minimum(z, za) - slack, np.maximum(z, za) + slack)
-        else:
-            lip = gamma_tight
-        return remainder_bound_tight(a_abs, lip, x_norm, rho)
+        return _remainder(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho)
 
     # -- preconditioner F and initial guess v₀
     refresh_cost = cm.hessian(n_new, d) + cm.cholesky(d)
@@ -796,12 +819,254 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
                       data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)
 
 
+# -- one single-precision pass per removal (onepass) ----------------------------------------------------------------
+
+U32 = 2.0**-24  # unit roundoff of IEEE single precision
+TINY32 = 2.0**-125  # covers underflow (gradual or flush-to-zero) of one single-precision product or conversion
+
+
+def _gamma32(k: int) -> float:
+    """Higham's γ_k for single precision."""
+    return k * U32 / (1.0 - k * U32)
+
+
+def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
+    """ã ≈ X v from the single-precision copy X32 = fl₃₂(X), and ζ ≥ maxᵢ |ãᵢ − xᵢᵀv| (rows with ‖xᵢ‖ ≤ ρ).
+
+    v is scaled by a power of two s (exact) into [−1, 1] and rounded to single precision; then, per row,
+    |xᵢᵀv − s·fl₃₂(x̂ᵢᵀv̂)| ≤ s(|xᵢᵀ(v/s − v̂)| + |(xᵢ − x̂ᵢ)ᵀv̂| + γ₃₂_d Σⱼ|x̂ᵢⱼ||v̂ⱼ| + d·2⁻¹²⁵)
+    ≤ ρ‖v‖(2u₃₂ + γ₃₂_d)(1 + u₃₂)² + 2s·d·2⁻¹²⁵ (+ 2⁻¹⁰⁷⁰ for the product by s, which may be subnormal), with
+    |x̂ᵢⱼ − xᵢⱼ| ≤ u₃₂|xᵢⱼ| + 2⁻¹²⁵, |v̂ⱼ − vⱼ/s| ≤ u₃₂|vⱼ/s| + 2⁻¹²⁵ (underflow, gradual or flushed to zero)
+    (Higham 2002, §3.1, any summation order, with or without fused multiply-add). Returns (ã, ζ).
+    """
+    d = v.shape[0]
+    vmax = float(np.max(np.abs(v), initial=0.0))
+    if vmax == 0.0:
+        return np.zeros(X32.shape[0]), 0.0
+    s = math.ldexp(1.0, math.frexp(vmax)[1])  # a power of two ≥ max |vⱼ|: v / s is exact
+    vs = v / s
+    a = (X32 @ vs.astype(np.float32)).astype(np.float64) * s
+    vn = float(np.linalg.norm(vs)) * s  # scaled: ‖v‖ itself would underflow for tiny v
+    zeta = (rho * vn * (2.0 * U32 + _gamma32(d + 2)) * (1.0 + U32) ** 2 * (1.0 + 4 * U) + s * d * TINY32 * 2.0
+            + 2.0**-1070)  # the last term: s·fl₃₂(·) may land in double precision's subnormal range
+    return a, zeta
+
+
+def _flush(cfg: CertifiedRemoval, cache: NewtonCache, X: np.ndarray, w: np.ndarray, keep: np.ndarray,
+           x_norm: float, rho: float) -> None:
+    """Apply the pending mismatch exactly: ē = E + X′ᵀP becomes E ← fl(E + X′ᵀP), P ← 0 (one double-precision
+    pass), and refresh the margins z = fl(X w) (one pass), resetting their error to the dot-product bound."""
+    assert cache.P is not None and cache.carry_e is not None
+    n_rows, d = X.shape
+    P = cache.P
+    p_norm = float(np.linalg.norm(P))
+    if p_norm > 0.0:
+        q = X.T @ P  # P is zero outside the active rows, so removed (possibly zeroed) rows contribute nothing
+        E = cache.carry_e + q
+        cache.carry_err += (x_norm * cache.p_err + gamma_k(n_rows + 2) * math.sqrt(n_rows) * rho * p_norm
+                            + 2 * U * (float(np.linalg.norm(E)) + float(np.linalg.norm(q))))
+        cache.carry_e = E
+    P[:] = 0.0
+    cache.p_err = 0.0
+    cache.z = X @ w
+    cache.eta = gamma_k(d + 2) * rho * float(np.linalg.norm(w))
+    cache.since_flush = 0
+    cache.flushes += 1
+
+
+def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
+                   cache: NewtonCache) -> None:
+    """Anchor system at w (tracked M), margins, float32 copy of the active rows, empty pending vector."""
+    rho = _row_norm_max(cfg, X, cache)
+    cache.kind = "onepass"
+    build_anchor(cfg, w, X, y, active, cache, with_gram=False)
+    cache.z = X @ w
+    cache.eta = gamma_k(X.shape[1] + 2) * rho * float(np.linalg.norm(w))
+    X32 = X.astype(np.float32)
+    X32[~active] = 0.0
+    cache.X32 = X32
+    cache.P = np.zeros(X.shape[0])
+    cache.p_err = 0.0
+    cache.since_flush = 0
+
+
+def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
+                 idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
+    """Newton step with the anchor Hessian M and the *exact* mismatch, one single-precision pass (§5b).
+
+    H′v = M̂′v + X′ᵀ(δ ⊙ a) with δᵢ = ℓ''(zᵢ) − ŝᵢ (an identity: the λn′I terms cancel). M̂′v − rhs is measured in
+    O(d²); a = X′v comes from one float32 pass (ζ-accurate); δ ⊙ a is computed exactly up to tracked rounding and,
+    in tight mode, *added to the pending vector P* instead of being bounded: the carried error is ē = E + X′ᵀP,
+    charged as ‖E‖ + ‖X′‖₂‖P‖ until a flush makes it exact (and the next step corrects it). In paper mode the
+    mismatch is charged at once, ‖X′ᵀ(δ ⊙ a)‖ ≤ ‖X′‖₂‖δ ⊙ a‖.
+    """
+    loss, lam = cfg.loss_, cfg.lam
+    n_rows, d = X.shape
+    n_new = int(np.count_nonzero(keep))
+    m = int(idx.size)
+    w = state.w
+    if cache is None:
+        cache = NewtonCache()
+    cm = cache.cost_model
+    passes = 0.0
+    refreshed = ""
+    active_before = keep.copy()
+    active_before[idx] = True
+    rho = _row_norm_max(cfg, X, cache)
+    x_norm = _x_norm(state, n_rows, rho)
+    refresh_cost = cm.hessian(n_rows, d) + cm.cholesky(d)
+    synced = (cache.matches(X, w, active_before, "onepass") and cache.X32 is not None and cache.P is not None
+              and cache.z is not None and cache.M is not None)
+    if not synced:
+        cache.reset()
+        _prime_onepass(cfg, w, X, y, active_before, cache)
+        refreshed = "anchor"
+        passes += d / 4.0 + 1
+    elif _policy_due(cfg, cache, refresh_cost):
+        build_anchor(cfg, w, X, y, active_before, cache, with_gram=False)  # P, E and z keep their meaning
+        refreshed = "anchor"
+        passes += d / 4.0
+    elif cache.iter_cost >= cm.cholesky(d):
+        assert cache.M is not None
+        cache.factor = precond_factor(cache.M)
+        cache.refactorizations += 1
+        cache.iter_cost = 0.0
+        refreshed = "factor"
+    cache._mark_dirty()
+    X32, P, z, eta = cache.X32, cache.P, cache.z, cache.eta
+    assert X32 is not None and P is not None and z is not None
+
+    Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
+    delta_norm = float(np.linalg.norm(Delta))
+    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    if e_old is not None:
+        # fold the pending entries of the removed rows into E while they are still in the data: X_Dᵀ P =
+        # X_D′ᵀ P + Σ_{j∈R} Pⱼ xⱼ
+        PR = P[idx]
+        if np.any(PR != 0.0):
+            fold = X[idx].T @ PR
+            e_old = e_old + fold
+            eps_old += (rho * math.sqrt(m) * cache.p_err + gamma_k(m + 2) * rho * float(np.sum(np.abs(PR)))
+                        + 2 * U * (float(np.linalg.norm(e_old)) + float(np.linalg.norm(fold))))
+            cache.carry_e, cache.carry_err = e_old, eps_old
+        P[idx] = 0.0
+    X32[idx] = 0.0  # the single-precision copy forgets removed rows at once
+    rhs = Delta if e_old is None else Delta - e_old
+    err_rhs = err_Delta + (0.0 if e_old is None else U * float(np.linalg.norm(rhs)))
+    _downdate(cache, X, idx, lam, track=True)
+    M = cache.M
+    assert M is not None
+    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂
+
+    # -- v from the anchor system (O(d²))
+    F = cache.factor
+    assert F is not None
+    target = max(cache.rtol * delta_norm, cache.budget_share * cache.last_remainder)
+    if e_old is not None:
+        target = max(target, cache.carry_share * cfg.budget)
+    v = cho_solve(F, rhs, check_finite=False)
+    e = _mv(M, v) - rhs
+    it = 0
+    for attempt in range(2):
+        v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
+        it += k
+        cache.iter_cost += k * 2 * cm.dense_op(d)
+        if float(np.linalg.norm(e)) <= target or attempt == 1:
+            break
+        cache.factor = F = precond_factor(M)  # stale preconditioner: refactorise the maintained M (no data pass)
+        cache.refactorizations += 1
+        cache.iter_cost = 0.0
+        refreshed = refreshed or "factor"
+        v = cho_solve(F, rhs, check_finite=False)
+        e = _mv(M, v) - rhs
+    cache.sweeps_total += it
+    e = _mv(M, v) - rhs  # measured directly for the final v
+    w_new = w + v
+    wn_new = float(np.linalg.norm(w_new))
+    vn = float(np.linalg.norm(v))
+    v_ub = vn + 1.01 * U * wn_new  # ≥ ‖v_true‖, v_true = w_new − w exactly
+    e_norm = float(np.linalg.norm(e))
+    err_e = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
+                   + err_rhs)
+
+    # -- the single-precision pass: margins of the step
+    a, zeta32 = single_pass_margins(X32, v, rho)
+    passes += 0.5
+    zeta = 2.0 * (zeta32 + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true| on the rows of D′
+    # -- exact mismatch δ ⊙ a on D′ (δᵢ = ℓ''(zᵢ) − ŝᵢ; ŝ is zero on removed rows, s̃ masked to D′)
+    assert cache.s_hat is not None
+    s_cur = np.where(keep, loss.d2(z, y), 0.0)
+    s_max = float(np.max(s_cur, initial=0.0))
+    tau_s = float(loss.gamma) * eta + 8 * U * (1.0 + s_max)  # |s̃ᵢ − ℓ''(xᵢᵀw)|
+    delta_c = np.where(keep, s_cur - cache.s_hat, 0.0)
+    g = delta_c * a
+    dabs = np.abs(delta_c)
+    g_err_vec = np.where(keep, dabs * zeta + (tau_s + U * dabs) * (np.abs(a) + zeta) + U * np.abs(g), 0.0)
+    g_norm = float(np.linalg.norm(g))
+    g_err = float(np.linalg.norm(g_err_vec)) * (1.0 + 4 * U)
+    mis = x_norm * (g_norm + g_err) * evaluation_slack(n_rows)
+
+    rem, cands = _remainder(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho)
+    cache.last_remainder = rem
+
+    acc: float | None
+    if e_old is None:  # paper accounting: the step's mismatch is charged at once
+        acc, carried, e_step, err_step = None, 0.0, e_norm, err_e
+        cache.since_flush += 1
+        if cache.since_flush >= cache.flush_every:  # refresh the margins (their error grows by ζ per step)
+            cache.z = X @ w_new
+            cache.eta = gamma_k(d + 2) * rho * wn_new
+            cache.since_flush = 0
+            passes += 1.0
+    else:
+        P += g
+        cache.p_err += g_err + U * float(np.linalg.norm(P))
+        e_delta = e - e_old  # M̂′v − Δ as computed
+        e_step = float(np.linalg.norm(e_delta))
+        err_step = err_e + 2 * U * e_step
+        cache.carry_e = e
+        cache.carry_err = eps_old + err_e
+        cache.carry_bound = S_old + rem
+        cache.since_flush += 1
+
+        def accumulated() -> tuple[float, float]:
+            assert cache.carry_e is not None and cache.P is not None
+            pend = x_norm * (float(np.linalg.norm(cache.P)) + cache.p_err)
+            return ((cache.carry_bound + float(np.linalg.norm(cache.carry_e)) + cache.carry_err + pend)
+                    * evaluation_slack(n_rows)), pend
+
+        acc, pend = accumulated()
+        over = cfg.noise != "none" and acc > cfg.budget
+        if over or cache.since_flush >= cache.flush_every or pend > cache.flush_share * cfg.budget:
+            forced = over or (cache.since_flush < cache.flush_every)
+            _flush(cfg, cache, X, w_new, keep, x_norm, rho)
+            passes += 2.0
+            if forced:
+                cache.excess_cost += 2 * cm.data_pass(n_rows, d)
+            acc, _ = accumulated()
+        carried = float(np.linalg.norm(cache.carry_e))
+    step = e_step + err_step + mis + rem
+
+    if cache.since_flush > 0:  # advance the margins to w_new (unless just refreshed): z + ã, with the tracked error
+        z_new = z + a
+        cache.z = z_new
+        cache.eta = eta + zeta + 1.01 * U * float(np.max(np.abs(z_new), initial=0.0))
+    cache._advance(X, w_new, keep)
+    cache.removals_since_refresh += 1
+    worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
+    return StepResult(w_new=w_new, step_bound=step, solve_error=e_step, error_allowance=err_step,
+                      remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,
+                      data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)
+
+
 def compute_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
                  idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Dispatch on ``cfg.solver``. On an exception the cache is reset (its in-place updates may be half done)."""
     try:
         if cfg.solver == "anchor":
             return anchor_step(cfg, state, X, y, keep, idx, cache)
+        if cfg.solver == "onepass":
+            return onepass_step(cfg, state, X, y, keep, idx, cache)
         return exact_hessian_step(cfg, state, X, y, keep, idx, cache)
     except BaseException:
         if cache is not None:
@@ -821,6 +1086,8 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     if cfg.solver == "anchor":
         cache.kind = "anchor"
         build_anchor(cfg, state.w, X, y, active, cache, with_gram=True, gram=gram)
+    elif cfg.solver == "onepass":
+        _prime_onepass(cfg, state.w, X, y, active, cache)
     else:
         rho = _row_norm_max(cfg, X, cache)
         cache.kind = "exact"
@@ -836,4 +1103,4 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
 
 
 __all__ = ["BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "StepResult", "anchor_step", "build_anchor",
-           "compute_step", "exact_hessian_step", "prime_cache"]
+           "compute_step", "exact_hessian_step", "onepass_step", "prime_cache", "single_pass_margins"]
