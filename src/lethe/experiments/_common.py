@@ -54,7 +54,7 @@ FULL = Profile(
     sigmas=(0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), probe_removals=30,
     fig1_epsilons=(0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), fig1_lambdas=(1e-3, 1e-2, 1e-1), fig1_removals=100,
     fig2_removals=1000, table1_removals=200, table1_cholesky_removals=20, ngd_n_train=1000, ngd_edits=5,
-    ngd_epsilon_dds=(1.0, 0.25, 0.05), audit={"n_train": 50, "n_removed": 10, "trials": 40, "shadows": 64},
+    ngd_epsilon_dds=(1.0, 0.25, 0.05), audit={"n_train": 50, "n_removed": 10, "trials": 100, "shadows": 64},
 )
 PROFILES = {"quick": QUICK, "full": FULL}
 

@@ -36,28 +36,41 @@ def newton_trace(mech: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np
     """Apply the Newton removal step (Eq. 3 / Eq. 6) for each batch *without* the budget check of Alg. 2.
 
     This is a measurement harness (Fig. 2 and the step probes of Fig. 1): it records, per batch, the certified
-    step bound (Cor. 1/2), the worst-case bound (Thm 1/4), the time of the step and, if ``exact``, the exact
-    gradient residual ‖∇L_b(w; D′)‖₂ after the step. Returns lists plus the final state.
+    step bound (Cor. 1/2, or the tight bounds of docs/tighter_bounds.md if ``mech.bound == "tight"``), the
+    accumulated certified residual bound β after the step (as :meth:`CertifiedRemoval.remove` would publish it:
+    β + step bound, or the smaller vector-accounting bound of the tight mode), the worst-case bound (Thm 1/4), the
+    time of the step and, if ``exact``, the exact gradient residual ‖∇L_b(w; D′)‖₂ after the step. Returns lists
+    plus the final state.
     """
     active = np.ones(X.shape[0], dtype=bool)
     cache = NewtonCache()
-    steps, worst, secs, resid = [], [], [], []
+    steps, bounds, worst, secs, resid = [], [], [], [], []
     for batch in progress(batches, desc=desc, enabled=show_progress):
         keep = active.copy()
         keep[batch] = False
         with Timer() as t:
-            w_new, step, wc, _err = mech.newton_step(state, X, y, keep, batch, cache)
-        state = dataclasses.replace(state, w=w_new, n=int(keep.sum()), residual_bound=state.residual_bound + step,
+            r = mech.step(state, X, y, keep, batch, cache)
+        beta = state.residual_bound + r.step_bound  # Guo et al.'s induction over the steps
+        if r.accumulated_bound is not None:  # tight mode: the vector accounting (docs/tighter_bounds.md §4)
+            beta = min(beta, r.accumulated_bound)
+        state = dataclasses.replace(state, w=r.w_new, n=int(keep.sum()), residual_bound=beta,
                                     removals_since_training=state.removals_since_training + batch.size)
         active = keep
-        steps.append(step)
-        worst.append(wc)
+        steps.append(r.step_bound)
+        bounds.append(beta)
+        worst.append(r.worst_case)
         secs.append(t.seconds)
         if exact:
             g = obj.objective_grad(state.w, X, y, mech.loss_, mech.lam, state.b, mask=active)
             resid.append(float(np.linalg.norm(g)))
-    return {"steps": np.array(steps), "worst": np.array(worst), "seconds": np.array(secs),
-            "exact": np.array(resid), "state": state, "active": active}
+    return {"steps": np.array(steps), "bounds": np.array(bounds), "worst": np.array(worst),
+            "seconds": np.array(secs), "exact": np.array(resid), "state": state, "active": active}
+
+
+def _within(curve: np.ndarray, budget: float, per_step: int) -> int:
+    """Removals done before the accumulated bound first exceeds the budget (Alg. 2 would retrain there)."""
+    over = np.flatnonzero(curve > budget)
+    return per_step * int(over[0] if over.size else curve.size)
 
 
 def _single_batches(order: np.ndarray, k: int) -> list[np.ndarray]:
@@ -177,6 +190,13 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
     batches = [order[i:i + 10] for i in range(0, k - k % 10, 10)]
     batch = newton_trace(mech, state, X, y, batches, exact=True, show_progress=show_progress,
                          desc="Fig. 2 batches of 10")
+    # the tighter bounds of the fast-removal work, on the same trained model, removal sequence and solver: only the
+    # certificate differs (docs/tighter_bounds.md; analytic calibration changes the budget, not the bound)
+    tight = dataclasses.replace(mech, bound="tight", calibration="analytic")
+    single_t = newton_trace(tight, state, X, y, _single_batches(order, k), exact=True, show_progress=show_progress,
+                            desc="Fig. 2 single removals (tight bound)")
+    batch_t = newton_trace(tight, state, X, y, batches, exact=True, show_progress=show_progress,
+                           desc="Fig. 2 batches of 10 (tight bound)")
     beta0 = state.residual_bound
     n_single = np.arange(1, k + 1)
     n_batch = 10 * np.arange(1, len(batches) + 1)
@@ -184,6 +204,8 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
         "single_worst": np.cumsum(single["worst"]), "single_data": beta0 + np.cumsum(single["steps"]),
         "batch_worst": np.cumsum(batch["worst"]), "batch_data": beta0 + np.cumsum(batch["steps"]),
         "single_exact": single["exact"], "batch_exact": batch["exact"],
+        "single_tight": single_t["bounds"], "batch_tight": batch_t["bounds"],
+        "single_tight_exact": single_t["exact"], "batch_tight_exact": batch_t["exact"],
     }
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
@@ -191,9 +213,12 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
     ax.plot(n_batch, curves["batch_worst"], color="lightgreen", label="worst case, batch of 10 (Thm 4)")
     ax.plot(n_single, curves["single_data"], color="darkblue", label="data-dependent, single (Cor. 1)")
     ax.plot(n_batch, curves["batch_data"], color="darkgreen", label="data-dependent, batch of 10 (Cor. 2)")
+    ax.plot(n_single, curves["single_tight"], color="darkorange", label="tight data-dependent, single")
+    ax.plot(n_batch, curves["batch_tight"], color="purple", label="tight data-dependent, batch of 10")
     ax.plot(n_single, curves["single_exact"], "k--", label="true residual ‖∇L_b(w; D′)‖, single")
     ax.plot(n_batch, curves["batch_exact"], "k:", label="true residual, batch of 10")
     ax.axhline(mech.budget, color="red", lw=0.8, label=f"budget ε′ = σε/c (σ = {REF_SIGMA:g}, ε = 1)")
+    ax.axhline(tight.budget, color="red", lw=0.8, ls="--", label="budget ε′, analytic calibration (tight mode)")
     ax.set(yscale="log", xlabel="number of removed points", ylabel="gradient residual norm",
            title=f"Guo et al. Fig. 2 — λ = {REF_LAM:g}, n = {X.shape[0]}")
     ax.legend(fontsize=7)
@@ -223,9 +248,21 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
     plt.close(fig)
 
     last = {key: float(v[-1]) for key, v in curves.items()}
-    return {"n_removed": k, "budget": mech.budget, "train_residual": beta0, "final": last,
+    return {"n_removed": k, "budget": mech.budget, "budget_analytic": tight.budget, "train_residual": beta0,
+            "final": last, "tighter": True, "tight_config": {"bound": tight.bound, "calibration": tight.calibration,
+                                                             "solver": tight.solver},
             "ratio_worst_to_data_single": last["single_worst"] / last["single_data"],
             "ratio_data_to_exact_single": last["single_data"] / max(last["single_exact"], 1e-300),
+            "ratio_data_to_exact_batch": last["batch_data"] / max(last["batch_exact"], 1e-300),
+            "ratio_tight_to_exact_single": last["single_tight"] / max(last["single_tight_exact"], 1e-300),
+            "ratio_tight_to_exact_batch": last["batch_tight"] / max(last["batch_tight_exact"], 1e-300),
+            "ratio_data_to_tight_single": last["single_data"] / last["single_tight"],
+            "ratio_data_to_tight_batch": last["batch_data"] / last["batch_tight"],
+            "removals_within_budget": {
+                "single_data": _within(curves["single_data"], mech.budget, 1),
+                "single_tight": _within(curves["single_tight"], tight.budget, 1),
+                "batch_data": _within(curves["batch_data"], mech.budget, 10),
+                "batch_tight": _within(curves["batch_tight"], tight.budget, 10)},
             "mean_step_single": float(np.mean(single["steps"])), "mean_step_batch": float(np.mean(batch["steps"])),
             "influence": {"largest": [float(infl[i]) for i in top], "smallest": [float(infl[i]) for i in bottom],
                           "largest_labels": [int(y[i]) for i in top], "smallest_labels": [int(y[i]) for i in bottom],
