@@ -49,6 +49,8 @@ def test_report_contains_the_numbers_of_this_run(quick_run):
     # the Fig. 2 table carries the measured final values
     fin = res["fig2"]["final"]
     assert format(fin["single_exact"], ".4g") in report
+    assert f"| tight / true | {res['fig2']['ratio_tight_to_exact_single']:.3g}× |" in report
+    assert format(fin["batch_tight"], ".4g") in report
     # images referenced by the report exist
     for img in re.findall(r"!\[[^]]*\]\(([^)]+)\)", report):
         assert (quick_run / img).exists()
@@ -61,6 +63,17 @@ def test_measured_quantities_are_consistent(quick_run):
     assert fin["single_exact"] <= fin["single_data"]
     assert fin["batch_exact"] <= fin["batch_data"]
     assert fin["single_data"] < fin["single_worst"]
+    # the tight bounds of the fast-removal work are traced on the same removals, and are sound at every step
+    f2 = res["fig2"]
+    assert f2["tighter"] and f2["tight_config"] == {"bound": "tight", "calibration": "analytic", "solver": "refine"}
+    assert f2["min_ratio_data_to_exact"] >= 1.0 and f2["min_ratio_tight_to_exact"] >= 1.0
+    assert f2["max_ratio_tight_to_data"] <= 1.0 + 1e-9  # never looser than Cor. 1/2 on the same steps
+    assert fin["single_tight_exact"] <= fin["single_tight"] < fin["single_data"]
+    assert f2["ratio_tight_to_exact_single"] == pytest.approx(fin["single_tight"] / fin["single_tight_exact"])
+    assert f2["budget_analytic"] >= f2["budget"]  # the analytic calibration is never smaller (Balle & Wang)
+    wb = f2["removals_within_budget"]
+    assert wb["single_tight"] >= wb["single_data"] and wb["batch_tight"] >= wb["batch_data"]
+    assert 0 <= wb["single_data"] <= f2["n_removed"] and wb["batch_data"] % 10 == 0
     infl = res["fig2"]["influence"]
     assert min(infl["largest"]) >= max(infl["smallest"])
     for r in res["fig1"]["grid"]:
