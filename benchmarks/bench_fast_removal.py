@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 from lethe.datasets import load_mnist_binary
@@ -42,6 +43,7 @@ MODES: list[tuple[str, dict[str, Any]]] = [
     ("tight bound + paper cal.", dict(bound="tight", calibration="paper", solver="pcg")),
     ("tight + analytic, pcg", dict(bound="tight", calibration="analytic", solver="pcg")),
     ("tight + analytic, refine", dict(bound="tight", calibration="analytic", solver="refine")),
+    ("tight + analytic, onepass", dict(bound="tight", calibration="analytic", solver="onepass")),
     ("anchor O(d2), auto", dict(bound="tight", calibration="analytic", solver="anchor", refresh="auto")),
     ("anchor O(d2), never", dict(bound="tight", calibration="analytic", solver="anchor", refresh="never")),
 ]
@@ -105,7 +107,8 @@ def part1(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
     k_tight = 300 if quick else 2000
     caps = {"paper (Cor.1, c, cholesky)": 10 if quick else 25, "paper bound, refine": n,
             "paper bound + analytic": n, "tight bound + paper cal.": k_tight, "tight + analytic, pcg": k_tight,
-            "tight + analytic, refine": k_tight // 2, "anchor O(d2), auto": 400 if quick else n,
+            "tight + analytic, refine": k_tight // 2, "tight + analytic, onepass": k_tight,
+            "anchor O(d2), auto": 400 if quick else n,
             "anchor O(d2), never": 400 if quick else n}
     results: dict[str, dict[str, Any]] = {}
     for name, kw in MODES:
@@ -133,7 +136,8 @@ def part1(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
     a = results["anchor O(d2), auto"]
     print(f"anchor setup (one O(n d^2) pass at training): {a['setup']:.2f} s incl. training; data-pass refreshes "
           f"during the run: auto {a['refreshes']}, never {results['anchor O(d2), never']['refreshes']}; "
-          f"tight pcg: {results['tight + analytic, pcg']['refreshes']}")
+          f"tight pcg: {results['tight + analytic, pcg']['refreshes']}, onepass: "
+          f"{results['tight + analytic, onepass']['refreshes']}")
     return results
 
 
@@ -153,7 +157,7 @@ def part2(quick: bool) -> dict[str, float]:
     print(f"\n== 2. n-scaling, synthetic: d = {d}, n = {ns[0]} and {ns[1]}; lambda = 1e-3, sigma = 10; {k} removals")
     out: dict[str, float] = {}
     print(f"{'solver':<22}" + "".join(f"{'median ms n=' + str(n):>22}" for n in ns) + f"{'ratio':>8}")
-    for solver, refresh in (("anchor", "never"), ("pcg", "auto")):
+    for solver, refresh in (("anchor", "never"), ("onepass", "auto"), ("pcg", "auto")):
         med = []
         for n in ns:
             X, y = synthetic(n, d, seed=n)
@@ -197,17 +201,18 @@ def part3(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
           f"(verified: {need} single-row removals without retraining)")
     order = np.random.default_rng(3).permutation(X.shape[0])
     modes = {"paper": dict(bound="paper", calibration="paper", solver="refine"),
-             "ours": dict(bound="tight", calibration="analytic", solver="pcg")}
+             "ours": dict(bound="tight", calibration="analytic", solver="pcg"),
+             "onepass": dict(bound="tight", calibration="analytic", solver="onepass")}
     best: dict[str, dict[str, Any]] = {}
-    print(f"{'mode':<8}{'lambda':>9}{'sigma':>10}{'test acc':>10}{'acc after':>11}{'removals':>10}")
+    print(f"{'mode':<9}{'lambda':>9}{'sigma':>10}{'test acc':>10}{'acc after':>11}{'removals':>10}")
     for name, kw in modes.items():
         for lam in lams:
             r = verified_sigma(kw, lam, X, y, Xt, yt, order, need, quick)
             if math.isnan(r["sigma"]):
-                print(f"{name:<8}{lam:>9.0e}   not reachable: at most {r['removed']} removals (sigma = "
+                print(f"{name:<9}{lam:>9.0e}   not reachable: at most {r['removed']} removals (sigma = "
                       f"{r['most_sigma']:.3g}; more noise lowered the count)")
                 continue
-            print(f"{name:<8}{lam:>9.0e}{r['sigma']:>10.3g}{r['acc']:>10.4f}{r['acc_after']:>11.4f}{r['removed']:>10d}")
+            print(f"{name:<9}{lam:>9.0e}{r['sigma']:>10.3g}{r['acc']:>10.4f}{r['acc_after']:>11.4f}{r['removed']:>10d}")
             if not math.isnan(r["acc"]) and r["acc"] > best.get(name, {"acc": -1.0})["acc"]:
                 best[name] = r
     for name, r in best.items():
@@ -219,26 +224,36 @@ def part3(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small smoke run (not the reported figures)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS threads for removal and retraining alike (default 1: robust to other load)")
     args = ap.parse_args()
+    threadpool_limits(args.threads)
+    print(f"BLAS threads: {args.threads} (removals and retraining alike)")
     t_start = time.perf_counter()
     X, y, Xt, yt = load_mnist_binary(3, 8)
     res = part1(X, y, Xt, yt, args.quick)
     scale = part2(args.quick)
     best = part3(X, y, Xt, yt, args.quick)
-    paper, tight, anchor = (res["paper (Cor.1, c, cholesky)"], res["tight + analytic, pcg"],
-                            res["anchor O(d2), never"])
+    paper, tight, anchor, one = (res["paper (Cor.1, c, cholesky)"], res["tight + analytic, pcg"],
+                                 res["anchor O(d2), never"], res["tight + analytic, onepass"])
     print("\n== 4. targets (same machine, same run)")
-    checks = [
-        ("tightest mode supports >= 10x the paper's removals",
-         f"{tight['supported']} vs {paper['supported']} = {tight['supported'] / paper['supported']:.0f}x",
-         tight["supported"] >= 10 * paper["supported"]),
-        ("tightest mode: removal <= 1/100 of retraining",
-         f"1/{tight['retrain'] / tight['median']:.0f} (median)", tight["retrain"] / tight["median"] >= 100),
+    checks = []
+    for label, r in (("tightest mode (pcg)", tight), ("tight onepass mode", one)):
+        checks += [
+            (f"{label} supports >= 10x the paper's removals",
+             f"{r['supported']} vs {paper['supported']} = {r['supported'] / paper['supported']:.0f}x",
+             r["supported"] >= 10 * paper["supported"]),
+            (f"{label}: removal <= 1/100 of retraining",
+             f"1/{r['retrain'] / r['median']:.0f} (median), 1/{r['retrain'] / r['mean']:.0f} (mean incl. flushes "
+             "and refreshes)", r["retrain"] / r["median"] >= 100)]
+    checks += [
         ("O(d^2) mode: removal <= 1/1000 of retraining",
          f"1/{anchor['retrain'] / anchor['median']:.0f} (median)", anchor["retrain"] / anchor["median"] >= 1000),
         ("O(d^2) mode: time grows < 2x for 10x n", f"{scale['anchor']:.2f}x", scale["anchor"] < 2.0),
-        (">= 96% test accuracy with >= 1000 removals (ours)",
+        (">= 96% test accuracy with >= 1000 removals (ours, pcg)",
          f"{best.get('ours', {}).get('acc', math.nan):.4f}", best.get("ours", {}).get("acc", 0.0) >= 0.96),
+        (">= 96% test accuracy with >= 1000 removals (onepass)",
+         f"{best.get('onepass', {}).get('acc', math.nan):.4f}", best.get("onepass", {}).get("acc", 0.0) >= 0.96),
     ]
     for what, value, ok in checks:
         print(f"  [{'met' if ok else 'NOT met'}] {what}: {value}")

@@ -222,7 +222,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         Gradient-norm tolerance of training (charged to the budget); default 0.1 % of the budget.
     max_iter : int, default=2000
         L-BFGS iterations.
-    solver : {"pcg", "refine", "anchor", "cholesky"}, default="pcg"
+    solver : {"pcg", "onepass", "refine", "anchor", "cholesky"}, default="pcg"
         How the Newton system is solved at removal (see :class:`~lethe.certified.mechanism.CertifiedRemoval`).
     bound : {"tight", "paper"}, default="tight"
         Which proven residual bound certifies each removal.

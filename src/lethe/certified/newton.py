@@ -20,6 +20,10 @@ Solvers (``CertifiedRemoval.solver``):
     Gram matrix X′ᵀX′ kept the same way for exact norms ‖X′v‖. The anchor residual Mv − Δ is measured
     (O(d²)); the mismatch (H(w) − M) v and the remainder r are *bounded* (:func:`~lethe.certified.bounds.anchor_bounds`)
     from ‖X‖₂, γ, ‖w − w_a‖, ‖X′(w − w_a)‖, ‖v‖, ‖X′v‖. Per removal: O(d² m + d²·iterations).
+``"onepass"``
+    The anchor system of ``"anchor"`` plus one single-precision pass a ≈ X′v per removal (with a proven error
+    bound): the mismatch X′ᵀ((ℓ''(z) − ŝ) ⊙ a) is then known exactly as an n-vector and, in tight mode, kept as a
+    pending vector P (charged ‖X′‖₂‖P‖) that a periodic double-precision pass applies exactly (docs §5b).
 
 Rounding. Every computed quantity that enters a certificate is inflated by an explicit floating-point error bound
 (Higham's γ_k for dot products; docs/tighter_bounds.md §7). They are many orders of magnitude below the step

@@ -36,8 +36,13 @@ from lethe.noisygd.guarantees import (
     noisy_gd_rdp,
     noisy_gd_rdp_convex,
 )
-from lethe.noisygd.models import LogisticModel, MLPModel, model_from_dict
-from lethe.noisygd.schedule import ConvexSchedule, convex_deletion_epsilon
+from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel, model_from_dict
+from lethe.noisygd.schedule import (
+    ConvexSchedule,
+    NonConvexSchedule,
+    convex_deletion_epsilon,
+    nonconvex_deletion_epsilon,
+)
 
 __all__ = [
     "AdaptiveRequester",
@@ -53,7 +58,7 @@ __all__ = [
     "interact",
 ]
 
-Model = LogisticModel | MLPModel
+Model = LogisticModel | MLPModel | BoundedMLPModel
 
 
 class EditRequestError(LetheError, ValueError):
@@ -240,12 +245,20 @@ class CuratorConfig:
         L: ‖∇ℓ(θ; x)‖ ≤ L for every record of norm ≤ ``row_bound`` (or clipping to L when ``clip``).
     row_bound : float
         R: every record must have ‖x‖ ≤ R (checked on learn and on every edit).
-    guarantee : {"convex", "lipschitz"}
+    guarantee : {"convex", "lipschitz", "nonconvex"}
         ``"convex"``: Thm G.9 + G.15 (needs a convex model, β = ``smoothness``, η < 1/(λ+β) and
         init_std² = σ²/(λ(1 − ηλ/2))). ``"lipschitz"``: Thm G.7 only, deletion via
-        :func:`~lethe.noisygd.guarantees.exposure_deletion_epsilon`.
+        :func:`~lethe.noisygd.guarantees.exposure_deletion_epsilon`. ``"nonconvex"``: Thm 5.2 (DP by G.7,
+        deletion by G.22 + G.23 via :func:`~lethe.noisygd.schedule.nonconvex_deletion_epsilon`); needs a model
+        whose loss is σ² log(B)/4-bounded, L-Lipschitz and β-smooth over all θ (checked against the model's
+        proven constants), η ≤ λ/(64Bq²(β+λ)²), init_std² = σ²/λ and edits of at most ``max_edit_size``
+        records.
     smoothness : float or None
-        β (convex only).
+        β (convex and nonconvex).
+    B : float or None
+        Thm 5.2's B > 1 (nonconvex only).
+    max_edit_size : int or None
+        r: the largest edit the nonconvex certificate covers; larger edits are rejected (nonconvex only).
     clip : bool
         Clip per-example gradients to L (Remark 5.3).
     p : int
@@ -265,6 +278,8 @@ class CuratorConfig:
     smoothness: float | None = None
     clip: bool = False
     p: int = 0
+    B: float | None = None
+    max_edit_size: int | None = None
 
     def __post_init__(self) -> None:
         check_positive("eta", self.eta)
@@ -279,8 +294,27 @@ class CuratorConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0. Found {v!r}.")
-        if self.guarantee not in ("convex", "lipschitz"):
-            raise ValueError(f"guarantee must be 'convex' or 'lipschitz'. Found {self.guarantee!r}.")
+        if self.guarantee not in ("convex", "lipschitz", "nonconvex"):
+            raise ValueError(f"guarantee must be 'convex', 'lipschitz' or 'nonconvex'. Found {self.guarantee!r}.")
+        if self.guarantee == "nonconvex":
+            if self.smoothness is None or self.B is None or self.max_edit_size is None:
+                raise ValueError("guarantee='nonconvex' needs smoothness (β), B and max_edit_size. Found None.")
+            if not self.B > 1.0:
+                raise ValueError(f"guarantee='nonconvex' needs B > 1 (Thm 5.2). Found {self.B!r}.")
+            if isinstance(self.max_edit_size, bool) or not isinstance(self.max_edit_size, int) or (
+                    self.max_edit_size < 1):
+                raise ValueError(f"max_edit_size must be an integer >= 1. Found {self.max_edit_size!r}.")
+            eta_max = self.lam / (64.0 * self.B * self.q**2 * (self.smoothness + self.lam) ** 2)
+            if self.eta > eta_max * (1.0 + 1e-12):
+                raise ValueError(
+                    f"guarantee='nonconvex' needs eta <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). "
+                    f"Found {self.eta!r}."
+                )
+            if not math.isclose(self.init_std**2, self.sigma2 / self.lam, rel_tol=1e-9):
+                raise ValueError(
+                    f"guarantee='nonconvex' needs init_std**2 = sigma2/lam = {self.sigma2 / self.lam!r} (Thm 5.2). "
+                    f"Found {self.init_std**2!r}."
+                )
         if self.guarantee == "convex":
             if self.smoothness is None:
                 raise ValueError("guarantee='convex' needs smoothness (β). Found None.")
@@ -311,6 +345,33 @@ class CuratorConfig:
             lipschitz=schedule.lipschitz, row_bound=row_bound, guarantee="convex", smoothness=schedule.smoothness,
             clip=clip, p=p,
         )
+
+    @classmethod
+    def from_nonconvex_schedule(
+        cls, schedule: NonConvexSchedule, *, clip: bool = False, p: int = 0, row_bound: float = 1.0,
+        k_learn: int | None = None, k_unlearn: int | None = None,
+    ) -> CuratorConfig:
+        """The configuration of Thm 5.2's schedule (η, σ², ρ = N(0, σ²/λ I), K_A, K_Ā, L, β, B, r).
+
+        ``k_learn`` / ``k_unlearn`` override the step counts (σ², η, ρ stay the theorem's); certificates then
+        report the ε_dd those counts certify (:func:`~lethe.noisygd.schedule.nonconvex_deletion_epsilon`).
+        """
+        return _from_nonconvex_schedule(schedule, clip=clip, p=p, row_bound=row_bound, k_learn=k_learn,
+                                        k_unlearn=k_unlearn)
+
+
+def _from_nonconvex_schedule(
+    schedule: NonConvexSchedule, *, clip: bool = False, p: int = 0, row_bound: float = 1.0,
+    k_learn: int | None = None, k_unlearn: int | None = None,
+) -> CuratorConfig:
+    return CuratorConfig(
+        eta=schedule.eta, sigma2=schedule.sigma2, lam=schedule.lam,
+        k_learn=schedule.k_learn if k_learn is None else int(k_learn),
+        k_unlearn=schedule.k_unlearn if k_unlearn is None else int(k_unlearn),
+        init_std=math.sqrt(schedule.init_variance), q=schedule.q, lipschitz=schedule.lipschitz,
+        row_bound=row_bound, guarantee="nonconvex", smoothness=schedule.smoothness, clip=clip, p=p, B=schedule.B,
+        max_edit_size=schedule.r,
+    )
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -363,12 +424,16 @@ class NoisyGDCurator:
         random_state: RandomState = None,
         publish: Callable[[np.ndarray], Any] | None = None,
     ) -> None:
-        if not isinstance(model, LogisticModel | MLPModel):
-            raise TypeError(f"model must be a LogisticModel or MLPModel. Found {type(model).__name__}.")
+        if not isinstance(model, LogisticModel | MLPModel | BoundedMLPModel):
+            raise TypeError(
+                f"model must be a LogisticModel, MLPModel or BoundedMLPModel. Found {type(model).__name__}."
+            )
         if not isinstance(config, CuratorConfig):
             raise TypeError(f"config must be a CuratorConfig. Found {type(config).__name__}.")
         if config.guarantee == "convex" and not model.convex:
             raise ValueError(f"guarantee='convex' needs a convex model. Found {type(model).__name__}.")
+        if config.guarantee == "nonconvex":
+            self._check_nonconvex_model(model, config)
         self.model = model
         self.config = config
         self._rng = check_random_state(random_state)
@@ -381,9 +446,39 @@ class NoisyGDCurator:
 
     # ------------------------------------------------------------------ construction helpers
     @staticmethod
+    def _check_nonconvex_model(model: Model, config: CuratorConfig) -> None:
+        """Thm 5.2's assumptions, from the model's proven constants: bounded, Lipschitz, smooth over all θ."""
+        if not isinstance(model, BoundedMLPModel):
+            raise ValueError(
+                "guarantee='nonconvex' needs a model whose loss is bounded, Lipschitz and smooth over all theta "
+                f"(BoundedMLPModel). Found {type(model).__name__}."
+            )
+        assert config.B is not None and config.smoothness is not None
+        tol = 1.0 + 1e-12
+        bound = config.sigma2 * math.log(config.B) / 4.0
+        if model.loss_half_range() > bound * tol:
+            raise ValueError(
+                f"Thm 5.2 needs the loss to be sigma2*log(B)/4 = {bound!r}-bounded. The model's loss half-range is "
+                f"{model.loss_half_range()!r}: increase B (see nonconvex_schedule_for_loss)."
+            )
+        if not config.clip and model.lipschitz(config.row_bound) > config.lipschitz * tol:
+            raise ValueError(
+                f"lipschitz = {config.lipschitz!r} is below the model's L = {model.lipschitz(config.row_bound)!r} "
+                f"for rows of norm <= {config.row_bound!r}."
+            )
+        if model.smoothness(config.row_bound) > config.smoothness * tol:
+            raise ValueError(
+                f"smoothness = {config.smoothness!r} is below the model's beta = "
+                f"{model.smoothness(config.row_bound)!r} for rows of norm <= {config.row_bound!r}."
+            )
+
+    @staticmethod
     def _theorem(config: CuratorConfig) -> str:
         if config.guarantee == "convex":
             return "Chourasia & Shah 2023: DP Thm G.7/G.9 (min), deletion Thm G.15 Eq. 114, adaptive Thm 4.3"
+        if config.guarantee == "nonconvex":
+            return ("Chourasia & Shah 2023: DP Thm G.7, deletion Thm 5.2 (G.22 + G.23, for the K_A, K_Abar run), "
+                    "adaptive Thm 4.3")
         return "Chourasia & Shah 2023: DP Thm G.7, deletion Thm G.7 over the record's exposure, adaptive Thm 4.3"
 
     def _assumptions(self) -> tuple[str, ...]:
@@ -395,6 +490,13 @@ class NoisyGDCurator:
             out.append(f"loss is L = {c.lipschitz!r}-Lipschitz on such records")
         if c.guarantee == "convex":
             out.append(f"loss convex and beta = {c.smoothness!r}-smooth; rho = N(0, {c.init_std**2!r} I)")
+        if c.guarantee == "nonconvex":
+            assert c.B is not None
+            out.append(
+                f"loss (sigma2 log B/4 = {c.sigma2 * math.log(c.B) / 4.0!r})-bounded, L-Lipschitz and "
+                f"beta = {c.smoothness!r}-smooth over all theta (model's proven constants, checked); "
+                f"rho = N(0, {c.init_std**2!r} I); edits of at most r = {c.max_edit_size} records"
+            )
         return tuple(out)
 
     # ------------------------------------------------------------------ accessors
@@ -466,6 +568,12 @@ class NoisyGDCurator:
 
     def _epsilon_dd(self, n: int, exposed_steps: int) -> float:
         c = self.config
+        if c.guarantee == "nonconvex":
+            assert c.smoothness is not None and c.B is not None and c.max_edit_size is not None
+            return nonconvex_deletion_epsilon(
+                c.k_learn, c.k_unlearn, q=c.q, B=c.B, eta=c.eta, lam=c.lam, smoothness=c.smoothness,
+                d=self.model.n_params, r=min(c.max_edit_size, n), n=n,
+            )
         if c.guarantee == "convex":
             assert c.smoothness is not None
             return convex_deletion_epsilon(
@@ -551,6 +659,12 @@ class NoisyGDCurator:
         if p is not None and (isinstance(p, bool) or not isinstance(p, int | np.integer) or p < 0):
             raise ValueError(f"p must be an integer >= 0. Found {p!r}.")
         database.validate(request)
+        c = self.config
+        if c.guarantee == "nonconvex" and c.max_edit_size is not None and request.r > c.max_edit_size:
+            raise EditRequestError(
+                f"this curator's Thm 5.2 certificate covers edits of at most max_edit_size = {c.max_edit_size} "
+                f"records. Found {request.r}."
+            )
         new_db = database.apply(request)
         idx = list(request.indices)
         self._check_rows(new_db.X[idx], "edit")

@@ -23,10 +23,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._validation import check_choice
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.curator import CuratorConfig, Database, EditRequest, NoisyGDCurator
-from lethe.noisygd.models import LogisticModel, MLPModel
-from lethe.noisygd.schedule import ConvexSchedule, convex_schedule
+from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
+from lethe.noisygd.schedule import ConvexSchedule, NonConvexSchedule, convex_schedule, nonconvex_schedule_for_loss
 
-__all__ = ["NoisyGDLogisticRegression", "NoisyGDMLPClassifier"]
+__all__ = ["NoisyGDBoundedMLPClassifier", "NoisyGDLogisticRegression", "NoisyGDMLPClassifier"]
+
+AnyModel = LogisticModel | MLPModel | BoundedMLPModel
 
 
 def _rows_to_unit_ball(X: np.ndarray, how: str) -> np.ndarray:
@@ -71,10 +73,10 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
             return np.where(idx == 1, 1.0, -1.0)
         return idx.astype(np.float64)
 
-    def _build(self, n: int, model: LogisticModel | MLPModel) -> CuratorConfig:  # pragma: no cover - abstract
+    def _build(self, n: int, model: AnyModel) -> CuratorConfig:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _make_model(self, p: int, n_classes: int) -> LogisticModel | MLPModel:  # pragma: no cover - abstract
+    def _make_model(self, p: int, n_classes: int) -> AnyModel:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def fit(self, X: Any, y: Any) -> Any:
@@ -224,7 +226,7 @@ class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
     def _make_model(self, p: int, n_classes: int) -> LogisticModel:
         return LogisticModel(p, n_classes)
 
-    def _build(self, n: int, model: LogisticModel | MLPModel) -> CuratorConfig:
+    def _build(self, n: int, model: AnyModel) -> CuratorConfig:
         assert isinstance(model, LogisticModel)
         R = self._row_bound
         self.schedule_: ConvexSchedule = convex_schedule(
@@ -311,7 +313,7 @@ class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
     def _make_model(self, p: int, n_classes: int) -> MLPModel:
         return MLPModel(p, int(self.n_hidden), n_classes)
 
-    def _build(self, n: int, model: LogisticModel | MLPModel) -> CuratorConfig:
+    def _build(self, n: int, model: AnyModel) -> CuratorConfig:
         for name in ("n_iter", "n_iter_unlearn"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
@@ -328,3 +330,132 @@ class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
             q=float(self.q), lipschitz=float(self.clip), row_bound=self._row_bound, guarantee="lipschitz", clip=True,
             p=int(self.adaptivity),
         )
+
+
+class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
+    r"""A non-convex network with Theorem 5.2's deletion guarantee: Noisy-GD on a loss bounded, Lipschitz and smooth
+    over all θ (binary classification).
+
+    The model is :class:`~lethe.noisygd.models.BoundedMLPModel`: logit z = (c/m) Σ_k tanh(v_k) tanh(xᵀ tanh(W_k)),
+    logistic loss, rows in the unit ball (R = √2 with the intercept feature). Its constants L, β and the loss
+    half-range c/2 are proven bounds for every θ, so Thm 5.2 applies: η, σ², ρ = N(0, σ²/λ I), K_A, K_Ā come from
+    :func:`~lethe.noisygd.schedule.nonconvex_schedule_for_loss` (Eq. 20–21, with B chosen so that the loss is
+    σ² log(B)/4-bounded). A and Ā are (q, ε_dp)-Rényi DP (G.7) and every edit certifies (q, ε_dd)-deletion privacy
+    under non-adaptive requesters of at most ``max_edit_size`` records (Thm 5.2 (2), via
+    :func:`~lethe.noisygd.schedule.nonconvex_deletion_epsilon` for the steps actually run), ε_dd + p·ε_dp under
+    p-adaptive ones (Thm 4.3).
+
+    **Cost.** Thm 5.2's step counts are astronomically large except for tiny databases (K_A ≈ 10⁹ already for
+    n = 30; see docs/noisygd.md), so ``fit`` refuses to run more than ``max_steps`` steps and says how many the
+    theorem asks for. ``n_iter`` / ``n_iter_unlearn`` run fewer steps with the theorem's η, σ², ρ; the certificates
+    then report the (weaker, possibly infinite) ε_dd those steps certify, never the requested one. With the
+    theorem's σ² the Gibbs law is close to the prior, so accuracy is low (the ``poor_score`` tag says so).
+
+    Parameters
+    ----------
+    n_hidden : int, default 8
+        m.
+    logit_bound : float, default 4.0
+        c: |z| < c, the loss lies in an interval of length c.
+    lam : float, default 0.1
+    q : float, default 2.0
+    epsilon_dp, epsilon_dd : float, default 1.0, 0.5
+        d > ε_dp ≥ ε_dd > 0.
+    max_edit_size : int, default 1
+        r.
+    n_iter, n_iter_unlearn : int or None, default None
+        K_A, K_Ā; None = Thm 5.2's (Eq. 21).
+    max_steps : int, default 10_000_000
+        Refuse to fit if K_A or K_Ā exceeds this.
+    fit_intercept, row_norm, adaptivity, random_state
+        As in :class:`NoisyGDLogisticRegression`.
+
+    Attributes
+    ----------
+    schedule_ : NonConvexSchedule
+    curator_, certificate_, classes_, n_features_in_
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 0.2], [0.9, -0.1], [-1.0, 0.1], [-0.8, -0.3]])
+    >>> clf = NoisyGDBoundedMLPClassifier(n_hidden=2, lam=1.0, random_state=0).fit(X, [1, 1, 0, 0])
+    >>> s = clf.schedule_
+    >>> cert = clf.remove([0])
+    >>> cert.steps == s.k_unlearn, cert.epsilon_dd <= 0.5, round(cert.epsilon_dd, 4) == round(
+    ...     clf.certificate_.epsilon_dd, 4)
+    (True, True, True)
+    """
+
+    def __init__(
+        self,
+        n_hidden: int = 8,
+        logit_bound: float = 4.0,
+        lam: float = 0.1,
+        q: float = 2.0,
+        epsilon_dp: float = 1.0,
+        epsilon_dd: float = 0.5,
+        max_edit_size: int = 1,
+        n_iter: int | None = None,
+        n_iter_unlearn: int | None = None,
+        max_steps: int = 10_000_000,
+        fit_intercept: bool = True,
+        row_norm: str = "clip",
+        adaptivity: int = 0,
+        random_state: Any = None,
+    ) -> None:
+        self.n_hidden = n_hidden
+        self.logit_bound = logit_bound
+        self.lam = lam
+        self.q = q
+        self.epsilon_dp = epsilon_dp
+        self.epsilon_dd = epsilon_dd
+        self.max_edit_size = max_edit_size
+        self.n_iter = n_iter
+        self.n_iter_unlearn = n_iter_unlearn
+        self.max_steps = max_steps
+        self.fit_intercept = fit_intercept
+        self.row_norm = row_norm
+        self.adaptivity = adaptivity
+        self.random_state = random_state
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.poor_score = True
+        return tags
+
+    def _make_model(self, p: int, n_classes: int) -> BoundedMLPModel:
+        if n_classes != 2:
+            raise ValueError(
+                f"{type(self).__name__} is a binary classifier (Thm 5.2's constants are derived for the binary "
+                f"logistic loss). Found {n_classes} classes."
+            )
+        return BoundedMLPModel(p, int(self.n_hidden), float(self.logit_bound))
+
+    def _build(self, n: int, model: AnyModel) -> CuratorConfig:
+        assert isinstance(model, BoundedMLPModel)
+        for name in ("n_iter", "n_iter_unlearn"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
+                raise ValueError(f"{name} must be None or an integer >= 0. Found {v!r}.")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int | np.integer) or self.max_steps < 0:
+            raise ValueError(f"max_steps must be an integer >= 0. Found {self.max_steps!r}.")
+        R = self._row_bound
+        self.schedule_: NonConvexSchedule = nonconvex_schedule_for_loss(
+            loss_half_range=model.loss_half_range(), lipschitz=model.lipschitz(R), smoothness=model.smoothness(R),
+            lam=self.lam, n=n, d=model.n_params, r=min(self.max_edit_size, n), q=self.q,
+            epsilon_dp=self.epsilon_dp, epsilon_dd=self.epsilon_dd,
+        )
+        s = self.schedule_
+        k_learn = s.k_learn if self.n_iter is None else int(self.n_iter)
+        k_unlearn = s.k_unlearn if self.n_iter_unlearn is None else int(self.n_iter_unlearn)
+        if max(k_learn, k_unlearn) > self.max_steps:
+            raise ValueError(
+                f"Thm 5.2 asks for K_A = {s.k_learn} and K_Abar = {s.k_unlearn} Noisy-GD steps here (n = {n}, "
+                f"d = {model.n_params}, B = {s.B:.4g}, eta = {s.eta:.3g}); running {max(k_learn, k_unlearn)} "
+                f"exceeds max_steps = {self.max_steps}. Thm 5.2 is impractical beyond tiny databases (see "
+                "docs/noisygd.md). Pass n_iter / n_iter_unlearn to run fewer steps (the certificates then report "
+                "the epsilon_dd those steps certify) or raise max_steps."
+            )
+        return CuratorConfig.from_nonconvex_schedule(s, p=int(self.adaptivity), row_bound=R, k_learn=k_learn,
+                                                     k_unlearn=k_unlearn)

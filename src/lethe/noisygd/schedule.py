@@ -41,8 +41,10 @@ __all__ = [
     "convex_excess_risk_bound",
     "convex_schedule",
     "convex_unlearning_steps",
+    "nonconvex_deletion_epsilon",
     "nonconvex_excess_risk_bound",
     "nonconvex_schedule",
+    "nonconvex_schedule_for_loss",
 ]
 
 
@@ -522,3 +524,127 @@ def nonconvex_schedule(
         excess_risk_bound=risk,
         predicted_speedup=(k_learn / k_unlearn) if k_unlearn > 0 else math.inf,
     )
+
+
+def nonconvex_deletion_epsilon(
+    k_learn: int,
+    k_unlearn: int,
+    *,
+    q: float,
+    B: float,
+    eta: float,
+    lam: float,
+    smoothness: float,
+    d: int,
+    r: int,
+    n: int,
+) -> float:
+    r"""The ε_dd that Thm 5.2's proof certifies for K_A, K_Ā actually run (inverse direction of Eq. 21).
+
+    Hypotheses (the caller must ensure the loss ones): ℓ is σ² log(B)/4-bounded and β-smooth, ρ = N(0, σ²/λ I),
+    η ≤ λ/(64Bq²(β+λ)²) (Thm G.22, checked), every edit replaces at most r of the n records. With
+    a = 32dηqB(β+λ)²/λ (the floor of Eq. 142) and ρ_Ā = q e^{−ληK_Ā/(2B)}, the proof's base step gives
+    R_q(μ̂₀‖π(D₀)) ≤ E₀ = q e^{−ληK_A/(2B)} log(B)/2 + a (Eq. 156 + G.22), and its induction step
+    (Eq. 157–158 + G.22) gives R_q(μ̂_i‖π(D_i)) ≤ ρ_Ā (E_{i−1} + r log(B)/n) + a. If ρ_Ā < 1 this affine map
+    keeps every E ≥ E* = (ρ_Ā r log(B)/n + a)/(1 − ρ_Ā) at or below E, so
+
+    .. math::
+        ε_{dd} = \max\{E_0, E^*\}
+
+    holds for every step i ≥ 0 (returned; ``inf`` if ρ_Ā ≥ 1, i.e. Ā does not contract). With the K_A, K_Ā of
+    :func:`nonconvex_schedule` this is ≤ the requested ε_dd (the theorem's proof, tested).
+
+    >>> e = nonconvex_deletion_epsilon(4 * 10**5, 10**5, q=2.0, B=4.0, eta=1e-4, lam=1.0, smoothness=0.0, d=1,
+    ...                                r=1, n=100)
+    >>> a, rho = 32 * 1e-4 * 2 * 4 / 1.0, 2 * math.exp(-1e-4 * 1e5 / 8)
+    >>> e0, e_star = 2 * math.exp(-1e-4 * 4e5 / 8) * math.log(4) / 2 + a, (rho * math.log(4) / 100 + a) / (1 - rho)
+    >>> math.isclose(e, max(e0, e_star)), e_star > e0
+    (True, True)
+    """
+    k_learn = _check_steps("k_learn", k_learn)
+    k_unlearn = _check_steps("k_unlearn", k_unlearn)
+    q = check_renyi_order("q", q)
+    B = _check_B(B)
+    eta = check_positive("eta", eta)
+    lam = check_positive("lam", lam)
+    smoothness = check_nonnegative("smoothness", smoothness)
+    d = check_positive_int("d", d)
+    n = check_positive_int("n", n)
+    r = check_positive_int("r", r)
+    if r > n:
+        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    eta_max = lam / (64.0 * B * q**2 * (smoothness + lam) ** 2)
+    if eta > eta_max * (1.0 + 1e-12):
+        raise ValueError(f"eta must be <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). Found {eta!r}.")
+    log_b = math.log(B)
+    floor = 32.0 * d * eta * q * B * (smoothness + lam) ** 2 / lam
+    e0 = q * math.exp(-lam * eta * k_learn / (2.0 * B)) * log_b / 2.0 + floor
+    contraction = q * math.exp(-lam * eta * k_unlearn / (2.0 * B))
+    if contraction >= 1.0:
+        return math.inf
+    e_star = (contraction * r * log_b / n + floor) / (1.0 - contraction)
+    return max(e0, e_star)
+
+
+def nonconvex_schedule_for_loss(
+    *,
+    loss_half_range: float,
+    lipschitz: float,
+    smoothness: float,
+    lam: float,
+    n: int,
+    d: int,
+    r: int,
+    q: float,
+    epsilon_dp: float,
+    epsilon_dd: float,
+    rel_tol: float = 1e-6,
+) -> NonConvexSchedule:
+    r"""Thm 5.2's schedule with B chosen so that a loss with sup|ℓ − c| ≤ ``loss_half_range`` meets the theorem.
+
+    Thm 5.2 needs ℓ to be σ² log(B)/4-bounded, and its σ² (Eq. 20) depends on B through η and K_A, so B cannot
+    be picked independently of the loss. σ²(B) log(B) grows with B (ηK_A ≈ (2B/λ) log(q log B/ε_dd)), so B is
+    found by bracketing and bisection on B, keeping the upper end always valid; the returned schedule satisfies
+    ``required_loss_bound >= loss_half_range`` (checked). Its B is within a factor (1 + ``rel_tol``) of the
+    smallest valid B found on the bracket (the ceilings in K make the condition not exactly monotone).
+
+    >>> s = nonconvex_schedule_for_loss(loss_half_range=0.5, lipschitz=1.0, smoothness=1.0, lam=1.0, n=4, d=2,
+    ...                                 r=1, q=2.0, epsilon_dp=1.0, epsilon_dd=0.5)
+    >>> s.required_loss_bound >= 0.5
+    True
+    """
+    loss_half_range = check_nonnegative("loss_half_range", loss_half_range)
+    rel_tol = check_positive("rel_tol", rel_tol)
+    q_checked = check_renyi_order("q", q)
+    eps_dd_checked = check_positive("epsilon_dd", epsilon_dd)
+
+    def sched(B: float) -> NonConvexSchedule | None:
+        try:
+            return nonconvex_schedule(lipschitz=lipschitz, smoothness=smoothness, lam=lam, B=B, n=n, d=d, r=r, q=q,
+                                      epsilon_dp=epsilon_dp, epsilon_dd=epsilon_dd)
+        except ValueError as exc:
+            if "sigma2 = 0" in str(exc):  # q log B <= ε_dd: B too small for any K
+                return None
+            raise
+
+    def ok(s: NonConvexSchedule | None) -> bool:
+        return s is not None and s.required_loss_bound >= loss_half_range
+
+    lo = max(1.0 + 1e-12, math.exp(eps_dd_checked / q_checked))
+    hi = 2.0 * lo
+    s_hi = sched(hi)
+    while not ok(s_hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e300:
+            raise ValueError(f"no B <= 1e300 makes the loss bound hold (loss_half_range = {loss_half_range!r}).")
+        s_hi = sched(hi)
+    while hi / lo - 1.0 > rel_tol:
+        mid = math.sqrt(lo * hi)
+        s_mid = sched(mid)
+        if ok(s_mid):
+            hi, s_hi = mid, s_mid
+        else:
+            lo = mid
+    assert s_hi is not None
+    s_hi.check_loss_bound(loss_half_range)
+    return s_hi
