@@ -709,6 +709,30 @@ def _fro_sym_upper(A: np.ndarray) -> float:
     return math.sqrt(max(2.0 * float(np.einsum("ij,ij->", up, up)) - float(dg @ dg), 0.0))
 
 
+def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
+                      target: float, d: int) -> tuple[np.ndarray, np.ndarray, int, str]:
+    """PCG on the maintained system M v = rhs (O(d²) per iteration, preconditioner: the cached factor) until
+    ‖Mv − rhs‖ ≤ target; once, if the cap is hit, refactorise M (O(d³), no data pass) and solve again.
+    Returns (v, e, iterations, "factor" if refactorised else "")."""
+    F = cache.factor
+    assert F is not None
+    it, refac = 0, ""
+    for attempt in range(2):
+        v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
+        it += k
+        cache.iter_cost += k * 2 * cache.cost_model.dense_op(d)
+        if float(np.linalg.norm(e)) <= target or attempt == 1:
+            break
+        cache.factor = F = precond_factor(M)  # stale preconditioner
+        cache.refactorizations += 1
+        cache.iter_cost = 0.0
+        refac = "factor"
+        v = cho_solve(F, rhs, check_finite=False)
+        e = _mv(M, v) - rhs
+    cache.sweeps_total += it
+    return v, e, it, refac
+
+
 def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
                 idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Newton-type step with the maintained anchor Hessian, certified without a pass over the data."""
@@ -783,21 +807,8 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
     if e_old is not None:  # tight accounting: the measured error is carried and corrected, not accumulated
         target = max(target, cache.carry_share * cfg.budget)
-    it = 0
-    for attempt in range(2):
-        v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
-        it += k
-        cache.iter_cost += k * 2 * cm.dense_op(d)
-        if float(np.linalg.norm(e)) <= target or attempt == 1:
-            break
-        # stale preconditioner: refactorise the maintained M̃ (O(d³), no data pass) and solve again
-        cache.factor = F = precond_factor(M)
-        cache.refactorizations += 1
-        cache.iter_cost = 0.0
-        refreshed = refreshed or "factor"
-        v = cho_solve(F, rhs, check_finite=False)
-        e = _mv(M, v) - rhs
-    cache.sweeps_total += it
+    v, e, it, refac = _solve_maintained(cache, M, rhs, v, e, target, d)
+    refreshed = refreshed or refac
     if it:
         w_new = w + v
         e = _mv(M, v) - rhs  # measured directly for the final v
@@ -969,21 +980,8 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     if e_old is not None:
         target = max(target, cache.carry_share * cfg.budget)
     v = cho_solve(F, rhs, check_finite=False)
-    e = _mv(M, v) - rhs
-    it = 0
-    for attempt in range(2):
-        v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
-        it += k
-        cache.iter_cost += k * 2 * cm.dense_op(d)
-        if float(np.linalg.norm(e)) <= target or attempt == 1:
-            break
-        cache.factor = F = precond_factor(M)  # stale preconditioner: refactorise the maintained M (no data pass)
-        cache.refactorizations += 1
-        cache.iter_cost = 0.0
-        refreshed = refreshed or "factor"
-        v = cho_solve(F, rhs, check_finite=False)
-        e = _mv(M, v) - rhs
-    cache.sweeps_total += it
+    v, _, it, refac = _solve_maintained(cache, M, rhs, v, _mv(M, v) - rhs, target, d)
+    refreshed = refreshed or refac
     e = _mv(M, v) - rhs  # measured directly for the final v
     w_new = w + v
     wn_new = float(np.linalg.norm(w_new))
