@@ -17,8 +17,8 @@ def register(subparsers: Any) -> None:
     from lethe.audit.experiment import build_parser
 
     p = subparsers.add_parser("audit", help="membership-inference audit of certified removal and Noisy-GD",
-                              description="Loss-threshold and offline-LiRA attacks telling removed and retained "
-                                          "training points from never-seen ones, with confidence intervals, next "
-                                          "to the guarantees' bounds.")
+                              description="Loss-threshold and (offline and online) LiRA attacks telling removed and "
+                                          "retained training points from never-seen ones, with confidence "
+                                          "intervals, next to the guarantees' bounds.")
     build_parser(p)
     p.set_defaults(func=_handler)
