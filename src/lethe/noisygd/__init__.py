@@ -24,7 +24,7 @@ from lethe.noisygd.curator import (
     identity_publish,
     interact,
 )
-from lethe.noisygd.estimators import NoisyGDLogisticRegression, NoisyGDMLPClassifier
+from lethe.noisygd.estimators import NoisyGDBoundedMLPClassifier, NoisyGDLogisticRegression, NoisyGDMLPClassifier
 from lethe.noisygd.guarantees import (
     adaptive_deletion_epsilon,
     deletion_privacy_to_dp,
@@ -33,7 +33,7 @@ from lethe.noisygd.guarantees import (
     noisy_gd_rdp,
     noisy_gd_rdp_convex,
 )
-from lethe.noisygd.models import LogisticModel, MLPModel
+from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
 from lethe.noisygd.schedule import (
     ConvexSchedule,
     NonConvexSchedule,
@@ -41,12 +41,15 @@ from lethe.noisygd.schedule import (
     convex_excess_risk_bound,
     convex_schedule,
     convex_unlearning_steps,
+    nonconvex_deletion_epsilon,
     nonconvex_excess_risk_bound,
     nonconvex_schedule,
+    nonconvex_schedule_for_loss,
 )
 
 __all__ = [
     "AdaptiveRequester",
+    "BoundedMLPModel",
     "ConvexSchedule",
     "CuratorConfig",
     "Database",
@@ -55,6 +58,7 @@ __all__ = [
     "LogisticModel",
     "MLPModel",
     "NoisyGDCertificate",
+    "NoisyGDBoundedMLPClassifier",
     "NoisyGDCurator",
     "NoisyGDLogisticRegression",
     "NoisyGDMLPClassifier",
@@ -79,6 +83,8 @@ __all__ = [
     "noisy_gd_chains",
     "noisy_gd_rdp",
     "noisy_gd_rdp_convex",
+    "nonconvex_deletion_epsilon",
     "nonconvex_excess_risk_bound",
     "nonconvex_schedule",
+    "nonconvex_schedule_for_loss",
 ]

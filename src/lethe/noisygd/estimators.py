@@ -377,13 +377,17 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
 
     Examples
     --------
+    Thm 5.2 on four records already asks for millions of steps; run 200 (σ², η, ρ stay the theorem's) and the
+    certificate says what those certify — here nothing, as Ā's 50 steps do not contract (ε_dd = inf):
+
     >>> X = np.array([[1.0, 0.2], [0.9, -0.1], [-1.0, 0.1], [-0.8, -0.3]])
-    >>> clf = NoisyGDBoundedMLPClassifier(n_hidden=2, lam=1.0, random_state=0).fit(X, [1, 1, 0, 0])
-    >>> s = clf.schedule_
+    >>> clf = NoisyGDBoundedMLPClassifier(n_hidden=2, lam=1.0, n_iter=200, n_iter_unlearn=50, random_state=0)
+    >>> clf = clf.fit(X, [1, 1, 0, 0])
+    >>> clf.schedule_.k_learn, clf.schedule_.k_unlearn, clf.schedule_.epsilon_dd
+    (2400626, 4192505, 0.5)
     >>> cert = clf.remove([0])
-    >>> cert.steps == s.k_unlearn, cert.epsilon_dd <= 0.5, round(cert.epsilon_dd, 4) == round(
-    ...     clf.certificate_.epsilon_dd, 4)
-    (True, True, True)
+    >>> cert.steps, cert.epsilon_dd, cert.epsilon_dp < 1.0
+    (50, inf, True)
     """
 
     def __init__(
@@ -427,8 +431,8 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
     def _make_model(self, p: int, n_classes: int) -> BoundedMLPModel:
         if n_classes != 2:
             raise ValueError(
-                f"{type(self).__name__} is a binary classifier (Thm 5.2's constants are derived for the binary "
-                f"logistic loss). Found {n_classes} classes."
+                f"Only binary classification is supported. The type of the target is multiclass ({n_classes} "
+                f"classes; {type(self).__name__}'s Thm 5.2 constants are derived for the binary logistic loss)."
             )
         return BoundedMLPModel(p, int(self.n_hidden), float(self.logit_bound))
 
