@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lethe.noisygd.algorithm import clip_rows, noisy_gd, noisy_gd_chains
-from lethe.noisygd.models import LogisticModel, MLPModel
+from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
 
 
 def test_stationary_mean_and_covariance_match_gibbs_limit():
@@ -84,7 +84,8 @@ def _numerical_grad(f, theta, h=1e-6):
 
 
 @pytest.mark.parametrize(
-    "model", [LogisticModel(4, 2), LogisticModel(4, 3), MLPModel(4, 5, 2), MLPModel(4, 5, 3)], ids=str
+    "model", [LogisticModel(4, 2), LogisticModel(4, 3), MLPModel(4, 5, 2), MLPModel(4, 5, 3),
+              BoundedMLPModel(4, 5, 3.0)], ids=str
 )
 def test_mean_gradient_matches_finite_differences(model):
     rng = np.random.default_rng(0)
@@ -96,7 +97,8 @@ def test_mean_gradient_matches_finite_differences(model):
 
 
 @pytest.mark.parametrize(
-    "model", [LogisticModel(4, 2), LogisticModel(4, 3), MLPModel(4, 5, 2), MLPModel(4, 5, 3)], ids=str
+    "model", [LogisticModel(4, 2), LogisticModel(4, 3), MLPModel(4, 5, 2), MLPModel(4, 5, 3),
+              BoundedMLPModel(4, 5, 3.0)], ids=str
 )
 def test_clipping_is_per_example_clip_l(model):
     rng = np.random.default_rng(1)
@@ -110,8 +112,8 @@ def test_clipping_is_per_example_clip_l(model):
     assert np.all(np.linalg.norm(clip_rows(per_example, L), axis=1) <= L + 1e-12)
 
 
-@pytest.mark.parametrize("model", [LogisticModel(3, 2), LogisticModel(3, 4), MLPModel(3, 4, 2), MLPModel(3, 4, 3)],
-                         ids=str)
+@pytest.mark.parametrize("model", [LogisticModel(3, 2), LogisticModel(3, 4), MLPModel(3, 4, 2), MLPModel(3, 4, 3),
+                                   BoundedMLPModel(3, 4)], ids=str)
 def test_dummy_record_has_zero_gradient(model):
     theta = np.random.default_rng(2).normal(size=model.n_params)
     g = model.mean_gradient(theta, np.zeros((1, 3)), np.zeros(1))

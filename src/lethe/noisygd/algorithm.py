@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from scipy.special import expit, log_expit, logsumexp, softmax
@@ -234,7 +235,7 @@ def noisy_gd_chains(
             )
         per_chain = [check_random_state(s) for s in random_state]
     else:
-        rng = check_random_state(random_state)
+        rng = check_random_state(cast(RandomState, random_state))
     noise_scale = math.sqrt(2.0 * eta * sigma2)
     for k in range(int(n_steps)):
         g = np.asarray(mean_grad(theta))
