@@ -6,7 +6,7 @@ random training records each (replacement by the dummy zero record). At every st
 is compared with a model retrained from scratch with A on D_i.
 
 The published model is random (that is the point of Noisy-GD), so one unlearned model against one retrained model
-measures mostly noise. The accuracy comparison therefore runs R independent chains (``--chains``, default 32) of
+measures mostly noise. The accuracy comparison therefore runs R independent chains (``--chains``, default 16) of
 each: R unlearning chains per schedule (all starting from R independent runs of A on D₀) and R fresh runs of A on
 D_i at every step i. The R chains run together as one matrix Θ (d × R) through
 :func:`lethe.noisygd.algorithm.noisy_gd_chains`, so a full-batch gradient is one GEMM. Per step the benchmark
@@ -22,7 +22,7 @@ predicted ratio K_A/K_Ā. The multi-chain blocks' times are printed too, for inf
 
 Figures are printed; nothing is asserted (benchmarks are not tests). ``--quick`` runs 5 edits instead of 20.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_noisygd.py [--quick] [--chains R]``.
+Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_noisygd.py [--quick] [--chains R] [--r 1 10]``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def welch_ci(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, 
     return diff, se, diff - h, diff + h
 
 
-def run(n_edits: int, seed: int, n_chains: int, n_timed: int) -> None:
+def run(n_edits: int, seed: int, n_chains: int, n_timed: int, rs: tuple[int, ...] = (1, 10)) -> None:
     X, y, X_te, y_te = load_mnist_binary(3, 8)
     X = X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))  # guard the last ulp: ‖x‖ ≤ 1 exactly
     n, d = X.shape
@@ -81,7 +81,7 @@ def run(n_edits: int, seed: int, n_chains: int, n_timed: int) -> None:
     print(f"MNIST 3 vs 8: n = {n}, d = {d}, test = {X_te.shape[0]}; L = 1, beta = 1/4, lambda = {LAM}, q = {Q}, "
           f"eps_dp = {EPS_DP}; {n_edits} edits per run; R = {R} independent chains per algorithm")
     print(f"Single-chain timing (Abar right before A on the same D_i, interleaved) at steps {timed}.")
-    for r in (1, 10):
+    for r in rs:
         rng = np.random.default_rng(seed + r)
         order = rng.permutation(n)[: r * n_edits]
         deleted = [order[i * r : (i + 1) * r] for i in range(n_edits)]
@@ -199,7 +199,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="5 edit requests instead of 20")
     parser.add_argument("--edits", type=int, default=None, help="number of edit requests (overrides --quick)")
-    parser.add_argument("--chains", type=int, default=32, help="R, independent chains per algorithm (>= 2)")
+    parser.add_argument("--r", type=int, nargs="+", default=[1, 10], choices=[1, 10],
+                        help="edit sizes to run (default both; one per process runs them in parallel)")
+    parser.add_argument("--chains", type=int, default=16, help="R, independent chains per algorithm (>= 2)")
     parser.add_argument("--timed-steps", type=int, default=3, help="steps at which single chains are timed")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -208,7 +210,7 @@ def main() -> None:
     n_edits = args.edits if args.edits is not None else (5 if args.quick else 20)
     if n_edits < 1:
         parser.error("--edits must be >= 1")
-    run(n_edits, args.seed, args.chains, max(0, args.timed_steps))
+    run(n_edits, args.seed, args.chains, max(0, args.timed_steps), tuple(args.r))
 
 
 if __name__ == "__main__":
