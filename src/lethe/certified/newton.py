@@ -203,6 +203,14 @@ class NewtonCache:
         self.factor = cho_factor(H, check_finite=False)
         self.refreshes += 1
 
+    def refactorize(self) -> str:
+        """Refactorise the maintained matrix M (O(d³), no data pass) into the preconditioner; returns "factor"."""
+        assert self.M is not None
+        self.factor = precond_factor(self.M)
+        self.refactorizations += 1
+        self.iter_cost = 0.0
+        return "factor"
+
     def reset(self) -> None:
         """Forget everything tied to a model state (after retraining or on misuse). Counters are kept."""
         self.factor = None
@@ -593,10 +601,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         elif cache.M is not None:
             _downdate(cache, X, idx, lam, track=False)
             if cache.iter_cost >= cm.cholesky(d):  # stale factor: refactorise the maintained M (no data pass)
-                cache.factor = precond_factor(cache.M)
-                cache.refactorizations += 1
-                cache.iter_cost = 0.0
-                refreshed = "factor"
+                refreshed = cache.refactorize()
         assert cache.factor is not None
         F = cache.factor
     max_it = 0 if cfg.solver == "cholesky" or cache is None else cache.max_sweeps
@@ -709,6 +714,13 @@ def _fro_sym_upper(A: np.ndarray) -> float:
     return math.sqrt(max(2.0 * float(np.einsum("ij,ij->", up, up)) - float(dg @ dg), 0.0))
 
 
+def _rows_before(keep: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """The active-row mask before removing ``idx`` from it (``keep`` is the mask after)."""
+    before = keep.copy()
+    before[idx] = True
+    return before
+
+
 def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
                       target: float, d: int) -> tuple[np.ndarray, np.ndarray, int, str]:
     """PCG on the maintained system M v = rhs (O(d²) per iteration, preconditioner: the cached factor) until
@@ -723,10 +735,9 @@ def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.
         cache.iter_cost += k * 2 * cache.cost_model.dense_op(d)
         if float(np.linalg.norm(e)) <= target or attempt == 1:
             break
-        cache.factor = F = precond_factor(M)  # stale preconditioner
-        cache.refactorizations += 1
-        cache.iter_cost = 0.0
-        refac = "factor"
+        refac = cache.refactorize()  # stale preconditioner
+        F = cache.factor
+        assert F is not None
         v = cho_solve(F, rhs, check_finite=False)
         e = _mv(M, v) - rhs
     cache.sweeps_total += it
@@ -736,18 +747,12 @@ def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.
 def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
                 idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Newton-type step with the maintained anchor Hessian, certified without a pass over the data."""
-    loss, lam = cfg.loss_, cfg.lam
+    loss, lam, w = cfg.loss_, cfg.lam, state.w
     n_rows, d = X.shape
-    n_new = int(np.count_nonzero(keep))
-    m = int(idx.size)
-    w = state.w
-    if cache is None:
-        cache = NewtonCache()
-    cm = cache.cost_model
-    passes = 0.0
-    refreshed = ""
-    active_before = keep.copy()
-    active_before[idx] = True
+    n_new, m = int(np.count_nonzero(keep)), int(idx.size)
+    cache = NewtonCache() if cache is None else cache
+    cm, passes, refreshed = cache.cost_model, 0.0, ""
+    active_before = _rows_before(keep, idx)
     anchor_cost = cm.hessian(n_rows, d) + cm.cholesky(d) + cm.data_pass(n_rows, d)
     synced = cache.matches(X, w, active_before, "anchor") and cache.G is not None
     if not synced or _policy_due(cfg, cache, anchor_cost):
@@ -759,11 +764,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         refreshed = "anchor"
         passes += d / 2.0
     elif cache.iter_cost >= cm.cholesky(d):
-        assert cache.M is not None
-        cache.factor = precond_factor(cache.M)
-        cache.refactorizations += 1
-        cache.iter_cost = 0.0
-        refreshed = "factor"
+        refreshed = cache.refactorize()
     cache._mark_dirty()
     assert cache.w_anchor is not None
     rho = _row_norm_max(cfg, X, cache)
@@ -915,18 +916,12 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     charged as ‖E‖ + ‖X′‖₂‖P‖ until a flush makes it exact (and the next step corrects it). In paper mode the
     mismatch is charged at once, ‖X′ᵀ(δ ⊙ a)‖ ≤ ‖X′‖₂‖δ ⊙ a‖.
     """
-    loss, lam = cfg.loss_, cfg.lam
+    loss, lam, w = cfg.loss_, cfg.lam, state.w
     n_rows, d = X.shape
-    n_new = int(np.count_nonzero(keep))
-    m = int(idx.size)
-    w = state.w
-    if cache is None:
-        cache = NewtonCache()
-    cm = cache.cost_model
-    passes = 0.0
-    refreshed = ""
-    active_before = keep.copy()
-    active_before[idx] = True
+    n_new, m = int(np.count_nonzero(keep)), int(idx.size)
+    cache = NewtonCache() if cache is None else cache
+    cm, passes, refreshed = cache.cost_model, 0.0, ""
+    active_before = _rows_before(keep, idx)
     rho = _row_norm_max(cfg, X, cache)
     x_norm = _x_norm(state, n_rows, rho)
     refresh_cost = cm.hessian(n_rows, d) + cm.cholesky(d)
@@ -942,11 +937,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         refreshed = "anchor"
         passes += d / 4.0
     elif cache.iter_cost >= cm.cholesky(d):
-        assert cache.M is not None
-        cache.factor = precond_factor(cache.M)
-        cache.refactorizations += 1
-        cache.iter_cost = 0.0
-        refreshed = "factor"
+        refreshed = cache.refactorize()
     cache._mark_dirty()
     X32, P, z, eta = cache.X32, cache.P, cache.z, cache.eta
     assert X32 is not None and P is not None and z is not None
