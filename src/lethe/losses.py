@@ -99,7 +99,13 @@ class LogisticLoss:
         pad = 1e-12 * (1.0 + self.xi_star)
         contains = ((lo <= self.xi_star + pad) & (hi >= self.xi_star - pad)) | (
             (lo <= -self.xi_star + pad) & (hi >= -self.xi_star - pad))
-        ends = np.maximum(self.d3_abs(lo), self.d3_abs(hi)) * (1.0 + 1e-12) + 1e-300  # underflow floor
+        # Lemma 2: without ±ξ* inside, the sup is at one endpoint — the one of larger |ξ| if the interval lies in
+        # (−ξ*, ξ*) (g increases with |ξ| there), else the one of smaller |ξ| (g decreases beyond ξ*); evaluating g
+        # there only halves the cost of evaluating both
+        alo, ahi = np.abs(lo), np.abs(hi)
+        inner = np.maximum(alo, ahi) < self.xi_star
+        pick = np.where(inner, np.maximum(alo, ahi), np.minimum(alo, ahi))
+        ends = self.d3_abs(pick) * (1.0 + 1e-12) + 1e-300  # underflow floor
         return np.asarray(np.where(contains, top, np.minimum(ends, top)))
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
