@@ -41,9 +41,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "quick": {"n_train": 500, "n_test": 300, "epochs": 1, "batch_size": 100, "channels": 4, "feature_dim": 32,
               "lr": 2e-3, "eps_dp": (2.0,), "lam": 1e-3, "sigmas": tuple(np.geomspace(0.1, 1e4, 11)),
               "matched_baseline": False, "nonprivate": False},
-    "full": {"n_train": 24000, "n_test": 5000, "epochs": 3, "batch_size": 500, "channels": 32, "feature_dim": 128,
+    "full": {"n_train": 48000, "n_test": 5000, "epochs": 3, "batch_size": 500, "channels": 32, "feature_dim": 128,
              "lr": 2e-3, "eps_dp": (0.1, 0.5, 1.0, 2.0, 4.0), "lam": 1e-3,
-             "sigmas": tuple(np.geomspace(0.01, 1e4, 49)),
+             "sigmas": tuple(np.geomspace(1e-3, 1e4, 57)),
              "matched_baseline": False, "nonprivate": True},
 }
 
