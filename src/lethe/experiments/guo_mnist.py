@@ -283,33 +283,52 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
 
 
 # -- Table 1 ------------------------------------------------------------------------------------------------------
+TABLE1_MODES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("refine", dict(bound="paper", calibration="paper", solver="refine")),
+    ("cholesky", dict(bound="paper", calibration="paper", solver="cholesky")),
+    ("pcg", dict(bound="tight", calibration="analytic", solver="pcg")),
+    ("onepass", dict(bound="tight", calibration="analytic", solver="onepass")),
+    ("anchor", dict(bound="tight", calibration="analytic", solver="anchor", refresh="never")),
+)
+
+
 def run_table1(data: tuple[np.ndarray, ...], profile: Profile, seed: int = 0,
                show_progress: bool = True) -> dict[str, Any]:
-    """Table 1 (MNIST column): training time vs the time of one certified removal (Alg. 2 incl. the budget)."""
+    """Table 1 (MNIST column): time of one certified removal (Alg. 2 incl. the budget) against retraining, per
+    solver. Timed with one BLAS thread for both sides (robust to other load on a shared machine). Two retraining
+    times: Alg. 2's retraining on the remaining rows (L-BFGS with a fresh b, the ‖X‖₂ bound reused — the smaller,
+    conservative denominator of ``speedup``) and a fit from scratch (incl. the ‖X‖₂ bound)."""
+    from threadpoolctl import threadpool_limits
+
     X, y, Xt, yt = data
     rng = np.random.default_rng(seed + 2)
     out: dict[str, Any] = {}
-    for solver, k in (("refine", profile.table1_removals), ("cholesky", profile.table1_cholesky_removals)):
-        mech = CertifiedRemoval(loss="logistic", lam=REF_LAM, sigma=REF_SIGMA, epsilon=1.0, delta=DELTA,
-                                solver=solver)
-        with Timer() as t:
-            state, _ = mech.train(X, y, random_state=rng)
-        active = np.ones(X.shape[0], dtype=bool)
-        cache = NewtonCache() if solver == "refine" else None
-        times, retrained = [], 0
-        for i in progress(rng.permutation(X.shape[0])[:k], desc=f"Table 1 removals ({solver})", total=k,
-                          enabled=show_progress):
-            state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=rng,
-                                      check_input=False)
-            active[i] = False
-            times.append(cert.seconds)
-            retrained += int(cert.retrained)
-        with Timer() as t_re:
-            mech.train(X[active], y[active], random_state=rng)
-        med = float(np.median(times))
-        out[solver] = {"train_seconds": t.seconds, "retrain_seconds": t_re.seconds, "removal_median_seconds": med,
-                       "removal_mean_seconds": float(np.mean(times)), "removals": k, "retrainings": retrained,
-                       "speedup": t_re.seconds / med, "accuracy": accuracy(state.w, Xt, yt)}
+    with threadpool_limits(1):
+        for solver, kw in TABLE1_MODES:
+            k = profile.table1_cholesky_removals if solver == "cholesky" else profile.table1_removals
+            mech = CertifiedRemoval(loss="logistic", lam=REF_LAM, sigma=REF_SIGMA, epsilon=1.0, delta=DELTA, **kw)
+            cache = None if solver == "cholesky" else NewtonCache()
+            with Timer() as t:
+                state, _ = mech.train(X, y, random_state=rng, cache=cache)
+            active = np.ones(X.shape[0], dtype=bool)
+            times, retrained = [], 0
+            for i in progress(rng.permutation(X.shape[0])[:k], desc=f"Table 1 removals ({solver})", total=k,
+                              enabled=show_progress):
+                state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=rng,
+                                          check_input=False)
+                active[i] = False
+                times.append(cert.seconds)
+                retrained += int(cert.retrained)
+            with Timer() as t_re:
+                mech.retrain(state, X, y, active, rng, cache=None)
+            with Timer() as t_fit:
+                mech.train(X[active], y[active], random_state=rng)
+            med = float(np.median(times))
+            out[solver] = {"bound": kw["bound"], "train_seconds": t.seconds, "retrain_seconds": t_re.seconds,
+                           "fit_seconds": t_fit.seconds, "removal_median_seconds": med,
+                           "removal_mean_seconds": float(np.mean(times)), "removals": k, "retrainings": retrained,
+                           "speedup": t_re.seconds / med, "speedup_fit": t_fit.seconds / med,
+                           "accuracy": accuracy(state.w, Xt, yt)}
     return out
 
 
@@ -328,13 +347,15 @@ def deviations(results: dict[str, Any]) -> list[str]:
         out.append(f"Accuracy at λ = 1e-3, σ = 10 is {100 * ref[0]['accuracy']:.1f} %, below the paper's ≈ 95 %: "
                    f"with n = {results['data']['n_train']} the regulariser λn and the data term are smaller "
                    "relative to b (‖w‖ grows like σ√d / (λn)).")
-    sp = results["table1"]["refine"]["speedup"]
-    if sp < 100:
-        out.append(f"Removal is only {sp:.0f}× faster than retraining here (target: two orders of magnitude; paper "
-                   "390×). Our removal is a certified Newton step on 2 shared CPU cores in float64 with the "
-                   "solve error measured and charged (several O(nd) Hessian-vector products per removal), while "
-                   "training is a fast L-BFGS run; the paper timed a GPU implementation. The runs shared the machine "
-                   "with other jobs, which inflates both times unevenly.")
+    t1 = results["table1"]
+    slow = {k: r["speedup"] for k, r in t1.items() if k != "cholesky" and r["speedup"] < 100}
+    if slow:
+        out.append("Removal vs Alg. 2's retraining (the conservative ratio; a fit from scratch also recomputes the "
+                   "‖X‖₂ bound): " + ", ".join(f"`{k}` {v:.0f}×" for k, v in slow.items()) + " — below two orders "
+                   "of magnitude. A removal with the exact Hessian costs one Hessian-vector product, two passes over "
+                   "the data, while L-BFGS retraining here needs only some 30–40 gradient evaluations; `onepass` "
+                   "reads the data once in single precision and `anchor` not at all. Timed with one BLAS thread on "
+                   "a 2-core machine shared with other jobs; the paper timed a GPU implementation.")
     fin = results["fig2"]["final"]
     if fin["single_worst"] / fin["single_data"] < 100:
         out.append("The worst-case bound is less than two orders of magnitude above the data-dependent one here.")
