@@ -339,9 +339,11 @@ def deviations(results: dict[str, Any]) -> list[str]:
            "those probes (25 % margin) and then performs the removals, reporting any retraining.",
            "Fig. 2 traces the Newton steps without Alg. 2's budget check so that the bounds can be followed past "
            "the budget; the plotted data-dependent curve includes the training residual.",
-           "Timing: lethe's default `refine` solver (cached factorisation + iterative refinement, same certificate) "
-           "is timed beside `cholesky` (the paper's method: rebuild and factorise the Hessian per removal); "
-           "the paper measured on a GPU with PyTorch, we on 2 CPU cores."]
+           "Timing (Table 1): `cholesky` is the paper's method (rebuild and factorise the Hessian per removal); "
+           "`refine` (paper bound) and `pcg` (tight bound, the estimators' default) solve with a cached "
+           "factorisation and measure the solve error; `onepass` and `anchor` are lethe's faster solvers "
+           "(docs/tighter_bounds.md §5, §5b). The paper measured on a GPU with PyTorch, we on 2 CPU cores, one BLAS "
+           "thread."]
     ref = [r for r in results["fig1"]["grid"] if r["lam"] == 1e-3 and r["sigma"] == 10.0]
     if ref and ref[0]["accuracy"] < 0.93:
         out.append(f"Accuracy at λ = 1e-3, σ = 10 is {100 * ref[0]['accuracy']:.1f} %, below the paper's ≈ 95 %: "
