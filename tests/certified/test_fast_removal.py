@@ -552,7 +552,7 @@ def test_onepass_forgets_removed_rows_and_flushes():
     cache = NewtonCache(flush_every=4)
     state, _ = mech.train(X, y, random_state=0, cache=cache)
     active = np.ones(300, dtype=bool)
-    for k, i in enumerate([3, 50, 7, 9, 120, 200, 201, 5, 77]):
+    for i in [3, 50, 7, 9, 120, 200, 201, 5, 77]:
         state, cert = mech.remove(state, X, y, [i], active=active, cache=cache)
         active[i] = False
         assert not cert.retrained and cert.solver == "onepass"

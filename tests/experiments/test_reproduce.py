@@ -203,3 +203,27 @@ def test_update_of_a_legacy_results_file_rederives_the_deviations(quick_run, tmp
     assert merged["deviations_by_part"]["guo"] == deviations(res)
     assert merged["seconds_by_part"]["guo"] is None and merged["seconds_by_part"]["noisygd"] > 0
     assert "guo (not recorded)" in (out / "report.md").read_text()
+
+
+def test_parallel_updates_do_not_undo_each_other(quick_run, tmp_path, monkeypatch):
+    """Two --update runs of different parts in parallel: the one that finishes last merges the stored file as it is
+    when it writes, so it keeps the other's fresh results instead of the ones it saw when it started."""
+    import shutil
+
+    out = tmp_path / "parallel"
+    shutil.copytree(quick_run, out)
+    stored = json.loads((out / "results.json").read_text())
+    real = reproduce._run_part
+
+    def run_while_another_finishes(part, results, *args, **kwargs):
+        # meanwhile, a parallel run of the guo part writes its (here: marked) results
+        fresh = dict(stored)
+        fresh["fig1"] = {**stored["fig1"], "marker": "from the parallel run"}
+        (out / "results.json").write_text(json.dumps(fresh))
+        return real(part, results, *args, **kwargs)
+
+    monkeypatch.setattr(reproduce, "_run_part", run_while_another_finishes)
+    assert reproduce.main(["--quick", "--out", str(out), "--no-progress", "--seed", "3", "--update",
+                           "--parts", "audit"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["fig1"]["marker"] == "from the parallel run" and "audit" in res["parts"]

@@ -126,25 +126,29 @@ def run(profile: Profile, out: Path, *, parts: Sequence[str] = DEFAULT_PARTS, da
         raise ValueError(f"parts must be among {ALL_PARTS}. Found {sorted(unknown)}.")
     if not parts:
         raise ValueError(f"parts must name at least one of {ALL_PARTS}. Found none.")
-    old = load_previous(out, profile, seed) if update else {}
+    if update:
+        load_previous(out, profile, seed)  # refuse a mismatched file before running anything
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"profile": profile.to_dict(), "seed": seed}
     devs: dict[str, list[str]] = {}
     secs: dict[str, float | None] = {}
-    if old:
-        devs = _part_deviations(old)
-        old_parts = [p for p in old.get("parts", []) if p in ALL_PARTS]
-        secs = dict(old.get("seconds_by_part") or {p: None for p in old_parts})
-        for p in old_parts:
-            if p in parts:
-                continue
-            for key in PART_KEYS[p]:
-                if key in old:
-                    results[key] = old[key]
     for p in parts:
         t0 = time.perf_counter()
         devs[p] = _run_part(p, results, profile, out, data_dir, seed, show_progress)
         secs[p] = time.perf_counter() - t0
+    # merge with the stored results as they are *now*, so that parts run in parallel with --update do not undo
+    # each other's updates
+    old = load_previous(out, profile, seed) if update else {}
+    if old:
+        old_devs = _part_deviations(old)
+        old_parts = [p for p in old.get("parts", []) if p in ALL_PARTS and p not in parts]
+        old_secs = dict(old.get("seconds_by_part") or {})
+        for p in old_parts:
+            devs[p] = old_devs.get(p, [])
+            secs[p] = old_secs.get(p)
+            for key in PART_KEYS[p]:
+                if key in old:
+                    results[key] = old[key]
     ran = [p for p in ALL_PARTS if p in secs]
     results["parts"] = ran
     results["updated_parts"] = list(parts) if old else []
