@@ -971,9 +971,10 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     if e_old is not None:
         target = max(target, cache.carry_share * cfg.budget)
     v = cho_solve(F, rhs, check_finite=False)
-    v, _, it, refac = _solve_maintained(cache, M, rhs, v, _mv(M, v) - rhs, target, d)
+    v, e, it, refac = _solve_maintained(cache, M, rhs, v, _mv(M, v) - rhs, target, d)
     refreshed = refreshed or refac
-    e = _mv(M, v) - rhs  # measured directly for the final v
+    if it:
+        e = _mv(M, v) - rhs  # measured directly for the final v (PCG only updates it recursively)
     w_new = w + v
     wn_new = float(np.linalg.norm(w_new))
     vn = float(np.linalg.norm(v))
