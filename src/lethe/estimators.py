@@ -203,8 +203,9 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     ``calibration="analytic"`` (exact Gaussian calibration, Balle & Wang 2018) and ``solver="pcg"`` (cached
     factorisation, measured solve error, O(nd) per removal). On MNIST 3 vs 8 this supports about two orders of
     magnitude more removals than the paper's mode at the same (ε, δ, λ, σ). ``bound="paper",
-    calibration="paper"`` reproduces Guo et al. 2020; ``solver="anchor"`` removes without a pass over the data
-    (O(d²) per row) at the price of a looser bound.
+    calibration="paper"`` reproduces Guo et al. 2020; ``solver="onepass"`` reads the data once in single precision
+    per removal (3–4× faster, somewhat looser), and ``solver="anchor"`` removes without a pass over the data (O(d²)
+    per row) at the price of a looser bound.
 
     Parameters
     ----------

@@ -278,6 +278,11 @@ def _row_norm_max(cfg: CertifiedRemoval, X: np.ndarray, cache: NewtonCache | Non
     return rho
 
 
+def _margins(X: np.ndarray, w: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
+    """Margins z = fl(X w) computed afresh and η ≥ maxᵢ |z̃ᵢ − xᵢᵀw| (Higham: γ_{d+2} ρ ‖w‖ for rows ‖xᵢ‖ ≤ ρ)."""
+    return X @ w, gamma_k(X.shape[1] + 2) * rho * float(np.linalg.norm(w))
+
+
 def _x_norm(state: ModelState, n_rows: int, rho: float) -> float:
     """Upper bound on ‖X′‖₂: the training-time bound (item 4), or √n ρ (Frobenius) for states without one."""
     x = state.x_norm_bound
@@ -546,8 +551,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         assert cache is not None and cache.z is not None
         z, eta = cache.z, cache.eta
     else:
-        z = X @ w
-        eta = gd * rho * float(np.linalg.norm(w))
+        z, eta = _margins(X, w, rho)
         passes += 1
         if cache is not None:
             if cache.kind != "exact" or (cache.factor is not None and cache.factor[0].shape != (d, d)):
@@ -868,8 +872,7 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float) -> tuple[np.
     return a, zeta
 
 
-def _flush(cfg: CertifiedRemoval, cache: NewtonCache, X: np.ndarray, w: np.ndarray, keep: np.ndarray,
-           x_norm: float, rho: float) -> None:
+def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho: float) -> None:
     """Apply the pending mismatch exactly: ē = E + X′ᵀP becomes E ← fl(E + X′ᵀP), P ← 0 (one double-precision
     pass), and refresh the margins z = fl(X w) (one pass), resetting their error to the dot-product bound."""
     assert cache.P is not None and cache.carry_e is not None
@@ -884,8 +887,7 @@ def _flush(cfg: CertifiedRemoval, cache: NewtonCache, X: np.ndarray, w: np.ndarr
         cache.carry_e = E
     P[:] = 0.0
     cache.p_err = 0.0
-    cache.z = X @ w
-    cache.eta = gamma_k(d + 2) * rho * float(np.linalg.norm(w))
+    cache.z, cache.eta = _margins(X, w, rho)
     cache.since_flush = 0
     cache.flushes += 1
 
@@ -896,8 +898,7 @@ def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.nd
     rho = _row_norm_max(cfg, X, cache)
     cache.kind = "onepass"
     build_anchor(cfg, w, X, y, active, cache, with_gram=False)
-    cache.z = X @ w
-    cache.eta = gamma_k(X.shape[1] + 2) * rho * float(np.linalg.norm(w))
+    cache.z, cache.eta = _margins(X, w, rho)
     X32 = X.astype(np.float32)
     X32[~active] = 0.0
     cache.X32 = X32
@@ -1008,13 +1009,13 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         acc, carried, e_step, err_step = None, 0.0, e_norm, err_e
         cache.since_flush += 1
         if cache.since_flush >= cache.flush_every:  # refresh the margins (their error grows by ζ per step)
-            cache.z = X @ w_new
-            cache.eta = gamma_k(d + 2) * rho * wn_new
+            cache.z, cache.eta = _margins(X, w_new, rho)
             cache.since_flush = 0
             passes += 1.0
     else:
         P += g
-        cache.p_err += g_err + U * float(np.linalg.norm(P))
+        p_norm = float(np.linalg.norm(P))
+        cache.p_err += g_err + U * p_norm
         e_delta = e - e_old  # M̂′v − Δ as computed
         e_step = float(np.linalg.norm(e_delta))
         err_step = err_e + 2 * U * e_step
@@ -1023,21 +1024,21 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         cache.carry_bound = S_old + rem
         cache.since_flush += 1
 
-        def accumulated() -> tuple[float, float]:
-            assert cache.carry_e is not None and cache.P is not None
-            pend = x_norm * (float(np.linalg.norm(cache.P)) + cache.p_err)
+        def accumulated(p_norm: float) -> tuple[float, float]:
+            assert cache.carry_e is not None
+            pend = x_norm * (p_norm + cache.p_err)
             return ((cache.carry_bound + float(np.linalg.norm(cache.carry_e)) + cache.carry_err + pend)
                     * evaluation_slack(n_rows)), pend
 
-        acc, pend = accumulated()
+        acc, pend = accumulated(p_norm)
         over = cfg.noise != "none" and acc > cfg.budget
         if over or cache.since_flush >= cache.flush_every or pend > cache.flush_share * cfg.budget:
             forced = over or (cache.since_flush < cache.flush_every)
-            _flush(cfg, cache, X, w_new, keep, x_norm, rho)
+            _flush(cache, X, w_new, x_norm, rho)
             passes += 2.0
             if forced:
                 cache.excess_cost += 2 * cm.data_pass(n_rows, d)
-            acc, _ = accumulated()
+            acc, _ = accumulated(0.0)  # the flush emptied P and its error bound
         carried = float(np.linalg.norm(cache.carry_e))
     step = e_step + err_step + mis + rem
 
@@ -1085,8 +1086,7 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     else:
         rho = _row_norm_max(cfg, X, cache)
         cache.kind = "exact"
-        cache.z = X @ state.w
-        cache.eta = gamma_k(d + 2) * rho * float(np.linalg.norm(state.w))
+        cache.z, cache.eta = _margins(X, state.w, rho)
         if cfg.solver != "cholesky":
             build_anchor(cfg, state.w, X, y, active, cache, with_gram=False)
     if cfg.bound == "tight":
