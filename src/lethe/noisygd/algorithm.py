@@ -120,20 +120,47 @@ def noisy_gd(
     >>> np.round(res.theta, 6).tolist(), res.gradient_evaluations
     ([2.0, 1.0], 400)
     """
+    k, eta, lam, noise_scale = _check_run(n_steps, eta, sigma2, lam)
+    rng = check_random_state(random_state)
+    theta = np.array(theta0, dtype=np.float64, copy=True)
+    theta = _iterate(mean_grad, theta, k, eta, lam, noise_scale, rng.standard_normal)
+    return NoisyGDResult(theta=theta, n_steps=k, gradient_evaluations=int(n_records) * k)
+
+
+def _check_run(n_steps: object, eta: object, sigma2: object, lam: object) -> tuple[int, float, float, float]:
+    """Validate K, η, σ², λ of a Noisy-GD run; return (K, η, λ, √(2ησ²))."""
     if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or int(n_steps) < 0:
         raise ValueError(f"n_steps must be an integer >= 0. Found {n_steps!r}.")
     eta = check_positive("eta", eta)
     sigma2 = check_nonnegative("sigma2", sigma2)
     lam = check_nonnegative("lam", lam)
-    rng = check_random_state(random_state)
-    theta = np.array(theta0, dtype=np.float64, copy=True)
-    noise_scale = math.sqrt(2.0 * eta * sigma2)
-    for _ in range(int(n_steps)):
+    return int(n_steps), eta, lam, math.sqrt(2.0 * eta * sigma2)
+
+
+def _iterate(
+    mean_grad: MeanGradient,
+    theta: np.ndarray,
+    n_steps: int,
+    eta: float,
+    lam: float,
+    noise_scale: float,
+    draw: Callable[[tuple[int, ...]], np.ndarray],
+    check_shape: bool = False,
+) -> np.ndarray:
+    """The K updates of Algorithm 2, shared by :func:`noisy_gd` and :func:`noisy_gd_chains`.
+
+    ``draw(shape)`` returns one standard-normal block of θ's shape (called only when ``noise_scale`` > 0).
+    """
+    for k in range(n_steps):
         g = mean_grad(theta)
+        if check_shape and k == 0:
+            g = np.asarray(g)
+            if g.shape != theta.shape:
+                raise ValueError(f"mean_grad must return an array of shape {theta.shape} (d, R). Found {g.shape}.")
         theta = theta - eta * (g + lam * theta)
         if noise_scale > 0.0:
-            theta = theta + noise_scale * rng.standard_normal(theta.shape)
-    return NoisyGDResult(theta=theta, n_steps=int(n_steps), gradient_evaluations=int(n_records) * int(n_steps))
+            theta = theta + noise_scale * draw(theta.shape)
+    return theta
 
 
 @dataclass(frozen=True)
@@ -217,41 +244,27 @@ def noisy_gd_chains(
     >>> np.round(res.theta, 6).tolist(), res.gradient_evaluations, res.total_gradient_evaluations
     ([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0]], 400, 1200)
     """
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int | np.integer) or int(n_steps) < 0:
-        raise ValueError(f"n_steps must be an integer >= 0. Found {n_steps!r}.")
-    eta = check_positive("eta", eta)
-    sigma2 = check_nonnegative("sigma2", sigma2)
-    lam = check_nonnegative("lam", lam)
+    k, eta, lam, noise_scale = _check_run(n_steps, eta, sigma2, lam)
     theta = np.array(theta0, dtype=np.float64, copy=True)
     if theta.ndim != 2 or theta.shape[1] < 1 or theta.shape[0] < 1:
         raise ValueError(f"theta0 must have shape (d, R) with d, R >= 1 (one column per chain). Found {theta.shape}.")
     d, n_chains = theta.shape
-    per_chain: list[np.random.Generator] | None = None
-    rng: np.random.Generator | None = None
+    draw: Callable[[tuple[int, ...]], np.ndarray]
     if isinstance(random_state, list | tuple):
         if len(random_state) != n_chains:
             raise ValueError(
                 f"random_state must be one stream or a list of R = {n_chains} streams. Found {len(random_state)}."
             )
         per_chain = [check_random_state(s) for s in random_state]
+
+        def draw(shape: tuple[int, ...]) -> np.ndarray:
+            return np.stack([r.standard_normal(d) for r in per_chain], axis=1)
+
     else:
-        rng = check_random_state(cast(RandomState, random_state))
-    noise_scale = math.sqrt(2.0 * eta * sigma2)
-    for k in range(int(n_steps)):
-        g = np.asarray(mean_grad(theta))
-        if k == 0 and g.shape != theta.shape:
-            raise ValueError(f"mean_grad must return an array of shape {theta.shape} (d, R). Found {g.shape}.")
-        theta = theta - eta * (g + lam * theta)
-        if noise_scale > 0.0:
-            if per_chain is not None:
-                Z = np.stack([r.standard_normal(d) for r in per_chain], axis=1)
-            else:
-                assert rng is not None
-                Z = rng.standard_normal((d, n_chains))
-            theta = theta + noise_scale * Z
-    return NoisyGDChainsResult(
-        theta=theta, n_steps=int(n_steps), n_chains=n_chains, gradient_evaluations=int(n_records) * int(n_steps)
-    )
+        draw = check_random_state(cast(RandomState, random_state)).standard_normal  # one (d, R) block per step
+
+    theta = _iterate(mean_grad, theta, k, eta, lam, noise_scale, draw, check_shape=True)
+    return NoisyGDChainsResult(theta=theta, n_steps=k, n_chains=n_chains, gradient_evaluations=int(n_records) * k)
 
 
 def clip_rows(G: np.ndarray, clip: float) -> np.ndarray:
