@@ -40,6 +40,7 @@ from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel, model
 from lethe.noisygd.schedule import (
     ConvexSchedule,
     NonConvexSchedule,
+    _nonconvex_eta_max,
     convex_deletion_epsilon,
     nonconvex_deletion_epsilon,
 )
@@ -304,7 +305,7 @@ class CuratorConfig:
             if isinstance(self.max_edit_size, bool) or not isinstance(self.max_edit_size, int) or (
                     self.max_edit_size < 1):
                 raise ValueError(f"max_edit_size must be an integer >= 1. Found {self.max_edit_size!r}.")
-            eta_max = self.lam / (64.0 * self.B * self.q**2 * (self.smoothness + self.lam) ** 2)
+            eta_max = _nonconvex_eta_max(lam=self.lam, B=self.B, q=self.q, smoothness=self.smoothness)
             if self.eta > eta_max * (1.0 + 1e-12):
                 raise ValueError(
                     f"guarantee='nonconvex' needs eta <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). "
@@ -356,22 +357,14 @@ class CuratorConfig:
         ``k_learn`` / ``k_unlearn`` override the step counts (σ², η, ρ stay the theorem's); certificates then
         report the ε_dd those counts certify (:func:`~lethe.noisygd.schedule.nonconvex_deletion_epsilon`).
         """
-        return _from_nonconvex_schedule(schedule, clip=clip, p=p, row_bound=row_bound, k_learn=k_learn,
-                                        k_unlearn=k_unlearn)
-
-
-def _from_nonconvex_schedule(
-    schedule: NonConvexSchedule, *, clip: bool = False, p: int = 0, row_bound: float = 1.0,
-    k_learn: int | None = None, k_unlearn: int | None = None,
-) -> CuratorConfig:
-    return CuratorConfig(
-        eta=schedule.eta, sigma2=schedule.sigma2, lam=schedule.lam,
-        k_learn=schedule.k_learn if k_learn is None else int(k_learn),
-        k_unlearn=schedule.k_unlearn if k_unlearn is None else int(k_unlearn),
-        init_std=math.sqrt(schedule.init_variance), q=schedule.q, lipschitz=schedule.lipschitz,
-        row_bound=row_bound, guarantee="nonconvex", smoothness=schedule.smoothness, clip=clip, p=p, B=schedule.B,
-        max_edit_size=schedule.r,
-    )
+        return cls(
+            eta=schedule.eta, sigma2=schedule.sigma2, lam=schedule.lam,
+            k_learn=schedule.k_learn if k_learn is None else int(k_learn),
+            k_unlearn=schedule.k_unlearn if k_unlearn is None else int(k_unlearn),
+            init_std=math.sqrt(schedule.init_variance), q=schedule.q, lipschitz=schedule.lipschitz,
+            row_bound=row_bound, guarantee="nonconvex", smoothness=schedule.smoothness, clip=clip, p=p,
+            B=schedule.B, max_edit_size=schedule.r,
+        )
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:

@@ -36,8 +36,6 @@ __all__ = [
 ]
 
 
-
-
 def _check_steps(name: str, k: object) -> int:
     if isinstance(k, bool) or not hasattr(k, "__index__"):
         raise TypeError(f"{name} must be an integer. Found {k!r} of type {type(k).__name__}.")

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lethe._validation import check_nonnegative, check_positive, check_positive_int, check_renyi_order
+from lethe.noisygd.guarantees import _check_steps
 
 __all__ = [
     "ConvexSchedule",
@@ -48,8 +49,6 @@ __all__ = [
 ]
 
 
-
-
 def _ceil_steps(x: float) -> int:
     """Smallest integer K ≥ max(x, 0), forgiving an absolute rounding error of 1e-9 in ``x``.
 
@@ -57,15 +56,6 @@ def _ceil_steps(x: float) -> int:
     the ε that the K actually run certifies.
     """
     return max(0, math.ceil(x - 1e-9))
-
-
-def _check_steps(name: str, k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) and not hasattr(k, "__index__"):
-        raise TypeError(f"{name} must be an integer. Found {k!r} of type {type(k).__name__}.")
-    k = int(k)
-    if k < 0:
-        raise ValueError(f"{name} must be >= 0. Found {k}.")
-    return k
 
 
 def _check_convex_eta(eta: float, lam: float, smoothness: float) -> None:
@@ -381,6 +371,11 @@ def _check_schedule_inputs(lipschitz: Any, smoothness: Any, lam: Any, n: Any, d:
     return lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd
 
 
+def _nonconvex_eta_max(*, lam: float, B: float, q: float, smoothness: float) -> float:
+    """λ/(64Bq²(β+λ)²): the largest step size Thm G.22 (invoked by Thm 5.2's proof) allows."""
+    return lam / (64.0 * B * q**2 * (smoothness + lam) ** 2)
+
+
 def _check_B(B: Any) -> float:
     B = check_positive("B", B)
     if B <= 1.0:
@@ -489,7 +484,7 @@ def nonconvex_schedule(
         raise ValueError(f"d must be > epsilon_dp = {epsilon_dp} (Thm 5.2). Found {d}.")
 
     bl = (smoothness + lam) ** 2
-    eta = min(lam * epsilon_dd / (64.0 * d * q * B * bl), lam / (64.0 * B * q**2 * bl))
+    eta = min(lam * epsilon_dd / (64.0 * d * q * B * bl), _nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness))
     scale = 2.0 * B / (lam * eta)
     log_b = math.log(B)
     k_learn = _ceil_steps(scale * math.log(q * log_b / epsilon_dd))
@@ -573,7 +568,7 @@ def nonconvex_deletion_epsilon(
     r = check_positive_int("r", r)
     if r > n:
         raise ValueError(f"r must be <= n = {n}. Found {r}.")
-    eta_max = lam / (64.0 * B * q**2 * (smoothness + lam) ** 2)
+    eta_max = _nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness)
     if eta > eta_max * (1.0 + 1e-12):
         raise ValueError(f"eta must be <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). Found {eta!r}.")
     log_b = math.log(B)
