@@ -243,3 +243,55 @@ def test_estimator_reports_theorem_cost_and_refuses_beyond_max_steps():
         NoisyGDBoundedMLPClassifier(n_iter=1, n_iter_unlearn=1).fit(np.vstack([X, X]), np.arange(12) % 3)
     with pytest.raises(ValueError, match="n_iter must be None or an integer"):
         NoisyGDBoundedMLPClassifier(n_iter=-1).fit(X, y)
+
+
+@pytest.mark.parametrize(("p", "m", "c", "R"), [(2, 1, 1.0, 1.0), (2, 2, 4.0, math.sqrt(2)), (3, 1, 8.0, 0.5)])
+def test_constants_survive_adversarial_search(p, m, c, R):
+    # Random sampling can miss the worst (θ, x); here a local optimiser maximises ‖∇ℓ‖ and ‖∇²ℓ‖₂ (exact Hessian)
+    # over θ and x with ‖x‖ ≤ R (x = R·sigmoid(t)·u/‖u‖), from several starts, and must stay below L and β.
+    from scipy.optimize import minimize
+    from scipy.special import expit
+
+    model = BoundedMLPModel(p, m, c)
+    L, beta = model.lipschitz(R), model.smoothness(R)
+    d = model.n_params
+
+    def unpack(z):
+        u = z[d : d + p]
+        x = R * expit(z[-1]) * u / max(np.linalg.norm(u), 1e-12)
+        return z[:d], x
+
+    def grad_norm(z, y):
+        theta, x = unpack(z)
+        return -float(np.linalg.norm(model.mean_gradient(theta, x[None], np.array([y]))))
+
+    def hess_norm(z, y):
+        theta, x = unpack(z)
+        return -float(np.abs(np.linalg.eigvalsh(model.hessian(theta, x, y))).max())
+
+    rng = np.random.default_rng([p, m, 7])
+    worst_g = worst_h = 0.0
+    for start in range(6):
+        z0 = np.concatenate([_theta(rng, d), rng.normal(size=p), [3.0]])
+        y = 1.0 if start % 2 else -1.0
+        worst_g = max(worst_g, -minimize(grad_norm, z0, args=(y,), method="Nelder-Mead",
+                                         options={"maxiter": 400, "xatol": 1e-6, "fatol": 1e-10}).fun)
+        worst_h = max(worst_h, -minimize(hess_norm, z0, args=(y,), method="Nelder-Mead",
+                                         options={"maxiter": 400, "xatol": 1e-6, "fatol": 1e-10}).fun)
+    assert worst_g <= L * (1 + 1e-12) and worst_h <= beta * (1 + 1e-12)
+    # The search climbs to non-trivial values (about 0.5-0.7 L and 0.25-0.3 β here; β is a sum of term-wise bounds).
+    assert worst_g > 0.4 * L and worst_h > 0.15 * beta
+
+
+@settings(max_examples=40, deadline=None)
+@given(half=st.floats(0.01, 10.0), lip=st.floats(0.1, 5.0), beta=st.floats(0.01, 5.0), lam=st.floats(0.01, 2.0),
+       n=st.integers(2, 10**5), d=st.integers(2, 10**3), q=st.floats(1.1, 20.0), eps_dd=st.floats(0.01, 1.0))
+def test_schedule_for_loss_always_meets_the_loss_bound(half, lip, beta, lam, n, d, q, eps_dd):
+    # Thm 5.2 needs sup|ℓ − c| ≤ σ² log(B)/4 with the σ² (Eq. 20) the schedule itself picks; σ² is recomputed here
+    # from the returned η and step counts, independently of required_loss_bound.
+    s = nonconvex_schedule_for_loss(loss_half_range=half, lipschitz=lip, smoothness=beta, lam=lam, n=n, d=d, r=1,
+                                    q=q, epsilon_dp=min(d - 1, 1.5), epsilon_dd=eps_dd)
+    sigma2 = q * lip**2 * s.eta * max(s.k_learn, s.k_unlearn) / (min(d - 1, 1.5) * n**2)
+    assert sigma2 == pytest.approx(s.sigma2, rel=1e-12)
+    assert sigma2 * math.log(s.B) / 4 >= half * (1 - 1e-12)
+    assert s.eta <= lam / (64 * s.B * q**2 * (beta + lam) ** 2) * (1 + 1e-12)  # Thm G.22's step-size condition
