@@ -38,28 +38,49 @@ def loss_scores(model: Any, X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def lira_offline_scores(target_phi: np.ndarray, shadow_phis: Sequence[np.ndarray] | np.ndarray,
-                        min_std: float = 1e-3) -> np.ndarray:
-    """Offline LiRA score (φ_target − μ_out)/s_out per point; ``shadow_phis`` has shape (n_shadows, n_points)."""
+                        min_std: float = 1e-3, *, shadow_out: np.ndarray | None = None) -> np.ndarray:
+    """Offline LiRA score (φ_target − μ_out)/s_out per point; ``shadow_phis`` has shape (n_shadows, n_points).
+
+    Every shadow is "out" for every point unless ``shadow_out`` (bool, same shape) says which entries are; then each
+    point's μ_out and s_out (ddof 1) come from its own "out" entries only (one entry: spread 0, floored at
+    ``min_std``).
+    """
     S = np.asarray(shadow_phis, dtype=float)
     if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] != np.asarray(target_phi).shape[0]:
         raise ValueError(f"shadow_phis must have shape (>= 2 shadows, {np.asarray(target_phi).shape[0]}). "
                          f"Found {S.shape}.")
-    mu = S.mean(axis=0)
-    sd = np.maximum(S.std(axis=0, ddof=1), min_std)
-    return (np.asarray(target_phi, dtype=float) - mu) / sd
+    if shadow_out is None:
+        mu = S.mean(axis=0)
+        sd = S.std(axis=0, ddof=1)
+    else:
+        cnt, mu, sq = _masked_moments(S, _check_mask(shadow_out, S.shape, "shadow_out"))
+        sd = np.sqrt(sq.sum(axis=0) / np.maximum(cnt - 1, 1))
+    return (np.asarray(target_phi, dtype=float) - mu) / np.maximum(sd, min_std)
 
 
-def _side_fit(S: np.ndarray, mask: np.ndarray, min_count: int, min_std: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-point mean and spread of the entries of S where ``mask`` holds (pooled spread for sparse points)."""
+def _check_mask(mask: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    M = np.asarray(mask)
+    if M.shape != shape or M.dtype != bool:
+        raise ValueError(f"{name} must be a boolean array of shape {shape}. Found {M.dtype} {M.shape}.")
+    return M
+
+
+def _masked_moments(S: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per point (column): count and mean of the entries of S where ``mask`` holds; their squared deviations from
+    that mean (0 elsewhere)."""
     cnt = mask.sum(axis=0)
     if np.any(cnt == 0):
         j = int(np.flatnonzero(cnt == 0)[0])
         raise ValueError(f"Every point needs at least one shadow on each side (in and out). Point {j} has none.")
     mu = np.where(mask, S, 0.0).sum(axis=0) / cnt
-    resid = np.where(mask, S - mu, 0.0)
-    pooled = float(np.sqrt((resid ** 2).sum() / max(int(cnt.sum()) - S.shape[1], 1)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        own = np.sqrt((resid ** 2).sum(axis=0) / np.maximum(cnt - 1, 1))
+    return cnt, mu, np.where(mask, S - mu, 0.0) ** 2
+
+
+def _side_fit(S: np.ndarray, mask: np.ndarray, min_count: int, min_std: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-point mean and spread of the entries of S where ``mask`` holds (pooled spread for sparse points)."""
+    cnt, mu, sq = _masked_moments(S, mask)
+    pooled = float(np.sqrt(sq.sum() / max(int(cnt.sum()) - S.shape[1], 1)))
+    own = np.sqrt(sq.sum(axis=0) / np.maximum(cnt - 1, 1))
     sd = np.where(cnt >= min_count, own, pooled)
     return mu, np.maximum(sd, min_std)
 
@@ -73,12 +94,10 @@ def lira_online_scores(target_phi: np.ndarray, shadow_phis: Sequence[np.ndarray]
     shadow.
     """
     S = np.asarray(shadow_phis, dtype=float)
-    M = np.asarray(shadow_in)
     phi = np.asarray(target_phi, dtype=float)
     if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] != phi.shape[0]:
         raise ValueError(f"shadow_phis must have shape (>= 2 shadows, {phi.shape[0]}). Found {S.shape}.")
-    if M.shape != S.shape or M.dtype != bool:
-        raise ValueError(f"shadow_in must be a boolean array of shape {S.shape}. Found {M.dtype} {M.shape}.")
+    M = _check_mask(shadow_in, S.shape, "shadow_in")
     if min_count < 2:
         raise ValueError(f"min_count must be >= 2 (a spread needs two samples). Found {min_count}.")
     mu_in, sd_in = _side_fit(S, M, min_count, min_std)

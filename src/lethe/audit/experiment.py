@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.audit.attacks import lira_online_scores, logit_confidence
+from lethe.audit.attacks import lira_offline_scores, lira_online_scores, logit_confidence
 from lethe.audit.stats import advantage, dp_advantage_bound, eq12_advantage_bound
 
 DEFAULTS: dict[str, int] = {"n_train": 50, "n_removed": 10, "trials": 100, "shadows": 64}
@@ -161,17 +161,16 @@ def run_audit(config: dict[str, Any] | None = None, *, data_dir: str | None = No
             cs = [model.remove([i]) for i in range(m)]
             certs["noisygd_epsilon_dd"].append(float(max(c.epsilon_dd for c in cs)))
             certs["noisygd_epsilon_dp"].append(float(max(c.epsilon_dp for c in cs)))
-        phi = logit_confidence(model, Xp[C], yp[C])
+        XC, yC = Xp[C], yp[C]
+        phi = logit_confidence(model, XC, yC)
         unseen_acc[target].append(float(np.mean(phi[n:] > 0)))
         size = n - m if removes else n
         M = _shadow_masks(trng, k_sh, 2 * n, size)
         S = np.empty((k_sh, 2 * n))
         for i in range(k_sh):
-            rows = C[M[i]]
-            S[i] = logit_confidence(facts[target]().fit(Xp[rows], yp[rows]), Xp[C], yp[C])
-        out_only = np.where(~M, S, np.nan)
-        sc = {"loss": -np.logaddexp(0.0, -phi),
-              "lira-offline": _offline(phi, out_only),
+            S[i] = logit_confidence(facts[target]().fit(XC[M[i]], yC[M[i]]), XC, yC)
+        sc = {"loss": -np.logaddexp(0.0, -phi),  # loss_scores(model, XC, yC) without recomputing φ
+              "lira-offline": lira_offline_scores(phi, S, shadow_out=~M),
               "lira-online": lira_online_scores(phi, S, M)}
         for attack, s in sc.items():
             scores[target][attack]["removed"].append(s[:m])
@@ -218,21 +217,6 @@ def run_audit(config: dict[str, Any] | None = None, *, data_dir: str | None = No
            "seconds": time.perf_counter() - t_start, "seed": seed}
     res["markdown"] = render_markdown(res)
     return res
-
-
-def _offline(phi: np.ndarray, out_only: np.ndarray, min_std: float = 1e-3) -> np.ndarray:
-    """Offline LiRA (φ − μ_out)/s_out from the "out" shadows of each point (``out_only`` is NaN where it was in)."""
-    cnt = np.sum(~np.isnan(out_only), axis=0)
-    mu = np.nanmean(out_only, axis=0)
-    sd = np.sqrt(np.nansum((out_only - mu) ** 2, axis=0) / np.maximum(cnt - 1, 1))
-    return np.asarray((phi - mu) / np.maximum(sd, min_std), dtype=float)
-
-
-def _row(res: dict[str, Any], target: str, attack: str, which: str) -> dict[str, Any] | None:
-    for r in res["rows"]:
-        if r["target"] == target and r["attack"] == attack and r["question"] == f"{which} vs never seen":
-            return r
-    return None
 
 
 def _best(res: dict[str, Any], target: str, which: str) -> dict[str, Any] | None:
