@@ -18,6 +18,7 @@ import numpy as np
 
 from lethe.datasets import load_mnist_binary
 from lethe.estimators import CertifiedLogisticRegression
+from lethe.experiments._common import remove_until_retrained
 
 PARAMS = dict(lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4)
 # the paper-faithful certificate (Cor. 1/2 with gamma = 1/4, c = sqrt(2 log(1.5/delta))); the tighter modes are
@@ -31,16 +32,10 @@ def run(solver: str, X, y, Xt, yt, max_removals: int, seed: int = 0) -> dict:
     t_train = time.perf_counter() - t0
     acc = clf.score(Xt, yt)
     order = np.random.default_rng(seed + 1).permutation(X.shape[0])
-    times, supported, hit = [], 0, False
-    for i in order[:max_removals]:
-        cert = clf.remove([int(i)])
-        times.append(cert.seconds)
-        if cert.retrained:
-            hit = True
-            break
-        supported += 1
+    done, retrained = remove_until_retrained(clf, order, max_removals)
+    times = [c.seconds for c in done] + ([retrained.seconds] if retrained is not None else [])
     return dict(solver=solver, t_train=t_train, median=float(np.median(times)), acc=acc, acc_after=clf.score(Xt, yt),
-                supported=supported, hit=hit, n=len(times))
+                supported=len(done), hit=retrained is not None, n=len(times))
 
 
 def main() -> None:

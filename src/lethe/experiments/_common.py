@@ -1,7 +1,9 @@
-"""Shared pieces of the reproduction runs: profiles, progress bars, plotting set-up, timing, JSON output."""
+"""Shared pieces of the reproduction runs: profiles, progress bars, plotting set-up, timing, JSON output, the
+remove-until-retrained loop."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -128,3 +130,19 @@ def stratified_subset(y: np.ndarray, n: int | None, rng: np.random.Generator) ->
         take = int(round(n * rows.size / y.shape[0]))
         out.append(rng.choice(rows, size=min(take, rows.size), replace=False))
     return rng.permutation(np.concatenate(out))
+
+
+def remove_until_retrained(clf: Any, order: Iterable[Any], cap: int | None = None) -> tuple[list[Any], Any]:
+    """Remove ``order[0], order[1], …`` from a fitted certified estimator one row at a time (Alg. 2, |B_j| = 1)
+    until a removal retrains or ``cap`` rows are gone.
+
+    Returns the certificates of the removals done by Newton steps, in order, and the certificate of the removal
+    that retrained (None if none did).
+    """
+    done: list[Any] = []
+    for i in itertools.islice(order, cap):
+        cert = clf.remove([int(i)])
+        if cert.retrained:
+            return done, cert
+        done.append(cert)
+    return done, None

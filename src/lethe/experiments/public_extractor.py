@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.experiments._common import Profile, Timer, progress, pyplot, stratified_subset
+from lethe.experiments._common import Profile, Timer, progress, pyplot, remove_until_retrained, stratified_subset
 
 EPSILON, DELTA = 1.0, 1e-4  # Guo et al. 2020, §4.2: "Algorithm 2 with ε = 1 and δ = 1e-4"
 PAPER_REGULAR_ACC = 0.890  # Fig. 4 right, left-most point (RoBERTa features on SST)
@@ -66,21 +66,13 @@ def supported_removals(clf: Any, order: np.ndarray, cap: int) -> dict[str, Any]:
     was hit first (``capped``), the certified steps, the residual β and budget ε′ after the last supported removal,
     and ``estimate``: the measured count if the budget ran out, else cap + ⌊(ε′ − β) / mean step⌋ (extrapolated).
     """
-    steps, seconds, tried = [], [], []
-    count, capped = 0, True
-    cert = None
-    last: Any = None
-    for i in order[:cap]:
-        cert = clf.remove([int(i)])
-        tried.append(cert.step_bound)
-        if cert.retrained:
-            capped = False
-            break
-        last = cert
-        count += 1
-        steps.append(cert.step_bound)
-        seconds.append(cert.seconds)
-    ref = last if last is not None else cert
+    done, hit = remove_until_retrained(clf, order, cap)
+    count, capped = len(done), hit is None
+    steps = [c.step_bound for c in done]
+    seconds = [c.seconds for c in done]
+    tried = steps + ([hit.step_bound] if hit is not None else [])
+    last: Any = done[-1] if done else None
+    ref = last if last is not None else hit
     budget = ref.budget if ref is not None else math.nan
     beta = last.residual_bound if last is not None else math.nan
     mean_step = float(np.mean(steps)) if steps else math.nan
