@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.optimize import linprog
 from scipy.stats import binom
 
 from lethe.audit import (
@@ -38,6 +42,14 @@ def test_clopper_pearson_coverage():
     assert covered >= 0.95  # exact intervals are conservative
 
 
+@given(n=st.integers(1, 120), p=st.floats(0.0, 1.0), alpha=st.sampled_from([0.01, 0.025, 0.05, 0.2]))
+def test_clopper_pearson_exact_coverage(n, p, alpha):
+    # exact coverage P_p[lo(K) <= p <= hi(K)] = Σ_k C(n, k) p^k (1 − p)^(n−k) 1[p in CI(k)], over every outcome k
+    cover = math.fsum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)
+                      if clopper_pearson(k, n, alpha)[0] <= p <= clopper_pearson(k, n, alpha)[1])
+    assert cover >= 1 - alpha - 1e-9
+
+
 def test_advantage_null_and_separated():
     rng = np.random.default_rng(1)
     same = advantage(rng.normal(size=400), rng.normal(size=400), random_state=0)
@@ -65,6 +77,28 @@ def test_bounds():
     assert eq12_advantage_bound(q, 50.0) == 1.0
 
 
+@given(eps=st.floats(0.0, 6.0), delta=st.floats(0.0, 0.5))
+def test_dp_advantage_bound_is_the_largest_advantage_of_any_dp_pair(eps, delta):
+    # Independently of the testing-region derivation: the largest P(S₀) − Q(S₀) over pairs of distributions (P, Q)
+    # on 4 outcomes that satisfy P(S) <= e^ε Q(S) + δ and Q(S) <= e^ε P(S) + δ for every one of the 16 events S,
+    # by linear programming (S₀ = the first two outcomes; any test is such an event after relabelling).
+    m, e = 4, math.exp(eps)
+    rows, rhs = [], []
+    for r in range(m + 1):
+        for ev in itertools.combinations(range(m), r):
+            ind = np.zeros(m)
+            ind[list(ev)] = 1.0
+            rows += [np.concatenate([ind, -e * ind]), np.concatenate([-e * ind, ind])]
+            rhs += [delta, delta]
+    c = -np.concatenate([[1.0, 1.0, 0.0, 0.0], [-1.0, -1.0, 0.0, 0.0]])
+    A_eq = np.array([[1.0] * m + [0.0] * m, [0.0] * m + [1.0] * m])
+    tol = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10, "presolve": False}
+    lp = linprog(c, A_ub=np.array(rows), b_ub=rhs, A_eq=A_eq, b_eq=[1.0, 1.0], bounds=(0, None), method="highs",
+                 options=tol)
+    assert lp.status == 0
+    assert dp_advantage_bound(eps, delta) == pytest.approx(-lp.fun, abs=1e-9)
+
+
 def test_lira_offline_is_a_z_score():
     sh = np.array([[0.0, 1.0], [2.0, 1.0], [4.0, 1.0]])
     z = lira_offline_scores(np.array([2.0, 3.0]), sh, min_std=0.5)
@@ -72,6 +106,24 @@ def test_lira_offline_is_a_z_score():
     assert z[1] == pytest.approx(2.0 / 0.5)  # zero spread is floored at min_std
     with pytest.raises(ValueError):
         lira_offline_scores(np.zeros(3), sh)
+
+
+def test_lira_offline_with_out_mask_uses_each_points_out_shadows():
+    rng = np.random.default_rng(3)
+    S = rng.normal(size=(12, 4))
+    out = rng.random((12, 4)) < 0.5
+    out[:2] = [[True, True, True, False], [False, False, False, True]]
+    out[:, 3] = False
+    out[1, 3] = True  # point 3: a single "out" shadow, spread 0 floored at min_std
+    phi = rng.normal(size=4)
+    got = lira_offline_scores(phi, S, min_std=0.25, shadow_out=out)
+    for j in range(3):
+        b = S[out[:, j], j]
+        assert got[j] == pytest.approx((phi[j] - b.mean()) / max(b.std(ddof=1), 0.25), rel=1e-12)
+    assert got[3] == pytest.approx((phi[3] - S[1, 3]) / 0.25, rel=1e-12)
+    assert np.array_equal(lira_offline_scores(phi, S, shadow_out=np.ones_like(out)), lira_offline_scores(phi, S))
+    with pytest.raises(ValueError, match="boolean"):
+        lira_offline_scores(phi, S, shadow_out=out.astype(int))
 
 
 def test_lira_online_is_the_gaussian_log_likelihood_ratio():

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lethe.experiments import dp_extractor
 from lethe.privacy import group_privacy
@@ -19,6 +22,15 @@ def test_per_example_budget_inverts_group_privacy(eps, delta, k):
     assert ge == pytest.approx(eps, rel=1e-12) and gd == pytest.approx(delta, rel=1e-9)
     with pytest.raises(ValueError):
         dp_extractor.per_example_budget(eps, 0.0, k)
+
+
+@given(eps=st.floats(1e-3, 10.0), delta=st.floats(1e-12, 0.5), k=st.integers(1, 50))
+def test_per_example_budget_group_delta_by_direct_chain_sum(eps, delta, k):
+    # independently of lethe.privacy: the chain of k neighbours gives δ_group = δ₁ Σ_{j<k} e^{jε₁} (exact in mpmath)
+    e1, d1 = dp_extractor.per_example_budget(eps, delta, k)
+    assert k * e1 == pytest.approx(eps, rel=1e-14)
+    chain = mpmath.mpf(d1) * mpmath.fsum(mpmath.exp(j * mpmath.mpf(e1)) for j in range(k))
+    assert float(chain) == pytest.approx(delta, rel=1e-12)
 
 
 def test_theorem5_adds_epsilons_and_deltas():
