@@ -75,18 +75,49 @@ class LogisticLoss:
     xi_star = math.log(2.0 + math.sqrt(3.0))
 
     @staticmethod
-    def d3_abs(z: np.ndarray) -> np.ndarray:
-        """|ℓ'''(z)| = σ(z) σ(−z) tanh(|z|/2), evaluated without cancellation (relative error a few u)."""
+    def d3_abs(z: np.ndarray, out: np.ndarray | None = None, tmp: np.ndarray | None = None) -> np.ndarray:
+        """|ℓ'''(z)| = σ(z) σ(−z) tanh(|z|/2), evaluated without cancellation (relative error ≤ 12 u).
+
+        With e = e^{−|z|} and 1 − e = −expm1(−|z|) (each to ~1 u, no cancellation): σ(z)σ(−z) = e/(1+e)² and
+        tanh(|z|/2) = (1 − e)/(1 + e), so |ℓ'''(z)| = e (1 − e) / (1 + e)³. ``out`` (may alias z) and ``tmp``
+        (float64, shape of z) avoid temporaries on the per-removal path.
+        """
         z = np.asarray(z, dtype=np.float64)
-        return np.asarray(expit(z) * expit(-z) * np.tanh(0.5 * np.abs(z)))
+        p = np.abs(z, out=out)
+        np.negative(p, out=p)
+        e = np.exp(p, out=tmp)
+        np.expm1(p, out=p)  # −(1 − e)
+        p *= e
+        np.negative(p, out=p)  # e (1 − e)
+        e += 1.0
+        p /= e
+        p /= e
+        p /= e
+        return p
+
+    def d2_lipschitz_abs(self, lo_abs: np.ndarray, hi_abs: np.ndarray, out: np.ndarray | None = None,
+                         tmp: np.ndarray | None = None) -> np.ndarray:
+        """Upper bounds on sup |ℓ'''(ξ)| over the ξ with |ξ| in [Aᵢ, Bᵢ] (0 ≤ Aᵢ ≤ Bᵢ), elementwise.
+
+        g(ξ) = |ℓ'''(ξ)| is even, increasing on [0, ξ*] and decreasing on [ξ*, ∞) (docs/tighter_bounds.md §1),
+        and a function unimodal on [0, ∞) with its peak at ξ* attains its sup over [A, B] at the point of [A, B]
+        nearest ξ*, clip(ξ*, A, B): g(ξ*) = γ if ξ* ∈ [A, B], else g at one endpoint. That value is padded by a
+        relative 2e-12 (its evaluation error is ≤ 12 u; g'(ξ*) = 0 makes the rounding of ξ* a second-order effect;
+        checked against mpmath in the tests) and by 1e-300 (underflow beyond |ξ| ≈ 745), and capped by
+        γ(1 + 1e-12). ``out`` (may alias either input) and ``tmp`` avoid temporaries.
+        """
+        pick = np.maximum(lo_abs, self.xi_star, out=out)
+        np.minimum(pick, hi_abs, out=pick)
+        val = self.d3_abs(pick, out=pick, tmp=tmp)
+        val *= 1.0 + 2e-12
+        val += 1e-300
+        return np.minimum(val, self.gamma_exact * (1.0 + 1e-12), out=val)
 
     def d2_lipschitz_on(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Upper bounds on the sup over ξ in [loᵢ, hiᵢ] of |ℓ'''(ξ)|, elementwise: local Lipschitz constants of ℓ''.
 
-        g(ξ) = |ℓ'''(ξ)| is even, increasing on [0, ξ*] and decreasing on [ξ*, ∞) (docs/tighter_bounds.md §1), so
-        on an interval containing neither of ±ξ* it is largest at an endpoint; otherwise the answer is γ = g(ξ*).
-        Endpoint values are padded by a relative 1e-12 (their evaluation error is a few u; checked against mpmath
-        in the tests) and by 1e-300 (underflow beyond |ξ| ≈ 745), and capped by γ.
+        On [lo, hi] the values |ξ| fill [A, B] with A = max(lo, −hi, 0) and B = max(−lo, hi) (exact in floating
+        point); the sup is then :meth:`d2_lipschitz_abs` (A, B).
 
         >>> loss = LogisticLoss()
         >>> b = loss.d2_lipschitz_on(np.array([5.0, -1.0]), np.array([6.0, 2.0]))
@@ -95,18 +126,8 @@ class LogisticLoss:
         """
         lo = np.asarray(lo, dtype=np.float64)
         hi = np.asarray(hi, dtype=np.float64)
-        top = self.gamma_exact * (1.0 + 1e-12)
-        pad = 1e-12 * (1.0 + self.xi_star)
-        contains = ((lo <= self.xi_star + pad) & (hi >= self.xi_star - pad)) | (
-            (lo <= -self.xi_star + pad) & (hi >= -self.xi_star - pad))
-        # Lemma 2: without ±ξ* inside, the sup is at one endpoint — the one of larger |ξ| if the interval lies in
-        # (−ξ*, ξ*) (g increases with |ξ| there), else the one of smaller |ξ| (g decreases beyond ξ*); evaluating g
-        # there only halves the cost of evaluating both
-        alo, ahi = np.abs(lo), np.abs(hi)
-        inner = np.maximum(alo, ahi) < self.xi_star
-        pick = np.where(inner, np.maximum(alo, ahi), np.minimum(alo, ahi))
-        ends = self.d3_abs(pick) * (1.0 + 1e-12) + 1e-300  # underflow floor
-        return np.asarray(np.where(contains, top, np.minimum(ends, top)))
+        lo_abs = np.maximum(np.maximum(lo, -hi), 0.0)
+        return self.d2_lipschitz_abs(lo_abs, np.maximum(-lo, hi), out=lo_abs)
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.logaddexp(0.0, -y * z)
@@ -114,9 +135,17 @@ class LogisticLoss:
     def d1(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return -y * expit(-y * z)
 
-    def d2(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
-        s = expit(z)
-        return s * (1.0 - s)
+    def d2(self, z: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """σ(z)σ(−z) = e/(1+e)² with e = e^{−|z|} ≤ 1: one exponential, relative error ≤ 5 u (no 1 − σ
+        cancellation). ``out`` (float64, shape of z, not aliasing z) receives the result without a temporary."""
+        z = np.asarray(z, dtype=np.float64)
+        e = np.abs(z, out=out)
+        np.negative(e, out=e)
+        np.exp(e, out=e)
+        q = 1.0 + e
+        q *= q
+        e /= q
+        return e
 
     def check_targets(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64)
@@ -142,6 +171,13 @@ class SquaredLoss:
     def d2_lipschitz_on(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """ℓ''' = 0: zeros."""
         return np.zeros(np.broadcast(np.asarray(lo), np.asarray(hi)).shape)
+
+    def d2_lipschitz_abs(self, lo_abs: np.ndarray, hi_abs: np.ndarray, out: np.ndarray | None = None,
+                         tmp: np.ndarray | None = None) -> np.ndarray:
+        """ℓ''' = 0: zeros."""
+        res = np.zeros(np.broadcast(np.asarray(lo_abs), np.asarray(hi_abs)).shape) if out is None else out
+        res[...] = 0.0
+        return res
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (z - y) ** 2

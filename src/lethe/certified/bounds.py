@@ -143,7 +143,7 @@ def remainder_bound_paper(gamma: float, x_norm: float, row_norm: float, v_norm: 
 
 
 def remainder_bound_tight(a_abs: np.ndarray, lipschitz: np.ndarray | float, x_norm: float,
-                          row_norm: float) -> tuple[float, dict[str, float]]:
+                          row_norm: float, out: np.ndarray | None = None) -> tuple[float, dict[str, float]]:
     """The tight bound on ‖r‖, r = Σᵢ κᵢ aᵢ xᵢ (Taylor remainder of the Newton step), and its candidates.
 
     Parameters
@@ -157,6 +157,8 @@ def remainder_bound_tight(a_abs: np.ndarray, lipschitz: np.ndarray | float, x_no
         An upper bound on ‖X′‖₂.
     row_norm : float
         ρ ≥ maxᵢ ‖xᵢ‖₂.
+    out : ndarray (n,), optional
+        Work space for Γ ⊙ ā² (may be ``lipschitz`` itself); avoids temporaries on the per-removal path.
 
     Returns
     -------
@@ -175,7 +177,8 @@ def remainder_bound_tight(a_abs: np.ndarray, lipschitz: np.ndarray | float, x_no
     (['spectral', 'triangle'], 0.005154)
     """
     a_abs = np.asarray(a_abs, dtype=np.float64)
-    t = np.asarray(lipschitz, dtype=np.float64) * a_abs * a_abs
+    t = np.multiply(np.asarray(lipschitz, dtype=np.float64), a_abs, out=out)
+    t *= a_abs
     spectral = 0.5 * x_norm * float(np.sqrt(np.dot(t, t)))
     triangle = 0.5 * row_norm * float(np.sum(t))
     cands = {"spectral": spectral, "triangle": triangle}
