@@ -194,6 +194,8 @@ class NewtonCache:
         self.fro_M = math.inf
         self.fro_G = math.inf
         self.tau = math.inf
+        self.h_G: np.ndarray | None = None  # anchor: ≈ G̃ (w − w_a), within h_err in the 2-norm
+        self.h_err = math.inf
         # onepass: float32 copy of the data, pending mismatch vector P (ē = carry_e + X′ᵀP) and its error bound
         self.X32: np.ndarray | None = None
         self.P: np.ndarray | None = None
@@ -423,6 +425,8 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
     cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
     cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * float(np.linalg.norm(w)) + 8 * U * (1.0 + s_max)
+    cache.h_G = np.zeros(d)  # G̃ (w − w_a) = 0 at the anchor itself, exactly
+    cache.h_err = 0.0
     if with_gram:
         G = dsyrk(1.0, Xa.T, trans=0, lower=0) if gram is None else np.array(gram, dtype=np.float64, copy=True)
         cache.G = np.asfortranarray(G)
@@ -438,29 +442,26 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
 
 
 def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *, track: bool) -> None:
-    """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, G ← G − Σ xⱼxⱼᵀ (rank-one updates
-    of the upper triangles, O(d²) per row, in place), reading only those rows. With ``track``, grow the rounding
-    bounds ε_M, ε_G (per update: u ‖result‖_F + 2u |α| ‖x‖² entrywise-summed, doubled)."""
+    """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I (rank-one updates of the upper
+    triangle, O(d²) per row, in place), reading only those rows. With ``track``, grow the rounding bound ε_M (per
+    update: u ‖result‖_F + 2u |α| ‖x‖² entrywise-summed, doubled). The Gram matrix G is *not* downdated: it only
+    enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts the PSD terms xⱼxⱼᵀ."""
     assert cache.M is not None and cache.s_hat is not None
-    M, G = cache.M, cache.G
+    M = cache.M
     d = M.shape[0]
     for j in idx:
-        xj = np.ascontiguousarray(X[j])
         sj = float(cache.s_hat[j])
         if sj != 0.0:
+            xj = np.ascontiguousarray(X[j])
             M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
-        if G is not None:
-            G = dsyr(-1.0, xj, lower=0, a=G, overwrite_a=1)
+            if track:
+                cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 3.0 * sj * float(xj @ xj))
         cache.s_hat[j] = 0.0
-        if track:
-            xx = float(xj @ xj)
-            cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 3.0 * sj * xx)
-            cache.eps_G += U * (2.0 * (cache.fro_G + 2.0 * cache.eps_G) + 3.0 * xx)
     m = int(idx.size)
     M[np.diag_indices(d)] -= lam * m
     if track:
         cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
-    cache.M, cache.G = M, G
+    cache.M = M
 
 
 def _carry_start(cfg: CertifiedRemoval, state: ModelState, cache: NewtonCache | None, synced: bool,
@@ -842,15 +843,21 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     dw = w - cache.w_anchor
     dw_norm = float(np.linalg.norm(dw)) * (1.0 + 4 * U)
     gq = gamma_k(d + 2) * fro_G + cache.eps_G
+    h = cache.h_G  # ≈ G̃ (w − w_a), carried from step to step (no product with G here)
+    assert h is not None
     if dw_norm > 0.0:
-        c_sq = float(dw @ _mv(G, dw)) + gq * dw_norm**2
+        # dwᵀG̃dw = dwᵀh̃ + dwᵀ(G̃dw − h̃), ‖G̃dw − h̃‖ ≤ h_err + ‖G̃‖ ‖dw − (w − w_a)‖; the dot's rounding; G̃ vs G
+        c_sq = (float(dw @ h) + gamma_k(d + 2) * dw_norm * float(np.linalg.norm(h))
+                + dw_norm * (cache.h_err + 2 * U * fro_G * dw_norm) + cache.eps_G * dw_norm**2)
         c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
     else:
         c_norm = 0.0
+    gv: list[np.ndarray] = []
 
     def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float]]:
         v_ub = float(np.linalg.norm(v)) + 1.01 * U * w_new_norm
-        a_sq = float(v @ _mv(G, v)) + gq * v_ub**2
+        gv[:] = [_mv(G, v)]
+        a_sq = float(v @ gv[0]) + gq * v_ub**2
         a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
         mis, rem, cands = anchor_bounds(gamma=gamma, tau=cache.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
                                         v_norm=v_ub, a_norm=a_norm, dw_norm=dw_norm, c_norm=c_norm, mode=cfg.bound)
@@ -879,6 +886,10 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
                  + err_rhs)
     acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
     step = e_norm + err_step + mis + rem
+    # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
+    h += gv[0]
+    cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
+                    + 1.01 * U * float(np.linalg.norm(h)))
 
     cache._advance(X, w_new, keep)
     cache.removals_since_refresh += 1
