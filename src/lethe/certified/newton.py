@@ -146,20 +146,24 @@ class NewtonCache:
     cost_model : CostModel, optional
         Prices used by ``refresh="auto"``.
     flush_every, flush_share : int, float
-        ``onepass``: apply the pending mismatch to the data (one double-precision pass, plus one to refresh the
-        margins) every ``flush_every`` removals, or as soon as its charge ‖X′‖₂‖P‖ exceeds ``flush_share`` of the
+        ``onepass``: apply the pending mismatch to the data (one single-precision pass with a tracked error)
+        every ``flush_every`` removals, or as soon as its charge ‖X′‖₂‖P‖ exceeds ``flush_share`` of the
         budget, or when the bound would otherwise force a retraining.
+    margins_every : int
+        ``onepass``: recompute the margins X w in double precision at every ``margins_every``-th flush (between
+        refreshes they advance by the single-precision margins of each step, and their error bound grows).
     """
 
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
                  carry_share: float = 1e-2, cost_model: CostModel | None = None, flush_every: int = 16,
-                 flush_share: float = 2e-2) -> None:
+                 flush_share: float = 2e-2, margins_every: int = 4) -> None:
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
         self.carry_share = carry_share
         self.flush_every = flush_every
         self.flush_share = flush_share
+        self.margins_every = margins_every
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.factor: tuple[np.ndarray, bool | None] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)
@@ -202,6 +206,9 @@ class NewtonCache:
         self.p_err = 0.0
         self.since_flush = 0
         self.flushes = 0
+        self.z_ref: np.ndarray | None = None  # onepass: margins at w_ref in double precision, error eta_ref
+        self.w_ref: np.ndarray | None = None
+        self.eta_ref = math.inf
 
     def refresh(self, H: np.ndarray) -> None:
         """Factorise a new Hessian (used as preconditioner)."""
@@ -942,22 +949,62 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float,
     return a, zeta
 
 
-def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho: float) -> None:
-    """Apply the pending mismatch exactly: ē = E + X′ᵀP becomes E ← fl(E + X′ᵀP), P ← 0 (one double-precision
-    pass), and refresh the margins z = fl(X w) (one pass), resetting their error to the dot-product bound."""
-    assert cache.P is not None and cache.carry_e is not None
-    n_rows, d = X.shape
+def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int = 2048) -> tuple[np.ndarray, float]:
+    """q̃ ≈ Xᵀp from the single-precision copy X32 = fl₃₂(X) (rows ‖xᵢ‖ ≤ ρ), and a bound on ‖q̃ − Xᵀp‖₂.
+
+    p is scaled by a power of two s ≥ max |pᵢ| (exact) and rounded to single precision; each block of ``block``
+    rows is reduced in single precision and the block sums are added in double precision. As in
+    :func:`single_pass_margins`, per column j and block B: |Σ_B xᵢⱼpᵢ − s fl₃₂(Σ_B x̂ᵢⱼp̂ᵢ)| ≤
+    (2u₃₂ + γ₃₂_|B|)(1 + u₃₂)² Σ_B |xᵢⱼ||pᵢ| + 2⁻¹²⁵ (Σ_B |pᵢ| + s Σ_B |x̂ᵢⱼ| + s|B|); adding the block sums costs
+    γ_{#blocks+1} Σᵢ |xᵢⱼ||pᵢ| (1 + 10⁻⁶). Over the columns, ‖ |X|ᵀ|p| ‖₂ ≤ ‖X‖_F ‖p‖ ≤ √n ρ ‖p‖, and with s ≤ 2‖p‖
+    the underflow terms are at most 2⁻¹²⁵ ‖p‖ (√(dn) + 2 n √d + 3 n ρ).
+    """
+    n, d = X32.shape
+    pmax = float(np.max(np.abs(p), initial=0.0))
+    if pmax == 0.0:
+        return np.zeros(d), 0.0
+    s = math.ldexp(1.0, math.frexp(pmax)[1])
+    ps = (p / s).astype(np.float32)
+    q = np.zeros(d)
+    for start in range(0, n, block):
+        q += X32[start:start + block].T @ ps[start:start + block]
+    q *= s
+    p_norm = float(np.linalg.norm(p / s)) * s
+    n_blocks = -(-n // block)
+    err = (math.sqrt(n) * rho * p_norm * ((2 * U32 + _gamma32(min(block, n))) * (1 + U32) ** 2 * (1 + 1e-6)
+                                          + gamma_k(n_blocks + 1) * (1 + 1e-6))
+           + TINY32 * p_norm * (math.sqrt(d * n) + 2 * n * math.sqrt(d) + 3 * n * rho)) * (1 + 8 * U)
+    return q, err
+
+
+def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho: float, *, margins: bool) -> None:
+    """Apply the pending mismatch: ē = E + X′ᵀP becomes E ← fl(E + q̃), q̃ ≈ X′ᵀP from one single-precision pass
+    (:func:`single_pass_transpose`, its error added to the carried error bound), P ← 0; and recompute the margins
+    at w: with ``margins`` as z = fl(X w) (one double-precision pass, error the dot-product bound; also the new
+    reference point), else as z_ref + X32 (w − w_ref) from the last reference (one single-precision pass)."""
+    assert cache.P is not None and cache.carry_e is not None and cache.X32 is not None
     P = cache.P
-    p_norm = float(np.linalg.norm(P))
-    if p_norm > 0.0:
-        q = X.T @ P  # P is zero outside the active rows, so removed (possibly zeroed) rows contribute nothing
+    if float(np.max(np.abs(P), initial=0.0)) > 0.0:
+        # P is zero outside the active rows, and so are the removed rows of X32
+        q, q_err = single_pass_transpose(cache.X32, P, rho)
         E = cache.carry_e + q
-        cache.carry_err += (x_norm * cache.p_err + gamma_k(n_rows + 2) * math.sqrt(n_rows) * rho * p_norm
+        cache.carry_err += (x_norm * cache.p_err + q_err
                             + 2 * U * (float(np.linalg.norm(E)) + float(np.linalg.norm(q))))
         cache.carry_e = E
     P[:] = 0.0
     cache.p_err = 0.0
-    cache.z, cache.eta = _margins(X, w, rho)
+    if margins or cache.z_ref is None or cache.w_ref is None:
+        cache.z, cache.eta = _margins(X, w, rho)
+        cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), w.copy(), cache.eta
+    else:
+        # re-base: z = z_ref + X32 (w − w_ref), one single-precision pass whose error grows with ‖w − w_ref‖
+        # instead of with the sum of the steps' ‖v‖ (fl(w − w_ref) is within u|w − w_ref| of the exact difference)
+        dw = w - cache.w_ref
+        a, zeta32 = single_pass_margins(cache.X32, dw, rho)
+        z = np.add(cache.z_ref, a, out=a)
+        cache.z = z
+        cache.eta = (cache.eta_ref + zeta32 + 1.01 * U * rho * float(np.linalg.norm(dw))
+                     + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0))))
     cache.since_flush = 0
     cache.flushes += 1
 
@@ -969,6 +1016,7 @@ def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.nd
     cache.kind = "onepass"
     build_anchor(cfg, w, X, y, active, cache, with_gram=False)
     cache.z, cache.eta = _margins(X, w, rho)
+    cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
     X32 = X.astype(np.float32)
     X32[~active] = 0.0
     cache.X32 = X32
@@ -1081,12 +1129,14 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     cache.last_remainder = rem
 
     acc: float | None
+    z_fresh = False  # whether the margins were recomputed at w_new in this step
     if e_old is None:  # paper accounting: the step's mismatch is charged at once
         acc, carried, e_step, err_step = None, 0.0, e_norm, err_e
         cache.since_flush += 1
         if cache.since_flush >= cache.flush_every:  # refresh the margins (their error grows by ζ per step)
             cache.z, cache.eta = _margins(X, w_new, rho)
             cache.since_flush = 0
+            z_fresh = True
             passes += 1.0
     else:
         P += g
@@ -1110,15 +1160,17 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         over = cfg.noise != "none" and acc > cfg.budget
         if over or cache.since_flush >= cache.flush_every or pend > cache.flush_share * cfg.budget:
             forced = over or (cache.since_flush < cache.flush_every)
-            _flush(cache, X, w_new, x_norm, rho)
-            passes += 2.0
+            full = cache.flushes % cache.margins_every == cache.margins_every - 1
+            _flush(cache, X, w_new, x_norm, rho, margins=full)
+            z_fresh = True
+            passes += 1.5 if full else 1.0  # single-precision passes count ½
             if forced:
-                cache.excess_cost += 2 * cm.data_pass(n_rows, d)
+                cache.excess_cost += cm.data_pass(n_rows, d)
             acc, _ = accumulated(0.0)  # the flush emptied P and its error bound
         carried = float(np.linalg.norm(cache.carry_e))
     step = e_step + err_step + mis + rem
 
-    if cache.since_flush > 0:  # advance the margins to w_new (unless just refreshed): z + ã, with the tracked error
+    if not z_fresh:  # advance the margins to w_new (unless just refreshed): z + ã, with the tracked error
         z += a  # in place: z is the cache's own margin vector
         cache.eta = eta + zeta + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0)))
     cache._advance(X, w_new, keep)
