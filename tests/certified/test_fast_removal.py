@@ -79,9 +79,10 @@ def problems(draw, max_n=100, max_d=10, loss="logistic"):
 # -- 1. every step bound dominates the exact increment; the accumulated bound the exact residual ------------------
 
 
-def _run_removals(mech, seed, X, y, batches, *, prime, zero_removed, loss="logistic", flush_every=16):
+def _run_removals(mech, seed, X, y, batches, *, prime, zero_removed, loss="logistic", flush_every=16,
+                  margins_every=4):
     n = X.shape[0]
-    cache = NewtonCache(flush_every=flush_every)
+    cache = NewtonCache(flush_every=flush_every, margins_every=margins_every)
     state, _ = mech.train(X, y, random_state=seed, cache=cache if prime else None)
     assert norm_ld(grad_ld(state.w, state.b, X, y, mech.lam, loss)) <= state.residual_bound
     rng = np.random.default_rng(seed + 1)
@@ -125,15 +126,17 @@ STEP_ARGS = dict(
     prime=st.booleans(),
     zero_removed=st.booleans(),
     flush_every=st.sampled_from([1, 2, 16]),
+    margins_every=st.sampled_from([1, 2, 4]),
 )
 
 
 def step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed,
-                  flush_every):
+                  flush_every, margins_every):
     seed, X, y = problem
     mech = CertifiedRemoval(loss="logistic", lam=lam, sigma=sigma, epsilon=1.0, delta=1e-4, noise=noise,
                             solver=solver, bound=bound, calibration=calibration, refresh=refresh)
-    _run_removals(mech, seed, X, y, batches, prime=prime, zero_removed=zero_removed, flush_every=flush_every)
+    _run_removals(mech, seed, X, y, batches, prime=prime, zero_removed=zero_removed, flush_every=flush_every,
+                  margins_every=margins_every)
 
 
 test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
@@ -145,10 +148,10 @@ test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
 @settings(max_examples=SLOW)
 @given(**{k: v for k, v in STEP_ARGS.items() if k not in ("bound", "solver")})
 def test_step_bounds_dominate_exact_increments_slow(bound, solver, problem, lam, sigma, batches, calibration, noise,
-                                                    refresh, prime, zero_removed, flush_every):
+                                                    refresh, prime, zero_removed, flush_every, margins_every):
     """≥ 2000 examples for each (bound mode, solver) pair."""
     step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed,
-                  flush_every)
+                  flush_every, margins_every)
 
 
 SQUARED_ARGS = dict(
@@ -542,6 +545,40 @@ SINGLE_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60), d=st.in
 test_single_pass_margin_error_bound = given(**SINGLE_ARGS)(single_pass_property)
 test_single_pass_margin_error_bound_slow = pytest.mark.slow(
     settings(max_examples=SLOW)(given(**SINGLE_ARGS)(single_pass_property)))
+
+
+def single_transpose_property(seed, n, d, p_scale, spread, sparse, block):
+    """The bound of :func:`single_pass_transpose` dominates ‖q̃ − Xᵀp‖₂ (exact value in long double)."""
+    from lethe.certified.newton import single_pass_transpose
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.exp(rng.uniform(-spread, 0.0, size=(n, d)))
+    if sparse:
+        X *= rng.uniform(size=X.shape) < 0.3
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    p = rng.normal(size=n) * np.exp(rng.uniform(-spread, 0.0, size=n)) * p_scale
+    q, err_bound = single_pass_transpose(X.astype(np.float32), p, 1.0, block=block)
+    exact = np.asarray(X, dtype=np.longdouble).T @ np.asarray(p, dtype=np.longdouble)
+    err = float(np.sqrt(np.sum((np.asarray(q, dtype=np.longdouble) - exact) ** 2)))
+    assert err <= err_bound, (err, err_bound)
+
+
+TRANSPOSE_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 300), d=st.integers(1, 60),
+                      p_scale=st.sampled_from([1e-300, 1e-40, 1e-12, 1e-3, 1.0, 1e6, 1e300]),
+                      spread=st.floats(0.0, 60.0), sparse=st.booleans(), block=st.sampled_from([1, 7, 64, 2048]))
+test_single_pass_transpose_error_bound = given(**TRANSPOSE_ARGS)(single_transpose_property)
+test_single_pass_transpose_error_bound_slow = pytest.mark.slow(
+    settings(max_examples=SLOW)(given(**TRANSPOSE_ARGS)(single_transpose_property)))
+
+
+@given(z=st.floats(-800.0, 800.0))
+def test_logistic_curvature_is_accurate(z):
+    """ℓ''(z) = σ(z)σ(−z) from one exponential: relative error ≤ 1e-14 against mpmath (also where σ(z) ≈ 1, which
+    the textbook s(1 − s) gets wrong), and within the 8u absolute error the bounds assume."""
+    exact = float(mp.exp(-abs(mp.mpf(z))) / (1 + mp.exp(-abs(mp.mpf(z)))) ** 2)
+    got = float(LOGISTIC.d2(np.array([z]), np.array([1.0]))[0])
+    assert abs(got - exact) <= 1e-14 * exact + 1e-320
+    assert abs(got - exact) <= 8 * 2.0**-53 * (1.0 + exact)
 
 
 def test_onepass_forgets_removed_rows_and_flushes():
