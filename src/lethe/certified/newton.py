@@ -125,9 +125,10 @@ class NewtonCache:
       ``factor`` = Cholesky factor of an earlier M (both only produce the initial guess and the preconditioner:
       the solve error is measured against the exact Hessian); ``z`` — margins X w at the current w with their
       error bound.
-    * ``anchor``: the anchor point w_a, the dense anchor Hessian M and Gram matrix X′ᵀX′ (upper triangles,
-      downdated per removed row), their rounding-error bounds, curvatures ŝ at w_a, and ``factor`` = Cholesky of an
-      earlier M (a preconditioner only: the anchor residual Mv − Δ is measured).
+    * ``anchor``: the anchor point w_a, the dense anchor Hessian M (upper triangle, downdated per removed row) and
+      Gram matrix X′ᵀX′ (as built: an upper bound after removals), their rounding-error bounds, curvatures ŝ at
+      w_a, the carried product G(w − w_a), and ``factor`` = the float32 inverse of an earlier M (a preconditioner
+      only: the anchor residual Mv − Δ is measured).
     * ``onepass``: the anchor system of ``anchor`` without the Gram matrix (M enters the certificate, so its
       rounding drift is tracked), the margins z, a float32 copy of the data (one single-precision pass per removal)
       and the pending mismatch vector P of docs/tighter_bounds.md §5b, with their error bounds.
