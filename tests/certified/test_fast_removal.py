@@ -597,3 +597,16 @@ def test_onepass_forgets_removed_rows_and_flushes():
         assert cache.P is not None and not np.any(cache.P[~active])
         assert norm_ld(grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")) <= state.residual_bound
     assert cache.flushes >= 2 and cache.since_flush < 4  # every 4 removals, or earlier on the charge threshold
+
+
+@given(exp=st.integers(-320, 300), n=st.integers(1, 50), seed=st.integers(0, 2**31 - 1))
+def test_vnorm_neither_underflows_nor_overflows(exp, n, seed):
+    """vnorm agrees with the long-double norm to 1e-13 at every scale, incl. entries whose squares underflow."""
+    from lethe.certified.bounds import vnorm
+
+    x = np.random.default_rng(seed).normal(size=n) * 10.0**exp
+    exact = float(np.sqrt(np.sum(np.asarray(x, dtype=np.longdouble) ** 2)))
+    if exact == 0.0 or not np.all(np.isfinite(x)):
+        return
+    got = vnorm(x)
+    assert abs(got - exact) <= 1e-13 * exact + 1e-323

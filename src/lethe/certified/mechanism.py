@@ -38,7 +38,7 @@ from lethe._validation import (
     check_positive_int,
 )
 from lethe.certified import objective as obj
-from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound
+from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound, vnorm
 from lethe.certified.newton import BOUNDS, SOLVERS, NewtonCache, StepResult, compute_step, prime_cache
 from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
 from lethe.losses import Loss, get_loss
@@ -360,9 +360,9 @@ class CertifiedRemoval:
         g = obj.objective_grad(w, X, y, self.loss_, self.lam, b)
         d1 = self.loss_.d1(X @ w, y)
         fro = math.sqrt(float(np.einsum("ij,ij->", X, X)))
-        return float(np.linalg.norm(g)) + rounding_allowance(
-            n, d, fro * float(np.linalg.norm(d1)), self.lam * n * float(np.linalg.norm(w)), float(np.linalg.norm(b)),
-            float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * float(np.linalg.norm(w)))
+        return vnorm(g) + rounding_allowance(
+            n, d, fro * vnorm(d1), self.lam * n * vnorm(w), vnorm(b),
+            float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * vnorm(w))
 
     def train(self, X: Any, y: Any, random_state: RandomState = None, *,
               cache: NewtonCache | None = None) -> tuple[ModelState, Certificate]:

@@ -58,6 +58,7 @@ from lethe.certified.bounds import (
     gamma_k,
     remainder_bound_paper,
     remainder_bound_tight,
+    vnorm,
     worst_case_bound,
 )
 from lethe.losses import LogisticLoss
@@ -294,7 +295,7 @@ def _row_norm_max(cfg: CertifiedRemoval, X: np.ndarray, cache: NewtonCache | Non
 
 def _margins(X: np.ndarray, w: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
     """Margins z = fl(X w) computed afresh and η ≥ maxᵢ |z̃ᵢ − xᵢᵀw| (Higham: γ_{d+2} ρ ‖w‖ for rows ‖xᵢ‖ ≤ ρ)."""
-    return X @ w, gamma_k(X.shape[1] + 2) * rho * float(np.linalg.norm(w))
+    return X @ w, gamma_k(X.shape[1] + 2) * rho * vnorm(w)
 
 
 def _x_norm(state: ModelState, n_rows: int, rho: float) -> float:
@@ -312,12 +313,12 @@ def _removed_gradient(cfg: CertifiedRemoval, w: np.ndarray, XR: np.ndarray, yR: 
     d1 = loss.d1(XR @ w, yR)
     Delta = m * lam * w + XR.T @ d1
     lip1 = float(getattr(loss, "d2_sup", 0.25 if loss.gamma else 2.0))
-    wn = float(np.linalg.norm(w))
+    wn = vnorm(w)
     d1_abs = float(np.max(np.abs(d1), initial=0.0))
     # margins: ≤ γ_d ρ ‖w‖ each; ℓ' Lipschitz with ℓ'' ≤ lip1; evaluation ≤ 8u(1 + |ℓ'|); Xᵀ(·) and the sum.
     d1_err = lip1 * gamma_k(d + 1) * rho * wn + 8 * U * (1.0 + d1_abs)
-    err = (m * rho * d1_err + gamma_k(m + 1) * math.sqrt(m) * rho * float(np.linalg.norm(d1))
-           + 3 * U * m * lam * wn + 2 * U * float(np.linalg.norm(Delta)))
+    err = (m * rho * d1_err + gamma_k(m + 1) * math.sqrt(m) * rho * vnorm(d1)
+           + 3 * U * m * lam * wn + 2 * U * vnorm(Delta))
     return Delta, 2.0 * err
 
 
@@ -383,7 +384,7 @@ def _dense_pcg(M: np.ndarray, F: tuple[np.ndarray, bool | None], rhs: np.ndarray
     it = 0
     rz_old = 0.0
     p = np.zeros_like(v)
-    while it < max_it and float(np.linalg.norm(e)) > tol:
+    while it < max_it and vnorm(e) > tol:
         r = -e
         zc = cho_solve(F, r, check_finite=False)
         rz = float(r @ zc)
@@ -432,7 +433,7 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     cache.M = np.asfortranarray(M)
     cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
     cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
-    cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * float(np.linalg.norm(w)) + 8 * U * (1.0 + s_max)
+    cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
     cache.h_G = np.zeros(d)  # G̃ (w − w_a) = 0 at the anchor itself, exactly
     cache.h_err = 0.0
     if with_gram:
@@ -497,11 +498,11 @@ def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | 
     ‖ē_new‖, ‖H v − Δ‖ as computed, its error bound) — the last two give the triangle-inequality step bound.
     """
     if e_old is None or cache is None:
-        return None, 0.0, float(np.linalg.norm(e)), err_e
+        return None, 0.0, vnorm(e), err_e
     e_delta = e - e_old  # H v − Δ
-    e_delta_norm = float(np.linalg.norm(e_delta))
+    e_delta_norm = vnorm(e_delta)
     err_step = err_e + 2 * U * e_delta_norm
-    carried = float(np.linalg.norm(e))
+    carried = vnorm(e)
     cache.carry_e = e
     cache.carry_err = eps_old + err_e
     cache.carry_bound = S_old + bounded
@@ -549,7 +550,7 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
     a_abs += zeta
     a_abs *= keep
     if cfg.bound == "paper":
-        b = remainder_bound_paper(float(loss.gamma), x_norm, rho, v_ub, float(np.linalg.norm(a_abs)))
+        b = remainder_bound_paper(float(loss.gamma), x_norm, rho, v_ub, vnorm(a_abs))
         return b * evaluation_slack(a.size), {"paper": b}
     if loss.gamma == 0.0:
         return 0.0, {"spectral": 0.0, "triangle": 0.0}
@@ -602,7 +603,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     refreshed = ""
 
     Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
-    delta_norm = float(np.linalg.norm(Delta))
+    delta_norm = vnorm(Delta)
 
     active_before = keep.copy()
     active_before[idx] = True
@@ -624,7 +625,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     # tight accounting: solve H v = Δ − ē, correcting the carried measured error ē (docs/tighter_bounds.md §4)
     e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
     rhs = Delta if e_old is None else Delta - e_old
-    err_rhs = err_Delta + (0.0 if e_old is None else U * float(np.linalg.norm(rhs)))
+    err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
 
     s = np.where(keep, loss.d2(z, y), 0.0)
     s_max = float(np.max(s, initial=0.0))
@@ -638,12 +639,12 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         ap = X @ p
         g = s * ap
         q = X.T @ g + lam_n * p
-        p_norm = float(np.linalg.norm(p))
+        p_norm = vnorm(p)
         ap_err = gd * rho * p_norm * sqrt_n  # ‖ã_p − X′p‖ on the rows of D′ (others carry s = 0)
-        ap_ub = float(np.linalg.norm(ap[keep])) + ap_err
-        g_norm = float(np.linalg.norm(g))
+        ap_ub = vnorm(ap[keep]) + ap_err
+        g_norm = vnorm(g)
         g_err = tau_s * ap_ub + s_sup * ap_err + U * g_norm
-        err = x_norm * g_err + gn * x_fro * g_norm + 2 * U * (lam_n * p_norm + float(np.linalg.norm(q)))
+        err = x_norm * g_err + gn * x_fro * g_norm + 2 * U * (lam_n * p_norm + vnorm(q))
         return ap, q, err
 
     buf = _buffers(cache, n_rows)
@@ -684,16 +685,16 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
 
     def finish(v: np.ndarray, P: float, zeta_comb: float) -> tuple[np.ndarray, float, float, float]:
         w_new = w + v
-        wn_new = float(np.linalg.norm(w_new))
-        v_ub = float(np.linalg.norm(v)) + 1.01 * U * wn_new  # ‖v_true‖, v_true = w_new − w exactly
+        wn_new = vnorm(w_new)
+        v_ub = vnorm(v) + 1.01 * U * wn_new  # ‖v_true‖, v_true = w_new − w exactly
         zeta = 2.0 * (gd * rho * P + zeta_comb + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true|
         return w_new, wn_new, v_ub, zeta
 
     def solve_from(v: np.ndarray, max_it: int) -> tuple:
         a, q, errq = hvp(v)
         e = q - rhs  # = ē_new in tight accounting (H v − Δ + ē_old), = H v − Δ otherwise
-        err_e = errq + err_rhs + U * float(np.linalg.norm(e))
-        P = float(np.linalg.norm(v))  # ‖v₀‖ + Σ|α|‖p‖ (for the matvec error of ã)
+        err_e = errq + err_rhs + U * vnorm(e)
+        P = vnorm(v)  # ‖v₀‖ + Σ|α|‖p‖ (for the matvec error of ã)
         zeta_comb = 0.0
         it = 0
         rz_old = 0.0
@@ -701,10 +702,10 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         w_new, wn_new, v_ub, zeta = finish(v, P, zeta_comb)
         rem = None
         target = max(rtol * delta_norm, carry_target)
-        if float(np.linalg.norm(e)) > target:
+        if vnorm(e) > target:
             rem = remainder(a, zeta, v_ub)
             target = max(target, share * rem[0])
-        while float(np.linalg.norm(e)) > target and it < max_it:
+        while vnorm(e) > target and it < max_it:
             r = -e
             zc = cho_solve(F, r, check_finite=False)
             rz = float(r @ zc)
@@ -720,10 +721,10 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
             v = v + alpha * p
             a = a + alpha * ap
             e = e + alpha * qp
-            pa = abs(alpha) * float(np.linalg.norm(p))
+            pa = abs(alpha) * vnorm(p)
             P += pa
-            vn = float(np.linalg.norm(v))
-            err_e += (abs(alpha) * errp + 2 * U * (float(np.linalg.norm(e)) + abs(alpha) * float(np.linalg.norm(qp)))
+            vn = vnorm(v)
+            err_e += (abs(alpha) * errp + 2 * U * (vnorm(e) + abs(alpha) * vnorm(qp))
                       + H_ub * 2 * U * (vn + pa))
             zeta_comb += (2 * U * (float(np.max(np.abs(a), initial=0.0))
                                    + abs(alpha) * float(np.max(np.abs(ap), initial=0.0))) + 2 * U * rho * (vn + pa))
@@ -737,7 +738,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
 
     v, a, e, err_e, w_new, wn_new, zeta, rem_c, it, target = solve_from(v, max_it)
     passes += 2 + 2 * it
-    if (cache is not None and not fresh and float(np.linalg.norm(e)) > target and cfg.refresh != "never"):
+    if (cache is not None and not fresh and vnorm(e) > target and cfg.refresh != "never"):
         # the preconditioner has gone stale: rebuild the anchor system at the current point and solve again
         build_anchor(cfg, w, X, y, keep, cache, with_gram=False)
         refreshed = "hessian"
@@ -799,7 +800,7 @@ def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.
         v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
         it += k
         cache.iter_cost += k * 2 * cache.cost_model.dense_op(d)
-        if float(np.linalg.norm(e)) <= target or attempt == 1:
+        if vnorm(e) <= target or attempt == 1:
             break
         refac = cache.refactorize()  # stale preconditioner
         F = cache.factor
@@ -837,10 +838,10 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     x_norm = _x_norm(state, n_rows, rho)
 
     Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
-    delta_norm = float(np.linalg.norm(Delta))
+    delta_norm = vnorm(Delta)
     e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
     rhs = Delta if e_old is None else Delta - e_old
-    err_rhs = err_Delta + (0.0 if e_old is None else U * float(np.linalg.norm(rhs)))
+    err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     _downdate(cache, X, idx, lam, track=True)
     M, G = cache.M, cache.G
     assert M is not None and G is not None
@@ -849,13 +850,13 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
 
     gamma = float(loss.gamma) if cfg.bound == "paper" else float(getattr(loss, "gamma_exact", loss.gamma))
     dw = w - cache.w_anchor
-    dw_norm = float(np.linalg.norm(dw)) * (1.0 + 4 * U)
+    dw_norm = vnorm(dw) * (1.0 + 4 * U)
     gq = gamma_k(d + 2) * fro_G + cache.eps_G
     h = cache.h_G  # ≈ G̃ (w − w_a), carried from step to step (no product with G here)
     assert h is not None
     if dw_norm > 0.0:
         # dwᵀG̃dw = dwᵀh̃ + dwᵀ(G̃dw − h̃), ‖G̃dw − h̃‖ ≤ h_err + ‖G̃‖ ‖dw − (w − w_a)‖; the dot's rounding; G̃ vs G
-        c_sq = (float(dw @ h) + gamma_k(d + 2) * dw_norm * float(np.linalg.norm(h))
+        c_sq = (float(dw @ h) + gamma_k(d + 2) * dw_norm * vnorm(h)
                 + dw_norm * (cache.h_err + 2 * U * fro_G * dw_norm) + cache.eps_G * dw_norm**2)
         c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
     else:
@@ -863,7 +864,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     gv: list[np.ndarray] = []
 
     def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float]]:
-        v_ub = float(np.linalg.norm(v)) + 1.01 * U * w_new_norm
+        v_ub = vnorm(v) + 1.01 * U * w_new_norm
         gv[:] = [_mv(G, v)]
         a_sq = float(v @ gv[0]) + gq * v_ub**2
         a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
@@ -876,7 +877,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     v = cho_solve(F, rhs, check_finite=False)
     e = _mv(M, v) - rhs
     w_new = w + v
-    mis, rem, v_ub, cands = terms(v, float(np.linalg.norm(w_new)))
+    mis, rem, v_ub, cands = terms(v, vnorm(w_new))
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
     if e_old is not None:  # tight accounting: the measured error is carried and corrected, not accumulated
         target = max(target, cache.carry_share * cfg.budget)
@@ -885,10 +886,10 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     if it:
         w_new = w + v
         e = _mv(M, v) - rhs  # measured directly for the final v
-        mis, rem, v_ub, cands = terms(v, float(np.linalg.norm(w_new)))
-    wn_new = float(np.linalg.norm(w_new))
-    e_norm = float(np.linalg.norm(e))
-    vn = float(np.linalg.norm(v))
+        mis, rem, v_ub, cands = terms(v, vnorm(w_new))
+    wn_new = vnorm(w_new)
+    e_norm = vnorm(e)
+    vn = vnorm(v)
     # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
     err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
                  + err_rhs)
@@ -897,7 +898,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
     h += gv[0]
     cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
-                    + 1.01 * U * float(np.linalg.norm(h)))
+                    + 1.01 * U * vnorm(h))
 
     cache._advance(X, w_new, keep)
     cache.removals_since_refresh += 1
@@ -944,7 +945,7 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float,
     else:
         np.dot(X32, vs.astype(np.float32), out=buf.a32)
         a = np.multiply(buf.a32, s, out=buf.a, dtype=np.float64)
-    vn = float(np.linalg.norm(vs)) * s  # scaled: ‖v‖ itself would underflow for tiny v
+    vn = vnorm(vs) * s  # scaled: ‖v‖ itself would underflow for tiny v
     zeta = (rho * vn * (2.0 * U32 + _gamma32(d + 2)) * (1.0 + U32) ** 2 * (1.0 + 4 * U) + s * d * TINY32 * 2.0
             + 2.0**-1070)  # the last term: s·fl₃₂(·) may land in double precision's subnormal range
     return a, zeta
@@ -970,7 +971,7 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
     for start in range(0, n, block):
         q += X32[start:start + block].T @ ps[start:start + block]
     q *= s
-    p_norm = float(np.linalg.norm(p / s)) * s
+    p_norm = vnorm(p / s) * s
     n_blocks = -(-n // block)
     err = (math.sqrt(n) * rho * p_norm * ((2 * U32 + _gamma32(min(block, n))) * (1 + U32) ** 2 * (1 + 1e-6)
                                           + gamma_k(n_blocks + 1) * (1 + 1e-6))
@@ -990,7 +991,7 @@ def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho:
         q, q_err = single_pass_transpose(cache.X32, P, rho)
         E = cache.carry_e + q
         cache.carry_err += (x_norm * cache.p_err + q_err
-                            + 2 * U * (float(np.linalg.norm(E)) + float(np.linalg.norm(q))))
+                            + 2 * U * (vnorm(E) + vnorm(q)))
         cache.carry_e = E
     P[:] = 0.0
     cache.p_err = 0.0
@@ -1004,7 +1005,7 @@ def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho:
         a, zeta32 = single_pass_margins(cache.X32, dw, rho)
         z = np.add(cache.z_ref, a, out=a)
         cache.z = z
-        cache.eta = (cache.eta_ref + zeta32 + 1.01 * U * rho * float(np.linalg.norm(dw))
+        cache.eta = (cache.eta_ref + zeta32 + 1.01 * U * rho * vnorm(dw)
                      + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0))))
     cache.since_flush = 0
     cache.flushes += 1
@@ -1063,7 +1064,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     assert X32 is not None and P is not None and z is not None
 
     Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
-    delta_norm = float(np.linalg.norm(Delta))
+    delta_norm = vnorm(Delta)
     e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
     if e_old is not None:
         # fold the pending entries of the removed rows into E while they are still in the data: X_Dᵀ P =
@@ -1073,12 +1074,12 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
             fold = X[idx].T @ PR
             e_old = e_old + fold
             eps_old += (rho * math.sqrt(m) * cache.p_err + gamma_k(m + 2) * rho * float(np.sum(np.abs(PR)))
-                        + 2 * U * (float(np.linalg.norm(e_old)) + float(np.linalg.norm(fold))))
+                        + 2 * U * (vnorm(e_old) + vnorm(fold)))
             cache.carry_e, cache.carry_err = e_old, eps_old
         P[idx] = 0.0
     X32[idx] = 0.0  # the single-precision copy forgets removed rows at once
     rhs = Delta if e_old is None else Delta - e_old
-    err_rhs = err_Delta + (0.0 if e_old is None else U * float(np.linalg.norm(rhs)))
+    err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     _downdate(cache, X, idx, lam, track=True)
     M = cache.M
     assert M is not None
@@ -1096,10 +1097,10 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     if it:
         e = _mv(M, v) - rhs  # measured directly for the final v (PCG only updates it recursively)
     w_new = w + v
-    wn_new = float(np.linalg.norm(w_new))
-    vn = float(np.linalg.norm(v))
+    wn_new = vnorm(w_new)
+    vn = vnorm(v)
     v_ub = vn + 1.01 * U * wn_new  # ≥ ‖v_true‖, v_true = w_new − w exactly
-    e_norm = float(np.linalg.norm(e))
+    e_norm = vnorm(e)
     err_e = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
                    + err_rhs)
 
@@ -1117,9 +1118,9 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     tau_s = float(loss.gamma) * eta + 8 * U * (1.0 + s_max)  # |s̃ᵢ − ℓ''(xᵢᵀw)|
     delta_c -= cache.s_hat
     g = np.multiply(delta_c, a, out=buf.f[5])
-    g_norm = float(np.linalg.norm(g))
-    d_norm = float(np.linalg.norm(delta_c))
-    a_norm = float(np.linalg.norm(a))
+    g_norm = vnorm(g)
+    d_norm = vnorm(delta_c)
+    a_norm = vnorm(a)
     # per row |g̃ᵢ − δᵢaᵢ| ≤ |δ̃ᵢ|ζ + (τ_s + u|δ̃ᵢ|)(|ãᵢ| + ζ) + u|g̃ᵢ| on D′; its 2-norm, by the triangle inequality
     # and ‖|δ̃| ⊙ |ã|‖ = ‖g̃‖ up to u: ≤ (1+u)ζ‖δ̃‖ + τ_s(‖ã‖ + ζ√n′) + 3u‖g̃‖
     g_err = ((1.0 + U) * zeta * d_norm + tau_s * (a_norm + zeta * math.sqrt(n_new)) + 3 * U * g_norm
@@ -1141,10 +1142,10 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
             passes += 1.0
     else:
         P += g
-        p_norm = float(np.linalg.norm(P))
+        p_norm = vnorm(P)
         cache.p_err += g_err + U * p_norm
         e_delta = e - e_old  # M̂′v − Δ as computed
-        e_step = float(np.linalg.norm(e_delta))
+        e_step = vnorm(e_delta)
         err_step = err_e + 2 * U * e_step
         cache.carry_e = e
         cache.carry_err = eps_old + err_e
@@ -1154,7 +1155,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         def accumulated(p_norm: float) -> tuple[float, float]:
             assert cache.carry_e is not None
             pend = x_norm * (p_norm + cache.p_err)
-            return ((cache.carry_bound + float(np.linalg.norm(cache.carry_e)) + cache.carry_err + pend)
+            return ((cache.carry_bound + vnorm(cache.carry_e) + cache.carry_err + pend)
                     * evaluation_slack(n_rows)), pend
 
         acc, pend = accumulated(p_norm)
@@ -1168,7 +1169,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
             if forced:
                 cache.excess_cost += cm.data_pass(n_rows, d)
             acc, _ = accumulated(0.0)  # the flush emptied P and its error bound
-        carried = float(np.linalg.norm(cache.carry_e))
+        carried = vnorm(cache.carry_e)
     step = e_step + err_step + mis + rem
 
     if not z_fresh:  # advance the margins to w_new (unless just refreshed): z + ã, with the tracked error
