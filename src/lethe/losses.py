@@ -97,7 +97,7 @@ class LogisticLoss:
 
     def d2_lipschitz_abs(self, lo_abs: np.ndarray, hi_abs: np.ndarray, out: np.ndarray | None = None,
                          tmp: np.ndarray | None = None) -> np.ndarray:
-        """Upper bounds on sup |ℓ'''(ξ)| over the ξ with |ξ| in [Aᵢ, Bᵢ] (0 ≤ Aᵢ ≤ Bᵢ), elementwise.
+        """Upper bounds on sup |ℓ'''(ξ)| over the ξ with |ξ| in [max(Aᵢ, 0), Bᵢ] (Aᵢ ≤ Bᵢ), elementwise.
 
         g(ξ) = |ℓ'''(ξ)| is even, increasing on [0, ξ*] and decreasing on [ξ*, ∞) (docs/tighter_bounds.md §1),
         and a function unimodal on [0, ∞) with its peak at ξ* attains its sup over [A, B] at the point of [A, B]

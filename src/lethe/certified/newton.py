@@ -541,39 +541,37 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
                v_ub: float, x_norm: float, rho: float, buf: _Buffers | None = None) -> tuple[float, dict[str, float]]:
     """Bound on the Taylor remainder ‖r‖ of a step with computed margins ã ≈ X v (|ãᵢ − xᵢᵀv| ≤ ζ) from margins
     z̃ ≈ X w (|z̃ᵢ − xᵢᵀw| ≤ η): Cor. 1/2 in paper mode, Theorem 1 with local Lipschitz constants in tight mode
-    (docs/tighter_bounds.md §2–3). Γᵢ bounds |ℓ'''| on [min(z̃ᵢ, z̃ᵢ + ãᵢ) − sᵢ, max(…) + sᵢ] with the slack
-    sᵢ = η + ζ + 4u(|z̃ᵢ| + |ãᵢ|) (the errors of z̃ and ã, and the roundings of forming the ends). Returns
-    (bound, candidates). ``buf`` (n-vectors, not aliasing the inputs) avoids temporaries."""
+    (docs/tighter_bounds.md §2–3). Γᵢ bounds |ℓ'''| on [cᵢ − rᵢ, cᵢ + rᵢ] with the midpoint cᵢ = z̃ᵢ + ãᵢ/2 and the
+    radius rᵢ = |ãᵢ|/2 + sᵢ, sᵢ = (η + ζ)(1 + 8u) + 5u(|z̃ᵢ| + |ãᵢ|): the interval between xᵢᵀw and xᵢᵀ(w + v),
+    widened by the errors of z̃ and ã and the roundings of forming cᵢ, rᵢ and |cᵢ| ± rᵢ. Rows outside D′ have
+    ãᵢ = 0 but enter with āᵢ = ζ: extra non-negative terms, so the bound stays valid. Returns (bound, candidates).
+    ``buf`` (n-vectors, not aliasing the inputs) avoids temporaries."""
     loss = cfg.loss_
     b0, b1, b2, b3 = (buf if buf is not None else _Buffers(a.size)).f[:4]
     a_abs = np.abs(a, out=b0)
-    a_abs += zeta
-    a_abs *= keep
     if cfg.bound == "paper":
+        a_abs += zeta
+        a_abs *= keep
         b = remainder_bound_paper(float(loss.gamma), x_norm, rho, v_ub, vnorm(a_abs))
         return b * evaluation_slack(a.size), {"paper": b}
     if loss.gamma == 0.0:
         return 0.0, {"spectral": 0.0, "triangle": 0.0}
     lip_fn = getattr(loss, "d2_lipschitz_abs", None)
     if lip_fn is None:
+        a_abs += zeta
         return remainder_bound_tight(a_abs, float(getattr(loss, "gamma_exact", loss.gamma)), x_norm, rho, out=b1)
-    slack = np.abs(z, out=b1)
-    slack += np.abs(a, out=b2)
-    slack *= 4 * U
-    slack += eta + zeta
-    lo = np.minimum(a, 0.0, out=b2)
-    lo += z
-    lo -= slack
-    hi = np.maximum(a, 0.0, out=b3)
-    hi += z
-    hi += slack
-    # |ξ| over [lo, hi] fills [A, B], A = max(lo, −hi, 0), B = max(−lo, hi) (exact)
-    lo_abs = np.negative(hi, out=b1)
-    np.maximum(lo_abs, lo, out=lo_abs)
-    np.maximum(lo_abs, 0.0, out=lo_abs)
-    np.negative(lo, out=b2)
-    hi_abs = np.maximum(b2, hi, out=b3)
-    lip = lip_fn(lo_abs, hi_abs, out=b1, tmp=b2)
+    r = np.abs(z, out=b1)
+    r += a_abs
+    r *= 5 * U
+    r += (eta + zeta) * (1 + 8 * U)
+    r += np.multiply(a_abs, 0.5, out=b2)  # radius
+    c = np.multiply(a, 0.5, out=b2)
+    c += z
+    c_abs = np.abs(c, out=b2)
+    hi_abs = np.add(c_abs, r, out=b3)  # |ξ| over [c − r, c + r] fills [max(|c| − r, 0), |c| + r]
+    lo_abs = np.subtract(c_abs, r, out=b2)  # may be negative: the Lipschitz function clips at ξ* > 0 first
+    lip = lip_fn(lo_abs, hi_abs, out=b1, tmp=b3)
+    a_abs += zeta
     return remainder_bound_tight(a_abs, lip, x_norm, rho, out=b1)
 
 
@@ -1126,6 +1124,10 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     g_err = ((1.0 + U) * zeta * d_norm + tau_s * (a_norm + zeta * math.sqrt(n_new)) + 3 * U * g_norm
              ) * evaluation_slack(n_rows)
     mis = x_norm * (g_norm + g_err) * evaluation_slack(n_rows)
+    if cfg.refresh == "auto" and e_old is not None and cfg.budget > 0.0:
+        # rent-or-buy, the budget side: the permanent charge that grows as the anchor goes stale (‖X′‖₂ ζ‖δ‖ of
+        # the mismatch's error bound), priced at one retraining per budget ε′ as for ``anchor``
+        cache.excess_cost += cm.training(n_rows, d, state.train_iterations) / cfg.budget * x_norm * zeta * d_norm
 
     rem, cands = _remainder(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho, buf)
     cache.last_remainder = rem
