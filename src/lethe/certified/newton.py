@@ -543,8 +543,8 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
     z̃ ≈ X w (|z̃ᵢ − xᵢᵀw| ≤ η): Cor. 1/2 in paper mode, Theorem 1 with local Lipschitz constants in tight mode
     (docs/tighter_bounds.md §2–3). Γᵢ bounds |ℓ'''| on [cᵢ − rᵢ, cᵢ + rᵢ] with the midpoint cᵢ = z̃ᵢ + ãᵢ/2 and the
     radius rᵢ = |ãᵢ|/2 + sᵢ, sᵢ = (η + ζ)(1 + 8u) + 5u(|z̃ᵢ| + |ãᵢ|): the interval between xᵢᵀw and xᵢᵀ(w + v),
-    widened by the errors of z̃ and ã and the roundings of forming cᵢ, rᵢ and |cᵢ| ± rᵢ. Rows outside D′ have
-    ãᵢ = 0 but enter with āᵢ = ζ: extra non-negative terms, so the bound stays valid. Returns (bound, candidates).
+    widened by the errors of z̃ and ã and the roundings of forming cᵢ, rᵢ and |cᵢ| ± rᵢ; āᵢ = |ãᵢ| + ζ on D′, 0
+    elsewhere. Returns (bound, candidates).
     ``buf`` (n-vectors, not aliasing the inputs) avoids temporaries."""
     loss = cfg.loss_
     b0, b1, b2, b3 = (buf if buf is not None else _Buffers(a.size)).f[:4]
@@ -559,6 +559,7 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
     lip_fn = getattr(loss, "d2_lipschitz_abs", None)
     if lip_fn is None:
         a_abs += zeta
+        a_abs *= keep
         return remainder_bound_tight(a_abs, float(getattr(loss, "gamma_exact", loss.gamma)), x_norm, rho, out=b1)
     r = np.abs(z, out=b1)
     r += a_abs
@@ -572,6 +573,7 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
     lo_abs = np.subtract(c_abs, r, out=b2)  # may be negative: the Lipschitz function clips at ξ* > 0 first
     lip = lip_fn(lo_abs, hi_abs, out=b1, tmp=b3)
     a_abs += zeta
+    a_abs *= keep  # rows outside D′ (their ã need not be 0 for the O(nd) solvers)
     return remainder_bound_tight(a_abs, lip, x_norm, rho, out=b1)
 
 
