@@ -80,9 +80,9 @@ def problems(draw, max_n=100, max_d=10, loss="logistic"):
 
 
 def _run_removals(mech, seed, X, y, batches, *, prime, zero_removed, loss="logistic", flush_every=16,
-                  margins_every=4):
+                  margins_every=4, fold_every=32):
     n = X.shape[0]
-    cache = NewtonCache(flush_every=flush_every, margins_every=margins_every)
+    cache = NewtonCache(flush_every=flush_every, margins_every=margins_every, fold_every=fold_every)
     state, _ = mech.train(X, y, random_state=seed, cache=cache if prime else None)
     assert norm_ld(grad_ld(state.w, state.b, X, y, mech.lam, loss)) <= state.residual_bound
     rng = np.random.default_rng(seed + 1)
@@ -127,16 +127,17 @@ STEP_ARGS = dict(
     zero_removed=st.booleans(),
     flush_every=st.sampled_from([1, 2, 16]),
     margins_every=st.sampled_from([1, 2, 4]),
+    fold_every=st.sampled_from([1, 3, 32]),
 )
 
 
 def step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed,
-                  flush_every, margins_every):
+                  flush_every, margins_every, fold_every):
     seed, X, y = problem
     mech = CertifiedRemoval(loss="logistic", lam=lam, sigma=sigma, epsilon=1.0, delta=1e-4, noise=noise,
                             solver=solver, bound=bound, calibration=calibration, refresh=refresh)
     _run_removals(mech, seed, X, y, batches, prime=prime, zero_removed=zero_removed, flush_every=flush_every,
-                  margins_every=margins_every)
+                  margins_every=margins_every, fold_every=fold_every)
 
 
 test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
@@ -148,10 +149,11 @@ test_step_bounds_dominate_exact_increments = given(**STEP_ARGS)(step_property)
 @settings(max_examples=SLOW)
 @given(**{k: v for k, v in STEP_ARGS.items() if k not in ("bound", "solver")})
 def test_step_bounds_dominate_exact_increments_slow(bound, solver, problem, lam, sigma, batches, calibration, noise,
-                                                    refresh, prime, zero_removed, flush_every, margins_every):
+                                                    refresh, prime, zero_removed, flush_every, margins_every,
+                                                    fold_every):
     """≥ 2000 examples for each (bound mode, solver) pair."""
     step_property(problem, lam, sigma, batches, bound, solver, calibration, noise, refresh, prime, zero_removed,
-                  flush_every, margins_every)
+                  flush_every, margins_every, fold_every)
 
 
 SQUARED_ARGS = dict(

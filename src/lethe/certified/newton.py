@@ -154,11 +154,15 @@ class NewtonCache:
     margins_every : int
         ``onepass``: recompute the margins X w in double precision at every ``margins_every``-th flush (between
         refreshes they advance by the single-precision margins of each step, and their error bound grows).
+    fold_every : int
+        ``anchor``, ``onepass``: removed rows are subtracted from the anchor matrix M by one rank-k update every
+        ``fold_every`` rows (one pass over M instead of one per row); until then products with M subtract them
+        explicitly (O(kd)), with their rounding bounded.
     """
 
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
                  carry_share: float = 1e-2, cost_model: CostModel | None = None, flush_every: int = 16,
-                 flush_share: float = 2e-2, margins_every: int = 4) -> None:
+                 flush_share: float = 2e-2, margins_every: int = 4, fold_every: int = 32) -> None:
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
@@ -166,6 +170,7 @@ class NewtonCache:
         self.flush_every = flush_every
         self.flush_share = flush_share
         self.margins_every = margins_every
+        self.fold_every = fold_every
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.factor: tuple[np.ndarray, bool | None] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)
@@ -211,15 +216,34 @@ class NewtonCache:
         self.z_ref: np.ndarray | None = None  # onepass: margins at w_ref in double precision, error eta_ref
         self.w_ref: np.ndarray | None = None
         self.eta_ref = math.inf
+        # anchor, onepass: rows removed from M but not yet subtracted from the stored matrix (rows √ŝⱼ xⱼ), and
+        # S_pend ≥ Σ ŝⱼ‖xⱼ‖² over them; folded into M by one rank-k update every ``fold_every`` rows
+        self.pend_Z: np.ndarray | None = None
+        self.pend_k = 0
+        self.pend_S = 0.0
 
     def refresh(self, H: np.ndarray) -> None:
         """Factorise a new Hessian (used as preconditioner)."""
         self.factor = cho_factor(H, check_finite=False)
         self.refreshes += 1
 
+    def fold_pending(self) -> None:
+        """Subtract the pending rows from the stored M: M ← M − ZᵀZ by one BLAS rank-k update (``dsyrk``), with
+        ε_M grown by its rounding: per entry ≤ γ_{k+1}(|Mᵢⱼ| + Σ|z_{ri} z_{rj}|), in Frobenius norm
+        ≤ γ_{k+1}(‖M̃‖_F + Σ‖z_r‖²); the rows z̃ = fl(√ŝ) x differ from the exact √ŝ x by ≤ 2u relatively, so
+        z̃z̃ᵀ from ŝxxᵀ by ≤ 5u ŝ‖x‖² (S_pend covers Σ‖z̃‖²)."""
+        k = self.pend_k
+        if k == 0 or self.M is None or self.pend_Z is None:
+            return
+        self.M = dsyrk(-1.0, self.pend_Z[:k], beta=1.0, c=self.M, trans=1, lower=0, overwrite_c=1)
+        self.eps_M += gamma_k(k + 1) * (self.fro_M + 2.0 * self.eps_M + self.pend_S) + 5 * U * self.pend_S
+        self.pend_k = 0
+        self.pend_S = 0.0
+
     def refactorize(self) -> str:
         """Refactorise the maintained matrix M (O(d³), no data pass) into the preconditioner; returns "factor"."""
         assert self.M is not None
+        self.fold_pending()
         self.factor = precond_factor(self.M)
         self.refactorizations += 1
         self.iter_cost = 0.0
@@ -374,7 +398,7 @@ def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.asarray(dsymv(1.0, A, x, lower=0))
 
 
-def _dense_pcg(M: np.ndarray, F: tuple[np.ndarray, bool | None], rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
+def _dense_pcg(M: Any, F: tuple[np.ndarray, bool | None], rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
                tol: float,
                max_it: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Preconditioned CG on M v = rhs from v (e = M v − rhs), preconditioner F⁻¹; O(d²) per iteration.
@@ -390,7 +414,7 @@ def _dense_pcg(M: np.ndarray, F: tuple[np.ndarray, bool | None], rhs: np.ndarray
         rz = float(r @ zc)
         p = zc if it == 0 else zc + (rz / rz_old) * p
         rz_old = rz
-        q = _mv(M, p)
+        q = M(p) if callable(M) else _mv(M, p)
         pq = float(p @ q)
         if not pq > 0.0:
             break
@@ -435,6 +459,7 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
     cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
     cache.h_G = np.zeros(d)  # G̃ (w − w_a) = 0 at the anchor itself, exactly
+    cache.pend_k, cache.pend_S = 0, 0.0
     cache.h_err = 0.0
     if with_gram:
         G = dsyrk(1.0, Xa.T, trans=0, lower=0) if gram is None else np.array(gram, dtype=np.float64, copy=True)
@@ -451,10 +476,13 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
 
 
 def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *, track: bool) -> None:
-    """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I (rank-one updates of the upper
-    triangle, O(d²) per row, in place), reading only those rows. With ``track``, grow the rounding bound ε_M (per
-    update: u ‖result‖_F + 2u |α| ‖x‖² entrywise-summed, doubled). The Gram matrix G is *not* downdated: it only
-    enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts the PSD terms xⱼxⱼᵀ."""
+    """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, reading only those rows. Without
+    ``track`` the rank-one updates of the upper triangle are applied at once (O(d²) per row). With ``track``
+    (``anchor``, ``onepass``) the rows √ŝⱼ xⱼ are queued and folded into M by one rank-k update every
+    ``fold_every`` rows (:meth:`NewtonCache.fold_pending`); :func:`_mv_maintained` subtracts the queued rows
+    explicitly until then. The λ m I term is applied at once, with ε_M grown by its rounding. The Gram matrix G is
+    *not* downdated: it only enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts
+    the PSD terms xⱼxⱼᵀ."""
     assert cache.M is not None and cache.s_hat is not None
     M = cache.M
     d = M.shape[0]
@@ -462,15 +490,43 @@ def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *,
         sj = float(cache.s_hat[j])
         if sj != 0.0:
             xj = np.ascontiguousarray(X[j])
-            M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
-            if track:
-                cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 3.0 * sj * float(xj @ xj))
+            if not track:
+                M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
+            else:
+                if cache.pend_k >= cache.fold_every:
+                    cache.M = M
+                    cache.fold_pending()
+                    M = cache.M
+                if cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d):
+                    cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
+                zj = np.multiply(xj, math.sqrt(sj), out=cache.pend_Z[cache.pend_k])
+                cache.pend_k += 1
+                cache.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
         cache.s_hat[j] = 0.0
     m = int(idx.size)
     M[np.diag_indices(d)] -= lam * m
     if track:
         cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
     cache.M = M
+
+
+def _mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float]:
+    """M v for the maintained anchor matrix, queued rows included: fl(M̃v) − Zᵀ(Zv), and a bound on the error of
+    the correction against Σ ŝⱼxⱼ(xⱼᵀv) plus the subtraction's rounding (the product with the stored M̃ is bounded
+    by the caller: γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖). Zv has entries within γ_d‖zⱼ‖‖v‖, Zᵀt within γ_k‖|Z|ᵀ|t|‖ ≤
+    γ_k‖Z‖_F‖t‖, and z̃z̃ᵀ vs ŝxxᵀ within 5u ŝ‖x‖²: with S ≥ ‖Z‖_F², ≤ (γ_{d+2} + γ_{k+2} + 6u) S ‖v‖."""
+    assert cache.M is not None
+    q = _mv(cache.M, v)
+    k = cache.pend_k
+    if k == 0 or cache.pend_Z is None:
+        return q, 0.0
+    Z = cache.pend_Z[:k]
+    corr = Z.T @ (Z @ v)
+    q -= corr
+    d = v.shape[0]
+    err = ((gamma_k(d + 2) + gamma_k(k + 2) + 6 * U) * cache.pend_S * vnorm(v) * (1.0 + 4 * U)
+           + 1.01 * U * vnorm(q))
+    return q, err
 
 
 def _carry_start(cfg: CertifiedRemoval, state: ModelState, cache: NewtonCache | None, synced: bool,
@@ -796,8 +852,11 @@ def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.
     F = cache.factor
     assert F is not None
     it, refac = 0, ""
+    def mv(p: np.ndarray) -> np.ndarray:
+        return _mv_maintained(cache, p)[0]
+
     for attempt in range(2):
-        v, e, k = _dense_pcg(M, F, rhs, v, e, target, cache.max_sweeps)
+        v, e, k = _dense_pcg(mv, F, rhs, v, e, target, cache.max_sweeps)
         it += k
         cache.iter_cost += k * 2 * cache.cost_model.dense_op(d)
         if vnorm(e) <= target or attempt == 1:
@@ -806,7 +865,7 @@ def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.
         F = cache.factor
         assert F is not None
         v = cho_solve(F, rhs, check_finite=False)
-        e = _mv(M, v) - rhs
+        e = mv(v) - rhs
     cache.sweeps_total += it
     return v, e, it, refac
 
@@ -875,7 +934,8 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     F = cache.factor
     assert F is not None
     v = cho_solve(F, rhs, check_finite=False)
-    e = _mv(M, v) - rhs
+    q, err_q = _mv_maintained(cache, v)
+    e = q - rhs
     w_new = w + v
     mis, rem, v_ub, cands = terms(v, vnorm(w_new))
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
@@ -885,14 +945,16 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     refreshed = refreshed or refac
     if it:
         w_new = w + v
-        e = _mv(M, v) - rhs  # measured directly for the final v
+        q, err_q = _mv_maintained(cache, v)  # measured directly for the final v
+        e = q - rhs
         mis, rem, v_ub, cands = terms(v, vnorm(w_new))
     wn_new = vnorm(w_new)
     e_norm = vnorm(e)
     vn = vnorm(v)
     # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
+    # + the queued rows' correction (_mv_maintained)
     err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
-                 + err_rhs)
+                 + err_rhs + err_q)
     acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
     step = e_norm + err_step + mis + rem
     # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
@@ -1092,17 +1154,19 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     if e_old is not None:
         target = max(target, cache.carry_share * cfg.budget)
     v = cho_solve(F, rhs, check_finite=False)
-    v, e, it, refac = _solve_maintained(cache, M, rhs, v, _mv(M, v) - rhs, target, d)
+    q, err_q = _mv_maintained(cache, v)
+    v, e, it, refac = _solve_maintained(cache, M, rhs, v, q - rhs, target, d)
     refreshed = refreshed or refac
     if it:
-        e = _mv(M, v) - rhs  # measured directly for the final v (PCG only updates it recursively)
+        q, err_q = _mv_maintained(cache, v)  # measured directly for the final v (PCG only updates it recursively)
+        e = q - rhs
     w_new = w + v
     wn_new = vnorm(w_new)
     vn = vnorm(v)
     v_ub = vn + 1.01 * U * wn_new  # ≥ ‖v_true‖, v_true = w_new − w exactly
     e_norm = vnorm(e)
     err_e = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
-                   + err_rhs)
+                   + err_rhs + err_q)
 
     # -- the single-precision pass: margins of the step
     buf = _buffers(cache, n_rows)
