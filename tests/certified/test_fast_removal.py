@@ -51,12 +51,14 @@ def problems(draw, max_n=100, max_d=10, loss="logistic"):
     seed = draw(st.integers(0, 2**31 - 1))
     n = draw(st.integers(12, max_n))
     d = draw(st.integers(1, max_d))
-    kind = draw(st.sampled_from(["gauss", "unit", "duplicates", "lowrank", "sparse", "tiny"]))
+    kind = draw(st.sampled_from(["gauss", "unit", "duplicates", "samecols", "lowrank", "sparse", "tiny"]))
     sep = draw(st.floats(0.0, 30.0))
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     if kind == "duplicates":
         X[n // 2:] = X[: n - n // 2]
+    elif kind == "samecols":  # identical columns (merged in onepass's float32 copy)
+        X[:, d // 2:] = X[:, :1]
     elif kind == "lowrank":
         X = np.outer(rng.normal(size=n), rng.normal(size=d)) + 1e-6 * X
     elif kind == "sparse":
@@ -525,17 +527,39 @@ def test_cache_given_another_data_array_rebuilds(solver):
 # -- the single-precision pass of the onepass solver ----------------------------------------------------------------
 
 
-def single_pass_property(seed, n, d, v_scale, spread, sparse):
-    """ζ of :func:`single_pass_margins` bounds |ãᵢ − xᵢᵀv| (exact value in long double) for rows with ‖xᵢ‖ ≤ 1."""
+def _with_duplicate_columns(rng, X, dup):
+    """X with some columns replaced by copies of others (when ``dup``), and its column groups."""
+    from lethe.certified.newton import column_groups
+
+    if dup and X.shape[1] > 1:
+        src = rng.integers(0, X.shape[1], size=X.shape[1])
+        take = rng.uniform(size=X.shape[1]) < 0.5
+        X = X.copy()
+        X[:, take] = X[:, src[take]]
+    return X, column_groups(X)
+
+
+def _float32_copy(X, groups):
+    """The float32 copy the onepass cache holds: one column per group of identical columns."""
+    from lethe.certified.newton import _representatives
+
+    return (X if groups is None else X[:, _representatives(groups)]).astype(np.float32)
+
+
+def single_pass_property(seed, n, d, v_scale, spread, sparse, dup):
+    """ζ of :func:`single_pass_margins` bounds |ãᵢ − xᵢᵀv| (exact value in long double) for rows with ‖xᵢ‖ ≤ 1,
+    also with identical columns merged."""
     from lethe.certified.newton import single_pass_margins
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * np.exp(rng.uniform(-spread, 0.0, size=(n, d)))
     if sparse:
         X *= rng.uniform(size=X.shape) < 0.3
-    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    X, groups = _with_duplicate_columns(rng, X, dup)
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)  # rows scaled: identical columns stay identical
+    X32 = _float32_copy(X, groups)
     v = rng.normal(size=d) * np.exp(rng.uniform(-spread, 0.0, size=d)) * v_scale
-    a, zeta = single_pass_margins(X.astype(np.float32), v, 1.0)
+    a, zeta = single_pass_margins(X32, v, 1.0, groups=groups)
     exact = np.asarray(X, dtype=np.longdouble) @ np.asarray(v, dtype=np.longdouble)
     err = float(np.max(np.abs(np.asarray(a, dtype=np.longdouble) - exact), initial=0.0))
     assert err <= zeta, (err, zeta)
@@ -543,23 +567,26 @@ def single_pass_property(seed, n, d, v_scale, spread, sparse):
 
 SINGLE_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 60), d=st.integers(1, 800),
                    v_scale=st.sampled_from([1e-300, 1e-40, 1e-12, 1e-3, 1.0, 1e6, 1e300]),
-                   spread=st.floats(0.0, 60.0), sparse=st.booleans())
+                   spread=st.floats(0.0, 60.0), sparse=st.booleans(), dup=st.booleans())
 test_single_pass_margin_error_bound = given(**SINGLE_ARGS)(single_pass_property)
 test_single_pass_margin_error_bound_slow = pytest.mark.slow(
     settings(max_examples=SLOW)(given(**SINGLE_ARGS)(single_pass_property)))
 
 
-def single_transpose_property(seed, n, d, p_scale, spread, sparse, block):
-    """The bound of :func:`single_pass_transpose` dominates ‖q̃ − Xᵀp‖₂ (exact value in long double)."""
+def single_transpose_property(seed, n, d, p_scale, spread, sparse, block, dup):
+    """The bound of :func:`single_pass_transpose` dominates ‖q̃ − Xᵀp‖₂ (exact value in long double), also with
+    identical columns merged."""
     from lethe.certified.newton import single_pass_transpose
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d)) * np.exp(rng.uniform(-spread, 0.0, size=(n, d)))
     if sparse:
         X *= rng.uniform(size=X.shape) < 0.3
+    X, groups = _with_duplicate_columns(rng, X, dup)
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    X32 = _float32_copy(X, groups)
     p = rng.normal(size=n) * np.exp(rng.uniform(-spread, 0.0, size=n)) * p_scale
-    q, err_bound = single_pass_transpose(X.astype(np.float32), p, 1.0, block=block)
+    q, err_bound = single_pass_transpose(X32, p, 1.0, block=block, groups=groups)
     exact = np.asarray(X, dtype=np.longdouble).T @ np.asarray(p, dtype=np.longdouble)
     err = float(np.sqrt(np.sum((np.asarray(q, dtype=np.longdouble) - exact) ** 2)))
     assert err <= err_bound, (err, err_bound)
@@ -567,10 +594,31 @@ def single_transpose_property(seed, n, d, p_scale, spread, sparse, block):
 
 TRANSPOSE_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 300), d=st.integers(1, 60),
                       p_scale=st.sampled_from([1e-300, 1e-40, 1e-12, 1e-3, 1.0, 1e6, 1e300]),
-                      spread=st.floats(0.0, 60.0), sparse=st.booleans(), block=st.sampled_from([1, 7, 64, 2048]))
+                      spread=st.floats(0.0, 60.0), sparse=st.booleans(), block=st.sampled_from([1, 7, 64, 2048]),
+                      dup=st.booleans())
 test_single_pass_transpose_error_bound = given(**TRANSPOSE_ARGS)(single_transpose_property)
 test_single_pass_transpose_error_bound_slow = pytest.mark.slow(
     settings(max_examples=SLOW)(given(**TRANSPOSE_ARGS)(single_transpose_property)))
+
+
+def test_column_groups_merge_exactly_identical_columns():
+    """Identical columns (bit for bit) share a group, all others are apart; -0.0 and 0.0 differ in bits and are kept
+    apart (a lost merge, never a wrong one)."""
+    from lethe.certified.newton import _representatives, column_groups
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 6))
+    X[:, 3] = X[:, 1]
+    X[:, 5] = X[:, 1]
+    X[:, 4] = X[:, 0] + 1e-300 * 0  # same values: merged
+    X[:, 2] = np.nextafter(X[:, 0], np.inf)  # one ulp apart in every row: not merged
+    g = column_groups(X)
+    assert g is not None and list(g) == [0, 1, 2, 1, 0, 1]
+    assert list(_representatives(g)) == [0, 1, 2]
+    Z = np.zeros((4, 2))
+    Z[:, 1] = -0.0
+    assert column_groups(Z) is None
+    assert column_groups(rng.normal(size=(5, 4))) is None
 
 
 @given(z=st.floats(-800.0, 800.0))

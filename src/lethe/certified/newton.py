@@ -39,6 +39,7 @@ refreshes with a data pass; an integer k refreshes every k removals.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -209,6 +210,7 @@ class NewtonCache:
         self.h_err = math.inf
         # onepass: float32 copy of the data, pending mismatch vector P (ē = carry_e + X′ᵀP) and its error bound
         self.X32: np.ndarray | None = None
+        self.col_groups: np.ndarray | None = None  # onepass: X32 keeps one column per group of identical columns
         self.P: np.ndarray | None = None
         self.p_err = 0.0
         self.since_flush = 0
@@ -985,8 +987,38 @@ def _gamma32(k: int) -> float:
     return k * U32 / (1.0 - k * U32)
 
 
-def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float,
-                        buf: _Buffers | None = None) -> tuple[np.ndarray, float]:
+def column_groups(X: np.ndarray) -> np.ndarray | None:
+    """Exactly identical columns of X (bit for bit): the group index of every column (groups numbered in order of
+    their first column), or ``None`` if all columns differ. Columns are compared by a BLAKE2 digest and then
+    element by element, so a hash collision cannot merge different columns. Identical columns contribute
+    xᵢⱼ(Σ_{j∈group} vⱼ) to X v: the single-precision copy keeps one column per group (on MNIST 3 vs 8, 624 of 784:
+    the always-blank pixels)."""
+    n, d = X.shape
+    seen: dict[bytes, list[int]] = {}
+    groups = np.empty(d, dtype=np.intp)
+    reps: list[int] = []
+    for j in range(d):
+        col = np.ascontiguousarray(X[:, j])
+        key = hashlib.blake2b(col.tobytes(), digest_size=16).digest()
+        for k in seen.get(key, []):
+            if np.array_equal(col.view(np.uint8), np.ascontiguousarray(X[:, reps[k]]).view(np.uint8)):
+                groups[j] = k
+                break
+        else:
+            seen.setdefault(key, []).append(len(reps))
+            groups[j] = len(reps)
+            reps.append(j)
+    return None if len(reps) == d else groups
+
+
+def _representatives(groups: np.ndarray) -> np.ndarray:
+    """The first column of every group of :func:`column_groups`."""
+    _, first = np.unique(groups, return_index=True)
+    return first
+
+
+def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float, buf: _Buffers | None = None,
+                        groups: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """ã ≈ X v from the single-precision copy X32 = fl₃₂(X), and ζ ≥ maxᵢ |ãᵢ − xᵢᵀv| (rows with ‖xᵢ‖ ≤ ρ).
 
     v is scaled by a power of two s (exact) into [−1, 1] and rounded to single precision; then, per row,
@@ -995,11 +1027,23 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float,
     |x̂ᵢⱼ − xᵢⱼ| ≤ u₃₂|xᵢⱼ| + 2⁻¹²⁵, |v̂ⱼ − vⱼ/s| ≤ u₃₂|vⱼ/s| + 2⁻¹²⁵ (underflow, gradual or flushed to zero)
     (Higham 2002, §3.1, any summation order, with or without fused multiply-add). Returns (ã, ζ); with ``buf``,
     ã is ``buf.a`` (overwritten by the next call).
+
+    With ``groups`` (:func:`column_groups`; X32 then holds one column per group), v is first summed per group in
+    double precision, ṽ_k = fl(Σ_{j∈k} vⱼ), within γ_{d} Σ_{j∈k}|vⱼ|; as xᵢⱼ is the same for all j of a group,
+    |xᵢᵀv − Σ_k xᵢₖṽ_k| ≤ γ_d Σⱼ|xᵢⱼ||vⱼ| ≤ γ_d ρ‖v‖, and the single-precision part is the bound above with d the
+    number of groups and Σ_k|xᵢₖ||ṽ_k| ≤ (1 + γ_d) ρ‖v‖.
     """
     d = v.shape[0]
+    vn_full = vnorm(v)
+    g64 = 0.0
+    if groups is not None:
+        d_u = X32.shape[1]
+        v = np.bincount(groups, weights=v, minlength=d_u)
+        g64 = gamma_k(d + 2)
+        d = d_u
     vmax = float(np.max(np.abs(v), initial=0.0))
     if vmax == 0.0:
-        return np.zeros(X32.shape[0]), 0.0
+        return np.zeros(X32.shape[0]), rho * vn_full * g64 * (1.0 + 4 * U)
     s = math.ldexp(1.0, math.frexp(vmax)[1])  # a power of two ≥ max |vⱼ|: v / s is exact
     vs = v / s
     if buf is None:
@@ -1007,13 +1051,14 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float,
     else:
         np.dot(X32, vs.astype(np.float32), out=buf.a32)
         a = np.multiply(buf.a32, s, out=buf.a, dtype=np.float64)
-    vn = vnorm(vs) * s  # scaled: ‖v‖ itself would underflow for tiny v
-    zeta = (rho * vn * (2.0 * U32 + _gamma32(d + 2)) * (1.0 + U32) ** 2 * (1.0 + 4 * U) + s * d * TINY32 * 2.0
-            + 2.0**-1070)  # the last term: s·fl₃₂(·) may land in double precision's subnormal range
+    vn = vn_full if groups is not None else vnorm(vs) * s  # scaled: ‖v‖ itself would underflow for tiny v
+    zeta = (rho * vn * ((2.0 * U32 + _gamma32(d + 2)) * (1.0 + U32) ** 2 * (1.0 + g64) + g64) * (1.0 + 4 * U)
+            + s * d * TINY32 * 2.0 + 2.0**-1070)  # the last term: s·fl₃₂(·) may land in double's subnormal range
     return a, zeta
 
 
-def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int = 2048) -> tuple[np.ndarray, float]:
+def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int = 2048,
+                          groups: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """q̃ ≈ Xᵀp from the single-precision copy X32 = fl₃₂(X) (rows ‖xᵢ‖ ≤ ρ), and a bound on ‖q̃ − Xᵀp‖₂.
 
     p is scaled by a power of two s ≥ max |pᵢ| (exact) and rounded to single precision; each block of ``block``
@@ -1021,18 +1066,23 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
     :func:`single_pass_margins`, per column j and block B: |Σ_B xᵢⱼpᵢ − s fl₃₂(Σ_B x̂ᵢⱼp̂ᵢ)| ≤
     (2u₃₂ + γ₃₂_|B|)(1 + u₃₂)² Σ_B |xᵢⱼ||pᵢ| + 2⁻¹²⁵ (Σ_B |pᵢ| + s Σ_B |x̂ᵢⱼ| + s|B|); adding the block sums costs
     γ_{#blocks+1} Σᵢ |xᵢⱼ||pᵢ| (1 + 10⁻⁶). Over the columns, ‖ |X|ᵀ|p| ‖₂ ≤ ‖X‖_F ‖p‖ ≤ √n ρ ‖p‖, and with s ≤ 2‖p‖
-    the underflow terms are at most 2⁻¹²⁵ ‖p‖ (√(dn) + 2 n √d + 3 n ρ).
+    the underflow terms are at most 2⁻¹²⁵ ‖p‖ (√(dn) + 2 n √d + 3 n ρ). With ``groups`` (X32 holds one column
+    per group of identical columns) the entries of a group are equal and computed once: the bound is the same,
+    for the full X.
     """
-    n, d = X32.shape
+    n = X32.shape[0]
+    d = X32.shape[1] if groups is None else groups.shape[0]
     pmax = float(np.max(np.abs(p), initial=0.0))
     if pmax == 0.0:
         return np.zeros(d), 0.0
     s = math.ldexp(1.0, math.frexp(pmax)[1])
     ps = (p / s).astype(np.float32)
-    q = np.zeros(d)
+    q = np.zeros(X32.shape[1])
     for start in range(0, n, block):
         q += X32[start:start + block].T @ ps[start:start + block]
     q *= s
+    if groups is not None:
+        q = q[groups]
     p_norm = vnorm(p / s) * s
     n_blocks = -(-n // block)
     err = (math.sqrt(n) * rho * p_norm * ((2 * U32 + _gamma32(min(block, n))) * (1 + U32) ** 2 * (1 + 1e-6)
@@ -1050,7 +1100,7 @@ def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho:
     P = cache.P
     if float(np.max(np.abs(P), initial=0.0)) > 0.0:
         # P is zero outside the active rows, and so are the removed rows of X32
-        q, q_err = single_pass_transpose(cache.X32, P, rho)
+        q, q_err = single_pass_transpose(cache.X32, P, rho, groups=cache.col_groups)
         E = cache.carry_e + q
         cache.carry_err += (x_norm * cache.p_err + q_err
                             + 2 * U * (vnorm(E) + vnorm(q)))
@@ -1064,7 +1114,7 @@ def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho:
         # re-base: z = z_ref + X32 (w − w_ref), one single-precision pass whose error grows with ‖w − w_ref‖
         # instead of with the sum of the steps' ‖v‖ (fl(w − w_ref) is within u|w − w_ref| of the exact difference)
         dw = w - cache.w_ref
-        a, zeta32 = single_pass_margins(cache.X32, dw, rho)
+        a, zeta32 = single_pass_margins(cache.X32, dw, rho, groups=cache.col_groups)
         z = np.add(cache.z_ref, a, out=a)
         cache.z = z
         cache.eta = (cache.eta_ref + zeta32 + 1.01 * U * rho * vnorm(dw)
@@ -1081,9 +1131,11 @@ def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.nd
     build_anchor(cfg, w, X, y, active, cache, with_gram=False)
     cache.z, cache.eta = _margins(X, w, rho)
     cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
-    X32 = X.astype(np.float32)
+    groups = column_groups(X)
+    X32 = (X if groups is None else X[:, _representatives(groups)]).astype(np.float32)
     X32[~active] = 0.0
     cache.X32 = X32
+    cache.col_groups = groups
     cache.P = np.zeros(X.shape[0])
     cache.p_err = 0.0
     cache.since_flush = 0
@@ -1170,7 +1222,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
 
     # -- the single-precision pass: margins of the step
     buf = _buffers(cache, n_rows)
-    a, zeta32 = single_pass_margins(X32, v, rho, buf)
+    a, zeta32 = single_pass_margins(X32, v, rho, buf, cache.col_groups)
     passes += 0.5
     zeta = 2.0 * (zeta32 + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true| on the rows of D′
     # -- exact mismatch g = δ ⊙ a on D′ (δᵢ = ℓ''(zᵢ) − ŝᵢ; ŝ is zero on removed rows, s̃ masked to D′); ã is
