@@ -198,6 +198,58 @@ def test_one_vs_all_with_anchor_solver_certifies_the_exact_residuals():
         assert np.linalg.norm(g) <= st.residual_bound
 
 
+def _check_exact_residuals(clf, X):
+    act = clf.active_
+    for k, st in enumerate(clf.states_):
+        Xa, ya = X[act], clf.Y_[k][act]
+        g = Xa.T @ (-ya / (1 + np.exp(ya * (Xa @ st.w)))) + clf.lam * act.sum() * st.w + st.b
+        assert np.linalg.norm(g) <= st.residual_bound
+
+
+def test_one_vs_all_onepass_shares_one_float32_copy_and_stays_sound(monkeypatch):
+    """The binary models' onepass caches hold one float32 copy of the data between them. A removal that fails
+    half-way (after some models zeroed the rows in the shared copy) must not leave a copy that a later removal
+    trusts: it is rebuilt, and every certificate still bounds the exact residual."""
+    import lethe.certified.mechanism as mech_module
+
+    X, y = _data(n=500, d=8, classes=4)
+    X[:, 6] = X[:, 2]  # identical columns: merged in the copy
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="onepass", random_state=2).fit(X, y)
+    copies = {id(c.X32) for c in clf.caches_}
+    assert len(copies) == 1 and clf.caches_[0].X32 is not None and clf.caches_[0].X32.shape[1] == 7
+    rng = np.random.default_rng(1)
+    for _ in range(10):
+        clf.remove([int(rng.choice(np.flatnonzero(clf.active_)))])
+    assert len({id(c.X32) for c in clf.caches_}) == 1
+    _check_exact_residuals(clf, X)
+
+    calls = {"n": 0}
+    real = mech_module.compute_step
+
+    def failing(*args, **kwargs):  # the third binary model fails after two have zeroed the rows
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mech_module, "compute_step", failing)
+    victim = int(rng.choice(np.flatnonzero(clf.active_)))
+    with pytest.raises(RuntimeError, match="injected"):
+        clf.remove([victim])
+    monkeypatch.setattr(mech_module, "compute_step", real)
+    assert clf.active_[victim]  # the failed removal changed nothing the estimator reports
+    for _ in range(10):  # the shared copy has the victim's row zeroed although it is active: it must be rebuilt
+        clf.remove([int(rng.choice(np.flatnonzero(clf.active_ & (np.arange(500) != victim))))])
+        _check_exact_residuals(clf, X)
+        for c in clf.caches_:  # every copy in use has every active row, and only those
+            assert np.all(np.any(c.X32[clf.active_] != 0, axis=1)) and not np.any(c.X32[~clf.active_])
+    shared = clf.caches_[0].shared
+    assert shared is not None and not np.any(shared.zeroed & clf.active_)
+    clf.remove([victim])
+    _check_exact_residuals(clf, X)
+
+
 def test_loading_a_file_without_the_new_parameters_keeps_the_paper_mode(tmp_path):
     from lethe.io import load_npz, save_npz
 

@@ -27,6 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._random import check_random_state
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
+from lethe.certified.newton import SharedFloat32Data
 from lethe.certified.noise import epsilon_spent
 from lethe.io import load_npz, save_npz
 
@@ -186,9 +187,16 @@ class _CertifiedLinearBase(BaseEstimator):
         if "classes" in meta:
             est.classes_ = np.asarray(meta["classes"])
         est.mechanism_ = est._mechanism()
-        est.caches_ = [NewtonCache() for _ in est.states_]  # rebuilt at the first removal
+        est.caches_ = _new_caches(len(est.states_), est.solver, est.members_)  # rebuilt at the first removal
         est._rng = check_random_state(None)
         return est
+
+
+def _new_caches(k: int, solver: str, members: np.ndarray | None) -> list[NewtonCache]:
+    """One cache per binary model; with ``solver="onepass"`` and all models on the same rows, one shared float32
+    copy of the data for all of them (K copies would take K × 4nd bytes)."""
+    shared = SharedFloat32Data() if solver == "onepass" and members is None and k > 1 else None
+    return [NewtonCache(shared=shared) for _ in range(k)]
 
 
 class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
@@ -314,9 +322,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                 take = min(neg.size, int(math.ceil(self.negative_subsample * pos.size)))
                 members[k, pos] = True
                 members[k, rng.choice(neg, size=take, replace=False)] = True
-        states, certs, caches = [], [], []
+        states, certs = [], []
+        caches = _new_caches(K, self.solver, members)
         for k in range(K):
-            cache = NewtonCache()
+            cache = caches[k]
             if members is None:  # train on X itself so that the cache is keyed to the array kept in X_
                 st, cert = mech.train(X, Y[k], random_state=rng, cache=cache)
             else:
@@ -324,7 +333,6 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                 mech.prime(cache, st, X, Y[k], members[k])
             states.append(st)
             certs.append(cert)
-            caches.append(cache)
         self.classes_ = classes
         self.X_, self.Y_ = X, Y
         self.active_ = np.ones(X.shape[0], dtype=bool)

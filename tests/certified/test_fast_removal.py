@@ -660,3 +660,25 @@ def test_vnorm_neither_underflows_nor_overflows(exp, n, seed):
         return
     got = vnorm(x)
     assert abs(got - exact) <= 1e-13 * exact + 1e-323
+
+
+def test_shared_float32_copy_is_used_only_when_its_zeroed_rows_are_right():
+    """A shared copy may be used for a step only if exactly the inactive rows are zeroed, apart from rows that the
+    step removes anyway; lookups for priming need an exact match."""
+    from lethe.certified.newton import SharedFloat32Data
+
+    X = np.arange(1.0, 41.0).reshape(10, 4)
+    active = np.ones(10, dtype=bool)
+    shared = SharedFloat32Data()
+    assert shared.lookup(X, active) is None
+    X32 = X.astype(np.float32)
+    shared.store(X, X32, None, active)
+    assert shared.lookup(X, active)[0] is X32 and shared.lookup(X.copy(), active) is None
+    shared.zero(np.array([3]))  # another model took its step first
+    assert shared.usable_for_step(X32, active, np.array([3]))
+    assert not shared.usable_for_step(X32, active, np.array([5]))  # row 3 is zeroed but stays active
+    assert not shared.usable_for_step(X32.copy(), active, np.array([3]))  # not this copy
+    before = active.copy()
+    before[7] = False  # inactive but not zeroed
+    assert not shared.usable_for_step(X32, before, np.array([3]))
+    assert shared.lookup(X, active) is None and shared.lookup(X, active & (np.arange(10) != 3))[0] is X32

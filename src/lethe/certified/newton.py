@@ -114,6 +114,49 @@ def _sync_key(X: np.ndarray, w: np.ndarray, active: np.ndarray) -> tuple[Any, ..
     return (X.shape, hash(np.ascontiguousarray(w).tobytes()), active.shape[0], hash(np.packbits(active).tobytes()))
 
 
+class SharedFloat32Data:
+    """One single-precision copy of a data array, shared by the ``onepass`` caches of several models that train on
+    the same rows of the same array (the binary models of a one-vs-all estimator): memory for one copy instead of
+    one per model.
+
+    It records which rows it has zeroed. A cache uses it only if those are exactly the rows outside its active set,
+    apart from rows that the current removal takes out anyway (another model may have zeroed them first), and
+    otherwise builds a new copy for its own rows. So a removal that failed half-way, after some models had zeroed
+    rows that are still active, costs a rebuild, never a wrong pass.
+    """
+
+    def __init__(self) -> None:
+        self.X32: np.ndarray | None = None
+        self.groups: np.ndarray | None = None
+        self.zeroed: np.ndarray | None = None
+        self._xref: weakref.ref[np.ndarray] | None = None
+
+    def lookup(self, X: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The shared copy if it was built from ``X`` and has zeroed exactly the rows outside ``active``."""
+        if (self.X32 is None or self.zeroed is None or self._xref is None or self._xref() is not X
+                or self.zeroed.shape != active.shape or not np.array_equal(self.zeroed, ~active)):
+            return None
+        return self.X32, self.groups
+
+    def store(self, X: np.ndarray, X32: np.ndarray, groups: np.ndarray | None, active: np.ndarray) -> None:
+        self.X32, self.groups, self.zeroed, self._xref = X32, groups, ~active, weakref.ref(X)
+
+    def usable_for_step(self, X32: np.ndarray, active_before: np.ndarray, idx: np.ndarray) -> bool:
+        """Whether a cache holding ``X32`` may take a step that removes ``idx`` from ``active_before``: the copy is
+        still this one, all rows outside ``active_before`` are zeroed, and any other zeroed row is in ``idx``."""
+        if self.X32 is not X32 or self.zeroed is None or self.zeroed.shape != active_before.shape:
+            return False
+        if np.any(~active_before & ~self.zeroed):
+            return False
+        extra = np.flatnonzero(self.zeroed & active_before)
+        return extra.size == 0 or bool(np.all(np.isin(extra, idx)))
+
+    def zero(self, idx: np.ndarray) -> None:
+        assert self.X32 is not None and self.zeroed is not None
+        self.X32[idx] = 0.0
+        self.zeroed[idx] = True
+
+
 class NewtonCache:
     """In-memory state that makes removals fast: a factorisation, margins, or the anchor system.
 
@@ -159,11 +202,15 @@ class NewtonCache:
         ``anchor``, ``onepass``: removed rows are subtracted from the anchor matrix M by one rank-k update every
         ``fold_every`` rows (one pass over M instead of one per row); until then products with M subtract them
         explicitly (O(kd)), with their rounding bounded.
+    shared : SharedFloat32Data, optional
+        ``onepass``: hold the float32 copy of the data in this object, shared with the caches of other models on
+        the same rows (one-vs-all), instead of one copy per cache.
     """
 
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
                  carry_share: float = 1e-2, cost_model: CostModel | None = None, flush_every: int = 16,
-                 flush_share: float = 2e-2, margins_every: int = 4, fold_every: int = 32) -> None:
+                 flush_share: float = 2e-2, margins_every: int = 4, fold_every: int = 32,
+                 shared: SharedFloat32Data | None = None) -> None:
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
@@ -178,6 +225,7 @@ class NewtonCache:
         self.refactorizations = 0  # anchor: refactorisations of the maintained M (no data pass)
         self.sweeps_total = 0
         self.buf: _Buffers | None = None  # work space, not state: kept across resets
+        self.shared = shared  # onepass: a float32 copy of the data shared with other caches (kept across resets)
         self._clear_state()
 
     def _clear_state(self) -> None:
@@ -275,6 +323,7 @@ class NewtonCache:
         state["_xref"] = None
         state["_key"] = None
         state["buf"] = None
+        state["shared"] = None
         return state
 
 
@@ -1131,9 +1180,15 @@ def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.nd
     build_anchor(cfg, w, X, y, active, cache, with_gram=False)
     cache.z, cache.eta = _margins(X, w, rho)
     cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
-    groups = column_groups(X)
-    X32 = (X if groups is None else X[:, _representatives(groups)]).astype(np.float32)
-    X32[~active] = 0.0
+    found = cache.shared.lookup(X, active) if cache.shared is not None else None
+    if found is not None:
+        X32, groups = found
+    else:
+        groups = column_groups(X)
+        X32 = (X if groups is None else X[:, _representatives(groups)]).astype(np.float32)
+        X32[~active] = 0.0
+        if cache.shared is not None:
+            cache.shared.store(X, X32, groups, active)
     cache.X32 = X32
     cache.col_groups = groups
     cache.P = np.zeros(X.shape[0])
@@ -1161,7 +1216,8 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     x_norm = _x_norm(state, n_rows, rho)
     refresh_cost = cm.hessian(n_rows, d) + cm.cholesky(d)
     synced = (cache.matches(X, w, active_before, "onepass") and cache.X32 is not None and cache.P is not None
-              and cache.z is not None and cache.M is not None)
+              and cache.z is not None and cache.M is not None
+              and (cache.shared is None or cache.shared.usable_for_step(cache.X32, active_before, idx)))
     if not synced:
         cache.reset()
         _prime_onepass(cfg, w, X, y, active_before, cache)
@@ -1191,7 +1247,10 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
                         + 2 * U * (vnorm(e_old) + vnorm(fold)))
             cache.carry_e, cache.carry_err = e_old, eps_old
         P[idx] = 0.0
-    X32[idx] = 0.0  # the single-precision copy forgets removed rows at once
+    if cache.shared is not None:
+        cache.shared.zero(idx)  # the single-precision copy forgets removed rows at once
+    else:
+        X32[idx] = 0.0
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     _downdate(cache, X, idx, lam, track=True)
@@ -1345,5 +1404,5 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     cache._advance(X, state.w, active)
 
 
-__all__ = ["BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "StepResult", "anchor_step", "build_anchor",
-           "compute_step", "exact_hessian_step", "onepass_step", "prime_cache", "single_pass_margins"]
+__all__ = ["BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "SharedFloat32Data", "StepResult", "anchor_step",
+           "build_anchor", "compute_step", "exact_hessian_step", "onepass_step", "prime_cache", "single_pass_margins"]
