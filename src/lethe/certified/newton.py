@@ -1115,7 +1115,8 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
     :func:`single_pass_margins`, per column j and block B: |Σ_B xᵢⱼpᵢ − s fl₃₂(Σ_B x̂ᵢⱼp̂ᵢ)| ≤
     (2u₃₂ + γ₃₂_|B|)(1 + u₃₂)² Σ_B |xᵢⱼ||pᵢ| + 2⁻¹²⁵ (Σ_B |pᵢ| + s Σ_B |x̂ᵢⱼ| + s|B|); adding the block sums costs
     γ_{#blocks+1} Σᵢ |xᵢⱼ||pᵢ| (1 + 10⁻⁶). Over the columns, ‖ |X|ᵀ|p| ‖₂ ≤ ‖X‖_F ‖p‖ ≤ √n ρ ‖p‖, and with s ≤ 2‖p‖
-    the underflow terms are at most 2⁻¹²⁵ ‖p‖ (√(dn) + 2 n √d + 3 n ρ). With ``groups`` (X32 holds one column
+    the underflow terms are at most 2⁻¹²⁵ ‖p‖ (√(dn) + 2 n √d + 3 n ρ), plus √d 2⁻¹⁰⁷⁰ for the product by s,
+    which may be subnormal in double precision (found by the slow property test). With ``groups`` (X32 holds one column
     per group of identical columns) the entries of a group are equal and computed once: the bound is the same,
     for the full X.
     """
@@ -1137,7 +1138,8 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
     err = (math.sqrt(n) * rho * p_norm * ((2 * U32 + _gamma32(min(block, n))) * (1 + U32) ** 2 * (1 + 1e-6)
                                           + gamma_k(n_blocks + 1) * (1 + 1e-6))
            + TINY32 * p_norm * (math.sqrt(d * n) + 2 * n * math.sqrt(d) + 3 * n * rho)) * (1 + 8 * U)
-    return q, err
+    # the product by s may land in double precision's subnormal range: ≤ 2⁻¹⁰⁷⁵ per entry
+    return q, err + math.sqrt(d) * 2.0**-1070
 
 
 def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho: float, *, margins: bool) -> None:
