@@ -955,7 +955,6 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     _downdate(cache, X, idx, lam, track=True)
     M, G = cache.M, cache.G
     assert M is not None and G is not None
-    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
     fro_G = cache.fro_G + 2.0 * cache.eps_G
 
     gamma = float(loss.gamma) if cfg.bound == "paper" else float(getattr(loss, "gamma_exact", loss.gamma))
@@ -1002,6 +1001,8 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     wn_new = vnorm(w_new)
     e_norm = vnorm(e)
     vn = vnorm(v)
+    # after the solve: a refactorisation in it folds the queued rows and grows ε_M
+    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
     # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
     # + the queued rows' correction (_mv_maintained)
     err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
@@ -1258,7 +1259,6 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     _downdate(cache, X, idx, lam, track=True)
     M = cache.M
     assert M is not None
-    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂
 
     # -- v from the anchor system (O(d²))
     F = cache.factor
@@ -1278,6 +1278,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     vn = vnorm(v)
     v_ub = vn + 1.01 * U * wn_new  # ≥ ‖v_true‖, v_true = w_new − w exactly
     e_norm = vnorm(e)
+    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂, after any fold in the solve
     err_e = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
                    + err_rhs + err_q)
 
