@@ -477,7 +477,8 @@ def _dense_pcg(M: Any, F: tuple[np.ndarray, bool | None], rhs: np.ndarray, v: np
 
 
 def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
-                 cache: NewtonCache, *, with_gram: bool | None, gram: np.ndarray | None = None) -> None:
+                 cache: NewtonCache, *, with_gram: bool | None, gram: np.ndarray | None = None,
+                 margins: np.ndarray | None = None) -> None:
     """Form the anchor system at w_a = w on the rows ``active`` (one O(n d²) pass) and factorise it.
 
     M̃ = fl(Zᵀ Z) + λ n′ I with Z = √ŝ ⊙ X′, ŝᵢ = fl(ℓ''(fl(xᵢᵀ w_a))) (stored: row i is later downdated with
@@ -486,6 +487,8 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     Error bounds (docs/tighter_bounds.md §7): ‖M̃ − M̂‖_F ≤ (γ_n + 6u) max ŝ ‖X′‖_F² + 2u(λ n′ √d + ‖M̃‖_F),
     with M̂ the exact matrix for the stored ŝ; ‖G̃ − X′ᵀX′‖_F ≤ γ_n ‖X′‖_F²;
     |ŝᵢ − ℓ''(xᵢᵀw_a)| ≤ γ γ_d ρ ‖w_a‖ + 8u(1 + max ŝ). Other cache fields (margins, counters) are kept.
+    ``margins``: fl(X w) for all rows of X, freshly computed (:func:`_margins`, the error assumed above), to save
+    the pass that would compute it again.
     """
     loss, lam = cfg.loss_, cfg.lam
     n_rows, d = X.shape
@@ -493,7 +496,10 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     rho = _row_norm_max(cfg, X, cache)
     all_rows = bool(active.all())
     Xa = X if all_rows else X[active]
-    z = Xa @ w
+    if margins is None:
+        z = Xa @ w
+    else:
+        z = margins if all_rows else margins[active]
     s_act = loss.d2(z, y if all_rows else y[active])
     s_hat = np.zeros(n_rows)
     s_hat[active] = s_act
@@ -895,7 +901,7 @@ def _rows_before(keep: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return before
 
 
-def _solve_maintained(cache: NewtonCache, M: np.ndarray, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
+def _solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
                       target: float, d: int) -> tuple[np.ndarray, np.ndarray, int, str]:
     """PCG on the maintained system M v = rhs (O(d²) per iteration, preconditioner: the cached factor) until
     ‖Mv − rhs‖ ≤ target; once, if the cap is hit, refactorise M (O(d³), no data pass) and solve again.
@@ -953,8 +959,8 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     _downdate(cache, X, idx, lam, track=True)
-    M, G = cache.M, cache.G
-    assert M is not None and G is not None
+    G = cache.G
+    assert G is not None
     fro_G = cache.fro_G + 2.0 * cache.eps_G
 
     gamma = float(loss.gamma) if cfg.bound == "paper" else float(getattr(loss, "gamma_exact", loss.gamma))
@@ -991,7 +997,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
     if e_old is not None:  # tight accounting: the measured error is carried and corrected, not accumulated
         target = max(target, cache.carry_share * cfg.budget)
-    v, e, it, refac = _solve_maintained(cache, M, rhs, v, e, target, d)
+    v, e, it, refac = _solve_maintained(cache, rhs, v, e, target, d)
     refreshed = refreshed or refac
     if it:
         w_new = w + v
@@ -1101,7 +1107,7 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float, buf: _Buffer
     else:
         np.dot(X32, vs.astype(np.float32), out=buf.a32)
         a = np.multiply(buf.a32, s, out=buf.a, dtype=np.float64)
-    vn = vn_full if groups is not None else vnorm(vs) * s  # scaled: ‖v‖ itself would underflow for tiny v
+    vn = vn_full  # vnorm does not underflow, even for tiny v
     zeta = (rho * vn * ((2.0 * U32 + _gamma32(d + 2)) * (1.0 + U32) ** 2 * (1.0 + g64) + g64) * (1.0 + 4 * U)
             + s * d * TINY32 * 2.0 + 2.0**-1070)  # the last term: s·fl₃₂(·) may land in double's subnormal range
     return a, zeta
@@ -1180,8 +1186,8 @@ def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.nd
     """Anchor system at w (tracked M), margins, float32 copy of the active rows, empty pending vector."""
     rho = _row_norm_max(cfg, X, cache)
     cache.kind = "onepass"
-    build_anchor(cfg, w, X, y, active, cache, with_gram=False)
     cache.z, cache.eta = _margins(X, w, rho)
+    build_anchor(cfg, w, X, y, active, cache, with_gram=False, margins=cache.z)
     cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
     found = cache.shared.lookup(X, active) if cache.shared is not None else None
     if found is not None:
@@ -1257,8 +1263,6 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     _downdate(cache, X, idx, lam, track=True)
-    M = cache.M
-    assert M is not None
 
     # -- v from the anchor system (O(d²))
     F = cache.factor
@@ -1268,7 +1272,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         target = max(target, cache.carry_share * cfg.budget)
     v = cho_solve(F, rhs, check_finite=False)
     q, err_q = _mv_maintained(cache, v)
-    v, e, it, refac = _solve_maintained(cache, M, rhs, v, q - rhs, target, d)
+    v, e, it, refac = _solve_maintained(cache, rhs, v, q - rhs, target, d)
     refreshed = refreshed or refac
     if it:
         q, err_q = _mv_maintained(cache, v)  # measured directly for the final v (PCG only updates it recursively)
@@ -1399,7 +1403,7 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         cache.kind = "exact"
         cache.z, cache.eta = _margins(X, state.w, rho)
         if cfg.solver != "cholesky":
-            build_anchor(cfg, state.w, X, y, active, cache, with_gram=False)
+            build_anchor(cfg, state.w, X, y, active, cache, with_gram=False, margins=cache.z)
     if cfg.bound == "tight":
         cache.carry_e = np.zeros(d)
         cache.carry_err = 0.0
