@@ -682,3 +682,45 @@ def test_shared_float32_copy_is_used_only_when_its_zeroed_rows_are_right():
     before[7] = False  # inactive but not zeroed
     assert not shared.usable_for_step(X32, before, np.array([3]))
     assert shared.lookup(X, active) is None and shared.lookup(X, active & (np.arange(10) != 3))[0] is X32
+
+
+def maintained_anchor_property(seed, n, d, fold_every, k):
+    """Between steps of the ``anchor`` solver, checked against long double: (1) the product with the maintained M
+    (stored matrix minus the queued rows, :func:`_mv_maintained`) is within the caller's γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖
+    plus its own bound of the exact X′ᵀdiag(ŝ)X′v + λn′v; (2) the carried h̃ is within h_err of G̃(w − w_a)."""
+    from lethe.certified.bounds import gamma_k
+    from lethe.certified.newton import _mv_maintained
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    y = np.where(rng.uniform(size=n) < 0.5, 1.0, -1.0)
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, bound="tight", calibration="analytic", solver="anchor",
+                            refresh="never")
+    cache = NewtonCache(fold_every=fold_every)
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    active = np.ones(n, dtype=bool)
+    for i in rng.permutation(n)[:k]:
+        state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=seed)
+        active[i] = False
+        if cert.retrained:
+            return
+        Xa = np.asarray(X[active], dtype=np.longdouble)
+        v = rng.normal(size=d) * 10.0 ** rng.uniform(-3, 1)
+        exact = Xa.T @ (np.asarray(cache.s_hat[active], dtype=np.longdouble) * (Xa @ v)) + (
+            np.longdouble(mech.lam) * active.sum() * v)
+        q, err_q = _mv_maintained(cache, v)
+        fro_M = cache.fro_M + 2.0 * cache.eps_M
+        allowed = (gamma_k(d + 2) * fro_M + cache.eps_M) * norm_ld(np.asarray(v, dtype=np.longdouble)) + err_q
+        assert norm_ld(np.asarray(q, dtype=np.longdouble) - exact) <= allowed
+        dw = np.asarray(state.w, dtype=np.longdouble) - np.asarray(cache.w_anchor, dtype=np.longdouble)
+        G = np.triu(cache.G) + np.triu(cache.G, 1).T
+        h_exact = np.asarray(G, dtype=np.longdouble) @ dw
+        assert norm_ld(np.asarray(cache.h_G, dtype=np.longdouble) - h_exact) <= cache.h_err
+
+
+MAINTAINED_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(20, 80), d=st.integers(1, 12),
+                       fold_every=st.sampled_from([1, 2, 5, 32]), k=st.integers(1, 12))
+test_maintained_anchor_products_within_their_bounds = given(**MAINTAINED_ARGS)(maintained_anchor_property)
+test_maintained_anchor_products_within_their_bounds_slow = pytest.mark.slow(
+    settings(max_examples=SLOW)(given(**MAINTAINED_ARGS)(maintained_anchor_property)))
