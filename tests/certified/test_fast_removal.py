@@ -724,3 +724,52 @@ MAINTAINED_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(20, 80), d=
 test_maintained_anchor_products_within_their_bounds = given(**MAINTAINED_ARGS)(maintained_anchor_property)
 test_maintained_anchor_products_within_their_bounds_slow = pytest.mark.slow(
     settings(max_examples=SLOW)(given(**MAINTAINED_ARGS)(maintained_anchor_property)))
+
+
+@pytest.mark.parametrize("solver", ["anchor", "onepass"])
+def test_restart_after_refactorisation_without_iterations_is_certified(solver):
+    """With ``max_sweeps=0`` a stale preconditioner is refactorised and the solve restarts from a new v with no
+    PCG iteration: the certificate must then describe that v (it once described the discarded one)."""
+    for seed in range(12):
+        rng = np.random.default_rng(seed)
+        X = rng.normal(size=(60, 5))
+        X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+        y = np.where(X @ rng.normal(size=5) * 3 + rng.normal(size=60) > 0, 1.0, -1.0)
+        mech = CertifiedRemoval(lam=1e-3, sigma=1.0, bound="tight", calibration="analytic", solver=solver,
+                                refresh="never")
+        cache = NewtonCache(max_sweeps=0, fold_every=4)
+        state, _ = mech.train(X, y, random_state=seed, cache=cache)
+        active = np.ones(60, dtype=bool)
+        for i in rng.permutation(60)[:25]:
+            before = grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")
+            new, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=seed)
+            active[i] = False
+            after = grad_ld(new.w, new.b, X[active], y[active], mech.lam, "logistic")
+            if not cert.retrained:
+                assert norm_ld(after - before) <= cert.step_bound
+            assert norm_ld(after) <= new.residual_bound
+            state = new
+
+
+def test_changing_the_fold_interval_keeps_the_queued_rows():
+    """Rows queued for the downdate of M are folded in, not dropped, when the queue is resized."""
+    from lethe.certified.newton import _downdate, _mv_maintained
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(50, 4))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    y = np.where(rng.uniform(size=50) < 0.5, 1.0, -1.0)
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver="anchor", refresh="never")
+    cache = NewtonCache(fold_every=4)
+    mech.train(X, y, random_state=0, cache=cache)
+    active = np.ones(50, dtype=bool)
+    for i in (1, 2, 3):
+        _downdate(cache, X, np.array([i]), mech.lam, track=True)
+        active[i] = False
+    assert cache.pend_k == 3
+    cache.fold_every = 32
+    _downdate(cache, X, np.array([4]), mech.lam, track=True)
+    active[4] = False
+    v = rng.normal(size=4)
+    exact = X[active].T @ (cache.s_hat[active] * (X[active] @ v)) + mech.lam * active.sum() * v
+    np.testing.assert_allclose(_mv_maintained(cache, v)[0], exact, rtol=1e-10, atol=1e-12)

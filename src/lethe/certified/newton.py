@@ -541,8 +541,11 @@ def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *,
     *not* downdated: it only enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts
     the PSD terms xⱼxⱼᵀ."""
     assert cache.M is not None and cache.s_hat is not None
+    d = cache.M.shape[0]
+    if track and (cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d)):
+        cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
+        cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
     M = cache.M
-    d = M.shape[0]
     for j in idx:
         sj = float(cache.s_hat[j])
         if sj != 0.0:
@@ -554,8 +557,7 @@ def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *,
                     cache.M = M
                     cache.fold_pending()
                     M = cache.M
-                if cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d):
-                    cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
+                assert cache.pend_Z is not None
                 zj = np.multiply(xj, math.sqrt(sj), out=cache.pend_Z[cache.pend_k])
                 cache.pend_k += 1
                 cache.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
@@ -999,7 +1001,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         target = max(target, cache.carry_share * cfg.budget)
     v, e, it, refac = _solve_maintained(cache, rhs, v, e, target, d)
     refreshed = refreshed or refac
-    if it:
+    if it or refac:  # v changed (iterations, or a restart from a refactorised preconditioner)
         w_new = w + v
         q, err_q = _mv_maintained(cache, v)  # measured directly for the final v
         e = q - rhs
@@ -1079,7 +1081,8 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float, buf: _Buffer
 
     v is scaled by a power of two s (exact) into [−1, 1] and rounded to single precision; then, per row,
     |xᵢᵀv − s·fl₃₂(x̂ᵢᵀv̂)| ≤ s(|xᵢᵀ(v/s − v̂)| + |(xᵢ − x̂ᵢ)ᵀv̂| + γ₃₂_d Σⱼ|x̂ᵢⱼ||v̂ⱼ| + d·2⁻¹²⁵)
-    ≤ ρ‖v‖(2u₃₂ + γ₃₂_d)(1 + u₃₂)² + 2s·d·2⁻¹²⁵ (+ 2⁻¹⁰⁷⁰ for the product by s, which may be subnormal), with
+    ≤ ρ‖v‖(2u₃₂ + γ₃₂_d)(1 + u₃₂)² + s·2⁻¹²⁵(2d + ρ√d) (+ 2⁻¹⁰⁷⁰ for the product by s, which may be subnormal),
+    the ρ√d ≥ Σⱼ|xᵢⱼ| for the underflow of x̂ᵢⱼ, with
     |x̂ᵢⱼ − xᵢⱼ| ≤ u₃₂|xᵢⱼ| + 2⁻¹²⁵, |v̂ⱼ − vⱼ/s| ≤ u₃₂|vⱼ/s| + 2⁻¹²⁵ (underflow, gradual or flushed to zero)
     (Higham 2002, §3.1, any summation order, with or without fused multiply-add). Returns (ã, ζ); with ``buf``,
     ã is ``buf.a`` (overwritten by the next call).
@@ -1109,7 +1112,7 @@ def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float, buf: _Buffer
         a = np.multiply(buf.a32, s, out=buf.a, dtype=np.float64)
     vn = vn_full  # vnorm does not underflow, even for tiny v
     zeta = (rho * vn * ((2.0 * U32 + _gamma32(d + 2)) * (1.0 + U32) ** 2 * (1.0 + g64) + g64) * (1.0 + 4 * U)
-            + s * d * TINY32 * 2.0 + 2.0**-1070)  # the last term: s·fl₃₂(·) may land in double's subnormal range
+            + s * TINY32 * (2.0 * d + rho * math.sqrt(d)) + 2.0**-1070)  # last: s·fl₃₂(·) may be subnormal
     return a, zeta
 
 
@@ -1121,7 +1124,8 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
     rows is reduced in single precision and the block sums are added in double precision. As in
     :func:`single_pass_margins`, per column j and block B: |Σ_B xᵢⱼpᵢ − s fl₃₂(Σ_B x̂ᵢⱼp̂ᵢ)| ≤
     (2u₃₂ + γ₃₂_|B|)(1 + u₃₂)² Σ_B |xᵢⱼ||pᵢ| + 2⁻¹²⁵ (Σ_B |pᵢ| + s Σ_B |x̂ᵢⱼ| + s|B|); adding the block sums costs
-    γ_{#blocks+1} Σᵢ |xᵢⱼ||pᵢ| (1 + 10⁻⁶). Over the columns, ‖ |X|ᵀ|p| ‖₂ ≤ ‖X‖_F ‖p‖ ≤ √n ρ ‖p‖, and with s ≤ 2‖p‖
+    γ_{#blocks+1} Σᵢ |xᵢⱼ||pᵢ| (1 + γ₃₂_|B|)(1 + u₃₂)² (the block sums' magnitudes). Over the columns,
+    ‖ |X|ᵀ|p| ‖₂ ≤ ‖X‖_F ‖p‖ ≤ √n ρ ‖p‖, and with s ≤ 2‖p‖
     the underflow terms are at most 2⁻¹²⁵ ‖p‖ (√(dn) + 2 n √d + 3 n ρ), plus √d 2⁻¹⁰⁷⁰ for the product by s,
     which may be subnormal in double precision (found by the slow property test). With ``groups`` (X32 holds one column
     per group of identical columns) the entries of a group are equal and computed once: the bound is the same,
@@ -1142,8 +1146,9 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
         q = q[groups]
     p_norm = vnorm(p / s) * s
     n_blocks = -(-n // block)
-    err = (math.sqrt(n) * rho * p_norm * ((2 * U32 + _gamma32(min(block, n))) * (1 + U32) ** 2 * (1 + 1e-6)
-                                          + gamma_k(n_blocks + 1) * (1 + 1e-6))
+    g_block = _gamma32(min(block, n))
+    err = (math.sqrt(n) * rho * p_norm * ((2 * U32 + g_block) * (1 + U32) ** 2 * (1 + 1e-6)
+                                          + gamma_k(n_blocks + 1) * (1 + g_block) * (1 + U32) ** 2)
            + TINY32 * p_norm * (math.sqrt(d * n) + 2 * n * math.sqrt(d) + 3 * n * rho)) * (1 + 8 * U)
     # the product by s may land in double precision's subnormal range: ≤ 2⁻¹⁰⁷⁵ per entry
     return q, err + math.sqrt(d) * 2.0**-1070
@@ -1274,8 +1279,8 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     q, err_q = _mv_maintained(cache, v)
     v, e, it, refac = _solve_maintained(cache, rhs, v, q - rhs, target, d)
     refreshed = refreshed or refac
-    if it:
-        q, err_q = _mv_maintained(cache, v)  # measured directly for the final v (PCG only updates it recursively)
+    if it or refac:  # measured directly for the final v (PCG only updates it recursively; a refactorisation folds)
+        q, err_q = _mv_maintained(cache, v)
         e = q - rhs
     w_new = w + v
     wn_new = vnorm(w_new)
