@@ -250,6 +250,21 @@ def test_one_vs_all_onepass_shares_one_float32_copy_and_stays_sound(monkeypatch)
     _check_exact_residuals(clf, X)
 
 
+def test_one_vs_all_onepass_after_loading_primes_once_and_shares_the_copy(tmp_path):
+    """After ``load`` every binary model primes at the first removal; models after the first must find the copy the
+    first one built (with the removed rows already zeroed) instead of building, and storing, their own."""
+    X, y = _data(n=400, d=8, classes=3)
+    clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="onepass", refresh="never",
+                                      random_state=2).fit(X, y)
+    other = CertifiedLogisticRegression.load(clf.save(tmp_path / "m.npz"))
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        other.remove([int(rng.choice(np.flatnonzero(other.active_)))])
+    assert len({id(c.X32) for c in other.caches_}) == 1
+    assert all(c.refreshes == 1 for c in other.caches_)  # one anchor build each, at the first removal (no policy)
+    _check_exact_residuals(other, other.X_)
+
+
 def test_loading_a_file_without_the_new_parameters_keeps_the_paper_mode(tmp_path):
     from lethe.io import load_npz, save_npz
 

@@ -682,6 +682,7 @@ def test_shared_float32_copy_is_used_only_when_its_zeroed_rows_are_right():
     before[7] = False  # inactive but not zeroed
     assert not shared.usable_for_step(X32, before, np.array([3]))
     assert shared.lookup(X, active) is None and shared.lookup(X, active & (np.arange(10) != 3))[0] is X32
+    assert shared.lookup(X, active, removing=np.array([3]))[0] is X32  # priming for the step that removes row 3
 
 
 def maintained_anchor_property(seed, n, d, fold_every, k):

@@ -131,10 +131,17 @@ class SharedFloat32Data:
         self.zeroed: np.ndarray | None = None
         self._xref: weakref.ref[np.ndarray] | None = None
 
-    def lookup(self, X: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, np.ndarray | None] | None:
-        """The shared copy if it was built from ``X`` and has zeroed exactly the rows outside ``active``."""
-        if (self.X32 is None or self.zeroed is None or self._xref is None or self._xref() is not X
-                or self.zeroed.shape != active.shape or not np.array_equal(self.zeroed, ~active)):
+    def _zeroed_ok(self, active: np.ndarray, removing: np.ndarray | None) -> bool:
+        """All rows outside ``active`` are zeroed, and any other zeroed row is one being removed."""
+        if self.zeroed is None or self.zeroed.shape != active.shape or np.any(~active & ~self.zeroed):
+            return False
+        extra = np.flatnonzero(self.zeroed & active)
+        return extra.size == 0 or (removing is not None and bool(np.all(np.isin(extra, removing))))
+
+    def lookup(self, X: np.ndarray, active: np.ndarray,
+               removing: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The shared copy if it was built from ``X`` and its zeroed rows fit ``active`` (minus ``removing``)."""
+        if self.X32 is None or self._xref is None or self._xref() is not X or not self._zeroed_ok(active, removing):
             return None
         return self.X32, self.groups
 
@@ -143,13 +150,8 @@ class SharedFloat32Data:
 
     def usable_for_step(self, X32: np.ndarray, active_before: np.ndarray, idx: np.ndarray) -> bool:
         """Whether a cache holding ``X32`` may take a step that removes ``idx`` from ``active_before``: the copy is
-        still this one, all rows outside ``active_before`` are zeroed, and any other zeroed row is in ``idx``."""
-        if self.X32 is not X32 or self.zeroed is None or self.zeroed.shape != active_before.shape:
-            return False
-        if np.any(~active_before & ~self.zeroed):
-            return False
-        extra = np.flatnonzero(self.zeroed & active_before)
-        return extra.size == 0 or bool(np.all(np.isin(extra, idx)))
+        still this one and its zeroed rows fit."""
+        return self.X32 is X32 and self._zeroed_ok(active_before, idx)
 
     def zero(self, idx: np.ndarray) -> None:
         assert self.X32 is not None and self.zeroed is not None
@@ -1187,14 +1189,15 @@ def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho:
 
 
 def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
-                   cache: NewtonCache) -> None:
-    """Anchor system at w (tracked M), margins, float32 copy of the active rows, empty pending vector."""
+                   cache: NewtonCache, removing: np.ndarray | None = None) -> None:
+    """Anchor system at w (tracked M), margins, float32 copy of the active rows, empty pending vector. With a shared
+    copy, rows of ``removing`` (the step about to run) may already be zeroed in it by another model."""
     rho = _row_norm_max(cfg, X, cache)
     cache.kind = "onepass"
     cache.z, cache.eta = _margins(X, w, rho)
     build_anchor(cfg, w, X, y, active, cache, with_gram=False, margins=cache.z)
     cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
-    found = cache.shared.lookup(X, active) if cache.shared is not None else None
+    found = cache.shared.lookup(X, active, removing) if cache.shared is not None else None
     if found is not None:
         X32, groups = found
     else:
@@ -1234,7 +1237,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
               and (cache.shared is None or cache.shared.usable_for_step(cache.X32, active_before, idx)))
     if not synced:
         cache.reset()
-        _prime_onepass(cfg, w, X, y, active_before, cache)
+        _prime_onepass(cfg, w, X, y, active_before, cache, removing=idx)
         refreshed = "anchor"
         passes += d / 4.0 + 1
     elif _policy_due(cfg, cache, refresh_cost):
