@@ -14,8 +14,11 @@ Optional attributes, used by the tighter certificates (``bound="tight"``, docs/t
 
 ``gamma_exact``
     the smallest Lipschitz constant of ℓ'' (sup |ℓ'''|); ``gamma`` is used when absent.
+``d2_lipschitz_abs(lo_abs, hi_abs, out=None, tmp=None)``
+    elementwise upper bounds on sup of |ℓ'''| over the ξ with |ξ| in [max(Aᵢ, 0), Bᵢ]: a *local* Lipschitz
+    constant of ℓ'' (for a loss whose |ℓ'''| depends on |ξ| only); the tight remainder uses it when present;
 ``d2_lipschitz_on(lo, hi)``
-    elementwise upper bounds on sup over [loᵢ, hiᵢ] of |ℓ'''|: a *local* Lipschitz constant of ℓ''.
+    the same over [loᵢ, hiᵢ], used when ``d2_lipschitz_abs`` is absent.
 ``d2_sup``
     sup_z ℓ''(z, y), a Lipschitz constant of ℓ' (used by rounding allowances).
 
@@ -83,9 +86,9 @@ class LogisticLoss:
         (float64, shape of z) avoid temporaries on the per-removal path.
         """
         z = np.asarray(z, dtype=np.float64)
-        p = np.abs(z, out=out)
+        p = np.abs(z, out=np.empty_like(z) if out is None else out)  # an array even for 0-d z
         np.negative(p, out=p)
-        e = np.exp(p, out=tmp)
+        e = np.exp(p, out=np.empty_like(p) if tmp is None else tmp)
         np.expm1(p, out=p)  # −(1 − e)
         p *= e
         np.negative(p, out=p)  # e (1 − e)
@@ -93,7 +96,7 @@ class LogisticLoss:
         p /= e
         p /= e
         p /= e
-        return p
+        return p if p.ndim else p[()]
 
     def d2_lipschitz_abs(self, lo_abs: np.ndarray, hi_abs: np.ndarray, out: np.ndarray | None = None,
                          tmp: np.ndarray | None = None) -> np.ndarray:
@@ -106,12 +109,16 @@ class LogisticLoss:
         checked against mpmath in the tests) and by 1e-300 (underflow beyond |ξ| ≈ 745), and capped by
         γ(1 + 1e-12). ``out`` (may alias either input) and ``tmp`` avoid temporaries.
         """
+        if out is None:
+            out = np.empty(np.broadcast(np.asarray(lo_abs), np.asarray(hi_abs)).shape)
         pick = np.maximum(lo_abs, self.xi_star, out=out)
         np.minimum(pick, hi_abs, out=pick)
-        val = self.d3_abs(pick, out=pick, tmp=tmp)
+        self.d3_abs(pick, out=pick, tmp=tmp)  # in place: pick now holds the value (an array even if 0-d)
+        val = pick
         val *= 1.0 + 2e-12
         val += 1e-300
-        return np.minimum(val, self.gamma_exact * (1.0 + 1e-12), out=val)
+        val = np.minimum(val, self.gamma_exact * (1.0 + 1e-12), out=val)
+        return val if val.ndim else val[()]
 
     def d2_lipschitz_on(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Upper bounds on the sup over ξ in [loᵢ, hiᵢ] of |ℓ'''(ξ)|, elementwise: local Lipschitz constants of ℓ''.
@@ -127,7 +134,7 @@ class LogisticLoss:
         lo = np.asarray(lo, dtype=np.float64)
         hi = np.asarray(hi, dtype=np.float64)
         lo_abs = np.maximum(np.maximum(lo, -hi), 0.0)
-        return self.d2_lipschitz_abs(lo_abs, np.maximum(-lo, hi), out=lo_abs)
+        return self.d2_lipschitz_abs(lo_abs, np.maximum(-lo, hi))
 
     def value(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.logaddexp(0.0, -y * z)
@@ -137,15 +144,15 @@ class LogisticLoss:
 
     def d2(self, z: np.ndarray, y: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """σ(z)σ(−z) = e/(1+e)² with e = e^{−|z|} ≤ 1: one exponential, relative error ≤ 5 u (no 1 − σ
-        cancellation). ``out`` (float64, shape of z, not aliasing z) receives the result without a temporary."""
+        cancellation). ``out`` (float64, shape of z, not aliasing z) receives the result (one temporary remains)."""
         z = np.asarray(z, dtype=np.float64)
-        e = np.abs(z, out=out)
+        e = np.abs(z, out=np.empty_like(z) if out is None else out)  # an array even for 0-d z
         np.negative(e, out=e)
         np.exp(e, out=e)
         q = 1.0 + e
         q *= q
         e /= q
-        return e
+        return e if e.ndim else e[()]
 
     def check_targets(self, y: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=np.float64)

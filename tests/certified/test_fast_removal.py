@@ -774,3 +774,37 @@ def test_changing_the_fold_interval_keeps_the_queued_rows():
     v = rng.normal(size=4)
     exact = X[active].T @ (cache.s_hat[active] * (X[active] @ v)) + mech.lam * active.sum() * v
     np.testing.assert_allclose(_mv_maintained(cache, v)[0], exact, rtol=1e-10, atol=1e-12)
+
+
+def test_logistic_curvature_functions_take_scalars():
+    assert LOGISTIC.d2(0.5, 1.0) == pytest.approx(float(LOGISTIC.d2(np.array([0.5]), np.array([1.0]))[0]))
+    assert LOGISTIC.d3_abs(2.0) == pytest.approx(float(LOGISTIC.d3_abs(np.array([2.0]))[0]))
+    assert LOGISTIC.d2_lipschitz_on(1.0, 3.0) == pytest.approx(LOGISTIC.gamma_exact, rel=1e-11)
+
+
+def test_a_loss_with_only_the_interval_lipschitz_hook_gets_local_constants():
+    """A loss that provides ``d2_lipschitz_on`` but not ``d2_lipschitz_abs`` (the hook the loss docs named first)
+    still gets local constants, and the certificate still bounds the exact residual."""
+    from lethe.losses import LogisticLoss
+
+    class OnlyOn(LogisticLoss):
+        d2_lipschitz_abs = None  # type: ignore[assignment]
+
+        def d2_lipschitz_on(self, lo, hi):
+            return LogisticLoss().d2_lipschitz_on(lo, hi)
+
+    X, y = _data(11)
+    for loss in (OnlyOn(), LogisticLoss()):
+        mech = CertifiedRemoval(loss=loss, lam=1e-3, sigma=1.0, bound="tight", calibration="analytic", solver="pcg")
+        cache = NewtonCache()
+        state, _ = mech.train(X, y, random_state=0, cache=cache)
+        active = np.ones(X.shape[0], dtype=bool)
+        rems = []
+        for i in (3, 9, 27):
+            state, cert = mech.remove(state, X, y, [i], active=active, cache=cache)
+            active[i] = False
+            rems.append(cert.remainder_bound)
+            assert norm_ld(grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")) <= state.residual_bound
+        if isinstance(loss, OnlyOn):
+            rems_on = rems
+    np.testing.assert_allclose(rems_on, rems, rtol=1e-9)  # the same local constants either way

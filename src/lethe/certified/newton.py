@@ -666,31 +666,32 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
     loss = cfg.loss_
     b0, b1, b2, b3 = (buf if buf is not None else _Buffers(a.size)).f[:4]
     a_abs = np.abs(a, out=b0)
+    lip: np.ndarray | float = float(getattr(loss, "gamma_exact", loss.gamma))
+    lip_abs = getattr(loss, "d2_lipschitz_abs", None)
+    lip_on = getattr(loss, "d2_lipschitz_on", None)
+    if cfg.bound != "paper" and loss.gamma != 0.0 and (lip_abs is not None or lip_on is not None):
+        r = np.abs(z, out=b1)
+        r += a_abs
+        r *= 5 * U
+        r += (eta + zeta) * (1 + 8 * U)
+        r += np.multiply(a_abs, 0.5, out=b2)  # radius
+        c = np.multiply(a, 0.5, out=b2)
+        c += z
+        if lip_abs is not None:
+            c_abs = np.abs(c, out=b2)
+            hi_abs = np.add(c_abs, r, out=b3)  # |ξ| over [c − r, c + r] fills [max(|c| − r, 0), |c| + r]
+            lo_abs = np.subtract(c_abs, r, out=b2)  # may be negative: the Lipschitz function clips at ξ* > 0 first
+            lip = lip_abs(lo_abs, hi_abs, out=b1, tmp=b3)
+        else:
+            assert lip_on is not None
+            lip = np.asarray(lip_on(c - r, c + r), dtype=np.float64)  # rounding of c ± r: in the slack
+    a_abs += zeta
+    a_abs *= keep  # rows outside D′ (their ã need not be 0 for the O(nd) solvers)
     if cfg.bound == "paper":
-        a_abs += zeta
-        a_abs *= keep
         b = remainder_bound_paper(float(loss.gamma), x_norm, rho, v_ub, vnorm(a_abs))
         return b * evaluation_slack(a.size), {"paper": b}
     if loss.gamma == 0.0:
         return 0.0, {"spectral": 0.0, "triangle": 0.0}
-    lip_fn = getattr(loss, "d2_lipschitz_abs", None)
-    if lip_fn is None:
-        a_abs += zeta
-        a_abs *= keep
-        return remainder_bound_tight(a_abs, float(getattr(loss, "gamma_exact", loss.gamma)), x_norm, rho, out=b1)
-    r = np.abs(z, out=b1)
-    r += a_abs
-    r *= 5 * U
-    r += (eta + zeta) * (1 + 8 * U)
-    r += np.multiply(a_abs, 0.5, out=b2)  # radius
-    c = np.multiply(a, 0.5, out=b2)
-    c += z
-    c_abs = np.abs(c, out=b2)
-    hi_abs = np.add(c_abs, r, out=b3)  # |ξ| over [c − r, c + r] fills [max(|c| − r, 0), |c| + r]
-    lo_abs = np.subtract(c_abs, r, out=b2)  # may be negative: the Lipschitz function clips at ξ* > 0 first
-    lip = lip_fn(lo_abs, hi_abs, out=b1, tmp=b3)
-    a_abs += zeta
-    a_abs *= keep  # rows outside D′ (their ã need not be 0 for the O(nd) solvers)
     return remainder_bound_tight(a_abs, lip, x_norm, rho, out=b1)
 
 
