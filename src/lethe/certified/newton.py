@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -451,10 +452,10 @@ def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.asarray(dsymv(1.0, A, x, lower=0))
 
 
-def _dense_pcg(M: Any, F: tuple[np.ndarray, bool | None], rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
-               tol: float,
-               max_it: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """Preconditioned CG on M v = rhs from v (e = M v − rhs), preconditioner F⁻¹; O(d²) per iteration.
+def _dense_pcg(mv: Callable[[np.ndarray], np.ndarray], F: tuple[np.ndarray, bool | None], rhs: np.ndarray,
+               v: np.ndarray, e: np.ndarray, tol: float, max_it: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Preconditioned CG on M v = rhs from v (e = M v − rhs; ``mv`` applies M), preconditioner F⁻¹; O(d²) per
+    iteration.
 
     Returns (v, e, iterations); ``e`` is the recursively updated residual (callers that certify it recompute it).
     """
@@ -467,7 +468,7 @@ def _dense_pcg(M: Any, F: tuple[np.ndarray, bool | None], rhs: np.ndarray, v: np
         rz = float(r @ zc)
         p = zc if it == 0 else zc + (rz / rz_old) * p
         rz_old = rz
-        q = M(p) if callable(M) else _mv(M, p)
+        q = mv(p)
         pq = float(p @ q)
         if not pq > 0.0:
             break
@@ -517,9 +518,7 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
     cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
     cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
-    cache.h_G = np.zeros(d)  # G̃ (w − w_a) = 0 at the anchor itself, exactly
     cache.pend_k, cache.pend_S = 0, 0.0
-    cache.h_err = 0.0
     if with_gram:
         G = dsyrk(1.0, Xa.T, trans=0, lower=0) if gram is None else np.array(gram, dtype=np.float64, copy=True)
         cache.G = np.asfortranarray(G)
@@ -527,6 +526,8 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
         cache.eps_G = 1.01 * gn * fro2
     elif with_gram is not None:
         cache.G = None
+    # anchor: G̃ (w − w_a) = 0 at the anchor itself, exactly
+    cache.h_G, cache.h_err = (np.zeros(d), 0.0) if cache.G is not None else (None, math.inf)
     cache.factor = precond_factor(cache.M)
     cache.refreshes += 1
     cache.excess_cost = 0.0
@@ -798,7 +799,8 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     if not fresh and cache is not None and cache.M is not None:
         e_M = _mv(cache.M, v) - rhs
         tol_in = max(rtol * delta_norm, 0.1 * max(share * cache.last_remainder, carry_target))
-        v, _, k_in = _dense_pcg(cache.M, F, rhs, v, e_M, tol_in, 4 * cache.max_sweeps)
+        M = cache.M
+        v, _, k_in = _dense_pcg(lambda p: _mv(M, p), F, rhs, v, e_M, tol_in, 4 * cache.max_sweeps)
         cache.iter_cost += k_in * 2 * cm.dense_op(d)
 
     def finish(v: np.ndarray, P: float, zeta_comb: float) -> tuple[np.ndarray, float, float, float]:
@@ -981,16 +983,16 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
     else:
         c_norm = 0.0
-    gv: list[np.ndarray] = []
 
-    def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float]]:
+    def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float], np.ndarray]:
+        """The step's bounds for v, and fl(G̃v) (it also advances the carried h̃)."""
         v_ub = vnorm(v) + 1.01 * U * w_new_norm
-        gv[:] = [_mv(G, v)]
-        a_sq = float(v @ gv[0]) + gq * v_ub**2
+        gv = _mv(G, v)
+        a_sq = float(v @ gv) + gq * v_ub**2
         a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
         mis, rem, cands = anchor_bounds(gamma=gamma, tau=cache.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
                                         v_norm=v_ub, a_norm=a_norm, dw_norm=dw_norm, c_norm=c_norm, mode=cfg.bound)
-        return mis, rem, v_ub, cands
+        return mis, rem, v_ub, cands, gv
 
     F = cache.factor
     assert F is not None
@@ -998,7 +1000,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     q, err_q = _mv_maintained(cache, v)
     e = q - rhs
     w_new = w + v
-    mis, rem, v_ub, cands = terms(v, vnorm(w_new))
+    mis, rem, v_ub, cands, gv = terms(v, vnorm(w_new))
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
     if e_old is not None:  # tight accounting: the measured error is carried and corrected, not accumulated
         target = max(target, cache.carry_share * cfg.budget)
@@ -1008,7 +1010,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         w_new = w + v
         q, err_q = _mv_maintained(cache, v)  # measured directly for the final v
         e = q - rhs
-        mis, rem, v_ub, cands = terms(v, vnorm(w_new))
+        mis, rem, v_ub, cands, gv = terms(v, vnorm(w_new))
     wn_new = vnorm(w_new)
     e_norm = vnorm(e)
     vn = vnorm(v)
@@ -1021,7 +1023,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
     step = e_norm + err_step + mis + rem
     # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
-    h += gv[0]
+    h += gv
     cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
                     + 1.01 * U * vnorm(h))
 
