@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
-from scipy.linalg.blas import dsyrk
 from scipy.optimize import minimize
 
 from lethe._random import RandomState, check_random_state
@@ -38,15 +37,16 @@ from lethe._validation import (
     check_positive_int,
 )
 from lethe.certified import objective as obj
-from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound, vnorm
+from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, vnorm
+from lethe.certified.data import DataMatrix, backend_of, check_data_matrix
 from lethe.certified.newton import BOUNDS, SOLVERS, NewtonCache, StepResult, compute_step, prime_cache
 from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
 from lethe.losses import Loss, get_loss
 
 
-def check_row_norms(X: np.ndarray, name: str = "X") -> None:
+def check_row_norms(X: DataMatrix, name: str = "X") -> None:
     """Raise ``ValueError`` naming the first row with ‖xᵢ‖₂ > 1 (the theory of Guo et al. 2020 needs ‖xᵢ‖ ≤ 1)."""
-    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    norms = np.sqrt(backend_of(X).row_sq_norms(X))
     bad = np.flatnonzero(norms > 1.0 + ROW_NORM_TOLERANCE)
     if bad.size:
         i = int(bad[0])
@@ -315,9 +315,10 @@ class CertifiedRemoval:
         return 1e-3 * self.budget
 
     # -- data checks ----------------------------------------------------------------------------------------
-    def check_data(self, X: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Validate a data set: finite, ‖xᵢ‖ ≤ 1 (when the loss needs it), targets valid for the loss."""
-        X = check_finite_matrix("X", X)
+    def check_data(self, X: Any, y: Any) -> tuple[DataMatrix, np.ndarray]:
+        """Validate a data set: finite, ‖xᵢ‖ ≤ 1 (when the loss needs it), targets valid for the loss. X may be a
+        dense array or a SciPy sparse matrix (:func:`~lethe.certified.data.check_data_matrix`)."""
+        X = check_data_matrix("X", X)
         yv = check_finite_matrix("y", y, ndim=1)
         if X.shape[0] != yv.shape[0]:
             raise ValueError(f"X and y must have the same number of rows. Found {X.shape[0]} and {yv.shape[0]}.")
@@ -328,7 +329,7 @@ class CertifiedRemoval:
         return X, self.loss_.check_targets(yv)
 
     # -- Algorithm 1 ----------------------------------------------------------------------------------------
-    def _solve(self, X: np.ndarray, y: np.ndarray, b: np.ndarray,
+    def _solve(self, X: DataMatrix, y: np.ndarray, b: np.ndarray,
                w0: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """argmin_w L_b(w; D) to gradient norm ≤ tol: L-BFGS, then Newton polishing (exact for γ = 0)."""
         n, d = X.shape
@@ -355,11 +356,12 @@ class CertifiedRemoval:
                                f"{np.linalg.norm(g):.3g}. Increase max_iter or tol.")
         return w, iterations
 
-    def _residual_with_allowance(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, b: np.ndarray) -> float:
+    def _residual_with_allowance(self, w: np.ndarray, X: DataMatrix, y: np.ndarray, b: np.ndarray) -> float:
         n, d = X.shape
+        B = backend_of(X)
         g = obj.objective_grad(w, X, y, self.loss_, self.lam, b)
-        d1 = self.loss_.d1(X @ w, y)
-        fro = math.sqrt(float(np.einsum("ij,ij->", X, X)))
+        d1 = self.loss_.d1(B.matvec(X, w), y)
+        fro = math.sqrt(B.frobenius_sq(X))
         return vnorm(g) + rounding_allowance(
             n, d, fro * vnorm(d1), self.lam * n * vnorm(w), vnorm(b),
             float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * vnorm(w))
@@ -379,7 +381,7 @@ class CertifiedRemoval:
         return state, self._certificate("train", state, step=state.residual_bound, retrained=False, removed=(),
                                         worst=math.nan, solve_error=0.0, seconds=time.perf_counter() - t0)
 
-    def _train_checked(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, retrainings: int, *,
+    def _train_checked(self, X: DataMatrix, y: np.ndarray, rng: np.random.Generator, retrainings: int, *,
                        x_norm: float | None = None, cache: NewtonCache | None = None) -> ModelState:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
@@ -389,17 +391,18 @@ class CertifiedRemoval:
             raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {self.budget:.3g}; "
                                "lower tol.")
         gram = None
-        if cache is not None and self.solver == "anchor" and d <= n:
-            gram = dsyrk(1.0, X.T, trans=0, lower=0)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
+        B = backend_of(X)
+        if cache is not None and self.solver == "anchor" and d <= n and not B.matrix_free(X):
+            gram = B.gram(X)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
         if x_norm is None or not math.isfinite(x_norm):
-            x_norm = spectral_norm_upper_bound(X, gram=gram)
+            x_norm = B.spectral_norm_bound(X, gram=gram)
         state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
                            retrainings=retrainings, train_iterations=iterations)
         if cache is not None:
             prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram)
         return state
 
-    def prime(self, cache: NewtonCache, state: ModelState, X: np.ndarray, y: np.ndarray,
+    def prime(self, cache: NewtonCache, state: ModelState, X: DataMatrix, y: np.ndarray,
               active: np.ndarray | None = None) -> None:
         """Prepare ``cache`` for removals from ``state`` on the rows ``active`` of (X, y) (one data pass).
 
@@ -409,7 +412,7 @@ class CertifiedRemoval:
         prime_cache(self, state, X, y, active, cache)
 
     # -- Eq. 3 / Eq. 6 with their certificates, and Algorithm 2 -----------------------------------------------
-    def newton_step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+    def newton_step(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                     cache: NewtonCache | None = None) -> tuple[np.ndarray, float, float, float]:
         """The (batch) Newton removal step w⁻ = w + v, v ≈ H⁻¹Δ (Eq. 3, 6), and its certified residual increment.
 
@@ -423,12 +426,12 @@ class CertifiedRemoval:
         r = compute_step(self, state, X, y, keep, idx, cache)
         return r.w_new, r.step_bound, r.worst_case, r.solve_error
 
-    def step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+    def step(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
              cache: NewtonCache | None = None) -> StepResult:
         """As :meth:`newton_step`, returning the full :class:`~lethe.certified.newton.StepResult`."""
         return compute_step(self, state, X, y, keep, idx, cache)
 
-    def _propose(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+    def _propose(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
         r = compute_step(self, state, X, y, keep, idx, cache)
@@ -440,11 +443,11 @@ class CertifiedRemoval:
                          + idx.size, retrainings=state.retrainings, train_iterations=state.train_iterations)
         return new, r
 
-    def retrain(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, rng: np.random.Generator,
+    def retrain(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, rng: np.random.Generator,
                 cache: NewtonCache | None = None) -> ModelState:
         """Alg. 2 line 17: retrain on the rows ``keep`` with a fresh b (reusing the ‖X‖₂ bound: rows were only
         removed), and re-prime ``cache`` for the new model."""
-        new = self._train_checked(X[keep], y[keep], rng, retrainings=state.retrainings + 1,
+        new = self._train_checked(backend_of(X).subset(X, keep), y[keep], rng, retrainings=state.retrainings + 1,
                                   x_norm=state.x_norm_bound)
         if cache is not None:
             cache.reset()
@@ -545,7 +548,7 @@ class CertifiedRemoval:
             calibration=self.calibration, solver=self.solver, **extra)
 
 
-def exact_residual(config: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray) -> float:
+def exact_residual(config: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray) -> float:
     """‖∇L_b(w; D)‖₂ for the current data: the quantity every certificate bounds (for tests and audits)."""
     return float(np.linalg.norm(obj.objective_grad(state.w, X, y, config.loss_, config.lam, state.b)))
 

@@ -63,6 +63,7 @@ from lethe.certified.bounds import (
     vnorm,
     worst_case_bound,
 )
+from lethe.certified.data import DataMatrix, backend_of, is_dense
 from lethe.losses import LogisticLoss
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,7 +110,7 @@ class CostModel:
         return 3.0 * max(iterations, 1) * self.data_pass(n, d) + 2.0 * self.hessian(n, d)
 
 
-def _sync_key(X: np.ndarray, w: np.ndarray, active: np.ndarray) -> tuple[Any, ...]:
+def _sync_key(X: DataMatrix, w: np.ndarray, active: np.ndarray) -> tuple[Any, ...]:
     """What a cache must match to be reused (besides the data array itself, held by weak reference): its shape,
     the exact bytes of w, and the active-row mask."""
     return (X.shape, hash(np.ascontiguousarray(w).tobytes()), active.shape[0], hash(np.packbits(active).tobytes()))
@@ -234,7 +235,7 @@ class NewtonCache:
     def _clear_state(self) -> None:
         self.kind: str | None = None
         self._key: tuple[Any, ...] | None = None
-        self._xref: weakref.ref[np.ndarray] | None = None
+        self._xref: weakref.ref[Any] | None = None
         self.z: np.ndarray | None = None
         self.eta = math.inf
         self.row_norm_max: float | None = None
@@ -307,7 +308,7 @@ class NewtonCache:
         self.factor = None
         self._clear_state()
 
-    def matches(self, X: np.ndarray, w: np.ndarray, active: np.ndarray, kind: str) -> bool:
+    def matches(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, kind: str) -> bool:
         """Whether the cache was last advanced, by a ``kind`` solver, to exactly these weights, rows and data array
         (the same object: a weak reference, so a new array at a recycled address does not match)."""
         return (self.kind == kind and self._key is not None and self._xref is not None and self._xref() is X
@@ -316,7 +317,7 @@ class NewtonCache:
     def _mark_dirty(self) -> None:
         self._key = None
 
-    def _advance(self, X: np.ndarray, w: np.ndarray, active: np.ndarray) -> None:
+    def _advance(self, X: DataMatrix, w: np.ndarray, active: np.ndarray) -> None:
         self._xref = weakref.ref(X)
         self._key = _sync_key(X, w, active)
 
@@ -359,21 +360,22 @@ class StepResult:
 # -- shared pieces ---------------------------------------------------------------------------------------------------
 
 
-def _row_norm_max(cfg: CertifiedRemoval, X: np.ndarray, cache: NewtonCache | None) -> float:
+def _row_norm_max(cfg: CertifiedRemoval, X: DataMatrix, cache: NewtonCache | None) -> float:
     """ρ ≥ maxᵢ ‖xᵢ‖: 1 + tolerance when the loss needs unit rows (checked at input), else computed once."""
     if cfg.loss_.gamma != 0.0:
         return ROW_NORM_MAX
     if cache is not None and cache.row_norm_max is not None:
         return cache.row_norm_max
-    rho = math.sqrt(float(np.max(np.einsum("ij,ij->i", X, X), initial=0.0))) * (1.0 + 4.0 * U * X.shape[1]) + 1e-300
+    sq = backend_of(X).row_sq_norms(X)
+    rho = math.sqrt(float(np.max(sq, initial=0.0))) * (1.0 + 4.0 * U * X.shape[1]) + 1e-300
     if cache is not None:
         cache.row_norm_max = rho
     return rho
 
 
-def _margins(X: np.ndarray, w: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
+def _margins(X: DataMatrix, w: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
     """Margins z = fl(X w) computed afresh and η ≥ maxᵢ |z̃ᵢ − xᵢᵀw| (Higham: γ_{d+2} ρ ‖w‖ for rows ‖xᵢ‖ ≤ ρ)."""
-    return X @ w, gamma_k(X.shape[1] + 2) * rho * vnorm(w)
+    return backend_of(X).matvec(X, w), gamma_k(X.shape[1] + 2) * rho * vnorm(w)
 
 
 def _x_norm(state: ModelState, n_rows: int, rho: float) -> float:
@@ -415,6 +417,8 @@ def cho_solve(F: tuple[np.ndarray, bool | None], b: np.ndarray, check_finite: bo
     :func:`precond_factor` (``lower`` is ``None``) by one symmetric matrix-vector product. Used only for
     preconditioners and initial guesses: certificates never rely on the accuracy of this solve."""
     c, lower = F
+    if c.ndim == 1:  # :func:`jacobi_preconditioner`: the inverse diagonal
+        return c * b
     if lower is None:
         scale = float(np.max(np.abs(b), initial=0.0))  # the product is linear: scale into float32's range
         if scale == 0.0 or not np.isfinite(scale):
@@ -424,6 +428,17 @@ def cho_solve(F: tuple[np.ndarray, bool | None], b: np.ndarray, check_finite: bo
     if lower:
         return np.asarray(dtrsv(c, dtrsv(c, b, lower=1, trans=0), lower=1, trans=1))
     return np.asarray(dtrsv(c, dtrsv(c, b, lower=0, trans=1), lower=0, trans=0))
+
+
+MATRIX_FREE_MAX_ITER = 500
+
+
+def jacobi_preconditioner(diag: np.ndarray) -> tuple[np.ndarray, None]:
+    """The Jacobi preconditioner diag(H)⁻¹ in the form :func:`cho_solve` applies (a 1-D array: O(d) memory and
+    time). For matrix-free solves only; certificates never depend on it (the solve error is measured)."""
+    diag = np.asarray(diag, dtype=np.float64)
+    safe = np.where(diag > 0.0, diag, float(np.max(diag, initial=1.0)) or 1.0)
+    return 1.0 / safe, None
 
 
 def precond_factor(M: np.ndarray) -> tuple[np.ndarray, None]:
@@ -479,7 +494,7 @@ def _dense_pcg(mv: Callable[[np.ndarray], np.ndarray], F: tuple[np.ndarray, bool
     return v, e, it
 
 
-def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
+def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: DataMatrix, y: np.ndarray, active: np.ndarray,
                  cache: NewtonCache, *, with_gram: bool | None, gram: np.ndarray | None = None,
                  margins: np.ndarray | None = None) -> None:
     """Form the anchor system at w_a = w on the rows ``active`` (one O(n d²) pass) and factorise it.
@@ -498,18 +513,18 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     n_act = int(np.count_nonzero(active))
     rho = _row_norm_max(cfg, X, cache)
     all_rows = bool(active.all())
-    Xa = X if all_rows else X[active]
+    B = backend_of(X)
+    Xa = X if all_rows else B.subset(X, active)
     if margins is None:
-        z = Xa @ w
+        z = B.matvec(Xa, w)
     else:
         z = margins if all_rows else margins[active]
     s_act = loss.d2(z, y if all_rows else y[active])
     s_hat = np.zeros(n_rows)
     s_hat[active] = s_act
-    Zt = (np.sqrt(s_act)[:, None] * Xa).T  # d × n′, a Fortran-contiguous view: no copy for BLAS
-    M = dsyrk(1.0, Zt, trans=0, lower=0)
+    M = B.gram(Xa, s_act)  # upper triangle of X′ᵀ diag(ŝ) X′
     M[np.diag_indices(d)] += lam * n_act
-    fro2 = float(np.einsum("ij,ij->", Xa, Xa))
+    fro2 = B.frobenius_sq(Xa)
     s_max = float(np.max(s_act, initial=0.0))
     gn = gamma_k(n_act + 2)
     cache.w_anchor = np.array(w, dtype=np.float64, copy=True)
@@ -520,7 +535,7 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
     cache.pend_k, cache.pend_S = 0, 0.0
     if with_gram:
-        G = dsyrk(1.0, Xa.T, trans=0, lower=0) if gram is None else np.array(gram, dtype=np.float64, copy=True)
+        G = B.gram(Xa) if gram is None else np.array(gram, dtype=np.float64, copy=True)
         cache.G = np.asfortranarray(G)
         cache.fro_G = _fro_sym_upper(cache.G) * (1.0 + 1e-10)
         cache.eps_G = 1.01 * gn * fro2
@@ -535,7 +550,7 @@ def build_anchor(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.ndar
     cache.removals_since_refresh = 0
 
 
-def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *, track: bool) -> None:
+def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, track: bool) -> None:
     """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, reading only those rows. Without
     ``track`` the rank-one updates of the upper triangle are applied at once (O(d²) per row). With ``track``
     (``anchor``, ``onepass``) the rows √ŝⱼ xⱼ are queued and folded into M by one rank-k update every
@@ -549,10 +564,11 @@ def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *,
         cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
         cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
     M = cache.M
-    for j in idx:
+    XR = backend_of(X).take(X, idx)  # only the removed rows are read
+    for t, j in enumerate(idx):
         sj = float(cache.s_hat[j])
         if sj != 0.0:
-            xj = np.ascontiguousarray(X[j])
+            xj = XR[t]
             if not track:
                 M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
             else:
@@ -699,7 +715,7 @@ def _remainder(cfg: CertifiedRemoval, keep: np.ndarray, z: np.ndarray, eta: floa
 # -- solvers with the exact Hessian (cholesky, refine, pcg) --------------------------------------------------------
 
 
-def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
+def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                        idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Newton step with the exact Hessian at w: measured solve error + remainder bound (module docstring).
 
@@ -707,9 +723,16 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     iterations (preconditioner: the cached factor F); the outer iterations (iterative refinement or PCG on the exact
     H, preconditioner F, one Hessian-vector product = two data passes each) run only while the *measured* solve
     error exceeds ``budget_share`` of the remainder bound.
+
+    Matrix-free (``backend_of(X).matrix_free(X)``: sparse or distributed data with many features): no d × d matrix;
+    the preconditioner is the Jacobi diagonal of H (O(d)) and PCG iterates until the measured solve error meets
+    the same target (at most :data:`MATRIX_FREE_MAX_ITER` Hessian-vector products). The certificate is the same:
+    it never depends on the preconditioner.
     """
     loss, lam = cfg.loss_, cfg.lam
     n_rows, d = X.shape
+    B = backend_of(X)
+    matrix_free = B.matrix_free(X)
     n_new = int(np.count_nonzero(keep))
     m = int(idx.size)
     w = state.w
@@ -721,7 +744,7 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     passes = 0.0
     refreshed = ""
 
-    Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
+    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
     delta_norm = vnorm(Delta)
 
     active_before = keep.copy()
@@ -755,9 +778,9 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     sqrt_n = math.sqrt(n_new)
 
     def hvp(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        ap = X @ p
+        ap = B.matvec(X, p)
         g = s * ap
-        q = X.T @ g + lam_n * p
+        q = B.rmatvec(X, g) + lam_n * p
         p_norm = vnorm(p)
         ap_err = gd * rho * p_norm * sqrt_n  # ‖ã_p − X′p‖ on the rows of D′ (others carry s = 0)
         ap_ub = vnorm(ap[keep]) + ap_err
@@ -774,7 +797,16 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
     # -- preconditioner F and initial guess v₀
     refresh_cost = cm.hessian(n_new, d) + cm.cholesky(d)
     fresh = False
-    if cfg.solver == "cholesky" or cache is None:
+    if matrix_free:
+        if cache is not None and cache.factor is not None and cache.factor[0].shape == (d,):
+            F = cache.factor  # the Jacobi diagonal of an earlier Hessian: still a preconditioner
+        else:
+            F = jacobi_preconditioner(B.diag_gram(X, s) + lam_n)
+            passes += 1
+            if cache is not None:
+                cache.factor = F
+                cache.refreshes += 1
+    elif cfg.solver == "cholesky" or cache is None:
         F = cho_factor(obj.hessian(w, X, y, loss, lam, mask=keep), check_finite=False)
         passes += d / 4.0
         fresh = True
@@ -791,6 +823,8 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
         assert cache.factor is not None
         F = cache.factor
     max_it = 0 if cfg.solver == "cholesky" or cache is None else cache.max_sweeps
+    if matrix_free:
+        max_it = MATRIX_FREE_MAX_ITER
     rtol = cache.rtol if cache is not None else 1e-12
     share = cache.budget_share if cache is not None else 1e-2
 
@@ -858,7 +892,12 @@ def exact_hessian_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, 
 
     v, a, e, err_e, w_new, wn_new, zeta, rem_c, it, target = solve_from(v, max_it)
     passes += 2 + 2 * it
-    if (cache is not None and not fresh and vnorm(e) > target and cfg.refresh != "never"):
+    if cache is not None and matrix_free and vnorm(e) > target and cfg.refresh != "never":
+        # a fresh Jacobi diagonal at w for the next removals (this step's bound already covers its error)
+        cache.factor = jacobi_preconditioner(B.diag_gram(X, s) + lam_n)
+        cache.refreshes += 1
+        passes += 1
+    elif (cache is not None and not fresh and not matrix_free and vnorm(e) > target and cfg.refresh != "never"):
         # the preconditioner has gone stale: rebuild the anchor system at the current point and solve again
         build_anchor(cfg, w, X, y, keep, cache, with_gram=False)
         refreshed = "hessian"
@@ -934,7 +973,7 @@ def _solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.
     return v, e, it, refac
 
 
-def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
+def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                 idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Newton-type step with the maintained anchor Hessian, certified without a pass over the data."""
     loss, lam, w = cfg.loss_, cfg.lam, state.w
@@ -960,7 +999,7 @@ def anchor_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     rho = _row_norm_max(cfg, X, cache)
     x_norm = _x_norm(state, n_rows, rho)
 
-    Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
+    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
     delta_norm = vnorm(Delta)
     e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
     rhs = Delta if e_old is None else Delta - e_old
@@ -1159,7 +1198,7 @@ def single_pass_transpose(X32: np.ndarray, p: np.ndarray, rho: float, block: int
     return q, err + math.sqrt(d) * 2.0**-1070
 
 
-def _flush(cache: NewtonCache, X: np.ndarray, w: np.ndarray, x_norm: float, rho: float, *, margins: bool) -> None:
+def _flush(cache: NewtonCache, X: DataMatrix, w: np.ndarray, x_norm: float, rho: float, *, margins: bool) -> None:
     """Apply the pending mismatch: ē = E + X′ᵀP becomes E ← fl(E + q̃), q̃ ≈ X′ᵀP from one single-precision pass
     (:func:`single_pass_transpose`, its error added to the carried error bound), P ← 0; and recompute the margins
     at w: with ``margins`` as z = fl(X w) (one double-precision pass, error the dot-product bound; also the new
@@ -1216,7 +1255,7 @@ def _prime_onepass(cfg: CertifiedRemoval, w: np.ndarray, X: np.ndarray, y: np.nd
     cache.since_flush = 0
 
 
-def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
+def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                  idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Newton step with the anchor Hessian M and the *exact* mismatch, one single-precision pass (§5b).
 
@@ -1253,7 +1292,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
     X32, P, z, eta = cache.X32, cache.P, cache.z, cache.eta
     assert X32 is not None and P is not None and z is not None
 
-    Delta, err_Delta = _removed_gradient(cfg, w, X[idx], y[idx], rho)
+    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
     delta_norm = vnorm(Delta)
     e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
     if e_old is not None:
@@ -1261,7 +1300,7 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         # X_D′ᵀ P + Σ_{j∈R} Pⱼ xⱼ
         PR = P[idx]
         if np.any(PR != 0.0):
-            fold = X[idx].T @ PR
+            fold = backend_of(X).take(X, idx).T @ PR
             e_old = e_old + fold
             eps_old += (rho * math.sqrt(m) * cache.p_err + gamma_k(m + 2) * rho * float(np.sum(np.abs(PR)))
                         + 2 * U * (vnorm(e_old) + vnorm(fold)))
@@ -1380,9 +1419,23 @@ def onepass_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
                       data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)
 
 
-def compute_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray,
+def check_solver_supports(solver: str, X: DataMatrix) -> None:
+    """Refuse, naming the rule, a solver that the data's backend cannot run: ``onepass`` keeps a float32 copy of
+    dense rows; ``cholesky`` and ``anchor`` keep d × d matrices, which a matrix-free backend (many features) must
+    not form."""
+    B = backend_of(X)
+    if solver == "onepass" and not is_dense(X):
+        raise ValueError(f"solver='onepass' needs a dense NumPy data matrix (it keeps a float32 copy of the rows). "
+                         f"Found a {B.name} matrix; use solver='pcg'.")
+    if solver in ("cholesky", "anchor") and B.matrix_free(X):
+        raise ValueError(f"solver={solver!r} keeps d x d matrices, which a {B.name} matrix with {X.shape[1]} "
+                         f"features must not form. Use solver='pcg' (matrix-free).")
+
+
+def compute_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                  idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Dispatch on ``cfg.solver``. On an exception the cache is reset (its in-place updates may be half done)."""
+    check_solver_supports(cfg.solver, X)
     try:
         if cfg.solver == "anchor":
             return anchor_step(cfg, state, X, y, keep, idx, cache)
@@ -1395,7 +1448,7 @@ def compute_step(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.
         raise
 
 
-def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.ndarray, active: np.ndarray,
+def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, active: np.ndarray,
                 cache: NewtonCache, gram: np.ndarray | None = None) -> None:
     """Prepare ``cache`` for removals from ``state`` (after training), so the first removal is fast.
 
@@ -1404,6 +1457,7 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     """
     cache.reset()
     n_rows, d = X.shape
+    check_solver_supports(cfg.solver, X)
     if cfg.solver == "anchor":
         cache.kind = "anchor"
         build_anchor(cfg, state.w, X, y, active, cache, with_gram=True, gram=gram)
@@ -1413,7 +1467,7 @@ def prime_cache(cfg: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
         rho = _row_norm_max(cfg, X, cache)
         cache.kind = "exact"
         cache.z, cache.eta = _margins(X, state.w, rho)
-        if cfg.solver != "cholesky":
+        if cfg.solver != "cholesky" and not backend_of(X).matrix_free(X):
             build_anchor(cfg, state.w, X, y, active, cache, with_gram=False, margins=cache.z)
     if cfg.bound == "tight":
         cache.carry_e = np.zeros(d)

@@ -1,0 +1,297 @@
+"""The data interface: every operation the certified-removal mechanisms perform on the data matrix X.
+
+Solvers, bounds and training never touch X except through a :class:`DataBackend` (``backend_of(X)``), so the same
+mechanism runs on
+
+* a dense NumPy array (:class:`DenseBackend`, the original code moved here),
+* a SciPy CSR matrix (:class:`SparseBackend`, memory O(nnz + d), matrix-free for large d),
+* a Dask array (:mod:`lethe.certified.dask_backend`, map-reduce over row chunks on a ``dask.distributed`` cluster).
+
+A backend is stateless: its methods take the data matrix as their first argument. The matrix object itself keys the
+caches of :mod:`lethe.certified.cache` (a weak reference), exactly as before.
+
+Rounding (Higham 2002, §3.1, any summation order or tree, with or without fused multiply-add; γ_k = k u/(1 − k u),
+u = 2⁻⁵³; ρ ≥ maxᵢ ‖xᵢ‖; ``k = dot_terms(X)`` ≤ d the number of products in one entry of X v):
+
+========================  ======================================================================================
+operation                 error bound of the computed value (exact-arithmetic quantity on the right)
+========================  ======================================================================================
+``matvec(X, v)``          |fl(Xv)ᵢ − xᵢᵀv| ≤ γ_k Σⱼ|xᵢⱼ vⱼ| ≤ γ_k ρ ‖v‖ per entry
+``rmatvec(X, g)``         ‖fl(Xᵀg) − Xᵀg‖₂ ≤ γ_n ‖ |X|ᵀ|g| ‖₂ ≤ γ_n ‖X‖_F ‖g‖ (a chunked sum is one summation tree)
+``gram(X, s)``            ‖fl(Xᵀ diag(s) X) − Xᵀ diag(s) X‖_F ≤ (γ_{n+2} + 6u) max s ‖X‖_F² (s ≥ 0)
+``row_sq_norms(X)``       |fl(‖xᵢ‖²) − ‖xᵢ‖²| ≤ γ_k ‖xᵢ‖²
+``frobenius_sq(X)``       |fl(‖X‖_F²) − ‖X‖_F²| ≤ γ_{nd} ‖X‖_F²
+``spectral_norm_bound``   an upper bound on ‖X‖₂ (never an estimate): see each implementation
+``take(X, rows)``         exact (a copy of the rows)
+``diag_gram(X, s)``       only a preconditioner: no bound needed (certificates never rely on it)
+========================  ======================================================================================
+
+The single-precision passes of the ``onepass`` solver (:mod:`lethe.certified.single`) read a float32 copy made by
+``to_float32``; their error bounds are derived there.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg.blas import dsyrk
+
+from lethe._validation import check_finite_matrix
+from lethe.certified.bounds import UNIT_ROUNDOFF, gamma_k, spectral_norm_upper_bound
+
+#: Any data matrix a backend accepts (numpy.ndarray, scipy.sparse CSR matrix or array, dask.array.Array).
+DataMatrix = Any
+
+#: Above this many features, non-dense backends use matrix-free solvers (no d × d matrix is formed).
+MATRIX_FREE_MIN_FEATURES = 2048
+
+U = UNIT_ROUNDOFF
+
+
+@runtime_checkable
+class DataBackend(Protocol):
+    """The operations on X that the mechanisms need (module docstring: their rounding bounds)."""
+
+    name: str
+
+    def matvec(self, X: DataMatrix, v: np.ndarray) -> np.ndarray:
+        """X v as a NumPy n-vector."""
+
+    def rmatvec(self, X: DataMatrix, g: np.ndarray) -> np.ndarray:
+        """Xᵀ g as a NumPy d-vector."""
+
+    def gram(self, X: DataMatrix, s: np.ndarray | None = None) -> np.ndarray:
+        """Xᵀ diag(s) X (s ≥ 0; XᵀX if ``s`` is None): a d × d Fortran array whose *upper* triangle is valid."""
+
+    def diag_gram(self, X: DataMatrix, s: np.ndarray) -> np.ndarray:
+        """The diagonal of Xᵀ diag(s) X, Σᵢ sᵢ xᵢⱼ² (for preconditioners only)."""
+
+    def row_sq_norms(self, X: DataMatrix) -> np.ndarray:
+        """‖xᵢ‖² for every row."""
+
+    def frobenius_sq(self, X: DataMatrix) -> float:
+        """‖X‖_F²."""
+
+    def spectral_norm_bound(self, X: DataMatrix, gram: np.ndarray | None = None) -> float:
+        """A certified upper bound on ‖X‖₂."""
+
+    def take(self, X: DataMatrix, rows: np.ndarray) -> np.ndarray:
+        """The rows ``rows`` as a dense float64 (m × d) array (a removal reads only these)."""
+
+    def subset(self, X: DataMatrix, mask: np.ndarray) -> DataMatrix:
+        """The rows where ``mask`` is true, in the same representation (retraining on D′)."""
+
+    def zero_rows(self, X: DataMatrix, rows: np.ndarray) -> None:
+        """Overwrite the rows ``rows`` with zeros in place (the data of removed records is destroyed)."""
+
+    def dot_terms(self, X: DataMatrix) -> int:
+        """k: an upper bound on the number of products in one entry of X v (d for dense rows)."""
+
+    def matrix_free(self, X: DataMatrix) -> bool:
+        """Whether solvers must avoid d × d matrices for this X."""
+
+    def to_float32(self, X: DataMatrix) -> DataMatrix:
+        """A single-precision copy for the single-precision passes."""
+
+
+class DenseBackend:
+    """NumPy arrays: BLAS products; the spectral bound from the eigenvalues of the smaller Gram matrix
+    (:func:`~lethe.certified.bounds.spectral_norm_upper_bound`)."""
+
+    name = "dense"
+
+    def matvec(self, X: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return X @ v
+
+    def rmatvec(self, X: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return X.T @ g
+
+    def gram(self, X: np.ndarray, s: np.ndarray | None = None) -> np.ndarray:
+        # symmetric rank-n update (BLAS syrk, n d² flops); Zᵀ is a Fortran-contiguous view: no copy for BLAS
+        Zt = X.T if s is None else (np.sqrt(s)[:, None] * X).T
+        return np.asfortranarray(dsyrk(1.0, Zt, trans=0, lower=0))
+
+    def diag_gram(self, X: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return np.asarray(np.einsum("ij,ij,i->j", X, X, s))
+
+    def row_sq_norms(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(np.einsum("ij,ij->i", X, X))
+
+    def frobenius_sq(self, X: np.ndarray) -> float:
+        return float(np.einsum("ij,ij->", X, X))
+
+    def spectral_norm_bound(self, X: np.ndarray, gram: np.ndarray | None = None) -> float:
+        return spectral_norm_upper_bound(X, gram=gram)
+
+    def take(self, X: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(X[rows], dtype=np.float64)
+
+    def subset(self, X: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return X[mask]
+
+    def zero_rows(self, X: np.ndarray, rows: np.ndarray) -> None:
+        X[rows] = 0.0
+
+    def dot_terms(self, X: np.ndarray) -> int:
+        return int(X.shape[1])
+
+    def matrix_free(self, X: np.ndarray) -> bool:
+        return False
+
+    def to_float32(self, X: np.ndarray) -> np.ndarray:
+        return X.astype(np.float32)
+
+
+class SparseBackend:
+    """SciPy CSR matrices (float64, canonical: sorted indices, no duplicates). Memory O(nnz + d): no dense copy,
+    and for d > :data:`MATRIX_FREE_MIN_FEATURES` no d × d matrix either (:meth:`matrix_free`).
+
+    The products are SciPy's CSR kernels: each entry of X v is a dot product over the row's stored entries
+    (k = max nnz per row ≤ d terms), each entry of Xᵀ g a sum over ≤ n rows; the bounds of the module docstring
+    hold with these k and n. ``spectral_norm_bound`` is the matrix-free Collatz–Wielandt bound
+    (:func:`collatz_wielandt_bound`) capped by the Frobenius norm.
+    """
+
+    name = "sparse"
+
+    def matvec(self, X: sp.csr_matrix, v: np.ndarray) -> np.ndarray:
+        return np.asarray(X @ v, dtype=np.float64)
+
+    def rmatvec(self, X: sp.csr_matrix, g: np.ndarray) -> np.ndarray:
+        return np.asarray(X.T @ g, dtype=np.float64)
+
+    def gram(self, X: sp.csr_matrix, s: np.ndarray | None = None) -> np.ndarray:
+        # each entry Σᵢ sᵢ xᵢⱼ xᵢₖ is a sum of ≤ n products of three factors: the dense bound holds
+        Z = X if s is None else sp.csr_matrix(sp.diags(np.sqrt(s)) @ X)
+        G = (Z.T @ Z).toarray()
+        return np.asfortranarray(G)
+
+    def diag_gram(self, X: sp.csr_matrix, s: np.ndarray) -> np.ndarray:
+        return np.asarray(X.multiply(X).T @ s, dtype=np.float64).ravel()
+
+    def row_sq_norms(self, X: sp.csr_matrix) -> np.ndarray:
+        return np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel()
+
+    def frobenius_sq(self, X: sp.csr_matrix) -> float:
+        return float(np.dot(X.data, X.data))
+
+    def spectral_norm_bound(self, X: sp.csr_matrix, gram: np.ndarray | None = None) -> float:
+        return min(collatz_wielandt_bound(X, self), frobenius_bound(X, self))
+
+    def take(self, X: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(X[np.asarray(rows)].toarray(), dtype=np.float64)
+
+    def subset(self, X: sp.csr_matrix, mask: np.ndarray) -> sp.csr_matrix:
+        return sp.csr_matrix(X[np.flatnonzero(mask)])
+
+    def zero_rows(self, X: sp.csr_matrix, rows: np.ndarray) -> None:
+        # the stored values of the rows become 0 (the sparsity pattern, not the values, stays: O(nnz of the rows))
+        for i in np.asarray(rows):
+            X.data[X.indptr[i]:X.indptr[i + 1]] = 0.0
+
+    def dot_terms(self, X: sp.csr_matrix) -> int:
+        return max(int(np.max(np.diff(X.indptr), initial=0)), 1)
+
+    def matrix_free(self, X: sp.csr_matrix) -> bool:
+        return int(X.shape[1]) > MATRIX_FREE_MIN_FEATURES
+
+    def to_float32(self, X: sp.csr_matrix) -> sp.csr_matrix:
+        return sp.csr_matrix(X, dtype=np.float32)
+
+
+def frobenius_bound(X: DataMatrix, backend: DataBackend) -> float:
+    """‖X‖₂ ≤ ‖X‖_F, with the computed ‖X‖_F² inflated by its rounding (γ_{nd}) and the square root's."""
+    n, d = (int(s) for s in X.shape)
+    fro2 = backend.frobenius_sq(X)
+    return math.sqrt(fro2 * (1.0 + 2.0 * gamma_k(n * max(d, 1) + 2))) * (1.0 + 2 * U)
+
+
+def collatz_wielandt_bound(X: DataMatrix, backend: DataBackend, iterations: int = 30) -> float:
+    """A certified upper bound on ‖X‖₂ with matrix-vector products only (no Xᵀ X, no d × d matrix).
+
+    Theory. ‖X‖₂² = ρ(XᵀX) ≤ ρ(B) with B = |X|ᵀ|X| entrywise non-negative, since |XᵀX| ≤ B entrywise and the
+    spectral radius is monotone on non-negative matrices (Horn & Johnson, Thm 8.1.18). For every vector u > 0 the
+    Collatz–Wielandt inequality (Horn & Johnson, Thm 8.1.26) gives ρ(B) ≤ maxⱼ (Bu)ⱼ/uⱼ. Every u > 0 gives a valid
+    bound; power iteration on B only makes it smaller (to ρ(B), = ‖X‖₂² when X ≥ 0, e.g. TF-IDF features). The
+    minimum over the iterates is returned. A *lower* estimate (a Rayleigh quotient) is never used.
+
+    Rounding. t̃ = fl(|X|u) and s̃ = fl(|X|ᵀt̃) are sums of non-negative terms, so fl ≥ (1 − γ)·exact:
+    (Bu)ⱼ ≤ (s̃ⱼ + τ)/((1 − γ_k)(1 − γ_n)), τ covering underflow (≤ 2⁻¹⁰⁷⁴ per operation, at most n(k + 1)
+    operations per entry times the largest factor); the ratio, maximum, square root and final product add ≤ 4u.
+    """
+    n, d = (int(s) for s in X.shape)
+    if n == 0 or d == 0:
+        return 0.0
+    A = abs(X)
+    k = backend.dot_terms(X)
+    u = np.ones(d)
+    shrink = (1.0 - gamma_k(k + 1)) * (1.0 - gamma_k(n + 1))
+    xmax = float(_abs_max(X))
+    if xmax == 0.0:
+        return 0.0
+    best = math.inf
+    for _ in range(max(iterations, 1)):
+        t = backend.matvec(A, u)
+        s = backend.rmatvec(A, t)
+        tau = 2.0**-1070 * n * (k + 1) * max(xmax, 1.0) ** 2 * max(float(np.max(u)), 1.0)
+        ratio = float(np.max((s + tau) / u)) / shrink * (1.0 + 4 * U)
+        best = min(best, ratio)
+        top = float(np.max(s))
+        if not top > 0.0 or not math.isfinite(top):
+            break
+        # next positive iterate: s/‖s‖∞, floored so that u > 0 (zero columns of |X| would leave zeros)
+        u = np.maximum(s / top, 1e-12)
+    return math.sqrt(best) * (1.0 + 2 * U)
+
+
+def _abs_max(X: DataMatrix) -> float:
+    if sp.issparse(X):
+        return float(np.max(np.abs(X.data), initial=0.0))
+    return float(np.max(abs(X)))
+
+
+DENSE = DenseBackend()
+SPARSE = SparseBackend()
+
+
+def backend_of(X: DataMatrix) -> DataBackend:
+    """The backend for a data matrix: dense NumPy or SciPy sparse."""
+    if isinstance(X, np.ndarray):
+        return DENSE
+    if sp.issparse(X):
+        return SPARSE
+    raise TypeError(f"X must be a NumPy array, a SciPy sparse matrix or a Dask array. Found {type(X).__name__}.")
+
+
+def check_data_matrix(name: str, X: Any) -> DataMatrix:
+    """Validate a data matrix for the mechanisms: a SciPy sparse matrix becomes a canonical float64 CSR matrix
+    (sorted indices, duplicates summed) with finite stored values; anything else a finite float64 NumPy array
+    (:func:`lethe._validation.check_finite_matrix`)."""
+    if sp.issparse(X):
+        if X.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D matrix. Found shape {X.shape}.")
+        try:
+            A = sp.csr_matrix(X, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a numeric sparse matrix. Could not convert: {exc}") from exc
+        A.sum_duplicates()
+        A.sort_indices()
+        if not np.all(np.isfinite(A.data)):
+            bad = int(np.flatnonzero(~np.isfinite(A.data))[0])
+            row = int(np.searchsorted(A.indptr, bad, side="right") - 1)
+            raise ValueError(f"{name} must contain only finite values. Found {A.data[bad]} at index "
+                             f"({row}, {int(A.indices[bad])}).")
+        return A
+    return check_finite_matrix(name, X)
+
+
+def is_dense(X: DataMatrix) -> bool:
+    """Whether X is a NumPy array (the solvers that keep d × d matrices and float32 copies need one)."""
+    return isinstance(X, np.ndarray)
+
+
+__all__ = ["DENSE", "MATRIX_FREE_MIN_FEATURES", "SPARSE", "DataBackend", "DataMatrix", "DenseBackend",
+           "SparseBackend", "backend_of", "check_data_matrix", "collatz_wielandt_bound", "frobenius_bound", "is_dense"]
