@@ -1,0 +1,144 @@
+"""The no-data-pass solver ``"anchor"``: solve with an anchor Hessian M = X′ᵀ diag(ŝ) X′ + λ n′ I (ŝ the
+curvature at an anchor point w_a) kept as a dense matrix and downdated for removed rows (rank-one updates, O(d²)
+each), with the Gram matrix X′ᵀX′ kept the same way for exact norms ‖X′v‖. The anchor residual Mv − Δ is measured
+(O(d²)); the mismatch (H(w) − M) v and the remainder r are *bounded*
+(:func:`~lethe.certified.bounds.anchor_bounds`) from ‖X‖₂, γ, ‖w − w_a‖, ‖X′(w − w_a)‖, ‖v‖, ‖X′v‖. Per removal:
+O(d² m + d²·iterations).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lethe.certified.anchor_system import _downdate, _mv_maintained, _solve_maintained, build_anchor
+from lethe.certified.bounds import (
+    UNIT_ROUNDOFF,
+    anchor_bounds,
+    gamma_k,
+    vnorm,
+    worst_case_bound,
+)
+from lethe.certified.cache import NewtonCache
+from lethe.certified.common import (
+    RemovalConfig,
+    StepResult,
+    _carry_finish,
+    _carry_start,
+    _policy_due,
+    _removed_gradient,
+    _row_norm_max,
+    _rows_before,
+    _x_norm,
+)
+from lethe.certified.data import DataMatrix, backend_of
+from lethe.certified.linalg import _mv, cho_solve
+from lethe.certified.state import ModelState
+
+U = UNIT_ROUNDOFF
+
+
+def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
+                idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
+    """Newton-type step with the maintained anchor Hessian, certified without a pass over the data."""
+    loss, lam, w = cfg.loss_, cfg.lam, state.w
+    n_rows, d = X.shape
+    n_new, m = int(np.count_nonzero(keep)), int(idx.size)
+    cache = NewtonCache() if cache is None else cache
+    cm, passes, refreshed = cache.cost_model, 0.0, ""
+    active_before = _rows_before(keep, idx)
+    anchor_cost = cm.hessian(n_rows, d) + cm.cholesky(d) + cm.data_pass(n_rows, d)
+    synced = cache.matches(X, w, active_before, "anchor") and cache.G is not None
+    if not synced or _policy_due(cfg, cache, anchor_cost):
+        if not synced:
+            cache.reset()
+            cache.kind = "anchor"
+        # a re-anchor keeps the Gram matrix (independent of w) and the carried accounting
+        build_anchor(cfg, w, X, y, active_before, cache, with_gram=True if not synced else None)
+        refreshed = "anchor"
+        passes += d / 2.0
+    elif cache.iter_cost >= cm.cholesky(d):
+        refreshed = cache.refactorize()
+    cache._mark_dirty()
+    assert cache.w_anchor is not None
+    rho = _row_norm_max(cfg, X, cache)
+    x_norm = _x_norm(state, n_rows, rho)
+
+    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
+    delta_norm = vnorm(Delta)
+    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    rhs = Delta if e_old is None else Delta - e_old
+    err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
+    _downdate(cache, X, idx, lam, track=True)
+    G = cache.G
+    assert G is not None
+    fro_G = cache.fro_G + 2.0 * cache.eps_G
+
+    gamma = float(loss.gamma) if cfg.bound == "paper" else float(getattr(loss, "gamma_exact", loss.gamma))
+    dw = w - cache.w_anchor
+    dw_norm = vnorm(dw) * (1.0 + 4 * U)
+    gq = gamma_k(d + 2) * fro_G + cache.eps_G
+    h = cache.h_G  # ≈ G̃ (w − w_a), carried from step to step (no product with G here)
+    assert h is not None
+    if dw_norm > 0.0:
+        # dwᵀG̃dw = dwᵀh̃ + dwᵀ(G̃dw − h̃), ‖G̃dw − h̃‖ ≤ h_err + ‖G̃‖ ‖dw − (w − w_a)‖; the dot's rounding; G̃ vs G
+        c_sq = (float(dw @ h) + gamma_k(d + 2) * dw_norm * vnorm(h)
+                + dw_norm * (cache.h_err + 2 * U * fro_G * dw_norm) + cache.eps_G * dw_norm**2)
+        c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
+    else:
+        c_norm = 0.0
+
+    def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float], np.ndarray]:
+        """The step's bounds for v, and fl(G̃v) (it also advances the carried h̃)."""
+        v_ub = vnorm(v) + 1.01 * U * w_new_norm
+        gv = _mv(G, v)
+        a_sq = float(v @ gv) + gq * v_ub**2
+        a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
+        mis, rem, cands = anchor_bounds(gamma=gamma, tau=cache.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
+                                        v_norm=v_ub, a_norm=a_norm, dw_norm=dw_norm, c_norm=c_norm, mode=cfg.bound)
+        return mis, rem, v_ub, cands, gv
+
+    F = cache.factor
+    assert F is not None
+    v = cho_solve(F, rhs, check_finite=False)
+    q, err_q = _mv_maintained(cache, v)
+    e = q - rhs
+    w_new = w + v
+    mis, rem, v_ub, cands, gv = terms(v, vnorm(w_new))
+    target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
+    if e_old is not None:  # tight accounting: the measured error is carried and corrected, not accumulated
+        target = max(target, cache.carry_share * cfg.budget)
+    v, e, it, refac = _solve_maintained(cache, rhs, v, e, target, d)
+    refreshed = refreshed or refac
+    if it or refac:  # v changed (iterations, or a restart from a refactorised preconditioner)
+        w_new = w + v
+        q, err_q = _mv_maintained(cache, v)  # measured directly for the final v
+        e = q - rhs
+        mis, rem, v_ub, cands, gv = terms(v, vnorm(w_new))
+    wn_new = vnorm(w_new)
+    e_norm = vnorm(e)
+    vn = vnorm(v)
+    # after the solve: a refactorisation in it folds the queued rows and grows ε_M
+    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
+    # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
+    # + the queued rows' correction (_mv_maintained)
+    err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
+                 + err_rhs + err_q)
+    acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
+    step = e_norm + err_step + mis + rem
+    # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
+    h += gv
+    cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
+                    + 1.01 * U * vnorm(h))
+
+    cache._advance(X, w_new, keep)
+    cache.removals_since_refresh += 1
+    if cfg.refresh == "auto" and loss.gamma != 0.0 and cfg.budget > 0.0:
+        # rent-or-buy: the budget spent on the anchor mismatch, priced at one retraining per budget ε′
+        kappa = cm.training(n_rows, d, state.train_iterations) / cfg.budget
+        cache.excess_cost += kappa * mis
+    worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
+    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
+                      remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,
+                      data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)

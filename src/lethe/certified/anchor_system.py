@@ -1,0 +1,161 @@
+"""The anchor system shared by ``refine``/``pcg`` (preconditioner), ``anchor`` and ``onepass``: the Hessian
+M = X′ᵀ diag(ŝ) X′ + λ n′ I at an anchor point, kept as a dense matrix and downdated per removed row, its rounding
+drift tracked (docs/tighter_bounds.md §7), and PCG on it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.linalg.blas import dsyr
+
+from lethe.certified.bounds import (
+    UNIT_ROUNDOFF,
+    gamma_k,
+    vnorm,
+)
+from lethe.certified.cache import NewtonCache
+from lethe.certified.common import RemovalConfig, _row_norm_max
+from lethe.certified.data import DataMatrix, backend_of
+from lethe.certified.linalg import _dense_pcg, _fro_sym_upper, _mv, cho_solve, precond_factor
+
+U = UNIT_ROUNDOFF
+
+
+def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray, active: np.ndarray,
+                 cache: NewtonCache, *, with_gram: bool | None, gram: np.ndarray | None = None,
+                 margins: np.ndarray | None = None) -> None:
+    """Form the anchor system at w_a = w on the rows ``active`` (one O(n d²) pass) and factorise it.
+
+    M̃ = fl(Zᵀ Z) + λ n′ I with Z = √ŝ ⊙ X′, ŝᵢ = fl(ℓ''(fl(xᵢᵀ w_a))) (stored: row i is later downdated with
+    exactly this value); with ``with_gram`` also G̃ = fl(X′ᵀ X′) (or ``gram``, a previously computed fl(X′ᵀX′) for
+    exactly these rows); ``with_gram=None`` keeps the maintained G̃ (it does not depend on w).
+    Error bounds (docs/tighter_bounds.md §7): ‖M̃ − M̂‖_F ≤ (γ_n + 6u) max ŝ ‖X′‖_F² + 2u(λ n′ √d + ‖M̃‖_F),
+    with M̂ the exact matrix for the stored ŝ; ‖G̃ − X′ᵀX′‖_F ≤ γ_n ‖X′‖_F²;
+    |ŝᵢ − ℓ''(xᵢᵀw_a)| ≤ γ γ_d ρ ‖w_a‖ + 8u(1 + max ŝ). Other cache fields (margins, counters) are kept.
+    ``margins``: fl(X w) for all rows of X, freshly computed (:func:`_margins`, the error assumed above), to save
+    the pass that would compute it again.
+    """
+    loss, lam = cfg.loss_, cfg.lam
+    n_rows, d = X.shape
+    n_act = int(np.count_nonzero(active))
+    rho = _row_norm_max(cfg, X, cache)
+    all_rows = bool(active.all())
+    B = backend_of(X)
+    Xa = X if all_rows else B.subset(X, active)
+    if margins is None:
+        z = B.matvec(Xa, w)
+    else:
+        z = margins if all_rows else margins[active]
+    s_act = loss.d2(z, y if all_rows else y[active])
+    s_hat = np.zeros(n_rows)
+    s_hat[active] = s_act
+    M = B.gram(Xa, s_act)  # upper triangle of X′ᵀ diag(ŝ) X′
+    M[np.diag_indices(d)] += lam * n_act
+    fro2 = B.frobenius_sq(Xa)
+    s_max = float(np.max(s_act, initial=0.0))
+    gn = gamma_k(n_act + 2)
+    cache.w_anchor = np.array(w, dtype=np.float64, copy=True)
+    cache.s_hat = s_hat
+    cache.M = np.asfortranarray(M)
+    cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
+    cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
+    cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
+    cache.pend_k, cache.pend_S = 0, 0.0
+    if with_gram:
+        G = B.gram(Xa) if gram is None else np.array(gram, dtype=np.float64, copy=True)
+        cache.G = np.asfortranarray(G)
+        cache.fro_G = _fro_sym_upper(cache.G) * (1.0 + 1e-10)
+        cache.eps_G = 1.01 * gn * fro2
+    elif with_gram is not None:
+        cache.G = None
+    # anchor: G̃ (w − w_a) = 0 at the anchor itself, exactly
+    cache.h_G, cache.h_err = (np.zeros(d), 0.0) if cache.G is not None else (None, math.inf)
+    cache.factor = precond_factor(cache.M)
+    cache.refreshes += 1
+    cache.excess_cost = 0.0
+    cache.iter_cost = 0.0
+    cache.removals_since_refresh = 0
+
+
+def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, track: bool) -> None:
+    """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, reading only those rows. Without
+    ``track`` the rank-one updates of the upper triangle are applied at once (O(d²) per row). With ``track``
+    (``anchor``, ``onepass``) the rows √ŝⱼ xⱼ are queued and folded into M by one rank-k update every
+    ``fold_every`` rows (:meth:`NewtonCache.fold_pending`); :func:`_mv_maintained` subtracts the queued rows
+    explicitly until then. The λ m I term is applied at once, with ε_M grown by its rounding. The Gram matrix G is
+    *not* downdated: it only enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts
+    the PSD terms xⱼxⱼᵀ."""
+    assert cache.M is not None and cache.s_hat is not None
+    d = cache.M.shape[0]
+    if track and (cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d)):
+        cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
+        cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
+    M = cache.M
+    XR = backend_of(X).take(X, idx)  # only the removed rows are read
+    for t, j in enumerate(idx):
+        sj = float(cache.s_hat[j])
+        if sj != 0.0:
+            xj = XR[t]
+            if not track:
+                M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
+            else:
+                if cache.pend_k >= cache.fold_every:
+                    cache.M = M
+                    cache.fold_pending()
+                    M = cache.M
+                assert cache.pend_Z is not None
+                zj = np.multiply(xj, math.sqrt(sj), out=cache.pend_Z[cache.pend_k])
+                cache.pend_k += 1
+                cache.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
+        cache.s_hat[j] = 0.0
+    m = int(idx.size)
+    M[np.diag_indices(d)] -= lam * m
+    if track:
+        cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
+    cache.M = M
+
+
+def _mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float]:
+    """M v for the maintained anchor matrix, queued rows included: fl(M̃v) − Zᵀ(Zv), and a bound on the error of
+    the correction against Σ ŝⱼxⱼ(xⱼᵀv) plus the subtraction's rounding (the product with the stored M̃ is bounded
+    by the caller: γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖). Zv has entries within γ_d‖zⱼ‖‖v‖, Zᵀt within γ_k‖|Z|ᵀ|t|‖ ≤
+    γ_k‖Z‖_F‖t‖, and z̃z̃ᵀ vs ŝxxᵀ within 5u ŝ‖x‖²: with S ≥ ‖Z‖_F², ≤ (γ_{d+2} + γ_{k+2} + 6u) S ‖v‖."""
+    assert cache.M is not None
+    q = _mv(cache.M, v)
+    k = cache.pend_k
+    if k == 0 or cache.pend_Z is None:
+        return q, 0.0
+    Z = cache.pend_Z[:k]
+    corr = Z.T @ (Z @ v)
+    q -= corr
+    d = v.shape[0]
+    err = ((gamma_k(d + 2) + gamma_k(k + 2) + 6 * U) * cache.pend_S * vnorm(v) * (1.0 + 4 * U)
+           + 1.01 * U * vnorm(q))
+    return q, err
+
+
+def _solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
+                      target: float, d: int) -> tuple[np.ndarray, np.ndarray, int, str]:
+    """PCG on the maintained system M v = rhs (O(d²) per iteration, preconditioner: the cached factor) until
+    ‖Mv − rhs‖ ≤ target; once, if the cap is hit, refactorise M (O(d³), no data pass) and solve again.
+    Returns (v, e, iterations, "factor" if refactorised else "")."""
+    F = cache.factor
+    assert F is not None
+    it, refac = 0, ""
+    def mv(p: np.ndarray) -> np.ndarray:
+        return _mv_maintained(cache, p)[0]
+
+    for attempt in range(2):
+        v, e, k = _dense_pcg(mv, F, rhs, v, e, target, cache.max_sweeps)
+        it += k
+        cache.iter_cost += k * 2 * cache.cost_model.dense_op(d)
+        if vnorm(e) <= target or attempt == 1:
+            break
+        refac = cache.refactorize()  # stale preconditioner
+        F = cache.factor
+        assert F is not None
+        v = cho_solve(F, rhs, check_finite=False)
+        e = mv(v) - rhs
+    cache.sweeps_total += it
+    return v, e, it, refac
