@@ -20,22 +20,50 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._random import check_random_state
+from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
 from lethe.certified.newton import SharedFloat32Data
 from lethe.certified.noise import epsilon_spent
 from lethe.io import load_npz, save_npz
 
 
-def _unit_ball(X: np.ndarray) -> np.ndarray:
-    """Scale every row with ‖xᵢ‖ > 1 onto the unit sphere; rows inside the ball are unchanged."""
+def _unit_ball(X: Any) -> Any:
+    """Scale every row with ‖xᵢ‖ > 1 onto the unit sphere; rows inside the ball are unchanged (dense or CSR)."""
+    if sp.issparse(X):
+        norms = np.sqrt(backend_of(X).row_sq_norms(X))
+        return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1.0)) @ X)
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     return X / np.maximum(norms, 1.0)
+
+
+# -- data backends (issue 14): fit/predict accept a SciPy sparse matrix; the mechanisms read it through
+# lethe.certified.data. Only these helpers and the ``accept_sparse`` arguments below know about it.
+def _own_copy(X: Any) -> Any:
+    """Our own float64 copy of validated training data (removal zeroes rows of it): C-ordered dense or CSR."""
+    if sp.issparse(X):
+        return check_data_matrix("X", sp.csr_matrix(X, dtype=np.float64, copy=True))
+    return np.array(X, dtype=np.float64, order="C", copy=True)
+
+
+def _data_arrays(X: Any) -> dict[str, np.ndarray]:
+    """The arrays that store training data in a model file: ``X``, or the parts of a CSR matrix."""
+    if sp.issparse(X):
+        return {"X_data": X.data, "X_indices": X.indices, "X_indptr": X.indptr, "X_shape": np.asarray(X.shape)}
+    return {"X": X}
+
+
+def _data_from_arrays(arrays: dict[str, np.ndarray]) -> Any:
+    if "X_data" in arrays:
+        shape = tuple(int(v) for v in arrays["X_shape"])
+        return sp.csr_matrix((arrays["X_data"], arrays["X_indices"], arrays["X_indptr"]), shape=shape)
+    return arrays["X"]
 
 
 @dataclass(frozen=True)
@@ -82,14 +110,19 @@ class _CertifiedLinearBase(BaseEstimator):
 
     _loss = "logistic"
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True  # fit/predict accept SciPy sparse matrices (issue 14)
+        return tags
+
     def _mechanism(self) -> CertifiedRemoval:
         return CertifiedRemoval(loss=self._loss, lam=self.lam, sigma=self.sigma, epsilon=self.epsilon,
                                 delta=self.delta, noise=self.noise, tol=self.tol, max_iter=self.max_iter,
                                 solver=self.solver, bound=self.bound, calibration=self.calibration,
                                 refresh=self.refresh)
 
-    def _prepare_X(self, X: np.ndarray) -> np.ndarray:
-        X = np.array(X, dtype=np.float64, order="C", copy=True)  # our own copy: removal zeroes rows of it
+    def _prepare_X(self, X: Any) -> Any:
+        X = _own_copy(X)  # our own copy: removal zeroes rows of it
         if self._loss == "logistic":
             if self.normalize_rows:
                 X = _unit_ball(X)
@@ -121,7 +154,7 @@ class _CertifiedLinearBase(BaseEstimator):
 
     def _forget_rows(self, idx: np.ndarray) -> None:
         self.active_[idx] = False
-        self.X_[idx] = 0.0
+        backend_of(self.X_).zero_rows(self.X_, idx)
         self.Y_[:, idx] = 0.0
         self.n_removed_ += idx.size
 
@@ -144,7 +177,7 @@ class _CertifiedLinearBase(BaseEstimator):
         gradient residual and learn about removed rows; whoever holds the file holds the remaining data.
         """
         check_is_fitted(self, "states_")
-        arrays: dict[str, np.ndarray] = {"X": self.X_, "Y": self.Y_, "active": self.active_}
+        arrays: dict[str, np.ndarray] = {**_data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
         states = []
         for k, st in enumerate(self.states_):
             arrays[f"w_{k}"] = st.w
@@ -179,7 +212,7 @@ class _CertifiedLinearBase(BaseEstimator):
         params.setdefault("bound", "paper")
         params.setdefault("calibration", "paper")
         est = cls(**params)
-        est.X_, est.Y_, est.active_ = arrays["X"], arrays["Y"], arrays["active"].astype(bool)
+        est.X_, est.Y_, est.active_ = _data_from_arrays(arrays), arrays["Y"], arrays["active"].astype(bool)
         est.states_ = [ModelState(w=arrays[f"w_{k}"], b=arrays[f"b_{k}"], **s) for k, s in enumerate(meta["states"])]
         est.members_ = arrays["members"].astype(bool) if "members" in arrays else None
         est.n_removed_ = int(meta["n_removed"])
@@ -296,7 +329,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         if self.noise not in ("gaussian", "laplace"):
             raise ValueError(f"noise must be 'gaussian' or 'laplace' for logistic regression. Found {self.noise!r}.")
         mech = self._mechanism()
-        X, y = validate_data(self, X, y)
+        X, y = validate_data(self, X, y, accept_sparse="csr")
         check_classification_targets(y)
         X = self._prepare_X(X)
         classes, codes = np.unique(y, return_inverse=True)
@@ -359,10 +392,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     def decision_function(self, X: Any) -> np.ndarray:
         """Margins wᵀx (binary: shape (n,); one-vs-all: (n, K))."""
         check_is_fitted(self, "states_")
-        X = validate_data(self, X, reset=False)
+        X = validate_data(self, X, reset=False, accept_sparse="csr")
         if self.normalize_rows:
             X = _unit_ball(X)
-        scores = X @ self.coef_.T
+        scores = np.asarray(X @ self.coef_.T)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -504,7 +537,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def fit(self, X: Any, y: Any) -> CertifiedLinearRegression:
         """Fit by a direct solve (exact up to round-off)."""
         mech = self._mechanism()
-        X, y = validate_data(self, X, y, y_numeric=True)
+        X, y = validate_data(self, X, y, y_numeric=True, accept_sparse="csr")
         X = self._prepare_X(X)
         rng = check_random_state(self.random_state)
         Y = np.asarray(y, dtype=np.float64)[None, :].copy()
@@ -535,8 +568,8 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def predict(self, X: Any) -> np.ndarray:
         """wᵀx."""
         check_is_fitted(self, "states_")
-        X = validate_data(self, X, reset=False)
-        return X @ self.coef_
+        X = validate_data(self, X, reset=False, accept_sparse="csr")
+        return np.asarray(X @ self.coef_)
 
     def remove(self, indices: Any) -> Certificate:
         """Remove training rows (original indices) by the exact Newton step; returns the certificate."""
