@@ -5,7 +5,8 @@ mechanism runs on
 
 * a dense NumPy array (:class:`DenseBackend`, the original code moved here),
 * a SciPy CSR matrix (:class:`SparseBackend`, memory O(nnz + d), matrix-free for large d),
-* a Dask array (:mod:`lethe.certified.dask_backend`, map-reduce over row chunks on a ``dask.distributed`` cluster).
+* a Dask array (:mod:`lethe.certified.dask_backend`, map-reduce over row chunks on a ``dask.distributed`` cluster;
+  Dask is imported only when a Dask array arrives).
 
 A backend is stateless: its methods take the data matrix as their first argument. The matrix object itself keys the
 caches of :mod:`lethe.certified.cache` (a weak reference), exactly as before.
@@ -41,6 +42,7 @@ from scipy.linalg.blas import dsyrk
 
 from lethe._validation import check_finite_matrix
 from lethe.certified.bounds import UNIT_ROUNDOFF, gamma_k, spectral_norm_upper_bound
+from lethe.losses import Loss
 
 #: Any data matrix a backend accepts (numpy.ndarray, scipy.sparse CSR matrix or array, dask.array.Array).
 DataMatrix = Any
@@ -96,6 +98,15 @@ class DataBackend(Protocol):
     def to_float32(self, X: DataMatrix) -> DataMatrix:
         """A single-precision copy for the single-precision passes."""
 
+    def loss_pass(self, X: DataMatrix, y: np.ndarray, w: np.ndarray, loss: Loss) -> tuple[float, np.ndarray]:
+        """(Σᵢ ℓ(xᵢᵀw, yᵢ), Xᵀ ℓ'(Xw, y)): the optimiser's value and gradient of the loss in one pass (the
+        products' bounds as for ``matvec``/``rmatvec``; training certifies its residual separately)."""
+
+
+def _loss_pass(B: DataBackend, X: DataMatrix, y: np.ndarray, w: np.ndarray, loss: Loss) -> tuple[float, np.ndarray]:
+    z = B.matvec(X, w)
+    return float(np.sum(loss.value(z, y))), B.rmatvec(X, loss.d1(z, y))
+
 
 class DenseBackend:
     """NumPy arrays: BLAS products; the spectral bound from the eigenvalues of the smaller Gram matrix
@@ -140,6 +151,9 @@ class DenseBackend:
 
     def matrix_free(self, X: np.ndarray) -> bool:
         return False
+
+    def loss_pass(self, X: np.ndarray, y: np.ndarray, w: np.ndarray, loss: Loss) -> tuple[float, np.ndarray]:
+        return _loss_pass(self, X, y, w, loss)
 
     def to_float32(self, X: np.ndarray) -> np.ndarray:
         return X.astype(np.float32)
@@ -197,6 +211,9 @@ class SparseBackend:
 
     def matrix_free(self, X: sp.csr_matrix) -> bool:
         return int(X.shape[1]) > MATRIX_FREE_MIN_FEATURES
+
+    def loss_pass(self, X: sp.csr_matrix, y: np.ndarray, w: np.ndarray, loss: Loss) -> tuple[float, np.ndarray]:
+        return _loss_pass(self, X, y, w, loss)
 
     def to_float32(self, X: sp.csr_matrix) -> sp.csr_matrix:
         return sp.csr_matrix(X, dtype=np.float32)
@@ -257,18 +274,27 @@ DENSE = DenseBackend()
 SPARSE = SparseBackend()
 
 
+def _is_dask(X: Any) -> bool:
+    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
+
+
 def backend_of(X: DataMatrix) -> DataBackend:
-    """The backend for a data matrix: dense NumPy or SciPy sparse."""
+    """The backend for a data matrix: dense NumPy, SciPy sparse, or Dask (imported only when a Dask array comes)."""
     if isinstance(X, np.ndarray):
         return DENSE
     if sp.issparse(X):
         return SPARSE
+    if _is_dask(X):
+        from lethe.certified.dask_backend import DASK
+
+        return DASK
     raise TypeError(f"X must be a NumPy array, a SciPy sparse matrix or a Dask array. Found {type(X).__name__}.")
 
 
 def check_data_matrix(name: str, X: Any) -> DataMatrix:
     """Validate a data matrix for the mechanisms: a SciPy sparse matrix becomes a canonical float64 CSR matrix
-    (sorted indices, duplicates summed) with finite stored values; anything else a finite float64 NumPy array
+    (sorted indices, duplicates summed) with finite stored values; a Dask array a float64 Dask array chunked by rows
+    (:func:`lethe.certified.dask_backend.check_dask_matrix`); anything else a finite float64 NumPy array
     (:func:`lethe._validation.check_finite_matrix`)."""
     if sp.issparse(X):
         if X.ndim != 2:
@@ -285,6 +311,10 @@ def check_data_matrix(name: str, X: Any) -> DataMatrix:
             raise ValueError(f"{name} must contain only finite values. Found {A.data[bad]} at index "
                              f"({row}, {int(A.indices[bad])}).")
         return A
+    if _is_dask(X):
+        from lethe.certified.dask_backend import check_dask_matrix
+
+        return check_dask_matrix(name, X)
     return check_finite_matrix(name, X)
 
 

@@ -56,10 +56,9 @@ def value_and_grad(w: np.ndarray, X: DataMatrix, y: np.ndarray, loss: Loss, lam:
                    b: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """(L_b(w; D), ∇L_b(w; D)) with a single pass over X (for the optimiser)."""
     n = X.shape[0]
-    B = backend_of(X)
-    z = B.matvec(X, w)
-    val = float(np.sum(loss.value(z, y))) + 0.5 * lam * n * float(w @ w)
-    g = B.rmatvec(X, loss.d1(z, y)) + lam * n * w
+    lsum, lgrad = backend_of(X).loss_pass(X, y, w, loss)  # one pass (a map-reduce for chunked data)
+    val = lsum + 0.5 * lam * n * float(w @ w)
+    g = lgrad + lam * n * w
     if b is not None:
         val += float(b @ w)
         g = g + b

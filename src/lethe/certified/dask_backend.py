@@ -1,0 +1,166 @@
+"""The Dask backend of the data interface (:mod:`lethe.certified.data`): X is a ``dask.array.Array`` chunked by rows
+(e.g. ``da.from_zarr`` of an on-disk store), computed on whatever Dask scheduler is active (a
+``dask.distributed.Client`` — a ``LocalCluster`` or a cluster given by its address — or the local threads).
+
+Every pass is a map-reduce over the row chunks: a product X v returns an n-vector to the caller; Xᵀ g, Xᵀ diag(s) X,
+‖X‖_F² and the training objective's value and gradient (:meth:`DaskBackend.loss_pass`, one pass per optimiser
+step) are sums of per-chunk partial results. Only vectors of length n or d and d × d matrices travel. A removal
+gathers only the removed rows (:meth:`DaskBackend.take`): with ``solver="anchor"`` it makes no pass over the data at
+all; ``"pcg"``/``"refine"`` make two passes per Hessian-vector product.
+
+Rounding: each entry of X v is one dot product of d terms (the chunks split rows, never columns: ``check_data_matrix``
+rechunks the columns into one block); Xᵀ g and Xᵀ diag(s) X sum per-chunk partial sums, which is one summation tree
+over the n rows, so the bounds of :mod:`lethe.certified.data` hold unchanged (Higham 2002, §3.1: γ_k for any order).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+from scipy.linalg import eigvalsh
+
+from lethe.certified.bounds import EPS, UNIT_ROUNDOFF, gamma_k
+from lethe.losses import Loss
+
+U = UNIT_ROUNDOFF
+
+
+def _split(vec: np.ndarray, chunks: tuple[int, ...]) -> list[np.ndarray]:
+    offsets = np.cumsum((0,) + tuple(chunks))
+    return [vec[offsets[k]:offsets[k + 1]] for k in range(len(chunks))]
+
+
+def _chunk_gram(x: np.ndarray, s: np.ndarray | None) -> np.ndarray:
+    z = x if s is None else np.sqrt(s)[:, None] * x
+    return z.T @ z
+
+
+def _chunk_rmatvec(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    return x.T @ g
+
+
+def _chunk_loss(x: np.ndarray, y: np.ndarray, w: np.ndarray, loss: Loss) -> np.ndarray:
+    z = x @ w
+    out = np.empty(w.shape[0] + 1)
+    out[0] = float(np.sum(loss.value(z, y)))
+    out[1:] = x.T @ loss.d1(z, y)
+    return out
+
+
+def _tree_sum(parts: list[Any]) -> Any:
+    """Pairwise sum of delayed partial results (a summation tree of depth log₂ #chunks)."""
+    while len(parts) > 1:
+        parts = [dask.delayed(np.add)(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k]
+                 for k in range(0, len(parts), 2)]
+    return parts[0]
+
+
+class DaskBackend:
+    """``dask.array`` data: map-reduce over row chunks (module docstring). The spectral bound is that of the dense
+    backend, √(λ_max(fl(XᵀX)) + allowance) capped by the Frobenius norm, from one distributed pass that forms the
+    d × d Gram matrix and ‖X‖_F² (d ≤ n); for many features the matrix-free Collatz–Wielandt bound."""
+
+    name = "dask"
+
+    def _rows(self, X: da.Array) -> list[Any]:
+        return list(X.to_delayed().ravel())
+
+    def matvec(self, X: da.Array, v: np.ndarray) -> np.ndarray:
+        return np.asarray((X @ np.asarray(v, dtype=np.float64)).compute(), dtype=np.float64)
+
+    def rmatvec(self, X: da.Array, g: np.ndarray) -> np.ndarray:
+        parts = [dask.delayed(_chunk_rmatvec)(xb, gb) for xb, gb in zip(self._rows(X), _split(g, X.chunks[0]),
+                                                                        strict=True)]
+        return np.asarray(_tree_sum(parts).compute(), dtype=np.float64)
+
+    def gram(self, X: da.Array, s: np.ndarray | None = None) -> np.ndarray:
+        blocks = self._rows(X)
+        ss = [None] * len(blocks) if s is None else _split(s, X.chunks[0])
+        parts = [dask.delayed(_chunk_gram)(xb, sb) for xb, sb in zip(blocks, ss, strict=True)]
+        return np.asfortranarray(_tree_sum(parts).compute())
+
+    def diag_gram(self, X: da.Array, s: np.ndarray) -> np.ndarray:
+        sd = da.from_array(s, chunks=(X.chunks[0],))
+        return np.asarray(((X * X) * sd[:, None]).sum(axis=0).compute(), dtype=np.float64)
+
+    def row_sq_norms(self, X: da.Array) -> np.ndarray:
+        return np.asarray((X * X).sum(axis=1).compute(), dtype=np.float64)
+
+    def frobenius_sq(self, X: da.Array) -> float:
+        return float((X * X).sum().compute())
+
+    def loss_pass(self, X: da.Array, y: np.ndarray, w: np.ndarray, loss: Loss) -> tuple[float, np.ndarray]:
+        """(Σᵢ ℓ(xᵢᵀw, yᵢ), Σᵢ ℓ'(xᵢᵀw, yᵢ) xᵢ) in one map-reduce pass (the optimiser's step)."""
+        parts = [dask.delayed(_chunk_loss)(xb, yb, w, loss)
+                 for xb, yb in zip(self._rows(X), _split(y, X.chunks[0]), strict=True)]
+        out = np.asarray(_tree_sum(parts).compute(), dtype=np.float64)
+        return float(out[0]), out[1:]
+
+    def spectral_norm_bound(self, X: da.Array, gram: np.ndarray | None = None) -> float:
+        from lethe.certified.data import collatz_wielandt_bound, frobenius_bound
+
+        n, d = (int(v) for v in X.shape)
+        if n == 0 or d == 0:
+            return 0.0
+        if self.matrix_free(X) or d > n:
+            return min(collatz_wielandt_bound(X, self), frobenius_bound(X, self))
+        G = self.gram(X) if gram is None else gram
+        G = np.triu(G) + np.triu(G, 1).T
+        fro2 = float(np.trace(G))  # Σᵢⱼ xᵢⱼ², computed as the Gram diagonal: within γ_n of the exact value
+        fro2 *= 1.0 + 2.0 * gamma_k(n + 2)
+        k = max(n, d)
+        lam_max = float(eigvalsh(G, subset_by_index=[d - 1, d - 1])[0])
+        allowance = 4.0 * (k + d) * EPS * fro2  # as in lethe.certified.bounds.spectral_norm_upper_bound
+        fro = math.sqrt(fro2) * (1.0 + 4.0 * k * EPS)
+        return min(math.sqrt(max(lam_max, 0.0) + allowance), fro)
+
+    def take(self, X: da.Array, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows)
+        order = np.argsort(rows, kind="stable")
+        got = np.asarray(X[rows[order]].compute(), dtype=np.float64)  # reads only the chunks holding these rows
+        out = np.empty_like(got)
+        out[order] = got
+        return np.ascontiguousarray(out)
+
+    def subset(self, X: da.Array, mask: np.ndarray) -> da.Array:
+        return X[np.flatnonzero(mask)]
+
+    def zero_rows(self, X: da.Array, rows: np.ndarray) -> None:
+        raise TypeError("A Dask array cannot be overwritten in place: erase the removed rows in its store (e.g. "
+                        "zarr_array[rows] = 0). The mechanisms never need it: they take the active-row mask.")
+
+    def dot_terms(self, X: da.Array) -> int:
+        return int(X.shape[1])
+
+    def matrix_free(self, X: da.Array) -> bool:
+        from lethe.certified import data
+
+        return int(X.shape[1]) > data.MATRIX_FREE_MIN_FEATURES
+
+    def to_float32(self, X: da.Array) -> da.Array:
+        return X.astype(np.float32)
+
+
+def check_dask_matrix(name: str, X: da.Array) -> da.Array:
+    """A float64 Dask matrix chunked by rows only (columns rechunked into one block), all values finite (one
+    distributed pass)."""
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array. Found shape {X.shape}.")
+    if any(math.isnan(c) for c in X.chunks[0]):
+        raise ValueError(f"{name} must have known chunk sizes (call X.compute_chunk_sizes()).")
+    A = X.astype(np.float64)
+    if len(A.chunks[1]) != 1:
+        A = A.rechunk({1: -1})
+    if not bool(da.isfinite(A).all().compute()):
+        raise ValueError(f"{name} must contain only finite values. Found a non-finite value (a Dask array: the "
+                         f"position is not gathered).")
+    return A
+
+
+DASK = DaskBackend()
+
+__all__ = ["DASK", "DaskBackend", "check_dask_matrix"]

@@ -1,0 +1,102 @@
+"""The Dask backend on a LocalCluster with 2 worker processes (127.0.0.1): the same operations as the dense
+reference, certificates that hold (bound ≥ exact residual, computed independently), removals that gather only the
+removed rows (``anchor``: no pass over the data)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+from lethe.certified.dask_backend import DASK  # noqa: E402
+from lethe.certified.data import backend_of, check_data_matrix  # noqa: E402
+from lethe.certified.mechanism import CertifiedRemoval, NewtonCache  # noqa: E402
+
+from .test_soundness import exact_logistic_residual, random_problem  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, memory_limit="1GiB")
+    c = distributed.Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+def test_dask_operations_agree_with_dense_reference(client):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(103, 7))
+    A = da.from_array(X, chunks=(25, 4))
+    A = check_data_matrix("X", A).persist()
+    assert len(A.chunks[1]) == 1  # rows only
+    B = backend_of(A)
+    assert B is DASK
+    v, g, s = rng.normal(size=7), rng.normal(size=103), rng.uniform(size=103)
+    np.testing.assert_allclose(B.matvec(A, v), X @ v, rtol=1e-13)
+    np.testing.assert_allclose(B.rmatvec(A, g), X.T @ g, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.triu(B.gram(A, s)), np.triu(X.T @ (s[:, None] * X)), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(B.diag_gram(A, s), np.einsum("ij,ij,i->j", X, X, s), rtol=1e-12)
+    np.testing.assert_allclose(B.row_sq_norms(A), np.sum(X * X, axis=1), rtol=1e-13)
+    assert B.frobenius_sq(A) == pytest.approx(float(np.sum(X * X)), rel=1e-13)
+    rows = np.array([80, 3, 51])
+    np.testing.assert_array_equal(B.take(A, rows), X[rows])
+    mask = rng.uniform(size=103) < 0.5
+    np.testing.assert_array_equal(B.subset(A, mask).compute(), X[mask])
+    exact = float(np.linalg.norm(X, 2))
+    assert exact <= B.spectral_norm_bound(A) <= exact * (1 + 1e-9)
+    with pytest.raises(ValueError, match="X must contain only finite values"):
+        check_data_matrix("X", da.from_array(np.array([[1.0, np.inf], [0.0, 1.0]]), chunks=1))
+
+
+@pytest.mark.parametrize("solver,bound", [
+    ("pcg", "tight"), ("anchor", "tight"),
+    # every distributed pass costs ~0.1-0.3 s on the 2-core CI machine: the other solvers run in the slow profile
+    pytest.param("refine", "paper", marks=pytest.mark.slow), pytest.param("cholesky", "paper", marks=pytest.mark.slow),
+])
+def test_certificates_hold_on_a_dask_cluster(client, solver, bound):
+    X, y = random_problem(7, 240, 6, 5.0)
+    A = da.from_array(X, chunks=(50, 6)).persist()  # on the workers, as a Zarr store would be
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver=solver, bound=bound, calibration="analytic")
+    cache = NewtonCache()
+    state, _ = mech.train(A, y, random_state=0, cache=cache)
+    ref, _ = mech.train(X, y, random_state=0)
+    np.testing.assert_allclose(state.w, ref.w, rtol=1e-6, atol=1e-9)
+    rng = np.random.default_rng(1)
+    active = np.ones(240, dtype=bool)
+    for m in (1, 3, 1, 2):
+        idx = rng.choice(np.flatnonzero(active), size=m, replace=False)
+        state, cert = mech.remove(state, A, y, idx, active=active, cache=cache, random_state=rng)
+        active[idx] = False
+        truth = exact_logistic_residual(state.w, state.b, X[active], y[active], mech.lam)
+        assert truth <= state.residual_bound, (truth, state.residual_bound, cert)
+
+
+def test_anchor_removal_reads_only_the_removed_rows(client, monkeypatch):
+    X, y = random_problem(3, 200, 5, 3.0)
+    A = da.from_array(X, chunks=(40, 5)).persist()
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver="anchor", bound="tight", refresh="never")
+    cache = NewtonCache()
+    state, _ = mech.train(A, y, random_state=0, cache=cache)
+    calls: list[str] = []
+    for name in ("matvec", "rmatvec", "gram", "diag_gram", "row_sq_norms", "frobenius_sq", "loss_pass"):
+        orig = getattr(DASK, name)
+
+        def spy(*args, _name=name, _orig=orig, **kw):
+            calls.append(_name)
+            return _orig(*args, **kw)
+
+        monkeypatch.setattr(DASK, name, spy)
+    active = np.ones(200, dtype=bool)
+    for i in (4, 77, 150):
+        state, cert = mech.remove(state, A, y, [i], active=active, cache=cache, check_input=False)
+        active[i] = False
+        assert not cert.retrained
+    assert calls == []  # no pass over the data: only DASK.take of the removed rows
+    truth = exact_logistic_residual(state.w, state.b, X[active], y[active], mech.lam)
+    assert truth <= state.residual_bound
