@@ -20,8 +20,8 @@ from lethe.audit import (
     lira_offline_scores,
     lira_online_scores,
 )
-from lethe.audit.experiment import check_config, run_audit
 from lethe.audit.stats import auc, best_threshold
+from lethe.experiments.audit import check_config, run_audit
 
 
 def test_clopper_pearson_matches_the_binomial_tails():
@@ -205,7 +205,7 @@ def test_audit_unlearned_models_within_bounds(noise_audit):
 
 
 def test_quick_mnist_audit_exercises_newton_removal(tmp_path):
-    from lethe.audit.experiment import main
+    from lethe.experiments.audit import main
 
     try:
         status = main(["--quick", "--no-progress", "--out", str(tmp_path / "audit.md")])

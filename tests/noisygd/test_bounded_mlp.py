@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lethe.noisygd.curator import CuratorConfig, Database, EditRequest, EditRequestError, NoisyGDCurator
+from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, EditRequestError, NoisyGDCurator
 from lethe.noisygd.estimators import NoisyGDBoundedMLPClassifier
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, model_from_dict
 from lethe.noisygd.schedule import (

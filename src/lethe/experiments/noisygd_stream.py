@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.experiments._common import Profile, progress, pyplot, stratified_subset
+from lethe.experiments._common import Profile, load_mnist38, progress, pyplot, stratified_subset
 from lethe.noisygd.schedule import convex_schedule
 
 LAM, EPS_DP, Q = 0.01, 1.0, 10.0
@@ -24,7 +24,6 @@ LAM, EPS_DP, Q = 0.01, 1.0, 10.0
 def run(profile: Profile, outdir: Path, *, data_dir: str | None = None, seed: int = 0,
         show_progress: bool = True) -> dict[str, Any]:
     """Run the stream for each ε_dd of the profile; write ``noisygd_stream.png``; return the measurements."""
-    from lethe.experiments.reproduce import load_mnist38
     from lethe.noisygd.estimators import NoisyGDLogisticRegression
 
     X, y, Xt, yt = load_mnist38(profile, data_dir, seed)

@@ -1,6 +1,6 @@
 """scikit-learn estimators that learn with Noisy-GD and unlearn with Ā (Chourasia & Shah 2023). Front-end layer.
 
-Both estimators keep a :class:`~lethe.noisygd.curator.NoisyGDCurator` (``curator_``) holding the current database
+Both estimators keep a :class:`~lethe.noisygd.edit_stream.NoisyGDCurator` (``curator_``) holding the current database
 and model; :meth:`edit` and :meth:`remove` run Ā on it and return an immutable
 :class:`~lethe.noisygd.certificate.NoisyGDCertificate`.
 
@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._validation import check_choice
 from lethe.noisygd.certificate import NoisyGDCertificate
-from lethe.noisygd.curator import CuratorConfig, Database, EditRequest, NoisyGDCurator
+from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
 from lethe.noisygd.schedule import ConvexSchedule, NonConvexSchedule, convex_schedule, nonconvex_schedule_for_loss
 

@@ -85,7 +85,7 @@ def _factories(seed_rng: np.random.Generator) -> dict[str, Callable[[], Any]]:
 def load_population(data_dir: str | None = None, pool: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """MNIST 3 vs 8, train and test pooled, optionally average-pooled by ``pool``, rows L2-normalised; labels ±1."""
     from lethe.datasets import load_mnist_binary
-    from lethe.experiments.reproduce import pool_images
+    from lethe.experiments._common import pool_images
 
     X, y, Xt, yt = load_mnist_binary(3, 8, data_dir=data_dir)
     Xall = np.vstack([X, Xt])
@@ -299,7 +299,7 @@ def render_markdown(res: dict[str, Any]) -> str:
 
 INTRO = """# Membership-inference audit of lethe's unlearning
 
-Regenerate with `lethe audit --out docs/audit.md` (or `python -m lethe.audit.experiment --out docs/audit.md`);
+Regenerate with `lethe audit --out docs/audit.md` (or `python -m lethe.experiments.audit --out docs/audit.md`);
 `--quick` runs a small version in seconds. Everything below, text included, is the output of one full run
 (seed {seed}, {seconds:.0f} s on this machine); nothing was edited by hand. The numbers are also in
 `docs/audit.json`.
@@ -359,7 +359,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``lethe audit`` / ``python -m lethe.audit.experiment``."""
+    """Entry point of ``lethe audit`` / ``python -m lethe.experiments.audit``."""
     return run_from_args(build_parser().parse_args(argv))
 
 
