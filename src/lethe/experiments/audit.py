@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from lethe._validation import check_positive_int
 from lethe.audit.attacks import lira_offline_scores, lira_online_scores, logit_confidence
 from lethe.audit.stats import advantage, dp_advantage_bound, eq12_advantage_bound
 
@@ -99,9 +100,7 @@ def check_config(config: dict[str, Any] | None, population_size: int | None = No
     if unknown:
         raise ValueError(f"Unknown audit settings {sorted(unknown)}; known: {sorted(DEFAULTS)}.")
     for key in DEFAULTS:
-        v = cfg[key]
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"Audit setting {key} must be a positive integer. Found {v!r}.")
+        check_positive_int(f"Audit setting {key}", cfg[key])
     if not 1 <= cfg["n_removed"] < cfg["n_train"] - 1:
         raise ValueError(f"n_removed must be in [1, n_train - 1) so that points are retained. Found "
                          f"n_removed = {cfg['n_removed']}, n_train = {cfg['n_train']}.")
