@@ -86,6 +86,13 @@ def pyplot() -> Any:
     return plt
 
 
+def integer_ticks(axis: Any) -> None:
+    """Only integer ticks on a matplotlib axis (``ax.xaxis``) that counts something (removals, edits)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+
+
 class Timer:
     """Wall-clock seconds of a ``with`` block (``time.perf_counter``)."""
 
