@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from lethe.noisygd.curator import (
+from lethe.noisygd.edit_stream import (
     AdaptiveRequester,
     CuratorConfig,
     Database,

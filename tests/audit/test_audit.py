@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import linprog
+from scipy.stats import beta as beta_dist
 from scipy.stats import binom
 
 from lethe.audit import (
@@ -20,8 +21,8 @@ from lethe.audit import (
     lira_offline_scores,
     lira_online_scores,
 )
-from lethe.audit.experiment import check_config, run_audit
 from lethe.audit.stats import auc, best_threshold
+from lethe.experiments.audit import check_config, run_audit
 
 
 def test_clopper_pearson_matches_the_binomial_tails():
@@ -48,6 +49,42 @@ def test_clopper_pearson_exact_coverage(n, p, alpha):
     cover = math.fsum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)
                       if clopper_pearson(k, n, alpha)[0] <= p <= clopper_pearson(k, n, alpha)[1])
     assert cover >= 1 - alpha - 1e-9
+
+
+def _clopper_pearson_beta(k, n, alpha):
+    """The previous hand-written interval (Beta quantiles), kept here as an independent reference."""
+    lo = 0.0 if k == 0 else float(beta_dist.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta_dist.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+def test_clopper_pearson_agrees_with_the_beta_quantiles_on_random_cases():
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        n = int(rng.integers(1, 2000))
+        k = int(rng.integers(0, n + 1))
+        alpha = float(rng.uniform(1e-4, 0.5))
+        np.testing.assert_allclose(clopper_pearson(k, n, alpha), _clopper_pearson_beta(k, n, alpha),
+                                   rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("args", "match"), [((3, 2), "k must be in"), ((-1, 5), "k must be in"),
+                                              ((1, 0), "n must be >= 1"), ((1, 5, 0.0), "alpha"),
+                                              ((1, 5, 1.0), "alpha")])
+def test_clopper_pearson_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        clopper_pearson(*args)
+
+
+def test_auc_agrees_with_pair_counting_on_random_cases():
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        pos = rng.integers(0, 6, size=int(rng.integers(1, 30))).astype(float)  # small integers: many ties
+        neg = rng.integers(0, 6, size=int(rng.integers(1, 30))).astype(float)
+        pairs = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
+        assert auc(pos, neg) == pytest.approx(pairs, rel=1e-12)
+        cont_pos, cont_neg = rng.normal(size=pos.size), rng.normal(size=neg.size)
+        assert auc(cont_pos, cont_neg) == pytest.approx((cont_pos[:, None] > cont_neg[None, :]).mean(), rel=1e-12)
 
 
 def test_advantage_null_and_separated():
@@ -158,8 +195,10 @@ def test_audit_config_is_validated():
         check_config({"n_candidates": 10})
     with pytest.raises(ValueError, match="n_removed"):
         check_config({"n_train": 10, "n_removed": 10})
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="trials must be >= 1"):
         check_config({"trials": 0})
+    with pytest.raises(TypeError, match="shadows must be an integer"):
+        check_config({"shadows": 8.0})
     with pytest.raises(ValueError, match="shadows"):
         check_config({"shadows": 2})
     with pytest.raises(ValueError, match="population"):
@@ -205,7 +244,7 @@ def test_audit_unlearned_models_within_bounds(noise_audit):
 
 
 def test_quick_mnist_audit_exercises_newton_removal(tmp_path):
-    from lethe.audit.experiment import main
+    from lethe.experiments.audit import main
 
     try:
         status = main(["--quick", "--no-progress", "--out", str(tmp_path / "audit.md")])

@@ -61,6 +61,26 @@ def test_cache_is_reused_and_keyed_by_content(embedded, monkeypatch):
     assert (data / "features").is_dir() and len(list((data / "features").glob("minilm_*.npz"))) == 1
 
 
+def test_cache_is_a_lethe_io_file_and_an_unreadable_one_is_recomputed(embedded, tmp_path):
+    import json
+    import stat
+    from pathlib import Path
+
+    from lethe.io import load_npz
+
+    data, sents, _, E, info = embedded
+    arrays, meta = load_npz(info["path"])  # lethe.io's format, owner-only (features of training records)
+    assert set(arrays) == {"embeddings"} and meta["key"] == info["key"]
+    assert stat.S_IMODE(Path(info["path"]).stat().st_mode) == 0o600
+    # a cache in the format written before lethe.io was used (np.savez_compressed with a "meta" entry)
+    old = tmp_path / "features" / Path(info["path"]).name
+    old.parent.mkdir(parents=True)
+    np.savez_compressed(old, embeddings=E.astype(np.float32), meta=np.array(json.dumps({"key": info["key"]})))
+    E2, info2 = text.embed_sentences(sents, data_dir=tmp_path)
+    assert info2["cache"] == "miss" and load_npz(old)[1]["key"] == info["key"]  # recomputed, replaced
+    np.testing.assert_allclose(E2, E, atol=1e-6)
+
+
 def test_certified_head_on_embeddings(embedded):
     _, _, y, E, _ = embedded
     rng = np.random.default_rng(0)

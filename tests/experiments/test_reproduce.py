@@ -12,6 +12,7 @@ pytest.importorskip("matplotlib")
 
 from lethe.experiments import reproduce  # noqa: E402
 from lethe.experiments.guo_mnist import accuracy, sigma_for_removals  # noqa: E402
+from lethe.experiments.report import _ratio  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,8 @@ def test_report_contains_the_numbers_of_this_run(quick_run):
     assert set(res["table1"]) == {"refine", "cholesky", "pcg", "onepass", "anchor"}
     for t1 in res["table1"].values():
         assert f"{t1['removal_median_seconds']:.4f} s" in report
-        assert f"{t1['speedup']:.0f}×" in report and t1["retrain_seconds"] > 0 and t1["fit_seconds"] > 0
+        assert _ratio(t1["speedup"]) in report and t1["retrain_seconds"] > 0 and t1["fit_seconds"] > 0
+    assert "| 0× " not in report and "(0×)" not in report
     # the Fig. 2 table carries the measured final values
     fin = res["fig2"]["final"]
     assert format(fin["single_exact"], ".4g") in report
@@ -122,8 +124,28 @@ def test_noisygd_stream_part(tmp_path):
         # the cost each edit reports is K_Ā passes over the database (n − 0 records: deletions keep n fixed)
         assert r["grad_unlearn"] == [r["k_unlearn"] * res["noisygd"]["n_train"]] * edits
         assert f"{r['grad_unlearn_total']:,}" in report
+        assert "one draw of a noisy model" in report  # the caveat on single-model accuracies
         if r["schedule"] == "deletion":
             assert r["epsilon_dd_certified"] <= r["epsilon_dd"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("x", "text"), [(390.0, "390×"), (15.4, "15×"), (2.54, "2.5×"), (1.0, "1.0×"),
+                                         (0.4512, "0.45×"), (0.004, "0.004×"),
+                                         (float("nan"), "—"), (None, "—")])
+def test_ratio_never_prints_zero_times(x, text):
+    assert _ratio(x) == text
+
+
+def test_noisygd_caveat_is_computed_from_the_run():
+    from lethe.experiments.noisygd_stream import accuracy_spread, spread_caveat
+
+    runs = [{"acc_retrain": [0.7, 0.456, 0.8]}, {"acc_retrain": [0.7, 0.6, 0.75]}]
+    spread = accuracy_spread(runs)
+    assert spread["count"] == 4 and spread["min"] == pytest.approx(0.456)
+    assert spread["mean"] == pytest.approx(np.mean([0.456, 0.8, 0.6, 0.75]))
+    text = spread_caveat(spread)
+    assert "45.6 %" in text and "not a bug" in text
+    assert "not a bug" not in spread_caveat(accuracy_spread([{"acc_retrain": [0.7, 0.8, 0.9]}]))
 
 
 def test_cli_subcommands_register():

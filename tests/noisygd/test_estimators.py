@@ -7,7 +7,7 @@ import pytest
 from sklearn.datasets import make_classification
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from lethe.noisygd.curator import EditRequestError
+from lethe.noisygd.edit_stream import EditRequestError
 from lethe.noisygd.estimators import NoisyGDBoundedMLPClassifier, NoisyGDLogisticRegression, NoisyGDMLPClassifier
 
 

@@ -11,24 +11,32 @@ Clopper–Pearson on TPR and on FPR, each at level 1 − α/2 (Bonferroni), comb
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta as beta_dist
+from scipy.stats import binomtest
+from sklearn.metrics import roc_auc_score
 
 from lethe._random import RandomState, check_random_state
+from lethe._validation import check_open_unit, check_positive_int
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    """Exact two-sided (1 − α) interval for a binomial proportion with k successes in n trials."""
-    if n <= 0 or not 0 <= k <= n:
-        raise ValueError(f"Need 0 <= k <= n and n > 0. Found k = {k}, n = {n}.")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1). Found {alpha}.")
-    lo = 0.0 if k == 0 else float(beta_dist.ppf(alpha / 2, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta_dist.ppf(1 - alpha / 2, k + 1, n - k))
-    return lo, hi
+    """Exact two-sided (1 − α) interval for a binomial proportion with k successes in n trials.
+
+    Clopper & Pearson (1934), computed by SciPy (``binomtest(k, n).proportion_ci(1 − α, method="exact")``):
+    lower = Beta⁻¹(α/2; k, n − k + 1) (0 if k = 0), upper = Beta⁻¹(1 − α/2; k + 1, n − k) (1 if k = n).
+    """
+    n = check_positive_int("n", n)
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an integer. Found {k!r} of type {type(k).__name__}.")
+    if not 0 <= k <= n:
+        raise ValueError(f"k must be in [0, n] = [0, {n}]. Found {k}.")
+    alpha = check_open_unit("alpha", alpha)
+    ci = binomtest(int(k), n).proportion_ci(confidence_level=1.0 - alpha, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def best_threshold(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -59,19 +67,15 @@ class Advantage:
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Area under the ROC curve (probability a random positive outscores a random negative; ties count ½)."""
-    allv = np.concatenate([pos, neg])
-    ranks = np.empty(allv.size)
-    order = np.argsort(allv, kind="mergesort")
-    sv = allv[order]
-    r = np.arange(1, allv.size + 1, dtype=float)
-    # average ranks of ties
-    _, start, counts = np.unique(sv, return_index=True, return_counts=True)
-    for s, c in zip(start, counts, strict=True):
-        if c > 1:
-            r[s:s + c] = r[s:s + c].mean()
-    ranks[order] = r
-    return float((ranks[:pos.size].sum() - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+    """Area under the ROC curve (probability a random positive outscores a random negative; ties count ½).
+
+    scikit-learn's :func:`~sklearn.metrics.roc_auc_score` with the positives labelled 1.
+    """
+    pos, neg = np.asarray(pos, dtype=float).ravel(), np.asarray(neg, dtype=float).ravel()
+    if pos.size < 1 or neg.size < 1:
+        raise ValueError(f"Need at least 1 positive and 1 negative score. Found {pos.size} and {neg.size}.")
+    labels = np.concatenate([np.ones(pos.size), np.zeros(neg.size)])
+    return float(roc_auc_score(labels, np.concatenate([pos, neg])))
 
 
 def advantage(pos: Any, neg: Any, *, alpha: float = 0.05, random_state: RandomState = 0) -> Advantage:

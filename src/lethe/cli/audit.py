@@ -7,14 +7,14 @@ from typing import Any
 
 
 def _handler(args: argparse.Namespace) -> int:
-    from lethe.audit.experiment import run_from_args
+    from lethe.experiments.audit import run_from_args
 
     return run_from_args(args)
 
 
 def register(subparsers: Any) -> None:
     """Add the ``audit`` subcommand (heavy imports happen in the handler)."""
-    from lethe.audit.experiment import build_parser
+    from lethe.experiments.audit import build_parser
 
     p = subparsers.add_parser("audit", help="membership-inference audit of certified removal and Noisy-GD",
                               description="Loss-threshold and (offline and online) LiRA attacks telling removed and "

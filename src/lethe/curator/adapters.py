@@ -215,7 +215,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
 @register_adapter
 class NoisyGDAdapter(MechanismAdapter):
     """Noisy-GD learning and unlearning (Chourasia & Shah 2023, Alg. 2, Thm 5.1) via
-    :class:`lethe.noisygd.curator.NoisyGDCurator`, for binary logistic regression on rows with ‖x‖ ≤ 1
+    :class:`lethe.noisygd.edit_stream.NoisyGDCurator`, for binary logistic regression on rows with ‖x‖ ≤ 1
     (L = 1, β = 1/4).
 
     Parameters (JSON): ``lam`` (λ), ``q`` (Rényi order), ``epsilon_dp``, ``epsilon_dd`` (targets of Thm 5.1),
@@ -266,7 +266,7 @@ class NoisyGDAdapter(MechanismAdapter):
         return np.where(y == classes[1], 1.0, -1.0), classes
 
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
-        from lethe.noisygd.curator import CuratorConfig, Database, NoisyGDCurator
+        from lethe.noisygd.edit_stream import CuratorConfig, Database, NoisyGDCurator
         from lethe.noisygd.models import LogisticModel
         from lethe.noisygd.schedule import convex_schedule
 
@@ -291,7 +291,7 @@ class NoisyGDAdapter(MechanismAdapter):
 
     def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
-        from lethe.noisygd.curator import CuratorConfig, Database, EditRequest, NoisyGDCurator
+        from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
         from lethe.noisygd.models import model_from_dict
 
         m = artifact.meta

@@ -1,5 +1,5 @@
 """Shared pieces of the reproduction runs: profiles, progress bars, plotting set-up, timing, JSON output, the
-remove-until-retrained loop."""
+remove-until-retrained loop, MNIST 3 vs 8 at a profile's size."""
 
 from __future__ import annotations
 
@@ -86,6 +86,13 @@ def pyplot() -> Any:
     return plt
 
 
+def integer_ticks(axis: Any) -> None:
+    """Only integer ticks on a matplotlib axis (``ax.xaxis``) that counts something (removals, edits)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+
+
 class Timer:
     """Wall-clock seconds of a ``with`` block (``time.perf_counter``)."""
 
@@ -146,3 +153,25 @@ def remove_until_retrained(clf: Any, order: Iterable[Any], cap: int | None = Non
             return done, cert
         done.append(cert)
     return done, None
+
+
+def pool_images(X: np.ndarray, k: int) -> np.ndarray:
+    """Average-pool square images (rows of X) by k x k, then L2-normalise the rows again (‖x‖ = 1)."""
+    side = int(round(np.sqrt(X.shape[1])))
+    s2 = side // k
+    img = X.reshape(-1, side, side)[:, :s2 * k, :s2 * k].reshape(-1, s2, k, s2, k).mean(axis=(2, 4))
+    out = img.reshape(X.shape[0], -1)
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+def load_mnist38(profile: Profile, data_dir: str | None, seed: int) -> tuple[np.ndarray, ...]:
+    """MNIST 3 vs 8 (Guo et al. §4.1), subsampled (stratified) to the profile's sizes."""
+    from lethe.datasets import load_mnist_binary
+
+    X, y, Xt, yt = load_mnist_binary(3, 8, data_dir=data_dir)
+    if profile.downsample > 1:
+        X, Xt = pool_images(X, profile.downsample), pool_images(Xt, profile.downsample)
+    rng = np.random.default_rng(seed)
+    i = stratified_subset(y, profile.n_train, rng)
+    j = stratified_subset(yt, profile.n_test, rng)
+    return X[i], y[i], Xt[j], yt[j]

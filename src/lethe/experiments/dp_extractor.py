@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int, check_real
 from lethe.experiments._common import Profile, Timer, progress, pyplot, stratified_subset
 
 K_REMOVALS = 10  # "models that support 10 removals" (Fig. 5)
@@ -53,8 +54,9 @@ def per_example_budget(eps_group: float, delta_group: float, k: int) -> tuple[fl
 
     ε₁ = ε_group / k and δ₁ = δ_group (e^{ε₁} − 1)/(e^{kε₁} − 1) (the inverse of the group-privacy δ).
     """
-    if not eps_group > 0 or not 0 < delta_group < 1 or k < 1:
-        raise ValueError(f"Need eps_group > 0, 0 < delta_group < 1, k >= 1. Found {eps_group}, {delta_group}, {k}.")
+    eps_group = check_positive("eps_group", eps_group)
+    delta_group = check_open_unit("delta_group", delta_group)
+    k = check_positive_int("k", k)
     e1 = eps_group / k
     return e1, delta_group * math.expm1(e1) / math.expm1(k * e1)
 
@@ -62,9 +64,8 @@ def per_example_budget(eps_group: float, delta_group: float, k: int) -> tuple[fl
 def theorem5(eps_dp: float, delta_dp: float, eps_cr: float, delta_cr: float) -> tuple[float, float]:
     """Guo et al. 2020, Thm 5: an (ε_DP, δ_DP)-DP extractor under an (ε_CR, δ_CR)-CR linear model is
     (ε_DP + ε_CR, δ_DP + δ_CR)-certified removal."""
-    for name, v in (("eps_dp", eps_dp), ("delta_dp", delta_dp), ("eps_cr", eps_cr), ("delta_cr", delta_cr)):
-        if not (v >= 0 and math.isfinite(v)):
-            raise ValueError(f"{name} must be finite and >= 0. Found {v}.")
+    eps_dp, delta_dp = check_nonnegative("eps_dp", eps_dp), check_nonnegative("delta_dp", delta_dp)
+    eps_cr, delta_cr = check_nonnegative("eps_cr", eps_cr), check_nonnegative("delta_cr", delta_cr)
     return eps_dp + eps_cr, delta_dp + delta_cr
 
 
@@ -104,7 +105,7 @@ def choose_sigma(F: np.ndarray, y: np.ndarray, st: dict[str, Any], eps_cr: float
     (features, labels, the rows to remove); the selection itself is not accounted for in ε (as for the paper's
     hyper-parameters). Returns (σ, heads, certificates, tried); (None, None, [], tried) if no σ of the grid works.
     """
-    if not 0 < max_budget_used <= 1:
+    if not 0 < check_real("max_budget_used", max_budget_used) <= 1:
         raise ValueError(f"max_budget_used must be in (0, 1]. Found {max_budget_used}.")
     tried = []
     for sig in st["sigmas"]:

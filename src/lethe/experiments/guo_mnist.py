@@ -19,7 +19,7 @@ from lethe.certified import objective as obj
 from lethe.certified.influence import influence_norms
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
 from lethe.certified.noise import gaussian_c
-from lethe.experiments._common import Profile, Timer, progress, pyplot
+from lethe.experiments._common import Profile, Timer, integer_ticks, progress, pyplot
 
 DELTA = 1e-4  # Guo et al. 2020, §4.1: "Removal is performed using Algorithm 2 with δ = 1e-4"
 REF_LAM, REF_SIGMA = 1e-3, 10.0  # the paper's reference setting (≈ 95 % test accuracy)
@@ -144,35 +144,59 @@ def run_fig1(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, seed:
         eps_rows.append(row | {"accuracy_before": acc0, "accuracy_after": accuracy(state.w, Xt, yt),
                                "retrainings": retrained, "budget_used": state.residual_bound / mech.budget})
 
+    path = plot_fig1(grid, eps_rows, profile, X.shape[0], outdir)
+    return {"grid": grid, "epsilon": eps_rows, "png": path.name}
+
+
+def plot_fig1(grid: list[dict[str, Any]], eps_rows: list[dict[str, Any]], profile: Profile, n_train: int,
+              outdir: Path) -> Path:
+    """Draw Fig. 1 from its measurements (``results.json``'s ``fig1``); returns the PNG's path."""
+    R = profile.fig1_removals
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    from matplotlib.lines import Line2D
+
+    # σ is a marker shape in every panel and a shade of viridis in the left one; λ is a colour in the middle and
+    # right panels. Two legends below the panels, no text on the data (labels overlapped at the full profile)
+    markers = dict(zip(profile.sigmas, "osD^vPX*h", strict=False))
+    cmap = plt.get_cmap("viridis")
+    sig_colors = {sig: cmap(k / max(len(profile.sigmas) - 1, 1) * 0.9) for k, sig in enumerate(profile.sigmas)}
+    lam_colors = {lam: f"C{k}" for k, lam in enumerate(sorted(set(profile.lambdas) | set(profile.fig1_lambdas)))}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 5.4))
     ax = axes[0]
     for sig in profile.sigmas:
         rows = [g for g in grid if g["sigma"] == sig]
-        ax.plot([g["lam"] for g in rows], [g["accuracy"] for g in rows], "o-", label=f"σ = {sig:g}")
+        ax.plot([g["lam"] for g in rows], [g["accuracy"] for g in rows], "-", marker=markers.get(sig, "o"),
+                color=sig_colors[sig])
     ax.set(xscale="log", xlabel="λ", ylabel="test accuracy", title="accuracy vs λ and σ")
-    ax.legend()
     ax = axes[1]
     for lam in profile.fig1_lambdas:
         rows = [r for r in eps_rows if r["lam"] == lam]
-        ax.plot([r["epsilon"] for r in rows], [r["accuracy_after"] for r in rows], "o-", label=f"λ = {lam:g}")
+        ax.plot([r["epsilon"] for r in rows], [r["accuracy_after"] for r in rows], "o-", color=lam_colors[lam])
     ax.set(xscale="log", xlabel="ε", ylabel="test accuracy", title=f"accuracy vs ε, {R} removals supported")
-    ax.legend()
     ax = axes[2]
     for lam in profile.lambdas:
         rows = [g for g in grid if g["lam"] == lam and g["supported_removals"]]
-        ax.plot([g["supported_removals"] for g in rows], [g["accuracy"] for g in rows], "o-", label=f"λ = {lam:g}")
+        ax.plot([g["supported_removals"] for g in rows], [g["accuracy"] for g in rows], "-", color=lam_colors[lam])
         for g in rows:
-            ax.annotate(f"σ={g['sigma']:g}", (g["supported_removals"], g["accuracy"]), fontsize=7)
+            ax.plot(g["supported_removals"], g["accuracy"], ls="none", marker=markers.get(g["sigma"], "o"),
+                    color=lam_colors[lam], markersize=7)
     ax.set(xscale="log", xlabel="expected supported removals (ε = 1)", ylabel="test accuracy",
            title="accuracy vs supported removals")
-    ax.legend()
-    fig.suptitle(f"Guo et al. Fig. 1 — MNIST 3 vs 8, n = {X.shape[0]} ({profile.name} profile)")
-    fig.tight_layout()
+    sig_handles = [Line2D([], [], marker=markers.get(sig, "o"), color=sig_colors[sig], label=f"σ = {sig:g}")
+                   for sig in profile.sigmas]
+    lam_handles = [Line2D([], [], color=lam_colors[lam], lw=2, label=f"λ = {lam:g}") for lam in lam_colors]
+    fig.legend(handles=sig_handles, title="σ: marker (all panels), colour (left)", loc="lower center",
+               bbox_to_anchor=(0.33, 0.0), ncol=min(len(sig_handles), 7), fontsize=10, title_fontsize=10,
+               frameon=False)
+    fig.legend(handles=lam_handles, title="λ: colour (middle, right)", loc="lower center",
+               bbox_to_anchor=(0.80, 0.0), ncol=min(len(lam_handles), 4), fontsize=10, title_fontsize=10,
+               frameon=False)
+    fig.suptitle(f"Guo et al. Fig. 1 — MNIST 3 vs 8, n = {n_train} ({profile.name} profile)")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     path = outdir / "fig1_lambda_sigma_epsilon.png"
     fig.savefig(path, dpi=90)
     plt.close(fig)
-    return {"grid": grid, "epsilon": eps_rows, "png": path.name}
+    return path
 
 
 # -- Fig. 2 and Fig. 3 ------------------------------------------------------------------------------------------
@@ -209,24 +233,35 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
         "single_tight_exact": single_t["exact"], "batch_tight_exact": batch_t["exact"],
     }
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8.0, 5.2))
-    ax.plot(n_single, curves["single_worst"], color="lightblue", label="worst case, single (Thm 1)")
-    ax.plot(n_batch, curves["batch_worst"], color="lightgreen", label="worst case, batch of 10 (Thm 4)")
-    ax.plot(n_single, curves["single_data"], color="darkblue", label="data-dependent, single (Cor. 1)")
-    ax.plot(n_batch, curves["batch_data"], color="darkgreen", label="data-dependent, batch of 10 (Cor. 2)")
-    ax.plot(n_single, curves["single_tight"], color="darkorange", label="tight data-dependent, single")
-    ax.plot(n_batch, curves["batch_tight"], color="purple", label="tight data-dependent, batch of 10")
-    ax.plot(n_single, curves["single_exact"], "k--", label="true residual ‖∇L_b(w; D′)‖, single")
-    ax.plot(n_batch, curves["batch_exact"], "k:", label="true residual, batch of 10")
-    ax.plot(n_single, curves["single_tight_exact"], "--", color="grey", lw=0.8,
-            label="true residual of the tight-mode run, single")
-    ax.plot(n_batch, curves["batch_tight_exact"], ":", color="grey", lw=0.8,
-            label="true residual of the tight-mode run, batch of 10")
-    ax.axhline(mech.budget, color="red", lw=0.8, label=f"budget ε′ = σε/c (σ = {REF_SIGMA:g}, ε = 1)")
-    ax.axhline(tight.budget, color="red", lw=0.8, ls="--", label="budget ε′, analytic calibration (tight mode)")
-    ax.set(yscale="log", xlabel="number of removed points", ylabel="gradient residual norm",
+    from matplotlib.lines import Line2D
+
+    # colour = which quantity, line style = single removals (solid) or batches of 10 (dashed): 7 legend entries
+    # for 10 curves, the budgets labelled on the plot
+    fig, ax = plt.subplots(figsize=(8.0, 6.4))
+    kinds = [("worst", "tab:blue", "worst case (Thm 1 / Thm 4)"),
+             ("data", "tab:green", "data-dependent (Cor. 1 / Cor. 2)"),
+             ("tight", "tab:orange", "tight data-dependent (this library)"),
+             ("exact", "black", "true residual ‖∇L_b(w; D′)‖"),
+             ("tight_exact", "tab:grey", "true residual of the tight-mode run")]
+    for key, color, _ in kinds:
+        lw = 1.0 if key == "tight_exact" else 1.6
+        ax.plot(n_single, curves[f"single_{key}"], "-", color=color, lw=lw)
+        ax.plot(n_batch, curves[f"batch_{key}"], "--", color=color, lw=lw)
+    ax.axhline(mech.budget, color="red", lw=1.0)
+    ax.axhline(tight.budget, color="red", lw=1.0, ls=":")
+    # the analytic calibration's budget is never below the paper's (Balle & Wang): its label above, the other below
+    for y_budget, text, va in ((mech.budget, f"budget ε′ = σε/c (σ = {REF_SIGMA:g}, ε = 1)", "top"),
+                               (tight.budget, "budget ε′, analytic calibration (dotted)", "bottom")):
+        ax.annotate(text, (0.5, y_budget), xycoords=("axes fraction", "data"), color="red", fontsize=9, ha="center",
+                    va=va, xytext=(0, -2 if va == "top" else 2), textcoords="offset points",
+                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
+    handles = [Line2D([], [], color=c, lw=1.6, label=lab) for _, c, lab in kinds]
+    handles += [Line2D([], [], color="dimgrey", ls="-", label="single removals"),
+                Line2D([], [], color="dimgrey", ls="--", label="batches of 10")]
+    ax.set(yscale="log", xlabel="number of removed points", ylabel="gradient residual norm (accumulated bound)",
            title=f"Guo et al. Fig. 2 — λ = {REF_LAM:g}, n = {X.shape[0]}")
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    integer_ticks(ax.xaxis)
+    ax.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, frameon=False)
     fig.tight_layout()
     p2 = outdir / "fig2_residual_bounds.png"
     fig.savefig(p2, dpi=90, bbox_inches="tight")

@@ -26,9 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from lethe.experiments._common import PROFILES, Profile, stratified_subset, write_json
+from lethe.experiments._common import PROFILES, Profile, load_mnist38, write_json
 from lethe.experiments.report import render
 
 DEFAULT_PARTS = ("guo", "noisygd", "audit")
@@ -54,28 +52,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                    help="merge into an existing OUT/results.json: replace only the parts run now, keep the others, "
                         "and re-render report.md from the merged results (same profile and seed required)")
     return p
-
-
-def pool_images(X: np.ndarray, k: int) -> np.ndarray:
-    """Average-pool square images (rows of X) by k x k, then L2-normalise the rows again (‖x‖ = 1)."""
-    side = int(round(np.sqrt(X.shape[1])))
-    s2 = side // k
-    img = X.reshape(-1, side, side)[:, :s2 * k, :s2 * k].reshape(-1, s2, k, s2, k).mean(axis=(2, 4))
-    out = img.reshape(X.shape[0], -1)
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-
-
-def load_mnist38(profile: Profile, data_dir: str | None, seed: int) -> tuple[np.ndarray, ...]:
-    """MNIST 3 vs 8 (Guo et al. §4.1), subsampled (stratified) to the profile's sizes."""
-    from lethe.datasets import load_mnist_binary
-
-    X, y, Xt, yt = load_mnist_binary(3, 8, data_dir=data_dir)
-    if profile.downsample > 1:
-        X, Xt = pool_images(X, profile.downsample), pool_images(Xt, profile.downsample)
-    rng = np.random.default_rng(seed)
-    i = stratified_subset(y, profile.n_train, rng)
-    j = stratified_subset(yt, profile.n_test, rng)
-    return X[i], y[i], Xt[j], yt[j]
 
 
 def _part_deviations(old: dict[str, Any]) -> dict[str, list[str]]:
@@ -182,7 +158,7 @@ def _run_part(part: str, results: dict[str, Any], profile: Profile, out: Path, d
         results["noisygd"] = run_noisygd(profile, out, data_dir=data_dir, seed=seed, show_progress=show_progress)
         return list(results["noisygd"]["deviations"])
     if part == "audit":
-        from lethe.audit.experiment import run_audit
+        from lethe.experiments.audit import run_audit
 
         results["audit"] = run_audit(profile.audit, data_dir=data_dir, seed=seed, show_progress=show_progress)
         return list(results["audit"]["deviations"])

