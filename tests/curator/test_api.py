@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from lethe.curator import Curator
+from lethe.curator.public import CERTIFICATE_FIELDS, REQUESTER_CERTIFICATE_FIELDS
 
 from .conftest import Data, Server, snapshot
 
@@ -44,9 +45,13 @@ def test_deletion_end_to_end(server: Server, data: Data) -> None:
         cert = certs[0]
         assert cert["kind"] == "removal" and cert["model"] == "clf"
         assert (cert["old_version"], cert["new_version"]) == (1, 2)
-        body = cert["certificate"]
-        assert body["n_removed"] == 1 and body["n_remaining"] == 199 and body["residual_bound"] <= body["budget"]
+        # the requester's view: the guarantee and its parameters, nothing of the batch (no counts, no bounds)
+        assert set(cert["certificate"]) <= REQUESTER_CERTIFICATE_FIELDS and cert["batch_id"] is None
+        assert cert["certificate"]["epsilon"] == 1.0 and "n_removed" not in cert["certificate"]
         assert alice.get(f"/v1/certificates/{cert['id']}").json() == cert
+        body = admin.get(f"/v1/certificates/{cert['id']}").json()["certificate"]
+        assert body["n_removed"] == 1 and body["n_remaining"] == 199 and body["residual_bound"] <= body["budget"]
+        assert "removed_indices" not in body and set(body) <= CERTIFICATE_FIELDS
         budget = admin.get("/v1/models/clf/budget").json()
         assert budget["version"] == 2 and budget["n_records"] == 199 and budget["removals_since_training"] == 1
         assert budget["residual_bound"] == pytest.approx(body["residual_bound"])

@@ -15,7 +15,7 @@ import math
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -64,6 +64,13 @@ class RequestOut(BaseModel):
     submitted_at: str | None
     processed_at: str | None
     certificates: list[str]
+
+
+class RequestPage(BaseModel):
+    """One page of requests, newest first; pass ``next_cursor`` as ``cursor`` for the next page (null: no more)."""
+
+    items: list[RequestOut]
+    next_cursor: str | None
 
 
 class CertificateOut(BaseModel):
@@ -191,6 +198,17 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
                                                 client_request_id=body.request_id)
         return JSONResponse(RequestOut(**view).model_dump(), status_code=202 if created else 200)
 
+    @app.get("/v1/deletions", response_model=RequestPage, responses=ERRORS, tags=["deletions"])
+    def list_requests(p: Caller, status: Annotated[str | None, Query(pattern="^(pending|done|failed)$")] = None,
+                      dataset: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                      request_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                      requester: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                      cursor: Annotated[str | None, Query(max_length=200)] = None) -> Any:
+        """Deletion requests, newest first (a requester: its own; an admin: all, optionally of one requester)."""
+        return curator.list_requests(p, status=status, dataset=dataset, request_id=request_id,
+                                     requester=requester if p.is_admin else None, limit=limit, cursor=cursor)
+
     @app.get("/v1/deletions/{request_id}", response_model=RequestOut, responses=ERRORS, tags=["deletions"])
     def request_status(request_id: Id, p: Caller) -> Any:
         """The state of a request (a requester sees only its own)."""
@@ -217,6 +235,16 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
     def budget(model: Name, p: Admin) -> Any:
         """Budget status of the model's published version (admin)."""
         return _json_safe(curator.budget(model))
+
+    @app.get("/v1/models/{model}/versions", responses=ERRORS, tags=["models"])
+    def versions(model: Name, p: Admin) -> Any:
+        """The model's version history with each version's certificate and budget (admin)."""
+        return _json_safe(curator.model_versions(model))
+
+    @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
+    def public_model(model: Name, p: Caller) -> Any:
+        """The published version's public weights (never the secret perturbation), feature names and classes."""
+        return _json_safe(curator.public_model(model))
 
     @app.get("/v1/status", responses=ERRORS, tags=["service"])
     def status(p: Admin) -> dict[str, Any]:

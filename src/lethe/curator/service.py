@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.exc import IntegrityError
 
 from lethe._random import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore, destroy_file
+from lethe.curator.public import check_payload, public_certificate, public_error, requester_error
 from lethe.curator.store import (
     DB_FILENAME,
     CertificateRow,
@@ -64,6 +66,7 @@ from lethe.exceptions import LetheError
 log = logging.getLogger("lethe.curator")
 
 SCOPES = ("admin", "requester")
+REQUEST_STATUSES = ("pending", "done", "failed")
 NORMALIZE = ("none", "rows")
 LOCK_FILE = "processing.lock"
 SECRETS_DIR = "secrets"
@@ -103,6 +106,13 @@ class InvalidInputError(CuratorError):
 
 class BusyError(CuratorError):
     """Another process holds the processing lock."""
+
+    status_code = 503
+
+
+class ServiceFaultError(CuratorError):
+    """The service cannot answer because of a fault an operator must fix (e.g. an artifact failed verification).
+    The message is generic: no paths, no checksums; operators see the fault in ``lethe status``."""
 
     status_code = 503
 
@@ -161,6 +171,35 @@ class BatchResult:
     error: str | None = None
 
 
+def _encode_cursor(at: Any, rid: str) -> str:
+    """An opaque page cursor: the (submitted_at, id) of the last item shown."""
+    import base64
+    import json
+
+    u = as_utc(at)
+    raw = json.dumps([u.isoformat() if u is not None else None, rid]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: Any) -> tuple[Any, str]:
+    import base64
+    import datetime as dt
+    import json
+
+    try:
+        if not isinstance(cursor, str) or len(cursor) > 200:
+            raise ValueError
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at_text, rid = json.loads(raw)
+        at = dt.datetime.fromisoformat(at_text)
+        if not isinstance(rid, str):
+            raise ValueError
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidInputError("cursor must be the next_cursor of a previous page.") from None
+    # stored naive UTC on SQLite, aware on PostgreSQL: compare like with like
+    return (at.replace(tzinfo=None) if at.tzinfo is not None else at), rid
+
+
 # -- the processing lock ----------------------------------------------------------------------------------------------
 class ProcessingLock:
     """An exclusive ``flock`` on ``<data_dir>/processing.lock`` (released by the OS if the holder dies), plus a
@@ -206,12 +245,22 @@ class ProcessingLock:
                 time.sleep(0.05)
 
 
+def _check_unicode(kind: str, value: str) -> None:
+    """Refuse text that is not valid Unicode (lone surrogates such as ``\\ud800`` cannot be encoded as UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{kind} must be valid Unicode text; it contains a lone surrogate code point.") \
+            from None
+
+
 def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
     if not isinstance(value, str):
         raise InvalidInputError(f"{kind} must be a string. Found {type(value).__name__}.")
+    _check_unicode(kind, value)
     if not value or value.strip() != value or len(value) > max_len or any(ord(c) < 32 for c in value):
         raise InvalidInputError(f"{kind} must be 1 to {max_len} printable characters without surrounding spaces. "
-                                f"Found {value!r}.")
+                                f"Found {value[:60]!r}{'...' if len(value) > 60 else ''}.")
     return value
 
 
@@ -438,13 +487,31 @@ class Curator:
 
         Idempotent under ``client_request_id``: the same id with the same dataset and key returns the existing
         request (created=False); the same id with another deletion is a :class:`ConflictError`.
-        Unknown key → :class:`NotFoundError`; a key already requested or deleted → :class:`ConflictError`.
+        Unknown key → :class:`NotFoundError`; a key already requested or deleted → :class:`ConflictError` (naming
+        the earlier request only to its own requester or an admin).
+
+        Uniqueness is enforced by the database (``uq_client_request``, ``uq_live_request_key``), so concurrent
+        submissions on PostgreSQL cannot both be accepted: the loser's insert fails and it is answered as if it had
+        come second (the existing request, or a conflict).
         """
         _check_name("dataset", dataset)
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
             raise InvalidInputError(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters.")
+        _check_unicode("key", key)
         if client_request_id is not None:
             _check_name("request_id", client_request_id)
+        for attempt in range(3):
+            try:
+                return self._submit_once(dataset, key, principal, client_request_id)
+            except IntegrityError:
+                # a concurrent submission won the race (a unique constraint refused ours; nothing was written):
+                # answer from the winner's committed state
+                if attempt == 2:
+                    raise BusyError("Concurrent submissions of this deletion kept conflicting; retry.") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _submit_once(self, dataset: str, key: str, principal: Principal,
+                     client_request_id: str | None) -> tuple[dict[str, Any], bool]:
         with self.store.write() as s, s.begin():
             ds = self._dataset(s, dataset)
             digest = self.key_digest(ds.id, key)
@@ -453,17 +520,22 @@ class Curator:
                                                               DeletionRequest.client_request_id == client_request_id))
                 if prev is not None:
                     if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, digest):
-                        return self._request_view(s, prev), False
+                        return self._request_view(s, prev, principal), False
                     raise ConflictError(f"request_id {client_request_id!r} was already used for a different "
                                         "deletion request.")
             earlier = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
                                                               DeletionRequest.key_digest == digest,
                                                               DeletionRequest.status != "failed")).first()
             if earlier is not None:
-                ref = f" (request {earlier.id})" if principal.is_admin or earlier.requester == principal.name else ""
-                if earlier.status == "pending":
-                    raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending{ref}.")
-                raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
+                if principal.is_admin or earlier.requester == principal.name:
+                    ref = f" (request {earlier.id})"
+                    if earlier.status == "pending":
+                        raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already "
+                                            f"pending{ref}.")
+                    raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
+                # another requester's request: say no more than that the key is taken care of (not which request,
+                # not whether it is pending or done)
+                raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
             record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
             if record_id is None:
                 raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")
@@ -471,61 +543,171 @@ class Curator:
                                   dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
                                   attempts=0, submitted_at=utcnow())
             s.add(req)
-            s.flush()
+            s.flush()  # the unique constraints fire here (IntegrityError → the caller answers from the winner)
             add_event(s, "request_submitted", {"dataset": dataset, "requester": principal.name},
                       request_id=req.id)
-            view = self._request_view(s, req)
+            view = self._request_view(s, req, principal)
         log.info("request %s submitted (dataset %s)", view["id"], dataset)
         return view, True
 
-    def _request_view(self, s: Any, req: DeletionRequest) -> dict[str, Any]:
+    def _request_view(self, s: Any, req: DeletionRequest, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+        """A request as its requester or an admin sees it: never the key, nor anything of the other requests of its
+        batch; errors reduced to what may be shown (:mod:`lethe.curator.public`)."""
         ds = s.get(Dataset, req.dataset_id)
         certs = s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
-                          .order_by(CertificateRow.created_at)).all()
+                          .order_by(CertificateRow.created_at, CertificateRow.id)).all()
+        error = public_error(req.error) if principal.is_admin else requester_error(req.error)
         return {"id": req.id, "request_id": req.client_request_id, "dataset": ds.name if ds else None,
-                "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": req.error,
+                "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": error,
                 "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
                 "certificates": list(certs)}
 
+    @staticmethod
+    def _lookup_id(value: Any) -> str | None:
+        """A usable id for a primary-key lookup, or None (not a string, too long, or not encodable)."""
+        if not isinstance(value, str) or not value or len(value) > 64:
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        return value
+
     def request_status(self, request_id: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """A request's state; a requester sees only its own requests (others are reported as unknown)."""
+        rid = self._lookup_id(request_id)
         with self.store.read() as s:
-            req = s.get(DeletionRequest, request_id) if isinstance(request_id, str) else None
+            req = s.get(DeletionRequest, rid) if rid is not None else None
             if req is None or not (principal.is_admin or req.requester == principal.name):
-                raise NotFoundError(f"Unknown request {request_id!r}.")
-            return self._request_view(s, req)
+                raise NotFoundError("Unknown request id.")
+            return self._request_view(s, req, principal)
+
+    def list_requests(self, principal: Principal = CLI_PRINCIPAL, *, status: str | None = None,
+                      dataset: str | None = None, request_id: str | None = None, requester: str | None = None,
+                      limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        """Deletion requests, newest first, one page at a time.
+
+        A requester sees only its own requests (``requester`` is then ignored unless it names the caller); an admin
+        sees all and may filter by ``requester``. Filters: ``status`` (pending, done, failed), ``dataset`` (name),
+        ``request_id`` (the client-chosen id). ``limit``: 1 to 500. ``cursor``: the ``next_cursor`` of the previous
+        page (opaque). Returns ``{"items": [request views], "next_cursor": str | None}``.
+        """
+        if status is not None and status not in REQUEST_STATUSES:
+            raise InvalidInputError(f"status must be one of {REQUEST_STATUSES}. Found {status!r}.")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise InvalidInputError(f"limit must be an integer from 1 to 500. Found {limit!r}.")
+        if request_id is not None:
+            _check_name("request_id", request_id)
+        after = _decode_cursor(cursor) if cursor is not None else None
+        with self.store.read() as s:
+            q = select(DeletionRequest)
+            if not principal.is_admin:
+                q = q.where(DeletionRequest.requester == principal.name)
+            elif requester is not None:
+                _check_name("requester", requester)
+                q = q.where(DeletionRequest.requester == requester)
+            if status is not None:
+                q = q.where(DeletionRequest.status == status)
+            if dataset is not None:
+                _check_name("dataset", dataset)
+                q = q.where(DeletionRequest.dataset_id == self._dataset(s, dataset).id)
+            if request_id is not None:
+                q = q.where(DeletionRequest.client_request_id == request_id)
+            if after is not None:
+                at, rid = after
+                q = q.where(or_(DeletionRequest.submitted_at < at,
+                                and_(DeletionRequest.submitted_at == at, DeletionRequest.id < rid)))
+            rows = s.scalars(q.order_by(DeletionRequest.submitted_at.desc(), DeletionRequest.id.desc())
+                             .limit(limit + 1)).all()
+            items = [self._request_view(s, r, principal) for r in rows[:limit]]
+            nxt = _encode_cursor(rows[limit - 1].submitted_at, rows[limit - 1].id) if len(rows) > limit else None
+        return {"items": items, "next_cursor": nxt}
 
     def certificate(self, certificate_id: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """One certificate by id (a requester: only those of its own requests)."""
+        cid = self._lookup_id(certificate_id)
         with self.store.read() as s:
-            row = s.get(CertificateRow, certificate_id) if isinstance(certificate_id, str) else None
+            row = s.get(CertificateRow, cid) if cid is not None else None
             if row is None:
-                raise NotFoundError(f"Unknown certificate {certificate_id!r}.")
+                raise NotFoundError("Unknown certificate id.")
             if not principal.is_admin:
                 req = s.get(DeletionRequest, row.request_id) if row.request_id else None
                 if req is None or req.requester != principal.name:
-                    raise NotFoundError(f"Unknown certificate {certificate_id!r}.")
-            return self._certificate_view(s, row)
+                    raise NotFoundError("Unknown certificate id.")
+            return self._certificate_view(s, row, principal)
 
     def request_certificates(self, request_id: str, *, principal: Principal = CLI_PRINCIPAL) -> list[dict[str, Any]]:
         """The certificates of one request (one per model of its dataset, or a deletion receipt)."""
         view = self.request_status(request_id, principal=principal)
         with self.store.read() as s:
             rows = s.scalars(select(CertificateRow).where(CertificateRow.request_id == view["id"])
-                             .order_by(CertificateRow.created_at)).all()
-            return [self._certificate_view(s, r) for r in rows]
+                             .order_by(CertificateRow.created_at, CertificateRow.id)).all()
+            return [self._certificate_view(s, r, principal) for r in rows]
 
     @staticmethod
-    def _certificate_view(s: Any, row: CertificateRow) -> dict[str, Any]:
+    def _certificate_view(s: Any, row: CertificateRow, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+        """A certificate as shown: the allow-listed fields (:func:`lethe.curator.public.public_certificate`); a
+        requester gets neither the batch id nor the batch's data-dependent numbers."""
         model = s.get(Model, row.model_id) if row.model_id is not None else None
         old = s.get(ModelVersion, row.old_version_id) if row.old_version_id is not None else None
         new = s.get(ModelVersion, row.new_version_id) if row.new_version_id is not None else None
-        return {"id": row.id, "kind": row.kind, "request_id": row.request_id, "batch_id": row.batch_id,
+        requester = not principal.is_admin
+        return {"id": row.id, "kind": row.kind, "request_id": row.request_id,
+                "batch_id": None if requester else row.batch_id,
                 "model": model.name if model else None, "mechanism": row.mechanism,
                 "old_version": old.number if old else None, "new_version": new.number if new else None,
                 "old_version_id": row.old_version_id, "new_version_id": row.new_version_id,
                 "submitted_at": iso(row.submitted_at), "issued_at": iso(row.created_at),
-                "certificate": row.certificate}
+                "certificate": public_certificate(row.certificate, requester=requester)}
+
+    def model_versions(self, model: str) -> list[dict[str, Any]]:
+        """A model's version history, oldest first (operators): number, status, records, timestamps, the public
+        budget facts of the version and the certificate it was published with (training or the removal batch, with
+        the number of requests the batch served)."""
+        with self.store.read() as s:
+            m = self._model(s, model)
+            versions = s.scalars(select(ModelVersion).where(ModelVersion.model_id == m.id)
+                                 .order_by(ModelVersion.number)).all()
+            out = []
+            for v in versions:
+                cert = s.scalars(select(CertificateRow).where(CertificateRow.new_version_id == v.id)
+                                 .order_by(CertificateRow.created_at, CertificateRow.id)).first()
+                n_req = s.scalar(select(func.count()).select_from(CertificateRow)
+                                 .where(CertificateRow.new_version_id == v.id, CertificateRow.request_id.is_not(None)))
+                parent = s.get(ModelVersion, v.parent_id) if v.parent_id is not None else None
+                out.append({"model": m.name, "version": v.number, "version_id": v.id, "status": v.status,
+                            "parent_version": parent.number if parent else None, "n_records": v.n_records,
+                            "published_at": iso(v.created_at), "superseded_at": iso(v.superseded_at),
+                            "destroyed_at": iso(v.destroyed_at), "budget": dict(v.summary),
+                            "kind": cert.kind if cert else None, "batch_id": cert.batch_id if cert else None,
+                            "n_requests": int(n_req or 0),
+                            "certificate": public_certificate(cert.certificate) if cert else None})
+        return out
+
+    def public_model(self, model: str) -> dict[str, Any]:
+        """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
+        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
+        for _ in range(5):  # the version may be superseded (and destroyed) between reading its id and its file
+            with self.store.read() as s:
+                m = self._model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                assert ds is not None and v is not None
+                mech, params, number, relpath, sha = m.mechanism, dict(m.params), v.number, v.artifact, v.sha256
+                names, normalize = list(ds.feature_names.get("names", [])), ds.normalize
+            adapter = get_adapter(mech, params)
+            try:
+                art = self.artifacts.load(relpath, sha)
+            except ArtifactError as exc:
+                if (self.data_dir / relpath).exists():
+                    log.error("model %s version %d: artifact fault (%s)", model, number, type(exc).__name__)
+                    raise ServiceFaultError(f"Model {model!r} is unavailable: its artifact failed verification. "
+                                            "The operator has been notified.") from None
+                continue
+            arrays = {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in adapter.secret_arrays}
+            return {"model": m.name, "version": number, "mechanism": mech, "feature_names": names,
+                    "normalize": normalize, "classes": art.meta.get("classes"), "arrays": arrays}
+        raise BusyError(f"Model {model!r} is being republished; try again.")
 
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
@@ -878,12 +1060,22 @@ class Curator:
         with self.store.read() as s:
             rows = s.scalars(select(LedgerEvent).order_by(LedgerEvent.id.desc()).limit(limit)).all()
             return [{"id": e.id, "at": iso(e.at), "kind": e.kind, "model_id": e.model_id, "version_id": e.version_id,
-                     "request_id": e.request_id, "payload": e.payload} for e in reversed(rows)]
+                     "request_id": e.request_id, "payload": _public_payload(e.payload)} for e in reversed(rows)]
 
     def pending_count(self) -> int:
         with self.store.read() as s:
             return int(s.scalar(select(func.count()).select_from(DeletionRequest)
                                 .where(DeletionRequest.status == "pending")) or 0)
+
+
+def _public_payload(payload: Any) -> Any:
+    """A stored ledger payload as shown: events written by older versions may hold fields the rule now refuses."""
+    try:
+        return check_payload(dict(payload or {}))
+    except ValueError:
+        from lethe.curator.public import FORBIDDEN_PAYLOAD_KEYS
+
+        return {k: v for k, v in dict(payload or {}).items() if k not in FORBIDDEN_PAYLOAD_KEYS}
 
 
 def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None]:
@@ -911,5 +1103,5 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
 
 __all__ = [
     "BatchResult", "BusyError", "ConflictError", "Curator", "CuratorError", "InvalidInputError", "NotFoundError",
-    "PermissionDeniedError", "Principal", "ProcessingLock", "Settings", "configure_file_logging",
+    "PermissionDeniedError", "Principal", "ProcessingLock", "ServiceFaultError", "Settings", "configure_file_logging",
 ]
