@@ -1,5 +1,5 @@
-"""Curator subcommands: ``dataset``, ``train``, ``forget``, ``process``, ``status``, ``request``, ``budget``,
-``certificate``, ``ledger``, ``token``, ``serve``, ``worker``.
+"""Curator subcommands: ``dataset``, ``train``, ``forget``, ``process``, ``status``, ``requests``, ``request``,
+``model`` (versions, retrain, export), ``budget``, ``certificate``, ``ledger``, ``token``, ``serve``, ``worker``.
 
 Every subcommand takes ``--data-dir`` (default ``$LETHE_DATA_DIR`` or ``./lethe-data``) and ``--database-url``
 (default ``$LETHE_DATABASE_URL`` or SQLite in the data directory). Heavy imports happen inside the handlers, so
@@ -131,12 +131,18 @@ def _forget(args: argparse.Namespace) -> int:
             failed += 1
             out.append({"item": i, "error": str(exc)})
     if args.now:
-        results = c.process_pending(force=True, progress=_progress() or args.progress)
-        done = {rid: r.status for r in results for rid in r.request_ids}
+        c.process_pending(force=True, progress=_progress() or args.progress)
         for item in out:
             if "id" in item:
-                item["status"] = c.request_status(item["id"])["status"] if item["id"] not in done else done[item["id"]]
+                view = c.request_status(item["id"])
+                item["status"] = view["status"]
+                if view["status"] != "done":  # --now promises processing: anything else is a failure
+                    failed += 1
+                    item["error"] = view["error"] or "not processed; see `lethe status` for faults"
     _print(out)
+    if failed:
+        print(f"lethe: error: {failed} of {len(keys)} deletion(s) not "
+              f"{'done' if args.now else 'accepted'}; see the output", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -149,7 +155,32 @@ def _process(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    _print(_curator(args).status())
+    status = _curator(args).status()
+    _print(status)
+    for f in status.get("faults", []):
+        print(f"lethe: fault: model {f['model']} version {f['version']}: {f['error']} "
+              f"(repair: {f['repair']})", file=sys.stderr)
+    return 0 if status.get("healthy", True) else 3
+
+
+def _requests(args: argparse.Namespace) -> int:
+    _print(_curator(args).list_requests(status=args.status, dataset=args.dataset, request_id=args.request_id,
+                                        requester=args.requester, limit=args.limit, cursor=args.cursor))
+    return 0
+
+
+def _model_versions(args: argparse.Namespace) -> int:
+    _print(_curator(args).model_versions(args.model))
+    return 0
+
+
+def _model_retrain(args: argparse.Namespace) -> int:
+    _print(_curator(args).retrain(args.model, random_state=args.seed))
+    return 0
+
+
+def _model_export(args: argparse.Namespace) -> int:
+    _print(_curator(args).public_model(args.model))
     return 0
 
 
@@ -208,7 +239,7 @@ def _serve(args: argparse.Namespace) -> int:
     c = _curator(args)
     remove_log = configure_file_logging(c.data_dir, "server")
     try:
-        app = create_app(c, run_worker=not args.no_worker)
+        app = create_app(c, run_worker=not args.no_worker, max_body_bytes=args.max_body_bytes)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=True)
     finally:
         remove_log()
@@ -291,6 +322,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("status", parents=[common], help="datasets, models, request counts")
     p.set_defaults(func=_status)
+    p = sub.add_parser("requests", parents=[common], help="list deletion requests (newest first, one page)")
+    p.add_argument("--status", choices=("pending", "done", "failed"))
+    p.add_argument("--dataset")
+    p.add_argument("--request-id", help="the client-chosen request id")
+    p.add_argument("--requester", help="token name of the requester")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.set_defaults(func=_requests)
+    md = sub.add_parser("model", help="model versions, retraining (repair) and public export")
+    msub = md.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    p = msub.add_parser("versions", parents=[common], help="version history with certificates and budgets")
+    p.add_argument("model")
+    p.set_defaults(func=_model_versions)
+    p = msub.add_parser("retrain", parents=[common], help="retrain from the current records and publish (repairs "
+                                                           "a missing or tampered artifact)")
+    p.add_argument("model")
+    p.add_argument("--seed", type=int, default=None, help="tests only: a known seed reveals the secret noise")
+    p.set_defaults(func=_model_retrain)
+    p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
+    p.add_argument("model")
+    p.set_defaults(func=_model_export)
     p = sub.add_parser("request", parents=[common], help="show a deletion request")
     p.add_argument("id")
     p.set_defaults(func=_request)
@@ -320,6 +372,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--no-worker", action="store_true", help="do not process requests in this process")
+    p.add_argument("--max-body-bytes", type=int, default=int(os.environ.get("LETHE_MAX_BODY_BYTES", 4 * 1024 * 1024)),
+                   help="largest request body accepted; larger ones get 413 before parsing and authentication "
+                        "(default $LETHE_MAX_BODY_BYTES or 4 MiB)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=_serve)
 

@@ -5,18 +5,21 @@ deletions, read its own requests and their certificates, predict). Tokens are cr
 The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
 
 Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model, key,
-request or certificate; 409 repeated request, or a request id reused for another deletion; 422 malformed body or
-wrong feature dimension; 503 busy (the processing lock or the database was held too long; retry).
+request or certificate; 409 repeated request, or a request id reused for another deletion; 413 body too large
+(checked before parsing and before authentication); 422 malformed body or wrong feature dimension (the answer names
+the field and the rule, never echoes the input); 503 busy (the processing lock or the database was held too long;
+retry), or a fault the operator must repair.
 """
 
 
 import contextlib
+import json
 import math
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -125,6 +128,94 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413 before the application parses them or authenticates.
+
+    A pure ASGI middleware, outermost: a declared ``Content-Length`` over the limit is refused without reading the
+    body; otherwise the body is read as it streams (chunked or not), counting bytes, and refused as soon as the count
+    passes the limit — so at most ``max_bytes`` (plus one chunk) is ever held. The body read is then replayed to the
+    application.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be an integer >= 1. Found {max_bytes!r}.")
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, send: Send, status: int, detail: str) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = [v for k, v in scope.get("headers", []) if k.lower() == b"content-length"]
+        if declared:
+            try:
+                n = int(declared[0])
+                if n < 0:
+                    raise ValueError
+            except ValueError:
+                await self._refuse(send, 400, "Content-Length must be a non-negative integer.")
+                return
+            if n > self.max_bytes:
+                await self._refuse(send, 413, f"The request body may have at most {self.max_bytes} bytes.")
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send, 413, f"The request body may have at most {self.max_bytes} bytes.")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _safe_errors(errors: Any) -> list[dict[str, Any]]:
+    """Validation errors without the input: location (each part cut to 64 characters), message and type only."""
+    out = []
+    for e in errors:
+        loc = [p if isinstance(p, int) else _cut(str(p)) for p in e.get("loc", ())]
+        out.append({"loc": loc, "msg": _cut(str(e.get("msg", "")), 200), "type": str(e.get("type", ""))})
+    return out
+
+
+def _cut(text: str, n: int = 64) -> str:
+    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be sent as JSON
+    return text if len(text) <= n else text[:n] + "..."
+
+
 class _Unauthorized(Exception):
     """Raised by the auth dependency; answered with 401 and ``WWW-Authenticate: Bearer``."""
 
@@ -133,8 +224,14 @@ class _Unauthorized(Exception):
         self.detail = detail
 
 
-def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
-    """The FastAPI application over ``curator``; with ``run_worker`` a background worker thread processes requests."""
+def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int | None = None) -> FastAPI:
+    """The FastAPI application over ``curator``; with ``run_worker`` a background worker thread processes requests.
+
+    ``max_body_bytes``: the largest request body accepted (default ``$LETHE_MAX_BODY_BYTES`` or 4 MiB); larger
+    bodies get 413 before they are parsed or the token is checked.
+    """
+    if max_body_bytes is None:
+        max_body_bytes = int(os.environ.get("LETHE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -150,6 +247,7 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
     app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan,
                   description="Deletion requests end to end: durable requests, certified removal, certificates, "
                               "purge. See docs/curator.md.")
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
     bearer = HTTPBearer(auto_error=False, description="A token from `lethe token create`.")
 
     @app.exception_handler(CuratorError)
@@ -158,8 +256,9 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # the default handler echoes the input, and fails (500) on NaN or infinity in it
-        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+        # the default handler echoes the input (a 300 MB body came back whole), and fails (500) on NaN, infinity or
+        # lone surrogates in it: answer with the location, message and type only
+        return JSONResponse({"detail": _safe_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(OperationalError)
     async def _db_busy(request: Request, exc: OperationalError) -> JSONResponse:
@@ -186,9 +285,14 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
     Admin = Annotated[Principal, Depends(admin)]
 
     @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, str]:
-        """Liveness: 200 when the server answers."""
-        return {"status": "ok"}
+    def healthz() -> dict[str, Any]:
+        """Liveness (200 when the server answers) and health: ``degraded`` when a model's stored state fails
+        verification (details, for operators only, in ``GET /v1/status`` and ``lethe status``)."""
+        try:
+            n = len(curator.verify_models())
+        except Exception:  # the database itself is unavailable: still alive, not healthy
+            return {"status": "degraded", "faults": None}
+        return {"status": "ok"} if n == 0 else {"status": "degraded", "faults": n}
 
     @app.post("/v1/deletions", response_model=RequestOut, status_code=202, responses={200: {"model": RequestOut},
               **ERRORS}, tags=["deletions"])
@@ -264,4 +368,4 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "create_app"]

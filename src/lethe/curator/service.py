@@ -290,6 +290,7 @@ class Curator:
         self.lock = ProcessingLock(self.data_dir / LOCK_FILE)
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
+        self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
 
     def close(self) -> None:
         """Release database connections."""
@@ -445,7 +446,8 @@ class Curator:
                 raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {exc}") from exc
             bar.update(1)
             summary = adapter.summary(artifact)
-            with self._new_artifact(artifact) as (relpath, sha):
+            binding = self._binding(model, mechanism, adapter.params, X.shape[1])
+            with self._new_artifact(artifact, binding) as (relpath, sha):
                 with self.store.write() as s, s.begin():
                     n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
                     if n_now != ids.size:
@@ -471,9 +473,9 @@ class Curator:
         return self.budget(model)
 
     @contextlib.contextmanager
-    def _new_artifact(self, artifact: Artifact) -> Iterator[tuple[str, str]]:
+    def _new_artifact(self, artifact: Artifact, binding: dict[str, Any]) -> Iterator[tuple[str, str]]:
         """Save an artifact; destroy it again if the block that should publish it fails."""
-        relpath, sha = self.artifacts.save(artifact)
+        relpath, sha = self.artifacts.save(artifact, binding)
         try:
             yield relpath, sha
         except BaseException:
@@ -527,6 +529,10 @@ class Curator:
                                                               DeletionRequest.key_digest == digest,
                                                               DeletionRequest.status != "failed")).first()
             if earlier is not None:
+                if (client_request_id is not None and earlier.requester == principal.name
+                        and earlier.client_request_id == client_request_id):
+                    # the same submission committed concurrently between our two reads (READ COMMITTED)
+                    return self._request_view(s, earlier, principal), False
                 if principal.is_admin or earlier.requester == principal.name:
                     ref = f" (request {earlier.id})"
                     if earlier.status == "pending":
@@ -687,27 +693,63 @@ class Curator:
     def public_model(self, model: str) -> dict[str, Any]:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
         perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
-        for _ in range(5):  # the version may be superseded (and destroyed) between reading its id and its file
+        art, info = self._load_published(model)
+        return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
+                "feature_names": info["feature_names"], "normalize": info["normalize"],
+                "classes": art.meta.get("classes"),
+                "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items()}}
+
+    def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
+        """Repair or refresh a model: train it again on the dataset's current records with its mechanism and
+        parameters and a fresh secret perturbation, and publish the result as the next version (the old version's
+        artifact is destroyed; its file is never read, so this works when it is missing or fails verification).
+
+        Certificate: kind ``train`` for the new version (Guo et al. 2020, Alg. 2: retraining from scratch resets
+        the residual bound). Pending requests stay pending and are processed against the new version.
+        """
+        rng = check_random_state(random_state)
+        with self.lock.hold():
+            self._recover_locked()
             with self.store.read() as s:
                 m = self._model(s, model)
                 ds = s.get(Dataset, m.dataset_id)
-                v = s.get(ModelVersion, m.current_version_id)
-                assert ds is not None and v is not None
-                mech, params, number, relpath, sha = m.mechanism, dict(m.params), v.number, v.artifact, v.sha256
-                names, normalize = list(ds.feature_names.get("names", [])), ds.normalize
+                assert ds is not None
+                model_id, mech, params, ds_id = m.id, m.mechanism, dict(m.params), ds.id
+                old_vid = m.current_version_id
+                ids, X, y = self._current_data(s, ds.id, ds.n_features)
             adapter = get_adapter(mech, params)
             try:
-                art = self.artifacts.load(relpath, sha)
-            except ArtifactError as exc:
-                if (self.data_dir / relpath).exists():
-                    log.error("model %s version %d: artifact fault (%s)", model, number, type(exc).__name__)
-                    raise ServiceFaultError(f"Model {model!r} is unavailable: its artifact failed verification. "
-                                            "The operator has been notified.") from None
-                continue
-            arrays = {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in adapter.secret_arrays}
-            return {"model": m.name, "version": number, "mechanism": mech, "feature_names": names,
-                    "normalize": normalize, "classes": art.meta.get("classes"), "arrays": arrays}
-        raise BusyError(f"Model {model!r} is being republished; try again.")
+                artifact, cert = adapter.train(X, y, rng)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
+            summary = adapter.summary(artifact)
+            with self._new_artifact(artifact, self._binding(model, mech, adapter.params, X.shape[1])) as (rel, sha):
+                with self.store.write() as s, s.begin():
+                    m2 = s.get(Model, model_id)
+                    old = s.get(ModelVersion, old_vid) if old_vid is not None else None
+                    n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
+                    if m2 is None or m2.current_version_id != old_vid or n_now != ids.size:
+                        raise ConflictError(f"Model {model!r} or its dataset changed during retraining; try again.")
+                    now = utcnow()
+                    number = (old.number + 1) if old is not None else 1
+                    add_event(s, "retrain", {"reason": "operator", "n": int(ids.size), **summary},
+                              model_id=model_id, version_id=old_vid)
+                    v = ModelVersion(model_id=model_id, number=number, parent_id=old_vid, status="published",
+                                     artifact=rel, sha256=sha, n_records=int(ids.size), summary=summary,
+                                     created_at=now)
+                    s.add(v)
+                    if old is not None:
+                        old.status = "superseded"
+                        old.superseded_at = now
+                    s.flush()
+                    m2.current_version_id = v.id
+                    add_event(s, "version_published", {"number": number, "parent": old_vid}, model_id=model_id,
+                              version_id=v.id)
+                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="train", model_id=model_id, old_version_id=old_vid,
+                                         new_version_id=v.id, mechanism=mech, certificate=cert, created_at=now))
+            self._destroy_superseded()
+        log.info("retrained model %s: version %d, n=%d", model, number, ids.size)
+        return self.budget(model)
 
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
@@ -743,12 +785,26 @@ class Curator:
         by_ds: dict[int, list[tuple[str, Any]]] = {}
         for ds_id, rid, at in rows:
             by_ds.setdefault(ds_id, []).append((rid, at))
+        faulty = self._faulty_datasets() if by_ds else set()
         for ds_id, reqs in by_ds.items():
+            if ds_id in faulty:  # an artifact fault: requests wait (pending) until an operator repairs the model
+                continue
             oldest = as_utc(reqs[0][1])
             waited = (now - oldest).total_seconds() if oldest is not None else math.inf
             if force or len(reqs) >= self.settings.batch_size or waited >= self.settings.max_delay:
                 return ds_id, [rid for rid, _ in reqs[: self.settings.batch_size]]
         return None
+
+    def _faulty_datasets(self) -> set[int]:
+        """Datasets with a model whose published artifact fails verification (see :meth:`verify_models`)."""
+        faults = self.verify_models()
+        if not faults:
+            return set()
+        names = {f["dataset"] for f in faults}
+        for f in faults:
+            log.error("model %s version %s: %s (repair: %s)", f["model"], f["version"], f["error"], f["repair"])
+        with self.store.read() as s:
+            return set(s.scalars(select(Dataset.id).where(Dataset.name.in_(names))))
 
     def _process_batch(self, dataset_id: int, request_ids: list[str]) -> BatchResult:
         batch_id = str(uuid.uuid4())
@@ -784,9 +840,10 @@ class Curator:
                 old = current[model_id]
                 assert old is not None
                 adapter = get_adapter(mech, params)
-                artifact = self.artifacts.load(old.artifact, old.sha256)
+                binding = self._binding(name, mech, params, X.shape[1])
+                artifact = self.artifacts.load(old.artifact, old.sha256, binding)
                 new_art, cert = adapter.remove(artifact, X, y, indices, rng)
-                relpath, sha = self.artifacts.save(new_art)
+                relpath, sha = self.artifacts.save(new_art, binding)
                 new.append((model_id, name, mech, old, cert, relpath, sha, adapter.summary(new_art)))
         except Exception as exc:  # the mechanism refused or failed: nothing is published
             for item in new:
@@ -981,41 +1038,108 @@ class Curator:
             raise NotFoundError(f"Unknown model {name!r}.")
         return m
 
+    @staticmethod
+    def _binding(model: str, mechanism: str, params: dict[str, Any], n_features: int) -> dict[str, Any]:
+        """What an artifact is for, covered by its HMAC (:mod:`lethe.curator.artifacts`)."""
+        return {"model": model, "mechanism": mechanism, "params": dict(params), "n_features": int(n_features)}
+
+    def _load_published(self, model: str) -> tuple[Artifact, dict[str, Any]]:
+        """The published version's public arrays (secret arrays dropped), authenticated, with facts about it.
+
+        A version may be superseded (and its file destroyed) between reading its id and its file: then read again.
+        A file that fails verification while its version is still the published one is a fault: logged for the
+        operator, answered with a generic :class:`ServiceFaultError` (no path, no checksum).
+        """
+        for _ in range(5):
+            with self.store.read() as s:
+                m = self._model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                assert ds is not None and v is not None
+                info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
+                                        "version": v.number,
+                        "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
+                        "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records}
+                relpath, sha = v.artifact, v.sha256
+            art = self._public_cache.get(info["version_id"])
+            if art is not None:
+                return art, info
+            adapter = get_adapter(info["mechanism"], info["params"])
+            try:
+                full = self.artifacts.load(relpath, sha, self._binding(info["model"], info["mechanism"],
+                                                                      info["params"], info["n_features"]))
+            except ArtifactError as exc:
+                with self.store.read() as s:
+                    still = s.scalar(select(Model.current_version_id).where(Model.name == model))
+                if still != info["version_id"]:
+                    continue  # republished meanwhile: read the new version
+                log.error("model %s version %d: artifact fault: %s", model, info["version"], exc)
+                raise ServiceFaultError(f"Model {model!r} is unavailable: its stored state failed verification. "
+                                        "The operator has been notified.") from None
+            art = Artifact(arrays={k: a for k, a in full.arrays.items() if k not in adapter.secret_arrays},
+                           meta=full.meta)
+            if len(self._public_cache) > 32:
+                self._public_cache.clear()
+            self._public_cache[info["version_id"]] = art
+            return art, info
+        raise BusyError(f"Model {model!r} is being republished; try again.")
+
     def predict(self, model: str, features: Any) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers)."""
         try:
             X = np.asarray(features, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"features must be a list of rows of numbers: {exc}") from exc
-        for _ in range(5):  # a version may be superseded (and destroyed) between reading its id and its file
-            with self.store.read() as s:
-                m = self._model(s, model)
-                ds = s.get(Dataset, m.dataset_id)
-                v = s.get(ModelVersion, m.current_version_id)
-                assert ds is not None and v is not None
-                mech, params, number, vid = m.mechanism, dict(m.params), v.number, v.id
-                relpath, sha, d, normalize = v.artifact, v.sha256, ds.n_features, ds.normalize
-            if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
-                raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
-                                        f"Found shape {X.shape}.")
-            if not np.all(np.isfinite(X)):
-                raise InvalidInputError("features must be finite numbers.")
-            adapter = get_adapter(mech, params)
-            art = self._public_cache.get(vid)
-            if art is None:
-                try:
-                    full = self.artifacts.load(relpath, sha)
-                except ArtifactError:
-                    continue
-                art = Artifact(arrays={k: a for k, a in full.arrays.items() if k not in adapter.secret_arrays},
-                               meta=full.meta)
-                if len(self._public_cache) > 32:
-                    self._public_cache.clear()
-                self._public_cache[vid] = art
-            Xp = normalize_rows(X) if normalize == "rows" else X
-            pred = adapter.predict(art, Xp)
-            return {"model": model, "version": number, "predictions": [float(p) for p in pred]}
-        raise BusyError(f"Model {model!r} is being republished; try again.")
+        with self.store.read() as s:
+            m = self._model(s, model)
+            ds = s.get(Dataset, m.dataset_id)
+            assert ds is not None
+            d = ds.n_features
+        if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
+            raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
+                                    f"Found shape {X.shape}.")
+        if not np.all(np.isfinite(X)):
+            raise InvalidInputError("features must be finite numbers.")
+        art, info = self._load_published(model)
+        adapter = get_adapter(info["mechanism"], info["params"])
+        Xp = normalize_rows(X) if info["normalize"] == "rows" else X
+        pred = adapter.predict(art, Xp)
+        return {"model": model, "version": info["version"], "predictions": [float(p) for p in pred]}
+
+    def verify_models(self) -> list[dict[str, Any]]:
+        """Check every published version's artifact (checksum, HMAC, binding, invariants, record count); return
+        the faults for operators: ``[{model, version, dataset, error}]`` (empty when all is well). Results for an
+        unchanged file are cached."""
+        with self.store.read() as s:
+            rows = [(m.name, m.mechanism, dict(m.params), v.number, v.id, v.artifact, v.sha256, v.n_records,
+                     ds.name, ds.n_features)
+                    for m in s.scalars(select(Model).order_by(Model.id))
+                    for v in [s.get(ModelVersion, m.current_version_id)]
+                    for ds in [s.get(Dataset, m.dataset_id)] if v is not None and ds is not None]
+        faults = []
+        for name, mech, params, number, vid, relpath, sha, n_records, ds_name, d in rows:
+            path = self.data_dir / relpath
+            try:
+                st = os.stat(path)
+                stamp: Any = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
+            except OSError:
+                stamp = None
+            if stamp is not None and self._verified.get(vid) == stamp:
+                continue
+            try:
+                art = self.artifacts.load(relpath, sha, self._binding(name, mech, params, d))
+                n_meta = art.meta.get("n")
+                if mech == "certified-removal" and n_meta != n_records:
+                    raise ArtifactError(f"Artifact {relpath} is for {n_meta!r} records; the version has "
+                                        f"{n_records}.")
+            except ArtifactError as exc:
+                self._verified.pop(vid, None)
+                faults.append({"model": name, "version": number, "dataset": ds_name, "error": str(exc),
+                               "repair": f"lethe model retrain {name}"})
+                continue
+            if stamp is not None:
+                self._verified[vid] = stamp
+        return faults
 
     def budget(self, model: str) -> dict[str, Any]:
         """Budget status of a model's published version (public numbers only)."""
@@ -1047,7 +1171,9 @@ class Curator:
                                     .group_by(DeletionRequest.status)).all())
             oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
                               .where(DeletionRequest.status == "pending"))
-        return {"data_dir": str(self.data_dir), "database": self._safe_url(), "datasets": datasets, "models": models,
+        faults = self.verify_models()
+        return {"data_dir": str(self.data_dir), "database": self._safe_url(), "healthy": not faults,
+                "faults": faults, "datasets": datasets, "models": models,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
                 "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(),
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
