@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,6 +70,28 @@ def _print(obj: Any) -> None:
 
 def _progress() -> bool:
     return sys.stderr.isatty()
+
+
+def _guard(handler: Any) -> Any:
+    """Turn storage failures (full disk, read-only file system, permissions) into a clear ``lethe: error:``."""
+    import functools
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        from sqlalchemy.exc import OperationalError
+
+        from lethe.curator.service import StorageError, storage_message
+
+        try:
+            return int(handler(args) or 0)
+        except OperationalError as exc:
+            raise StorageError(storage_message(exc, Path(args.data_dir).resolve())) from None
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError | PermissionError):
+                raise
+            raise StorageError(storage_message(exc, Path(args.data_dir).resolve())) from None
+
+    return run
 
 
 # -- handlers -------------------------------------------------------------------------------------------------------
@@ -285,9 +308,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--normalize", choices=("none", "rows"), default="none",
                    help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
-    p.set_defaults(func=_dataset_add)
+    p.set_defaults(func=_guard(_dataset_add))
     p = dsub.add_parser("list", parents=[common], help="list datasets")
-    p.set_defaults(func=_dataset_list)
+    p.set_defaults(func=_guard(_dataset_list))
 
     p = sub.add_parser("train", parents=[common], help="train a model on a dataset and publish version 1")
     p.add_argument("dataset")
@@ -304,7 +327,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seed", type=int, help="seed of the secret perturbation: for tests only (a known seed reveals "
                    "it)")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_train)
+    p.set_defaults(func=_guard(_train))
 
     p = sub.add_parser("forget", parents=[common, proc], help="submit deletion requests by key")
     p.add_argument("dataset")
@@ -313,15 +336,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--request-id", help="client request id (idempotent resubmission); one key only")
     p.add_argument("--now", action="store_true", help="process all pending requests right away")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_forget)
+    p.set_defaults(func=_guard(_forget))
 
     p = sub.add_parser("process", parents=[common, proc], help="process due deletion requests once")
     p.add_argument("--all", action="store_true", help="process every pending request (ignore --max-delay)")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_process)
+    p.set_defaults(func=_guard(_process))
 
     p = sub.add_parser("status", parents=[common], help="datasets, models, request counts")
-    p.set_defaults(func=_status)
+    p.set_defaults(func=_guard(_status))
     p = sub.add_parser("requests", parents=[common], help="list deletion requests (newest first, one page)")
     p.add_argument("--status", choices=("pending", "done", "failed"))
     p.add_argument("--dataset")
@@ -329,44 +352,44 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--requester", help="token name of the requester")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--cursor", help="next_cursor of the previous page")
-    p.set_defaults(func=_requests)
+    p.set_defaults(func=_guard(_requests))
     md = sub.add_parser("model", help="model versions, retraining (repair) and public export")
     msub = md.add_subparsers(dest="model_command", metavar="ACTION", required=True)
     p = msub.add_parser("versions", parents=[common], help="version history with certificates and budgets")
     p.add_argument("model")
-    p.set_defaults(func=_model_versions)
+    p.set_defaults(func=_guard(_model_versions))
     p = msub.add_parser("retrain", parents=[common], help="retrain from the current records and publish (repairs "
                                                            "a missing or tampered artifact)")
     p.add_argument("model")
     p.add_argument("--seed", type=int, default=None, help="tests only: a known seed reveals the secret noise")
-    p.set_defaults(func=_model_retrain)
+    p.set_defaults(func=_guard(_model_retrain))
     p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
     p.add_argument("model")
-    p.set_defaults(func=_model_export)
+    p.set_defaults(func=_guard(_model_export))
     p = sub.add_parser("request", parents=[common], help="show a deletion request")
     p.add_argument("id")
-    p.set_defaults(func=_request)
+    p.set_defaults(func=_guard(_request))
     p = sub.add_parser("budget", parents=[common], help="budget status of a model")
     p.add_argument("model")
-    p.set_defaults(func=_budget)
+    p.set_defaults(func=_guard(_budget))
     p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id)")
     p.add_argument("id")
-    p.set_defaults(func=_certificate)
+    p.set_defaults(func=_guard(_certificate))
     p = sub.add_parser("ledger", parents=[common], help="show the latest ledger events")
     p.add_argument("--limit", type=int, default=50)
-    p.set_defaults(func=_ledger)
+    p.set_defaults(func=_guard(_ledger))
 
     tk = sub.add_parser("token", help="API bearer tokens")
     tsub = tk.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     p = tsub.add_parser("create", parents=[common], help="create a token (printed once)")
     p.add_argument("name")
     p.add_argument("--scope", choices=("admin", "requester"), required=True)
-    p.set_defaults(func=_token_create)
+    p.set_defaults(func=_guard(_token_create))
     p = tsub.add_parser("list", parents=[common], help="list tokens (names and scopes)")
-    p.set_defaults(func=_token_list)
+    p.set_defaults(func=_guard(_token_list))
     p = tsub.add_parser("revoke", parents=[common], help="revoke a token")
     p.add_argument("name")
-    p.set_defaults(func=_token_revoke)
+    p.set_defaults(func=_guard(_token_revoke))
 
     p = sub.add_parser("serve", parents=[common, proc], help="run the HTTP API (with a worker thread)")
     p.add_argument("--host", default="127.0.0.1")
@@ -376,13 +399,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="largest request body accepted; larger ones get 413 before parsing and authentication "
                         "(default $LETHE_MAX_BODY_BYTES or 4 MiB)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    p.set_defaults(func=_serve)
+    p.set_defaults(func=_guard(_serve))
 
     p = sub.add_parser("worker", parents=[common, proc], help="process deletion requests until stopped")
     p.add_argument("--once", action="store_true", help="process what is due, then exit")
     p.add_argument("--drain", action="store_true", help="treat every pending request as due")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_worker)
+    p.set_defaults(func=_guard(_worker))
 
 
 __all__ = ["register"]

@@ -14,6 +14,7 @@ retry), or a fault the operator must repair.
 
 import contextlib
 import json
+import logging
 import math
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -27,8 +28,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 
 import lethe
-from lethe.curator.service import Curator, CuratorError, PermissionDeniedError, Principal
+from lethe.curator.service import (
+    BusyError,
+    Curator,
+    CuratorError,
+    PermissionDeniedError,
+    Principal,
+    storage_message,
+)
 from lethe.curator.worker import BackgroundWorker
+
+log = logging.getLogger("lethe.curator.api")
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Path(min_length=1, max_length=200)]
@@ -235,6 +245,12 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # recovery runs before anything is served: a crash right after a publish commit leaves superseded artifacts
+        # (with their secret b) and unpurged database pages, which must be gone before the first answer
+        try:
+            curator.recover()
+        except BusyError:  # another process holds the lock: it recovers (every processing entry point does) first
+            log.warning("recovery skipped at start: another process is processing %s", curator.data_dir)
         worker = BackgroundWorker(curator) if run_worker else None
         if worker is not None:
             worker.start()
@@ -261,8 +277,19 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
         return JSONResponse({"detail": _safe_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(OperationalError)
-    async def _db_busy(request: Request, exc: OperationalError) -> JSONResponse:
-        return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
+    async def _db_error(request: Request, exc: OperationalError) -> JSONResponse:
+        text = str(exc.orig).lower()
+        if "locked" in text or "busy" in text or "timeout" in text:
+            return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
+        message = storage_message(exc, curator.data_dir)
+        log.error("storage failure: %s", message)  # the operator's view names the directory; the answer does not
+        if "is full" in message:
+            return JSONResponse({"detail": "The server's storage is full; nothing was changed. The operator has "
+                                           "been notified."}, status_code=507)
+        if "read-only" in message:
+            return JSONResponse({"detail": "The server's storage is read-only; nothing was changed. The operator "
+                                           "has been notified."}, status_code=507)
+        return JSONResponse({"detail": "The server's storage is unavailable; nothing was changed."}, status_code=503)
 
     def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:  # noqa: B008
         if creds is None or creds.scheme.lower() != "bearer":

@@ -20,6 +20,7 @@ The curator holds no math: the mechanism is reached through :mod:`lethe.curator.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, func, or_, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lethe._random import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
@@ -108,6 +109,28 @@ class BusyError(CuratorError):
     """Another process holds the processing lock."""
 
     status_code = 503
+
+
+class StorageError(CuratorError):
+    """The data directory or the database cannot be written (full disk, read-only file system, permissions)."""
+
+    status_code = 507
+
+
+def storage_message(exc: BaseException, data_dir: Path) -> str:
+    """A clear message for a storage failure (for operators: it names the directory, never data)."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    code = getattr(exc, "errno", None)
+    if code == errno.ENOSPC or "disk is full" in text or "no space" in text:
+        return f"The storage under {data_dir} is full: free space, then retry. Nothing was changed."
+    if code == errno.EROFS or "readonly" in text or "read-only" in text:
+        return f"The storage under {data_dir} is read-only: lethe needs to write there. Nothing was changed."
+    if code in (errno.EACCES, errno.EPERM) or "permission" in text or "not writable" in text:
+        return (f"The data directory {data_dir} is not writable by this user: lethe needs to own it (mode 0700). "
+                "Nothing was changed.")
+    if "unable to open database" in text:
+        return f"The database under {data_dir} cannot be opened (missing directory or permissions)."
+    return f"The storage under {data_dir} failed ({type(exc).__name__}); see the server log."
 
 
 class ServiceFaultError(CuratorError):
@@ -277,16 +300,29 @@ class Curator:
 
     def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for sub in (SECRETS_DIR, LOG_DIR):
-            (self.data_dir / sub).mkdir(mode=0o700, exist_ok=True)
         self.settings = settings or Settings()
-        if database_url is None:  # the database holds raw records: owner-only from the start (WAL/SHM inherit it)
-            db = self.data_dir / DB_FILENAME
-            os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # owner-only even if the directory existed before (mkdir's mode applies only to new directories)
+            os.chmod(self.data_dir, 0o700)
+            for sub in (SECRETS_DIR, LOG_DIR):
+                (self.data_dir / sub).mkdir(mode=0o700, exist_ok=True)
+                os.chmod(self.data_dir / sub, 0o700)
+            if not os.access(self.data_dir, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable", str(self.data_dir))
+            if database_url is None:  # the database holds raw records: owner-only from the start (WAL/SHM inherit)
+                db = self.data_dir / DB_FILENAME
+                os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise StorageError(storage_message(exc, self.data_dir)) from None
         self.store = Store(database_url or sqlite_url(self.data_dir))
-        self.store.create()
+        try:
+            self.store.create()
+        except OperationalError as exc:
+            self.store.dispose()
+            raise StorageError(storage_message(exc, self.data_dir)) from None
         self.artifacts = ArtifactStore(self.data_dir)
+        _ = self.artifacts.key  # created (0600) with the data directory, so that backups of secrets/ include it
         self.lock = ProcessingLock(self.data_dir / LOCK_FILE)
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
@@ -1229,5 +1265,6 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
 
 __all__ = [
     "BatchResult", "BusyError", "ConflictError", "Curator", "CuratorError", "InvalidInputError", "NotFoundError",
-    "PermissionDeniedError", "Principal", "ProcessingLock", "ServiceFaultError", "Settings", "configure_file_logging",
+    "PermissionDeniedError", "Principal", "ProcessingLock", "ServiceFaultError", "Settings", "StorageError",
+    "configure_file_logging", "storage_message",
 ]
