@@ -212,3 +212,12 @@ def test_list_versions_and_public_model_endpoints(server: Server) -> None:
         assert [h["version"] for h in hist] == [1, 2] and hist[1]["certificate"]["n_removed"] == 1
         pub = alice.get("/v1/models/clf").json()
         assert pub["version"] == 2 and set(pub["arrays"]) == {"w"} and "b" not in json.dumps(pub["arrays"])
+
+
+def test_metrics_endpoint_is_prometheus_for_admins(server: Server) -> None:
+    with client(server, server.alice) as alice, client(server, server.admin) as admin:
+        assert alice.get("/metrics").status_code == 403
+        assert httpx.get(server.url + "/metrics").status_code == 401
+        r = admin.get("/metrics")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        assert 'lethe_requests{status="done"}' in r.text and "lethe_model_budget_used_ratio" in r.text

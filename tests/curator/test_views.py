@@ -62,3 +62,44 @@ def test_version_history_and_public_model(curator: Curator) -> None:
     assert pub["version"] == 2 and set(pub["arrays"]) == {"w"} and len(pub["arrays"]["w"]) == 10
     with pytest.raises(NotFoundError):
         curator.model_versions("other")
+
+
+def test_metrics_in_prometheus_format(curator: Curator) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from lethe.curator.api import render_metrics
+
+    for i in range(5):
+        curator.submit_deletion("people", f"user-{i:04d}")
+    curator.process_pending(force=True)  # batch size 4: batches of 4 and 1
+    curator.submit_deletion("people", "user-0100")
+    families = {f.name: f for f in text_string_to_metric_families(render_metrics(curator.metrics()))}
+    req = {s.labels["status"]: s.value for s in families["lethe_requests"].samples}
+    assert req == {"pending": 1.0, "done": 5.0, "failed": 0.0}
+    batch = {s.name: s.value for s in families["lethe_batch_size"].samples if not s.labels.get("le")}
+    assert batch["lethe_batch_size_count"] == 2 and batch["lethe_batch_size_sum"] == 5
+    pub = [s for s in families["lethe_request_publication_seconds"].samples if s.name.endswith("_count")]
+    assert pub[0].value == 5
+    ratio = [s.value for s in families["lethe_model_budget_used_ratio"].samples]
+    budget = curator.budget("clf")
+    assert ratio == [pytest.approx(budget["residual_bound"] / budget["budget"])]
+    assert [s.value for s in families["lethe_model_version"].samples] == [3.0]
+    assert [s.value for s in families["lethe_artifact_faults"].samples] == [0.0]
+
+
+def test_drop_model_destroys_its_artifacts(curator: Curator) -> None:
+    view, _ = curator.submit_deletion("people", "user-0001")
+    curator.process_pending(force=True)
+    files = curator.artifacts.all_files()
+    assert len(files) == 1
+    out = curator.drop_model("clf")
+    assert out["dropped"] and curator.artifacts.all_files() == []
+    assert not (curator.data_dir / files[0]).exists()
+    with pytest.raises(NotFoundError):
+        curator.budget("clf")
+    # issued certificates stay readable; later deletions get a raw-deletion receipt
+    assert curator.request_certificates(view["id"])[0]["model"] is None
+    later, _ = curator.submit_deletion("people", "user-0002")
+    curator.process_pending(force=True)
+    assert curator.request_certificates(later["id"])[0]["kind"] == "deletion"
+    assert curator.status()["healthy"]

@@ -202,6 +202,13 @@ def _model_retrain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_drop(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise ValueError(f"Dropping model {args.model!r} destroys all its versions; confirm with --yes.")
+    _print(_curator(args).drop_model(args.model))
+    return 0
+
+
 def _model_export(args: argparse.Namespace) -> int:
     _print(_curator(args).public_model(args.model))
     return 0
@@ -363,6 +370,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("model")
     p.add_argument("--seed", type=int, default=None, help="tests only: a known seed reveals the secret noise")
     p.set_defaults(func=_guard(_model_retrain))
+    p = msub.add_parser("drop", parents=[common], help="remove a model and destroy all its artifacts")
+    p.add_argument("model")
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p.set_defaults(func=_guard(_model_drop))
     p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
     p.add_argument("model")
     p.set_defaults(func=_guard(_model_export))

@@ -22,8 +22,9 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 
@@ -377,12 +378,74 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
         """The published version's public weights (never the secret perturbation), feature names and classes."""
         return _json_safe(curator.public_model(model))
 
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse, responses=ERRORS)
+    def metrics(p: Admin) -> PlainTextResponse:
+        """Prometheus metrics (admin token; scrape with ``authorization: {credentials: <token>}``)."""
+        return PlainTextResponse(render_metrics(curator.metrics()), media_type=CONTENT_TYPE_LATEST)
+
     @app.get("/v1/status", responses=ERRORS, tags=["service"])
     def status(p: Admin) -> dict[str, Any]:
         """Datasets, models, request counts (admin)."""
         return _json_safe(curator.status())
 
     return app
+
+
+PUBLICATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 24 * 3600.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def render_metrics(m: dict[str, Any]) -> str:
+    """The Prometheus text exposition of :meth:`Curator.metrics` (via ``prometheus_client``)."""
+    from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily
+
+    def histogram(name: str, doc: str, values: list[float], buckets: tuple[float, ...]) -> HistogramMetricFamily:
+        arr = sorted(values)
+        cum = [(str(float(b)), sum(1 for v in arr if v <= b)) for b in buckets] + [("+Inf", len(arr))]
+        return HistogramMetricFamily(name, doc, buckets=cum, sum_value=float(sum(arr)))
+
+    class _Collector:
+        def collect(self) -> Any:
+            g = GaugeMetricFamily("lethe_requests", "Deletion requests by status", labels=["status"])
+            for status, n in m["requests"].items():
+                g.add_metric([status], n)
+            yield g
+            yield histogram("lethe_request_publication_seconds", "Time from submission to publication (done "
+                            "requests)", m["publication_seconds"], PUBLICATION_BUCKETS)
+            yield histogram("lethe_batch_size", "Requests removed per batch", [float(b) for b in m["batch_sizes"]],
+                            tuple(float(b) for b in BATCH_BUCKETS))
+            per_model = {
+                "lethe_model_version": ("Published version number", "version"),
+                "lethe_model_records": ("Records the published version is for", "n"),
+                "lethe_model_residual_bound": ("Accumulated residual bound beta (Guo et al. 2020)", "residual_bound"),
+                "lethe_model_budget": ("Removal budget epsilon' (Guo et al. 2020, Alg. 2)", "budget"),
+                "lethe_model_budget_left": ("Budget left before retraining", "budget_left"),
+                "lethe_model_epsilon_spent": ("Epsilon spent by the accumulated residual", "epsilon_spent"),
+                "lethe_model_retrainings": ("Retrainings forced by the budget", "retrainings"),
+            }
+            for name, (doc, key) in per_model.items():
+                fam = GaugeMetricFamily(name, doc, labels=["model"])
+                for mm in m["models"]:
+                    v = mm.get(key)
+                    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                        fam.add_metric([mm["model"]], float(v))
+                yield fam
+            used = GaugeMetricFamily("lethe_model_budget_used_ratio", "residual_bound / budget", labels=["model"])
+            for mm in m["models"]:
+                b, r = mm.get("budget"), mm.get("residual_bound")
+                if isinstance(b, int | float) and isinstance(r, int | float) and b > 0 and math.isfinite(b):
+                    used.add_metric([mm["model"]], float(r) / float(b))
+            yield used
+            yield GaugeMetricFamily("lethe_artifact_faults", "Models whose published artifact fails verification",
+                                    value=m["faults"])
+            yield GaugeMetricFamily("lethe_purge_pending", "1 if deleted records await a purge",
+                                    value=1.0 if m["purge_pending"] else 0.0)
+
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(_Collector())  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
 
 
 def _json_safe(obj: Any) -> Any:
@@ -395,4 +458,4 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "create_app", "render_metrics"]

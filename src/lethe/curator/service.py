@@ -787,6 +787,32 @@ class Curator:
         log.info("retrained model %s: version %d, n=%d", model, number, ids.size)
         return self.budget(model)
 
+    def drop_model(self, model: str) -> dict[str, Any]:
+        """Remove a model: its versions' rows go in one transaction, then every artifact of it (with the secret
+        perturbation) is destroyed — overwritten, flushed, unlinked; a crash in between leaves files no row refers
+        to, which the next recovery destroys. Certificates already issued stay (their ``model`` then reads null) and
+        the ledger records ``model_dropped``. Pending requests of the dataset are then processed without it."""
+        with self.lock.hold():
+            self._recover_locked()
+            with self.store.write() as s, s.begin():
+                m = self._model(s, model)
+                versions = s.scalars(select(ModelVersion).where(ModelVersion.model_id == m.id)).all()
+                files = [v.artifact for v in versions if v.status != "destroyed"]
+                model_id = m.id
+                m.current_version_id = None
+                s.flush()
+                for v in versions:
+                    s.delete(v)
+                s.flush()
+                s.delete(m)
+                add_event(s, "model_dropped", {"model": model, "versions": len(versions)}, model_id=model_id)
+            for rel in files:
+                self.artifacts.destroy(rel)
+            self._public_cache.clear()
+            self._verified.clear()
+        log.info("dropped model %s (%d version(s))", model, len(versions))
+        return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
                         lock_timeout: float | None = 60.0) -> list[BatchResult]:
@@ -1213,6 +1239,32 @@ class Curator:
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
                 "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(),
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
+
+    def metrics(self) -> dict[str, Any]:
+        """Numbers for monitoring (``GET /metrics`` renders them in Prometheus' format): request counts by status,
+        the delays from submission to publication of done requests, batch sizes, and per model the version, the
+        budget used and left, the ε spent and the retrainings; artifact faults and whether a purge is pending.
+        Counts, delays and budgets only — nothing about any record."""
+        with self.store.read() as s:
+            counts = dict(s.execute(select(DeletionRequest.status, func.count())
+                                    .group_by(DeletionRequest.status)).all())
+            times = s.execute(select(DeletionRequest.submitted_at, DeletionRequest.processed_at)
+                              .where(DeletionRequest.status == "done")).all()
+            batches = [e.payload.get("count") for e in
+                       s.scalars(select(LedgerEvent).where(LedgerEvent.kind == "records_deleted"))]
+            models = []
+            for m in s.scalars(select(Model).order_by(Model.id)):
+                v = s.get(ModelVersion, m.current_version_id)
+                if v is not None:
+                    models.append({"model": m.name, "version": v.number, **dict(v.summary)})
+        delays = []
+        for sub, done in times:
+            a, b = as_utc(sub), as_utc(done)
+            if a is not None and b is not None:
+                delays.append(max((b - a).total_seconds(), 0.0))
+        return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
+                "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
+                "faults": len(self.verify_models()), "purge_pending": self.purge_pending()}
 
     def _safe_url(self) -> str:
         return self.store.write_engine.url.render_as_string(hide_password=True)
