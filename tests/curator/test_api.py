@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -9,6 +10,7 @@ import httpx
 import pytest
 
 from lethe.curator import Curator
+from lethe.curator.public import CERTIFICATE_FIELDS, REQUESTER_CERTIFICATE_FIELDS
 
 from .conftest import Data, Server, snapshot
 
@@ -44,9 +46,13 @@ def test_deletion_end_to_end(server: Server, data: Data) -> None:
         cert = certs[0]
         assert cert["kind"] == "removal" and cert["model"] == "clf"
         assert (cert["old_version"], cert["new_version"]) == (1, 2)
-        body = cert["certificate"]
-        assert body["n_removed"] == 1 and body["n_remaining"] == 199 and body["residual_bound"] <= body["budget"]
+        # the requester's view: the guarantee and its parameters, nothing of the batch (no counts, no bounds)
+        assert set(cert["certificate"]) <= REQUESTER_CERTIFICATE_FIELDS and cert["batch_id"] is None
+        assert cert["certificate"]["epsilon"] == 1.0 and "n_removed" not in cert["certificate"]
         assert alice.get(f"/v1/certificates/{cert['id']}").json() == cert
+        body = admin.get(f"/v1/certificates/{cert['id']}").json()["certificate"]
+        assert body["n_removed"] == 1 and body["n_remaining"] == 199 and body["residual_bound"] <= body["budget"]
+        assert "removed_indices" not in body and set(body) <= CERTIFICATE_FIELDS
         budget = admin.get("/v1/models/clf/budget").json()
         assert budget["version"] == 2 and budget["n_records"] == 199 and budget["removals_since_training"] == 1
         assert budget["residual_bound"] == pytest.approx(body["residual_bound"])
@@ -121,3 +127,97 @@ def test_revoked_token_is_refused(server: Server) -> None:
     with client(server, server.bob) as bob:
         r = bob.post("/v1/deletions", json={"dataset": "people", "key": "user-0001"})
     assert r.status_code == 401 and "revoked" in r.text
+
+
+def _raw_http(server: Server, head: bytes, body_chunks: tuple[bytes, ...] | list[bytes] = (),
+              timeout: float = 20.0) -> bytes:
+    """Send raw bytes to the server and return whatever it answers (the status line first)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(server.url)
+    with socket.create_connection((u.hostname, u.port), timeout=timeout) as sock:
+        sock.sendall(head)
+        try:
+            for chunk in body_chunks:
+                sock.sendall(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed while we were still sending
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                got = sock.recv(65536)
+                if not got:
+                    break
+                data += got
+        except ConnectionResetError:
+            pass
+    return data
+
+
+def test_body_limit_before_parsing_and_auth(server: Server) -> None:
+    # a declared 300 MB body, none of it sent: refused at once (413, not a 401 after reading it)
+    head = (b"POST /v1/deletions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 300000000\r\n\r\n")
+    answer = _raw_http(server, head)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    # a chunked body (no Content-Length) that streams past the limit: refused while counting
+    head = (b"POST /v1/deletions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"a" * 65536
+    chunks = [b"%x\r\n%s\r\n" % (len(piece), piece)] * 80 + [b"0\r\n\r\n"]  # 5 MiB > 4 MiB
+    answer = _raw_http(server, head, chunks)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    # under the limit, the usual answers
+    assert httpx.post(server.url + "/v1/deletions", json={"dataset": "people", "key": "k"}).status_code == 401
+    assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
+
+
+def test_422_never_echoes_input_and_surrogates_are_4xx(server: Server) -> None:
+    marker = "SECRET-MARKER-" + "z" * 5000
+    with client(server, server.alice) as alice:
+        r = alice.post("/v1/deletions", json={"dataset": "people", "key": "user-0001", "extra": marker})
+        assert r.status_code == 422 and "SECRET-MARKER" not in r.text and '"input"' not in r.text
+        r = alice.post("/v1/deletions", json={"dataset": "people", "key": 12345678})
+        assert r.status_code == 422 and "12345678" not in r.text
+        r = alice.post("/v1/models/clf/predict", json={"features": [[987654.321] * 3]})
+        assert r.status_code == 422 and "987654" not in r.text
+        for field in ("key", "dataset", "request_id"):
+            body = {"dataset": "people", "key": "user-0001", field: "ab\\ud800cd"}
+            raw = json.dumps(body).replace("\\\\ud800", "\\ud800").encode()
+            r = alice.post("/v1/deletions", content=raw, headers={"Content-Type": "application/json"})
+            assert 400 <= r.status_code < 500, (field, r.status_code, r.text)
+        assert alice.get("/v1/deletions/%ED%A0%80").status_code == 404
+        assert alice.get("/v1/certificates/%ED%A0%80").status_code == 404
+        r = alice.post("/v1/models/%ED%A0%80/predict", json={"features": [[0.0] * 10]})
+        assert r.status_code == 404
+        r = alice.post("/v1/models/clf/predict", content=b'{"features": [[1, 2]], "x\\ud800": 1}',
+                       headers={"Content-Type": "application/json"})
+        assert r.status_code == 422
+
+
+def test_list_versions_and_public_model_endpoints(server: Server) -> None:
+    with client(server, server.alice) as alice, client(server, server.bob) as bob, \
+            client(server, server.admin) as admin:
+        rid = alice.post("/v1/deletions", json={"dataset": "people", "key": "user-0009"}).json()["id"]
+        wait_done(alice, rid)
+        page = alice.get("/v1/deletions", params={"limit": 10}).json()
+        assert [r["id"] for r in page["items"]] == [rid] and page["next_cursor"] is None
+        assert bob.get("/v1/deletions").json()["items"] == []
+        assert bob.get("/v1/deletions", params={"requester": "alice"}).json()["items"] == []
+        assert admin.get("/v1/deletions", params={"requester": "alice"}).json()["items"][0]["id"] == rid
+        assert alice.get("/v1/deletions", params={"status": "gone"}).status_code == 422
+        assert alice.get("/v1/models/clf/versions").status_code == 403
+        hist = admin.get("/v1/models/clf/versions").json()
+        assert [h["version"] for h in hist] == [1, 2] and hist[1]["certificate"]["n_removed"] == 1
+        pub = alice.get("/v1/models/clf").json()
+        assert pub["version"] == 2 and set(pub["arrays"]) == {"w"} and "b" not in json.dumps(pub["arrays"])
+
+
+def test_metrics_endpoint_is_prometheus_for_admins(server: Server) -> None:
+    with client(server, server.alice) as alice, client(server, server.admin) as admin:
+        assert alice.get("/metrics").status_code == 403
+        assert httpx.get(server.url + "/metrics").status_code == 401
+        r = admin.get("/metrics")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        assert 'lethe_requests{status="done"}' in r.text and "lethe_model_budget_used_ratio" in r.text

@@ -63,3 +63,90 @@ def test_flow_on_postgres(tmp_path):
         assert c.budget("clf")["budget_left"] > 0
     finally:
         c.close()
+
+
+def _wipe(tmp_path):
+    from lethe.curator.service import Curator
+
+    fresh = Curator(tmp_path / "wipe", database_url=URL)
+    with fresh.store.write_engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public;"))
+    fresh.close()
+
+
+def test_concurrent_submissions_race_on_postgres(tmp_path):
+    """40 pairs of simultaneous submissions of one key by two requesters, and 40 pairs of one request_id sent twice
+    at once, through the HTTP API on PostgreSQL: 0 duplicates, 0 5xx, and every accepted request ends done (one bad
+    request never fails a batch)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from lethe.curator.service import Curator
+    from lethe.curator.store import DeletionRequest
+
+    from .conftest import start_server, stop_server
+
+    assert URL is not None
+    _wipe(tmp_path)
+    _csv(tmp_path / "people.csv", n=200)
+    c = Curator(tmp_path / "data", database_url=URL)
+    c.register_dataset("people", tmp_path / "people.csv", key="user_id", label="label", normalize="rows")
+    c.train("people", "clf", params={"lam": 0.01, "epsilon": 1.0, "delta": 1e-4}, random_state=0)
+    tokens = {n: c.create_token(n, "requester") for n in ("alice", "bob")}
+    c.close()
+    url, proc = start_server(tmp_path / "data", "--database-url", URL, "--batch-size", "8")
+    codes: list[int] = []
+    try:
+        clients = {n: httpx.Client(base_url=url, headers={"Authorization": f"Bearer {t}"}, timeout=60)
+                   for n, t in tokens.items()}
+
+        def pair(jobs):
+            barrier = threading.Barrier(2)
+
+            def one(job):
+                who, body = job
+                barrier.wait()
+                return clients[who].post("/v1/deletions", json=body)
+
+            with ThreadPoolExecutor(2) as ex:
+                return list(ex.map(one, jobs))
+
+        accepted = []
+        for i in range(40):  # the same key from two requesters at once
+            body = {"dataset": "people", "key": f"user-{i}"}
+            rs = pair([("alice", body), ("bob", body)])
+            codes += [r.status_code for r in rs]
+            assert sorted(r.status_code for r in rs) == [202, 409], [r.text for r in rs]
+            accepted += [r.json()["id"] for r in rs if r.status_code == 202]
+        for i in range(40, 80):  # the same request_id twice at once: one request, answered twice
+            body = {"dataset": "people", "key": f"user-{i}", "request_id": f"ticket-{i}"}
+            rs = pair([("alice", body), ("alice", body)])
+            codes += [r.status_code for r in rs]
+            assert sorted(r.status_code for r in rs) == [200, 202], [r.text for r in rs]
+            assert rs[0].json()["id"] == rs[1].json()["id"]
+            accepted.append(rs[0].json()["id"])
+        assert not [code for code in codes if code >= 500]
+        deadline = time.monotonic() + 300
+        while True:
+            states = [clients["alice"].get(f"/v1/deletions/{rid}").json().get("status") for rid in accepted[-5:]]
+            states += [clients["bob"].get(f"/v1/deletions/{rid}").json().get("status") for rid in accepted[-5:]]
+            if "pending" not in states or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    finally:
+        stop_server(proc)
+    c = Curator(tmp_path / "data", database_url=URL)
+    try:
+        with c.store.read() as s:
+            rows = s.query(DeletionRequest).all()
+        assert len(rows) == 80  # no duplicate was ever written
+        assert len({(r.dataset_id, r.key_digest) for r in rows}) == 80
+        c.process_pending(force=True)
+        statuses = [c.request_status(r.id)["status"] for r in rows]
+        assert statuses.count("done") == 80, statuses
+        assert c.dataset_info("people")["n_records"] == 120
+    finally:
+        c.close()

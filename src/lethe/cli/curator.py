@@ -1,5 +1,5 @@
-"""Curator subcommands: ``dataset``, ``train``, ``forget``, ``process``, ``status``, ``request``, ``budget``,
-``certificate``, ``ledger``, ``token``, ``serve``, ``worker``.
+"""Curator subcommands: ``dataset``, ``train``, ``forget``, ``process``, ``status``, ``requests``, ``request``,
+``model`` (versions, retrain, export), ``budget``, ``certificate``, ``ledger``, ``token``, ``serve``, ``worker``.
 
 Every subcommand takes ``--data-dir`` (default ``$LETHE_DATA_DIR`` or ``./lethe-data``) and ``--database-url``
 (default ``$LETHE_DATABASE_URL`` or SQLite in the data directory). Heavy imports happen inside the handlers, so
@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,6 +70,28 @@ def _print(obj: Any) -> None:
 
 def _progress() -> bool:
     return sys.stderr.isatty()
+
+
+def _guard(handler: Any) -> Any:
+    """Turn storage failures (full disk, read-only file system, permissions) into a clear ``lethe: error:``."""
+    import functools
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        from sqlalchemy.exc import OperationalError
+
+        from lethe.curator.service import StorageError, storage_message
+
+        try:
+            return int(handler(args) or 0)
+        except OperationalError as exc:
+            raise StorageError(storage_message(exc, Path(args.data_dir).resolve())) from None
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError | PermissionError):
+                raise
+            raise StorageError(storage_message(exc, Path(args.data_dir).resolve())) from None
+
+    return run
 
 
 # -- handlers -------------------------------------------------------------------------------------------------------
@@ -131,12 +154,18 @@ def _forget(args: argparse.Namespace) -> int:
             failed += 1
             out.append({"item": i, "error": str(exc)})
     if args.now:
-        results = c.process_pending(force=True, progress=_progress() or args.progress)
-        done = {rid: r.status for r in results for rid in r.request_ids}
+        c.process_pending(force=True, progress=_progress() or args.progress)
         for item in out:
             if "id" in item:
-                item["status"] = c.request_status(item["id"])["status"] if item["id"] not in done else done[item["id"]]
+                view = c.request_status(item["id"])
+                item["status"] = view["status"]
+                if view["status"] != "done":  # --now promises processing: anything else is a failure
+                    failed += 1
+                    item["error"] = view["error"] or "not processed; see `lethe status` for faults"
     _print(out)
+    if failed:
+        print(f"lethe: error: {failed} of {len(keys)} deletion(s) not "
+              f"{'done' if args.now else 'accepted'}; see the output", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -149,7 +178,39 @@ def _process(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    _print(_curator(args).status())
+    status = _curator(args).status()
+    _print(status)
+    for f in status.get("faults", []):
+        print(f"lethe: fault: model {f['model']} version {f['version']}: {f['error']} "
+              f"(repair: {f['repair']})", file=sys.stderr)
+    return 0 if status.get("healthy", True) else 3
+
+
+def _requests(args: argparse.Namespace) -> int:
+    _print(_curator(args).list_requests(status=args.status, dataset=args.dataset, request_id=args.request_id,
+                                        requester=args.requester, limit=args.limit, cursor=args.cursor))
+    return 0
+
+
+def _model_versions(args: argparse.Namespace) -> int:
+    _print(_curator(args).model_versions(args.model))
+    return 0
+
+
+def _model_retrain(args: argparse.Namespace) -> int:
+    _print(_curator(args).retrain(args.model, random_state=args.seed))
+    return 0
+
+
+def _model_drop(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise ValueError(f"Dropping model {args.model!r} destroys all its versions; confirm with --yes.")
+    _print(_curator(args).drop_model(args.model))
+    return 0
+
+
+def _model_export(args: argparse.Namespace) -> int:
+    _print(_curator(args).public_model(args.model))
     return 0
 
 
@@ -208,7 +269,7 @@ def _serve(args: argparse.Namespace) -> int:
     c = _curator(args)
     remove_log = configure_file_logging(c.data_dir, "server")
     try:
-        app = create_app(c, run_worker=not args.no_worker)
+        app = create_app(c, run_worker=not args.no_worker, max_body_bytes=args.max_body_bytes)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=True)
     finally:
         remove_log()
@@ -254,9 +315,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--normalize", choices=("none", "rows"), default="none",
                    help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
-    p.set_defaults(func=_dataset_add)
+    p.set_defaults(func=_guard(_dataset_add))
     p = dsub.add_parser("list", parents=[common], help="list datasets")
-    p.set_defaults(func=_dataset_list)
+    p.set_defaults(func=_guard(_dataset_list))
 
     p = sub.add_parser("train", parents=[common], help="train a model on a dataset and publish version 1")
     p.add_argument("dataset")
@@ -273,7 +334,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--seed", type=int, help="seed of the secret perturbation: for tests only (a known seed reveals "
                    "it)")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_train)
+    p.set_defaults(func=_guard(_train))
 
     p = sub.add_parser("forget", parents=[common, proc], help="submit deletion requests by key")
     p.add_argument("dataset")
@@ -282,52 +343,80 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--request-id", help="client request id (idempotent resubmission); one key only")
     p.add_argument("--now", action="store_true", help="process all pending requests right away")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_forget)
+    p.set_defaults(func=_guard(_forget))
 
     p = sub.add_parser("process", parents=[common, proc], help="process due deletion requests once")
     p.add_argument("--all", action="store_true", help="process every pending request (ignore --max-delay)")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_process)
+    p.set_defaults(func=_guard(_process))
 
     p = sub.add_parser("status", parents=[common], help="datasets, models, request counts")
-    p.set_defaults(func=_status)
+    p.set_defaults(func=_guard(_status))
+    p = sub.add_parser("requests", parents=[common], help="list deletion requests (newest first, one page)")
+    p.add_argument("--status", choices=("pending", "done", "failed"))
+    p.add_argument("--dataset")
+    p.add_argument("--request-id", help="the client-chosen request id")
+    p.add_argument("--requester", help="token name of the requester")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor", help="next_cursor of the previous page")
+    p.set_defaults(func=_guard(_requests))
+    md = sub.add_parser("model", help="model versions, retraining (repair) and public export")
+    msub = md.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    p = msub.add_parser("versions", parents=[common], help="version history with certificates and budgets")
+    p.add_argument("model")
+    p.set_defaults(func=_guard(_model_versions))
+    p = msub.add_parser("retrain", parents=[common], help="retrain from the current records and publish (repairs "
+                                                           "a missing or tampered artifact)")
+    p.add_argument("model")
+    p.add_argument("--seed", type=int, default=None, help="tests only: a known seed reveals the secret noise")
+    p.set_defaults(func=_guard(_model_retrain))
+    p = msub.add_parser("drop", parents=[common], help="remove a model and destroy all its artifacts")
+    p.add_argument("model")
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p.set_defaults(func=_guard(_model_drop))
+    p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
+    p.add_argument("model")
+    p.set_defaults(func=_guard(_model_export))
     p = sub.add_parser("request", parents=[common], help="show a deletion request")
     p.add_argument("id")
-    p.set_defaults(func=_request)
+    p.set_defaults(func=_guard(_request))
     p = sub.add_parser("budget", parents=[common], help="budget status of a model")
     p.add_argument("model")
-    p.set_defaults(func=_budget)
+    p.set_defaults(func=_guard(_budget))
     p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id)")
     p.add_argument("id")
-    p.set_defaults(func=_certificate)
+    p.set_defaults(func=_guard(_certificate))
     p = sub.add_parser("ledger", parents=[common], help="show the latest ledger events")
     p.add_argument("--limit", type=int, default=50)
-    p.set_defaults(func=_ledger)
+    p.set_defaults(func=_guard(_ledger))
 
     tk = sub.add_parser("token", help="API bearer tokens")
     tsub = tk.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     p = tsub.add_parser("create", parents=[common], help="create a token (printed once)")
     p.add_argument("name")
     p.add_argument("--scope", choices=("admin", "requester"), required=True)
-    p.set_defaults(func=_token_create)
+    p.set_defaults(func=_guard(_token_create))
     p = tsub.add_parser("list", parents=[common], help="list tokens (names and scopes)")
-    p.set_defaults(func=_token_list)
+    p.set_defaults(func=_guard(_token_list))
     p = tsub.add_parser("revoke", parents=[common], help="revoke a token")
     p.add_argument("name")
-    p.set_defaults(func=_token_revoke)
+    p.set_defaults(func=_guard(_token_revoke))
 
     p = sub.add_parser("serve", parents=[common, proc], help="run the HTTP API (with a worker thread)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--no-worker", action="store_true", help="do not process requests in this process")
+    p.add_argument("--max-body-bytes", type=int, default=int(os.environ.get("LETHE_MAX_BODY_BYTES", 4 * 1024 * 1024)),
+                   help="largest request body accepted; larger ones get 413 before parsing and authentication "
+                        "(default $LETHE_MAX_BODY_BYTES or 4 MiB)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    p.set_defaults(func=_serve)
+    p.set_defaults(func=_guard(_serve))
 
     p = sub.add_parser("worker", parents=[common, proc], help="process deletion requests until stopped")
     p.add_argument("--once", action="store_true", help="process what is due, then exit")
     p.add_argument("--drain", action="store_true", help="treat every pending request as due")
     p.add_argument("--progress", action="store_true")
-    p.set_defaults(func=_worker)
+    p.set_defaults(func=_guard(_worker))
 
 
 __all__ = ["register"]

@@ -5,27 +5,41 @@ deletions, read its own requests and their certificates, predict). Tokens are cr
 The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
 
 Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model, key,
-request or certificate; 409 repeated request, or a request id reused for another deletion; 422 malformed body or
-wrong feature dimension; 503 busy (the processing lock or the database was held too long; retry).
+request or certificate; 409 repeated request, or a request id reused for another deletion; 413 body too large
+(checked before parsing and before authentication); 422 malformed body or wrong feature dimension (the answer names
+the field and the rule, never echoes the input); 503 busy (the processing lock or the database was held too long;
+retry), or a fault the operator must repair.
 """
 
 
 import contextlib
+import json
+import logging
 import math
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path, Request
-from fastapi.encoders import jsonable_encoder
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
 
 import lethe
-from lethe.curator.service import Curator, CuratorError, PermissionDeniedError, Principal
+from lethe.curator.service import (
+    BusyError,
+    Curator,
+    CuratorError,
+    PermissionDeniedError,
+    Principal,
+    storage_message,
+)
 from lethe.curator.worker import BackgroundWorker
+
+log = logging.getLogger("lethe.curator.api")
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Path(min_length=1, max_length=200)]
@@ -64,6 +78,13 @@ class RequestOut(BaseModel):
     submitted_at: str | None
     processed_at: str | None
     certificates: list[str]
+
+
+class RequestPage(BaseModel):
+    """One page of requests, newest first; pass ``next_cursor`` as ``cursor`` for the next page (null: no more)."""
+
+    items: list[RequestOut]
+    next_cursor: str | None
 
 
 class CertificateOut(BaseModel):
@@ -118,6 +139,94 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``max_bytes`` with 413 before the application parses them or authenticates.
+
+    A pure ASGI middleware, outermost: a declared ``Content-Length`` over the limit is refused without reading the
+    body; otherwise the body is read as it streams (chunked or not), counting bytes, and refused as soon as the count
+    passes the limit — so at most ``max_bytes`` (plus one chunk) is ever held. The body read is then replayed to the
+    application.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes must be an integer >= 1. Found {max_bytes!r}.")
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, send: Send, status: int, detail: str) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = [v for k, v in scope.get("headers", []) if k.lower() == b"content-length"]
+        if declared:
+            try:
+                n = int(declared[0])
+                if n < 0:
+                    raise ValueError
+            except ValueError:
+                await self._refuse(send, 400, "Content-Length must be a non-negative integer.")
+                return
+            if n > self.max_bytes:
+                await self._refuse(send, 413, f"The request body may have at most {self.max_bytes} bytes.")
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send, 413, f"The request body may have at most {self.max_bytes} bytes.")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _safe_errors(errors: Any) -> list[dict[str, Any]]:
+    """Validation errors without the input: location (each part cut to 64 characters), message and type only."""
+    out = []
+    for e in errors:
+        loc = [p if isinstance(p, int) else _cut(str(p)) for p in e.get("loc", ())]
+        out.append({"loc": loc, "msg": _cut(str(e.get("msg", "")), 200), "type": str(e.get("type", ""))})
+    return out
+
+
+def _cut(text: str, n: int = 64) -> str:
+    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates cannot be sent as JSON
+    return text if len(text) <= n else text[:n] + "..."
+
+
 class _Unauthorized(Exception):
     """Raised by the auth dependency; answered with 401 and ``WWW-Authenticate: Bearer``."""
 
@@ -126,11 +235,23 @@ class _Unauthorized(Exception):
         self.detail = detail
 
 
-def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
-    """The FastAPI application over ``curator``; with ``run_worker`` a background worker thread processes requests."""
+def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int | None = None) -> FastAPI:
+    """The FastAPI application over ``curator``; with ``run_worker`` a background worker thread processes requests.
+
+    ``max_body_bytes``: the largest request body accepted (default ``$LETHE_MAX_BODY_BYTES`` or 4 MiB); larger
+    bodies get 413 before they are parsed or the token is checked.
+    """
+    if max_body_bytes is None:
+        max_body_bytes = int(os.environ.get("LETHE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # recovery runs before anything is served: a crash right after a publish commit leaves superseded artifacts
+        # (with their secret b) and unpurged database pages, which must be gone before the first answer
+        try:
+            curator.recover()
+        except BusyError:  # another process holds the lock: it recovers (every processing entry point does) first
+            log.warning("recovery skipped at start: another process is processing %s", curator.data_dir)
         worker = BackgroundWorker(curator) if run_worker else None
         if worker is not None:
             worker.start()
@@ -143,6 +264,7 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
     app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan,
                   description="Deletion requests end to end: durable requests, certified removal, certificates, "
                               "purge. See docs/curator.md.")
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
     bearer = HTTPBearer(auto_error=False, description="A token from `lethe token create`.")
 
     @app.exception_handler(CuratorError)
@@ -151,12 +273,24 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # the default handler echoes the input, and fails (500) on NaN or infinity in it
-        return JSONResponse({"detail": _json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
+        # the default handler echoes the input (a 300 MB body came back whole), and fails (500) on NaN, infinity or
+        # lone surrogates in it: answer with the location, message and type only
+        return JSONResponse({"detail": _safe_errors(exc.errors())}, status_code=422)
 
     @app.exception_handler(OperationalError)
-    async def _db_busy(request: Request, exc: OperationalError) -> JSONResponse:
-        return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
+    async def _db_error(request: Request, exc: OperationalError) -> JSONResponse:
+        text = str(exc.orig).lower()
+        if "locked" in text or "busy" in text or "timeout" in text:
+            return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
+        message = storage_message(exc, curator.data_dir)
+        log.error("storage failure: %s", message)  # the operator's view names the directory; the answer does not
+        if "is full" in message:
+            return JSONResponse({"detail": "The server's storage is full; nothing was changed. The operator has "
+                                           "been notified."}, status_code=507)
+        if "read-only" in message:
+            return JSONResponse({"detail": "The server's storage is read-only; nothing was changed. The operator "
+                                           "has been notified."}, status_code=507)
+        return JSONResponse({"detail": "The server's storage is unavailable; nothing was changed."}, status_code=503)
 
     def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:  # noqa: B008
         if creds is None or creds.scheme.lower() != "bearer":
@@ -179,9 +313,14 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
     Admin = Annotated[Principal, Depends(admin)]
 
     @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, str]:
-        """Liveness: 200 when the server answers."""
-        return {"status": "ok"}
+    def healthz() -> dict[str, Any]:
+        """Liveness (200 when the server answers) and health: ``degraded`` when a model's stored state fails
+        verification (details, for operators only, in ``GET /v1/status`` and ``lethe status``)."""
+        try:
+            n = len(curator.verify_models())
+        except Exception:  # the database itself is unavailable: still alive, not healthy
+            return {"status": "degraded", "faults": None}
+        return {"status": "ok"} if n == 0 else {"status": "degraded", "faults": n}
 
     @app.post("/v1/deletions", response_model=RequestOut, status_code=202, responses={200: {"model": RequestOut},
               **ERRORS}, tags=["deletions"])
@@ -190,6 +329,17 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
         view, created = curator.submit_deletion(body.dataset, body.key, principal=p,
                                                 client_request_id=body.request_id)
         return JSONResponse(RequestOut(**view).model_dump(), status_code=202 if created else 200)
+
+    @app.get("/v1/deletions", response_model=RequestPage, responses=ERRORS, tags=["deletions"])
+    def list_requests(p: Caller, status: Annotated[str | None, Query(pattern="^(pending|done|failed)$")] = None,
+                      dataset: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                      request_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                      requester: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                      cursor: Annotated[str | None, Query(max_length=200)] = None) -> Any:
+        """Deletion requests, newest first (a requester: its own; an admin: all, optionally of one requester)."""
+        return curator.list_requests(p, status=status, dataset=dataset, request_id=request_id,
+                                     requester=requester if p.is_admin else None, limit=limit, cursor=cursor)
 
     @app.get("/v1/deletions/{request_id}", response_model=RequestOut, responses=ERRORS, tags=["deletions"])
     def request_status(request_id: Id, p: Caller) -> Any:
@@ -218,12 +368,84 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
         """Budget status of the model's published version (admin)."""
         return _json_safe(curator.budget(model))
 
+    @app.get("/v1/models/{model}/versions", responses=ERRORS, tags=["models"])
+    def versions(model: Name, p: Admin) -> Any:
+        """The model's version history with each version's certificate and budget (admin)."""
+        return _json_safe(curator.model_versions(model))
+
+    @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
+    def public_model(model: Name, p: Caller) -> Any:
+        """The published version's public weights (never the secret perturbation), feature names and classes."""
+        return _json_safe(curator.public_model(model))
+
+    @app.get("/metrics", tags=["service"], response_class=PlainTextResponse, responses=ERRORS)
+    def metrics(p: Admin) -> PlainTextResponse:
+        """Prometheus metrics (admin token; scrape with ``authorization: {credentials: <token>}``)."""
+        return PlainTextResponse(render_metrics(curator.metrics()), media_type=CONTENT_TYPE_LATEST)
+
     @app.get("/v1/status", responses=ERRORS, tags=["service"])
     def status(p: Admin) -> dict[str, Any]:
         """Datasets, models, request counts (admin)."""
         return _json_safe(curator.status())
 
     return app
+
+
+PUBLICATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 24 * 3600.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def render_metrics(m: dict[str, Any]) -> str:
+    """The Prometheus text exposition of :meth:`Curator.metrics` (via ``prometheus_client``)."""
+    from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily
+
+    def histogram(name: str, doc: str, values: list[float], buckets: tuple[float, ...]) -> HistogramMetricFamily:
+        arr = sorted(values)
+        cum = [(str(float(b)), sum(1 for v in arr if v <= b)) for b in buckets] + [("+Inf", len(arr))]
+        return HistogramMetricFamily(name, doc, buckets=cum, sum_value=float(sum(arr)))
+
+    class _Collector:
+        def collect(self) -> Any:
+            g = GaugeMetricFamily("lethe_requests", "Deletion requests by status", labels=["status"])
+            for status, n in m["requests"].items():
+                g.add_metric([status], n)
+            yield g
+            yield histogram("lethe_request_publication_seconds", "Time from submission to publication (done "
+                            "requests)", m["publication_seconds"], PUBLICATION_BUCKETS)
+            yield histogram("lethe_batch_size", "Requests removed per batch", [float(b) for b in m["batch_sizes"]],
+                            tuple(float(b) for b in BATCH_BUCKETS))
+            per_model = {
+                "lethe_model_version": ("Published version number", "version"),
+                "lethe_model_records": ("Records the published version is for", "n"),
+                "lethe_model_residual_bound": ("Accumulated residual bound beta (Guo et al. 2020)", "residual_bound"),
+                "lethe_model_budget": ("Removal budget epsilon' (Guo et al. 2020, Alg. 2)", "budget"),
+                "lethe_model_budget_left": ("Budget left before retraining", "budget_left"),
+                "lethe_model_epsilon_spent": ("Epsilon spent by the accumulated residual", "epsilon_spent"),
+                "lethe_model_retrainings": ("Retrainings forced by the budget", "retrainings"),
+            }
+            for name, (doc, key) in per_model.items():
+                fam = GaugeMetricFamily(name, doc, labels=["model"])
+                for mm in m["models"]:
+                    v = mm.get(key)
+                    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                        fam.add_metric([mm["model"]], float(v))
+                yield fam
+            used = GaugeMetricFamily("lethe_model_budget_used_ratio", "residual_bound / budget", labels=["model"])
+            for mm in m["models"]:
+                b, r = mm.get("budget"), mm.get("residual_bound")
+                if isinstance(b, int | float) and isinstance(r, int | float) and b > 0 and math.isfinite(b):
+                    used.add_metric([mm["model"]], float(r) / float(b))
+            yield used
+            yield GaugeMetricFamily("lethe_artifact_faults", "Models whose published artifact fails verification",
+                                    value=m["faults"])
+            yield GaugeMetricFamily("lethe_purge_pending", "1 if deleted records await a purge",
+                                    value=1.0 if m["purge_pending"] else 0.0)
+
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(_Collector())  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
 
 
 def _json_safe(obj: Any) -> Any:
@@ -236,4 +458,4 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "create_app", "render_metrics"]

@@ -20,6 +20,7 @@ The curator holds no math: the mechanism is reached through :mod:`lethe.curator.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -36,11 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lethe._random import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore, destroy_file
+from lethe.curator.public import check_payload, public_certificate, public_error, requester_error
 from lethe.curator.store import (
     DB_FILENAME,
     CertificateRow,
@@ -64,6 +67,7 @@ from lethe.exceptions import LetheError
 log = logging.getLogger("lethe.curator")
 
 SCOPES = ("admin", "requester")
+REQUEST_STATUSES = ("pending", "done", "failed")
 NORMALIZE = ("none", "rows")
 LOCK_FILE = "processing.lock"
 SECRETS_DIR = "secrets"
@@ -103,6 +107,35 @@ class InvalidInputError(CuratorError):
 
 class BusyError(CuratorError):
     """Another process holds the processing lock."""
+
+    status_code = 503
+
+
+class StorageError(CuratorError):
+    """The data directory or the database cannot be written (full disk, read-only file system, permissions)."""
+
+    status_code = 507
+
+
+def storage_message(exc: BaseException, data_dir: Path) -> str:
+    """A clear message for a storage failure (for operators: it names the directory, never data)."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    code = getattr(exc, "errno", None)
+    if code == errno.ENOSPC or "disk is full" in text or "no space" in text:
+        return f"The storage under {data_dir} is full: free space, then retry. Nothing was changed."
+    if code == errno.EROFS or "readonly" in text or "read-only" in text:
+        return f"The storage under {data_dir} is read-only: lethe needs to write there. Nothing was changed."
+    if code in (errno.EACCES, errno.EPERM) or "permission" in text or "not writable" in text:
+        return (f"The data directory {data_dir} is not writable by this user: lethe needs to own it (mode 0700). "
+                "Nothing was changed.")
+    if "unable to open database" in text:
+        return f"The database under {data_dir} cannot be opened (missing directory or permissions)."
+    return f"The storage under {data_dir} failed ({type(exc).__name__}); see the server log."
+
+
+class ServiceFaultError(CuratorError):
+    """The service cannot answer because of a fault an operator must fix (e.g. an artifact failed verification).
+    The message is generic: no paths, no checksums; operators see the fault in ``lethe status``."""
 
     status_code = 503
 
@@ -161,6 +194,35 @@ class BatchResult:
     error: str | None = None
 
 
+def _encode_cursor(at: Any, rid: str) -> str:
+    """An opaque page cursor: the (submitted_at, id) of the last item shown."""
+    import base64
+    import json
+
+    u = as_utc(at)
+    raw = json.dumps([u.isoformat() if u is not None else None, rid]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: Any) -> tuple[Any, str]:
+    import base64
+    import datetime as dt
+    import json
+
+    try:
+        if not isinstance(cursor, str) or len(cursor) > 200:
+            raise ValueError
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at_text, rid = json.loads(raw)
+        at = dt.datetime.fromisoformat(at_text)
+        if not isinstance(rid, str):
+            raise ValueError
+    except (ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidInputError("cursor must be the next_cursor of a previous page.") from None
+    # stored naive UTC on SQLite, aware on PostgreSQL: compare like with like
+    return (at.replace(tzinfo=None) if at.tzinfo is not None else at), rid
+
+
 # -- the processing lock ----------------------------------------------------------------------------------------------
 class ProcessingLock:
     """An exclusive ``flock`` on ``<data_dir>/processing.lock`` (released by the OS if the holder dies), plus a
@@ -206,12 +268,22 @@ class ProcessingLock:
                 time.sleep(0.05)
 
 
+def _check_unicode(kind: str, value: str) -> None:
+    """Refuse text that is not valid Unicode (lone surrogates such as ``\\ud800`` cannot be encoded as UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{kind} must be valid Unicode text; it contains a lone surrogate code point.") \
+            from None
+
+
 def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
     if not isinstance(value, str):
         raise InvalidInputError(f"{kind} must be a string. Found {type(value).__name__}.")
+    _check_unicode(kind, value)
     if not value or value.strip() != value or len(value) > max_len or any(ord(c) < 32 for c in value):
         raise InvalidInputError(f"{kind} must be 1 to {max_len} printable characters without surrounding spaces. "
-                                f"Found {value!r}.")
+                                f"Found {value[:60]!r}{'...' if len(value) > 60 else ''}.")
     return value
 
 
@@ -228,19 +300,33 @@ class Curator:
 
     def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None) -> None:
         self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for sub in (SECRETS_DIR, LOG_DIR):
-            (self.data_dir / sub).mkdir(mode=0o700, exist_ok=True)
         self.settings = settings or Settings()
-        if database_url is None:  # the database holds raw records: owner-only from the start (WAL/SHM inherit it)
-            db = self.data_dir / DB_FILENAME
-            os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # owner-only even if the directory existed before (mkdir's mode applies only to new directories)
+            os.chmod(self.data_dir, 0o700)
+            for sub in (SECRETS_DIR, LOG_DIR):
+                (self.data_dir / sub).mkdir(mode=0o700, exist_ok=True)
+                os.chmod(self.data_dir / sub, 0o700)
+            if not os.access(self.data_dir, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "not writable", str(self.data_dir))
+            if database_url is None:  # the database holds raw records: owner-only from the start (WAL/SHM inherit)
+                db = self.data_dir / DB_FILENAME
+                os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise StorageError(storage_message(exc, self.data_dir)) from None
         self.store = Store(database_url or sqlite_url(self.data_dir))
-        self.store.create()
+        try:
+            self.store.create()
+        except OperationalError as exc:
+            self.store.dispose()
+            raise StorageError(storage_message(exc, self.data_dir)) from None
         self.artifacts = ArtifactStore(self.data_dir)
+        _ = self.artifacts.key  # created (0600) with the data directory, so that backups of secrets/ include it
         self.lock = ProcessingLock(self.data_dir / LOCK_FILE)
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
+        self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
 
     def close(self) -> None:
         """Release database connections."""
@@ -396,7 +482,8 @@ class Curator:
                 raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {exc}") from exc
             bar.update(1)
             summary = adapter.summary(artifact)
-            with self._new_artifact(artifact) as (relpath, sha):
+            binding = self._binding(model, mechanism, adapter.params, X.shape[1])
+            with self._new_artifact(artifact, binding) as (relpath, sha):
                 with self.store.write() as s, s.begin():
                     n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
                     if n_now != ids.size:
@@ -422,9 +509,9 @@ class Curator:
         return self.budget(model)
 
     @contextlib.contextmanager
-    def _new_artifact(self, artifact: Artifact) -> Iterator[tuple[str, str]]:
+    def _new_artifact(self, artifact: Artifact, binding: dict[str, Any]) -> Iterator[tuple[str, str]]:
         """Save an artifact; destroy it again if the block that should publish it fails."""
-        relpath, sha = self.artifacts.save(artifact)
+        relpath, sha = self.artifacts.save(artifact, binding)
         try:
             yield relpath, sha
         except BaseException:
@@ -438,13 +525,31 @@ class Curator:
 
         Idempotent under ``client_request_id``: the same id with the same dataset and key returns the existing
         request (created=False); the same id with another deletion is a :class:`ConflictError`.
-        Unknown key → :class:`NotFoundError`; a key already requested or deleted → :class:`ConflictError`.
+        Unknown key → :class:`NotFoundError`; a key already requested or deleted → :class:`ConflictError` (naming
+        the earlier request only to its own requester or an admin).
+
+        Uniqueness is enforced by the database (``uq_client_request``, ``uq_live_request_key``), so concurrent
+        submissions on PostgreSQL cannot both be accepted: the loser's insert fails and it is answered as if it had
+        come second (the existing request, or a conflict).
         """
         _check_name("dataset", dataset)
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
             raise InvalidInputError(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters.")
+        _check_unicode("key", key)
         if client_request_id is not None:
             _check_name("request_id", client_request_id)
+        for attempt in range(3):
+            try:
+                return self._submit_once(dataset, key, principal, client_request_id)
+            except IntegrityError:
+                # a concurrent submission won the race (a unique constraint refused ours; nothing was written):
+                # answer from the winner's committed state
+                if attempt == 2:
+                    raise BusyError("Concurrent submissions of this deletion kept conflicting; retry.") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _submit_once(self, dataset: str, key: str, principal: Principal,
+                     client_request_id: str | None) -> tuple[dict[str, Any], bool]:
         with self.store.write() as s, s.begin():
             ds = self._dataset(s, dataset)
             digest = self.key_digest(ds.id, key)
@@ -453,17 +558,26 @@ class Curator:
                                                               DeletionRequest.client_request_id == client_request_id))
                 if prev is not None:
                     if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, digest):
-                        return self._request_view(s, prev), False
+                        return self._request_view(s, prev, principal), False
                     raise ConflictError(f"request_id {client_request_id!r} was already used for a different "
                                         "deletion request.")
             earlier = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
                                                               DeletionRequest.key_digest == digest,
                                                               DeletionRequest.status != "failed")).first()
             if earlier is not None:
-                ref = f" (request {earlier.id})" if principal.is_admin or earlier.requester == principal.name else ""
-                if earlier.status == "pending":
-                    raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending{ref}.")
-                raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
+                if (client_request_id is not None and earlier.requester == principal.name
+                        and earlier.client_request_id == client_request_id):
+                    # the same submission committed concurrently between our two reads (READ COMMITTED)
+                    return self._request_view(s, earlier, principal), False
+                if principal.is_admin or earlier.requester == principal.name:
+                    ref = f" (request {earlier.id})"
+                    if earlier.status == "pending":
+                        raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already "
+                                            f"pending{ref}.")
+                    raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
+                # another requester's request: say no more than that the key is taken care of (not which request,
+                # not whether it is pending or done)
+                raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
             record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
             if record_id is None:
                 raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")
@@ -471,61 +585,233 @@ class Curator:
                                   dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
                                   attempts=0, submitted_at=utcnow())
             s.add(req)
-            s.flush()
+            s.flush()  # the unique constraints fire here (IntegrityError → the caller answers from the winner)
             add_event(s, "request_submitted", {"dataset": dataset, "requester": principal.name},
                       request_id=req.id)
-            view = self._request_view(s, req)
+            view = self._request_view(s, req, principal)
         log.info("request %s submitted (dataset %s)", view["id"], dataset)
         return view, True
 
-    def _request_view(self, s: Any, req: DeletionRequest) -> dict[str, Any]:
+    def _request_view(self, s: Any, req: DeletionRequest, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+        """A request as its requester or an admin sees it: never the key, nor anything of the other requests of its
+        batch; errors reduced to what may be shown (:mod:`lethe.curator.public`)."""
         ds = s.get(Dataset, req.dataset_id)
         certs = s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
-                          .order_by(CertificateRow.created_at)).all()
+                          .order_by(CertificateRow.created_at, CertificateRow.id)).all()
+        error = public_error(req.error) if principal.is_admin else requester_error(req.error)
         return {"id": req.id, "request_id": req.client_request_id, "dataset": ds.name if ds else None,
-                "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": req.error,
+                "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": error,
                 "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
                 "certificates": list(certs)}
 
+    @staticmethod
+    def _lookup_id(value: Any) -> str | None:
+        """A usable id for a primary-key lookup, or None (not a string, too long, or not encodable)."""
+        if not isinstance(value, str) or not value or len(value) > 64:
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        return value
+
     def request_status(self, request_id: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """A request's state; a requester sees only its own requests (others are reported as unknown)."""
+        rid = self._lookup_id(request_id)
         with self.store.read() as s:
-            req = s.get(DeletionRequest, request_id) if isinstance(request_id, str) else None
+            req = s.get(DeletionRequest, rid) if rid is not None else None
             if req is None or not (principal.is_admin or req.requester == principal.name):
-                raise NotFoundError(f"Unknown request {request_id!r}.")
-            return self._request_view(s, req)
+                raise NotFoundError("Unknown request id.")
+            return self._request_view(s, req, principal)
+
+    def list_requests(self, principal: Principal = CLI_PRINCIPAL, *, status: str | None = None,
+                      dataset: str | None = None, request_id: str | None = None, requester: str | None = None,
+                      limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+        """Deletion requests, newest first, one page at a time.
+
+        A requester sees only its own requests (``requester`` is then ignored unless it names the caller); an admin
+        sees all and may filter by ``requester``. Filters: ``status`` (pending, done, failed), ``dataset`` (name),
+        ``request_id`` (the client-chosen id). ``limit``: 1 to 500. ``cursor``: the ``next_cursor`` of the previous
+        page (opaque). Returns ``{"items": [request views], "next_cursor": str | None}``.
+        """
+        if status is not None and status not in REQUEST_STATUSES:
+            raise InvalidInputError(f"status must be one of {REQUEST_STATUSES}. Found {status!r}.")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise InvalidInputError(f"limit must be an integer from 1 to 500. Found {limit!r}.")
+        if request_id is not None:
+            _check_name("request_id", request_id)
+        after = _decode_cursor(cursor) if cursor is not None else None
+        with self.store.read() as s:
+            q = select(DeletionRequest)
+            if not principal.is_admin:
+                q = q.where(DeletionRequest.requester == principal.name)
+            elif requester is not None:
+                _check_name("requester", requester)
+                q = q.where(DeletionRequest.requester == requester)
+            if status is not None:
+                q = q.where(DeletionRequest.status == status)
+            if dataset is not None:
+                _check_name("dataset", dataset)
+                q = q.where(DeletionRequest.dataset_id == self._dataset(s, dataset).id)
+            if request_id is not None:
+                q = q.where(DeletionRequest.client_request_id == request_id)
+            if after is not None:
+                at, rid = after
+                q = q.where(or_(DeletionRequest.submitted_at < at,
+                                and_(DeletionRequest.submitted_at == at, DeletionRequest.id < rid)))
+            rows = s.scalars(q.order_by(DeletionRequest.submitted_at.desc(), DeletionRequest.id.desc())
+                             .limit(limit + 1)).all()
+            items = [self._request_view(s, r, principal) for r in rows[:limit]]
+            nxt = _encode_cursor(rows[limit - 1].submitted_at, rows[limit - 1].id) if len(rows) > limit else None
+        return {"items": items, "next_cursor": nxt}
 
     def certificate(self, certificate_id: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """One certificate by id (a requester: only those of its own requests)."""
+        cid = self._lookup_id(certificate_id)
         with self.store.read() as s:
-            row = s.get(CertificateRow, certificate_id) if isinstance(certificate_id, str) else None
+            row = s.get(CertificateRow, cid) if cid is not None else None
             if row is None:
-                raise NotFoundError(f"Unknown certificate {certificate_id!r}.")
+                raise NotFoundError("Unknown certificate id.")
             if not principal.is_admin:
                 req = s.get(DeletionRequest, row.request_id) if row.request_id else None
                 if req is None or req.requester != principal.name:
-                    raise NotFoundError(f"Unknown certificate {certificate_id!r}.")
-            return self._certificate_view(s, row)
+                    raise NotFoundError("Unknown certificate id.")
+            return self._certificate_view(s, row, principal)
 
     def request_certificates(self, request_id: str, *, principal: Principal = CLI_PRINCIPAL) -> list[dict[str, Any]]:
         """The certificates of one request (one per model of its dataset, or a deletion receipt)."""
         view = self.request_status(request_id, principal=principal)
         with self.store.read() as s:
             rows = s.scalars(select(CertificateRow).where(CertificateRow.request_id == view["id"])
-                             .order_by(CertificateRow.created_at)).all()
-            return [self._certificate_view(s, r) for r in rows]
+                             .order_by(CertificateRow.created_at, CertificateRow.id)).all()
+            return [self._certificate_view(s, r, principal) for r in rows]
 
     @staticmethod
-    def _certificate_view(s: Any, row: CertificateRow) -> dict[str, Any]:
+    def _certificate_view(s: Any, row: CertificateRow, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+        """A certificate as shown: the allow-listed fields (:func:`lethe.curator.public.public_certificate`); a
+        requester gets neither the batch id nor the batch's data-dependent numbers."""
         model = s.get(Model, row.model_id) if row.model_id is not None else None
         old = s.get(ModelVersion, row.old_version_id) if row.old_version_id is not None else None
         new = s.get(ModelVersion, row.new_version_id) if row.new_version_id is not None else None
-        return {"id": row.id, "kind": row.kind, "request_id": row.request_id, "batch_id": row.batch_id,
+        requester = not principal.is_admin
+        return {"id": row.id, "kind": row.kind, "request_id": row.request_id,
+                "batch_id": None if requester else row.batch_id,
                 "model": model.name if model else None, "mechanism": row.mechanism,
                 "old_version": old.number if old else None, "new_version": new.number if new else None,
                 "old_version_id": row.old_version_id, "new_version_id": row.new_version_id,
                 "submitted_at": iso(row.submitted_at), "issued_at": iso(row.created_at),
-                "certificate": row.certificate}
+                "certificate": public_certificate(row.certificate, requester=requester)}
+
+    def model_versions(self, model: str) -> list[dict[str, Any]]:
+        """A model's version history, oldest first (operators): number, status, records, timestamps, the public
+        budget facts of the version and the certificate it was published with (training or the removal batch, with
+        the number of requests the batch served)."""
+        with self.store.read() as s:
+            m = self._model(s, model)
+            versions = s.scalars(select(ModelVersion).where(ModelVersion.model_id == m.id)
+                                 .order_by(ModelVersion.number)).all()
+            out = []
+            for v in versions:
+                cert = s.scalars(select(CertificateRow).where(CertificateRow.new_version_id == v.id)
+                                 .order_by(CertificateRow.created_at, CertificateRow.id)).first()
+                n_req = s.scalar(select(func.count()).select_from(CertificateRow)
+                                 .where(CertificateRow.new_version_id == v.id, CertificateRow.request_id.is_not(None)))
+                parent = s.get(ModelVersion, v.parent_id) if v.parent_id is not None else None
+                out.append({"model": m.name, "version": v.number, "version_id": v.id, "status": v.status,
+                            "parent_version": parent.number if parent else None, "n_records": v.n_records,
+                            "published_at": iso(v.created_at), "superseded_at": iso(v.superseded_at),
+                            "destroyed_at": iso(v.destroyed_at), "budget": dict(v.summary),
+                            "kind": cert.kind if cert else None, "batch_id": cert.batch_id if cert else None,
+                            "n_requests": int(n_req or 0),
+                            "certificate": public_certificate(cert.certificate) if cert else None})
+        return out
+
+    def public_model(self, model: str) -> dict[str, Any]:
+        """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
+        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
+        art, info = self._load_published(model)
+        return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
+                "feature_names": info["feature_names"], "normalize": info["normalize"],
+                "classes": art.meta.get("classes"),
+                "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items()}}
+
+    def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
+        """Repair or refresh a model: train it again on the dataset's current records with its mechanism and
+        parameters and a fresh secret perturbation, and publish the result as the next version (the old version's
+        artifact is destroyed; its file is never read, so this works when it is missing or fails verification).
+
+        Certificate: kind ``train`` for the new version (Guo et al. 2020, Alg. 2: retraining from scratch resets
+        the residual bound). Pending requests stay pending and are processed against the new version.
+        """
+        rng = check_random_state(random_state)
+        with self.lock.hold():
+            self._recover_locked()
+            with self.store.read() as s:
+                m = self._model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                assert ds is not None
+                model_id, mech, params, ds_id = m.id, m.mechanism, dict(m.params), ds.id
+                old_vid = m.current_version_id
+                ids, X, y = self._current_data(s, ds.id, ds.n_features)
+            adapter = get_adapter(mech, params)
+            try:
+                artifact, cert = adapter.train(X, y, rng)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
+            summary = adapter.summary(artifact)
+            with self._new_artifact(artifact, self._binding(model, mech, adapter.params, X.shape[1])) as (rel, sha):
+                with self.store.write() as s, s.begin():
+                    m2 = s.get(Model, model_id)
+                    old = s.get(ModelVersion, old_vid) if old_vid is not None else None
+                    n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
+                    if m2 is None or m2.current_version_id != old_vid or n_now != ids.size:
+                        raise ConflictError(f"Model {model!r} or its dataset changed during retraining; try again.")
+                    now = utcnow()
+                    number = (old.number + 1) if old is not None else 1
+                    add_event(s, "retrain", {"reason": "operator", "n": int(ids.size), **summary},
+                              model_id=model_id, version_id=old_vid)
+                    v = ModelVersion(model_id=model_id, number=number, parent_id=old_vid, status="published",
+                                     artifact=rel, sha256=sha, n_records=int(ids.size), summary=summary,
+                                     created_at=now)
+                    s.add(v)
+                    if old is not None:
+                        old.status = "superseded"
+                        old.superseded_at = now
+                    s.flush()
+                    m2.current_version_id = v.id
+                    add_event(s, "version_published", {"number": number, "parent": old_vid}, model_id=model_id,
+                              version_id=v.id)
+                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="train", model_id=model_id, old_version_id=old_vid,
+                                         new_version_id=v.id, mechanism=mech, certificate=cert, created_at=now))
+            self._destroy_superseded()
+        log.info("retrained model %s: version %d, n=%d", model, number, ids.size)
+        return self.budget(model)
+
+    def drop_model(self, model: str) -> dict[str, Any]:
+        """Remove a model: its versions' rows go in one transaction, then every artifact of it (with the secret
+        perturbation) is destroyed — overwritten, flushed, unlinked; a crash in between leaves files no row refers
+        to, which the next recovery destroys. Certificates already issued stay (their ``model`` then reads null) and
+        the ledger records ``model_dropped``. Pending requests of the dataset are then processed without it."""
+        with self.lock.hold():
+            self._recover_locked()
+            with self.store.write() as s, s.begin():
+                m = self._model(s, model)
+                versions = s.scalars(select(ModelVersion).where(ModelVersion.model_id == m.id)).all()
+                files = [v.artifact for v in versions if v.status != "destroyed"]
+                model_id = m.id
+                m.current_version_id = None
+                s.flush()
+                for v in versions:
+                    s.delete(v)
+                s.flush()
+                s.delete(m)
+                add_event(s, "model_dropped", {"model": model, "versions": len(versions)}, model_id=model_id)
+            for rel in files:
+                self.artifacts.destroy(rel)
+            self._public_cache.clear()
+            self._verified.clear()
+        log.info("dropped model %s (%d version(s))", model, len(versions))
+        return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
 
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
@@ -561,12 +847,26 @@ class Curator:
         by_ds: dict[int, list[tuple[str, Any]]] = {}
         for ds_id, rid, at in rows:
             by_ds.setdefault(ds_id, []).append((rid, at))
+        faulty = self._faulty_datasets() if by_ds else set()
         for ds_id, reqs in by_ds.items():
+            if ds_id in faulty:  # an artifact fault: requests wait (pending) until an operator repairs the model
+                continue
             oldest = as_utc(reqs[0][1])
             waited = (now - oldest).total_seconds() if oldest is not None else math.inf
             if force or len(reqs) >= self.settings.batch_size or waited >= self.settings.max_delay:
                 return ds_id, [rid for rid, _ in reqs[: self.settings.batch_size]]
         return None
+
+    def _faulty_datasets(self) -> set[int]:
+        """Datasets with a model whose published artifact fails verification (see :meth:`verify_models`)."""
+        faults = self.verify_models()
+        if not faults:
+            return set()
+        names = {f["dataset"] for f in faults}
+        for f in faults:
+            log.error("model %s version %s: %s (repair: %s)", f["model"], f["version"], f["error"], f["repair"])
+        with self.store.read() as s:
+            return set(s.scalars(select(Dataset.id).where(Dataset.name.in_(names))))
 
     def _process_batch(self, dataset_id: int, request_ids: list[str]) -> BatchResult:
         batch_id = str(uuid.uuid4())
@@ -602,9 +902,10 @@ class Curator:
                 old = current[model_id]
                 assert old is not None
                 adapter = get_adapter(mech, params)
-                artifact = self.artifacts.load(old.artifact, old.sha256)
+                binding = self._binding(name, mech, params, X.shape[1])
+                artifact = self.artifacts.load(old.artifact, old.sha256, binding)
                 new_art, cert = adapter.remove(artifact, X, y, indices, rng)
-                relpath, sha = self.artifacts.save(new_art)
+                relpath, sha = self.artifacts.save(new_art, binding)
                 new.append((model_id, name, mech, old, cert, relpath, sha, adapter.summary(new_art)))
         except Exception as exc:  # the mechanism refused or failed: nothing is published
             for item in new:
@@ -799,41 +1100,108 @@ class Curator:
             raise NotFoundError(f"Unknown model {name!r}.")
         return m
 
+    @staticmethod
+    def _binding(model: str, mechanism: str, params: dict[str, Any], n_features: int) -> dict[str, Any]:
+        """What an artifact is for, covered by its HMAC (:mod:`lethe.curator.artifacts`)."""
+        return {"model": model, "mechanism": mechanism, "params": dict(params), "n_features": int(n_features)}
+
+    def _load_published(self, model: str) -> tuple[Artifact, dict[str, Any]]:
+        """The published version's public arrays (secret arrays dropped), authenticated, with facts about it.
+
+        A version may be superseded (and its file destroyed) between reading its id and its file: then read again.
+        A file that fails verification while its version is still the published one is a fault: logged for the
+        operator, answered with a generic :class:`ServiceFaultError` (no path, no checksum).
+        """
+        for _ in range(5):
+            with self.store.read() as s:
+                m = self._model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                assert ds is not None and v is not None
+                info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
+                                        "version": v.number,
+                        "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
+                        "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records}
+                relpath, sha = v.artifact, v.sha256
+            art = self._public_cache.get(info["version_id"])
+            if art is not None:
+                return art, info
+            adapter = get_adapter(info["mechanism"], info["params"])
+            try:
+                full = self.artifacts.load(relpath, sha, self._binding(info["model"], info["mechanism"],
+                                                                      info["params"], info["n_features"]))
+            except ArtifactError as exc:
+                with self.store.read() as s:
+                    still = s.scalar(select(Model.current_version_id).where(Model.name == model))
+                if still != info["version_id"]:
+                    continue  # republished meanwhile: read the new version
+                log.error("model %s version %d: artifact fault: %s", model, info["version"], exc)
+                raise ServiceFaultError(f"Model {model!r} is unavailable: its stored state failed verification. "
+                                        "The operator has been notified.") from None
+            art = Artifact(arrays={k: a for k, a in full.arrays.items() if k not in adapter.secret_arrays},
+                           meta=full.meta)
+            if len(self._public_cache) > 32:
+                self._public_cache.clear()
+            self._public_cache[info["version_id"]] = art
+            return art, info
+        raise BusyError(f"Model {model!r} is being republished; try again.")
+
     def predict(self, model: str, features: Any) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers)."""
         try:
             X = np.asarray(features, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"features must be a list of rows of numbers: {exc}") from exc
-        for _ in range(5):  # a version may be superseded (and destroyed) between reading its id and its file
-            with self.store.read() as s:
-                m = self._model(s, model)
-                ds = s.get(Dataset, m.dataset_id)
-                v = s.get(ModelVersion, m.current_version_id)
-                assert ds is not None and v is not None
-                mech, params, number, vid = m.mechanism, dict(m.params), v.number, v.id
-                relpath, sha, d, normalize = v.artifact, v.sha256, ds.n_features, ds.normalize
-            if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
-                raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
-                                        f"Found shape {X.shape}.")
-            if not np.all(np.isfinite(X)):
-                raise InvalidInputError("features must be finite numbers.")
-            adapter = get_adapter(mech, params)
-            art = self._public_cache.get(vid)
-            if art is None:
-                try:
-                    full = self.artifacts.load(relpath, sha)
-                except ArtifactError:
-                    continue
-                art = Artifact(arrays={k: a for k, a in full.arrays.items() if k not in adapter.secret_arrays},
-                               meta=full.meta)
-                if len(self._public_cache) > 32:
-                    self._public_cache.clear()
-                self._public_cache[vid] = art
-            Xp = normalize_rows(X) if normalize == "rows" else X
-            pred = adapter.predict(art, Xp)
-            return {"model": model, "version": number, "predictions": [float(p) for p in pred]}
-        raise BusyError(f"Model {model!r} is being republished; try again.")
+        with self.store.read() as s:
+            m = self._model(s, model)
+            ds = s.get(Dataset, m.dataset_id)
+            assert ds is not None
+            d = ds.n_features
+        if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
+            raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
+                                    f"Found shape {X.shape}.")
+        if not np.all(np.isfinite(X)):
+            raise InvalidInputError("features must be finite numbers.")
+        art, info = self._load_published(model)
+        adapter = get_adapter(info["mechanism"], info["params"])
+        Xp = normalize_rows(X) if info["normalize"] == "rows" else X
+        pred = adapter.predict(art, Xp)
+        return {"model": model, "version": info["version"], "predictions": [float(p) for p in pred]}
+
+    def verify_models(self) -> list[dict[str, Any]]:
+        """Check every published version's artifact (checksum, HMAC, binding, invariants, record count); return
+        the faults for operators: ``[{model, version, dataset, error}]`` (empty when all is well). Results for an
+        unchanged file are cached."""
+        with self.store.read() as s:
+            rows = [(m.name, m.mechanism, dict(m.params), v.number, v.id, v.artifact, v.sha256, v.n_records,
+                     ds.name, ds.n_features)
+                    for m in s.scalars(select(Model).order_by(Model.id))
+                    for v in [s.get(ModelVersion, m.current_version_id)]
+                    for ds in [s.get(Dataset, m.dataset_id)] if v is not None and ds is not None]
+        faults = []
+        for name, mech, params, number, vid, relpath, sha, n_records, ds_name, d in rows:
+            path = self.data_dir / relpath
+            try:
+                st = os.stat(path)
+                stamp: Any = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
+            except OSError:
+                stamp = None
+            if stamp is not None and self._verified.get(vid) == stamp:
+                continue
+            try:
+                art = self.artifacts.load(relpath, sha, self._binding(name, mech, params, d))
+                n_meta = art.meta.get("n")
+                if mech == "certified-removal" and n_meta != n_records:
+                    raise ArtifactError(f"Artifact {relpath} is for {n_meta!r} records; the version has "
+                                        f"{n_records}.")
+            except ArtifactError as exc:
+                self._verified.pop(vid, None)
+                faults.append({"model": name, "version": number, "dataset": ds_name, "error": str(exc),
+                               "repair": f"lethe model retrain {name}"})
+                continue
+            if stamp is not None:
+                self._verified[vid] = stamp
+        return faults
 
     def budget(self, model: str) -> dict[str, Any]:
         """Budget status of a model's published version (public numbers only)."""
@@ -865,10 +1233,38 @@ class Curator:
                                     .group_by(DeletionRequest.status)).all())
             oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
                               .where(DeletionRequest.status == "pending"))
-        return {"data_dir": str(self.data_dir), "database": self._safe_url(), "datasets": datasets, "models": models,
+        faults = self.verify_models()
+        return {"data_dir": str(self.data_dir), "database": self._safe_url(), "healthy": not faults,
+                "faults": faults, "datasets": datasets, "models": models,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
                 "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(),
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
+
+    def metrics(self) -> dict[str, Any]:
+        """Numbers for monitoring (``GET /metrics`` renders them in Prometheus' format): request counts by status,
+        the delays from submission to publication of done requests, batch sizes, and per model the version, the
+        budget used and left, the ε spent and the retrainings; artifact faults and whether a purge is pending.
+        Counts, delays and budgets only — nothing about any record."""
+        with self.store.read() as s:
+            counts = dict(s.execute(select(DeletionRequest.status, func.count())
+                                    .group_by(DeletionRequest.status)).all())
+            times = s.execute(select(DeletionRequest.submitted_at, DeletionRequest.processed_at)
+                              .where(DeletionRequest.status == "done")).all()
+            batches = [e.payload.get("count") for e in
+                       s.scalars(select(LedgerEvent).where(LedgerEvent.kind == "records_deleted"))]
+            models = []
+            for m in s.scalars(select(Model).order_by(Model.id)):
+                v = s.get(ModelVersion, m.current_version_id)
+                if v is not None:
+                    models.append({"model": m.name, "version": v.number, **dict(v.summary)})
+        delays = []
+        for sub, done in times:
+            a, b = as_utc(sub), as_utc(done)
+            if a is not None and b is not None:
+                delays.append(max((b - a).total_seconds(), 0.0))
+        return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
+                "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
+                "faults": len(self.verify_models()), "purge_pending": self.purge_pending()}
 
     def _safe_url(self) -> str:
         return self.store.write_engine.url.render_as_string(hide_password=True)
@@ -878,12 +1274,22 @@ class Curator:
         with self.store.read() as s:
             rows = s.scalars(select(LedgerEvent).order_by(LedgerEvent.id.desc()).limit(limit)).all()
             return [{"id": e.id, "at": iso(e.at), "kind": e.kind, "model_id": e.model_id, "version_id": e.version_id,
-                     "request_id": e.request_id, "payload": e.payload} for e in reversed(rows)]
+                     "request_id": e.request_id, "payload": _public_payload(e.payload)} for e in reversed(rows)]
 
     def pending_count(self) -> int:
         with self.store.read() as s:
             return int(s.scalar(select(func.count()).select_from(DeletionRequest)
                                 .where(DeletionRequest.status == "pending")) or 0)
+
+
+def _public_payload(payload: Any) -> Any:
+    """A stored ledger payload as shown: events written by older versions may hold fields the rule now refuses."""
+    try:
+        return check_payload(dict(payload or {}))
+    except ValueError:
+        from lethe.curator.public import FORBIDDEN_PAYLOAD_KEYS
+
+        return {k: v for k, v in dict(payload or {}).items() if k not in FORBIDDEN_PAYLOAD_KEYS}
 
 
 def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None]:
@@ -911,5 +1317,6 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
 
 __all__ = [
     "BatchResult", "BusyError", "ConflictError", "Curator", "CuratorError", "InvalidInputError", "NotFoundError",
-    "PermissionDeniedError", "Principal", "ProcessingLock", "Settings", "configure_file_logging",
+    "PermissionDeniedError", "Principal", "ProcessingLock", "ServiceFaultError", "Settings", "StorageError",
+    "configure_file_logging", "storage_message",
 ]

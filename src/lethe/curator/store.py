@@ -41,10 +41,13 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker, validates
 
-SCHEMA_VERSION = 1
+from lethe.curator.public import check_payload, public_certificate, public_error
+
+SCHEMA_VERSION = 2
 DB_FILENAME = "lethe.db"
 
 
@@ -160,7 +163,16 @@ class DeletionRequest(Base):
     __table_args__ = (
         UniqueConstraint("requester", "client_request_id", name="uq_client_request"),
         Index("ix_request_digest", "dataset_id", "key_digest"),
+        # at most one live (pending or done) request per key and dataset: a database constraint, so concurrent
+        # submissions cannot both be accepted (PostgreSQL's READ COMMITTED lets two check-then-insert run at once)
+        Index("uq_live_request_key", "dataset_id", "key_digest", unique=True,
+              sqlite_where=text("status != 'failed'"), postgresql_where=text("status != 'failed'")),
     )
+
+    @validates("error")
+    def _scrub_error(self, _key: str, value: str | None) -> str | None:
+        # a mechanism's exception message can name row positions; keep only its type (lethe.curator.public)
+        return public_error(value)
 
 
 class CertificateRow(Base):
@@ -178,6 +190,11 @@ class CertificateRow(Base):
     certificate: Mapped[dict[str, Any]] = mapped_column(JSON)
     submitted_at: Mapped[_dt.datetime | None] = mapped_column(DateTime, nullable=True)
     created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+    @validates("certificate")
+    def _publishable(self, _key: str, value: dict[str, Any]) -> dict[str, Any]:
+        # stored already reduced to the allow-listed fields: no row positions, timings or solver diagnostics
+        return public_certificate(value)
 
 
 class LedgerEvent(Base):
@@ -282,13 +299,51 @@ class Store:
 
     def create(self) -> None:
         """Create missing tables and record the schema version (idempotent)."""
+        with self.write() as s, s.begin():
+            has_meta = self.write_engine.dialect.has_table(s.connection(), "meta")
+            row = s.get(Meta, "schema_version") if has_meta else None
+            found = int(row.value) if row is not None else None
+        if found is not None and found > SCHEMA_VERSION:
+            raise RuntimeError(f"The store has schema version {found}; this lethe knows versions up to "
+                               f"{SCHEMA_VERSION}. Upgrade lethe.")
+        if found == 1:
+            self._migrate_1_to_2()
         Base.metadata.create_all(self.write_engine)
         with self.write() as s, s.begin():
             row = s.get(Meta, "schema_version")
             if row is None:
                 s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif row.value != str(SCHEMA_VERSION):
-                raise RuntimeError(f"The store has schema version {row.value}; this lethe needs {SCHEMA_VERSION}.")
+            else:
+                row.value = str(SCHEMA_VERSION)
+
+    def _migrate_1_to_2(self) -> None:
+        """Version 1 → 2: duplicate live requests of one key (possible on PostgreSQL before the constraint) are
+        marked failed except the earliest; stored certificates and request errors are reduced to their publishable
+        fields (version 1 stored ``removed_indices``); the unique index ``uq_live_request_key`` is created by
+        ``create_all`` afterwards."""
+        from sqlalchemy import select
+
+        with self.write() as s, s.begin():
+            seen: set[tuple[int, str]] = set()
+            for req in s.scalars(select(DeletionRequest).where(DeletionRequest.status != "failed")
+                                 .order_by(DeletionRequest.submitted_at, DeletionRequest.id)):
+                k = (req.dataset_id, req.key_digest)
+                if k in seen:
+                    req.status = "failed"
+                    req.error = "a duplicate of an earlier request for the same key (closed by the schema upgrade)"
+                    req.processed_at = utcnow()
+                    req.record_id = None
+                else:
+                    seen.add(k)
+                req.error = req.error  # re-run the scrubbing validator
+            for cert in s.scalars(select(CertificateRow)):
+                cleaned = public_certificate(cert.certificate)
+                if cleaned != cert.certificate:
+                    cert.certificate = cleaned
+        table: Any = DeletionRequest.__table__
+        for ix in table.indexes:
+            if ix.name == "uq_live_request_key":
+                ix.create(self.write_engine, checkfirst=True)
 
     def write(self) -> Session:
         """A session for one write transaction (use ``with store.write() as s, s.begin(): ...``)."""
@@ -313,7 +368,7 @@ class Store:
 def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,
               version_id: int | None = None, request_id: str | None = None) -> LedgerEvent:
     """Append one ledger event (validated JSON-serialisable first: a bad payload records nothing)."""
-    payload = dict(payload or {})
+    payload = check_payload(dict(payload or {}))  # no positions, raw values or keys (lethe.curator.public)
     json.dumps(payload, allow_nan=True)  # raises TypeError before anything is added
     ev = LedgerEvent(kind=kind, payload=payload, model_id=model_id, version_id=version_id, request_id=request_id,
                      at=utcnow())

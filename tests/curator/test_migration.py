@@ -1,0 +1,49 @@
+"""Schema upgrade 1 → 2: legacy duplicates closed, stored certificates rewritten without row positions, and the
+unique constraint on live requests in place."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from lethe.curator import Curator
+
+
+def test_upgrade_from_version_1(curator: Curator) -> None:
+    view, _ = curator.submit_deletion("people", "user-0001")
+    curator.process_pending(force=True)
+    pending, _ = curator.submit_deletion("people", "user-0002")
+    with curator.store.write_engine.begin() as conn:  # make it look like a version-1 store
+        conn.execute(text("DROP INDEX uq_live_request_key"))
+        conn.execute(text("UPDATE certificates SET certificate = json_set(certificate, '$.removed_indices', "
+                          "json('[1]'), '$.seconds', 0.5) WHERE request_id = :r"), {"r": view["id"]})
+        conn.execute(text("INSERT INTO deletion_requests (id, requester, client_request_id, dataset_id, record_id, "
+                          "key_digest, status, attempts, submitted_at) SELECT 'dup-1', 'bob', NULL, dataset_id, "
+                          "record_id, key_digest, 'pending', 0, submitted_at FROM deletion_requests WHERE id = :r"),
+                     {"r": pending["id"]})
+        conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
+        raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
+                           {"r": view["id"]}).scalar()
+    assert "removed_indices" in json.loads(raw)
+    data_dir = curator.data_dir
+    curator.close()
+    c = Curator(data_dir)
+    try:
+        with c.store.read_engine.connect() as conn:
+            raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
+                               {"r": view["id"]}).scalar()
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "2"
+        assert "removed_indices" not in json.loads(raw) and "seconds" not in json.loads(raw)
+        assert c.request_status("dup-1")["status"] == "failed"
+        assert c.request_status(pending["id"])["status"] == "pending"
+        with pytest.raises(IntegrityError), c.store.write_engine.begin() as conn:
+            conn.execute(text("INSERT INTO deletion_requests (id, requester, dataset_id, key_digest, status, "
+                              "attempts, submitted_at) SELECT 'dup-2', 'carol', dataset_id, key_digest, 'pending', 0, "
+                              "submitted_at FROM deletion_requests WHERE id = :r"), {"r": pending["id"]})
+        c.process_pending(force=True)
+        assert c.request_status(pending["id"])["status"] == "done"
+    finally:
+        c.close()
