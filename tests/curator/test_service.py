@@ -44,9 +44,10 @@ def published(c: Curator, model: str = "clf") -> tuple[ModelVersion, dict[str, n
 
 def current_data(c: Curator) -> tuple[list[str], np.ndarray, np.ndarray]:
     with c.store.read() as s:
-        rows = s.execute(select(Record.key, Record.features, Record.label).order_by(Record.id)).all()
-    X = np.array([np.frombuffer(r[1], dtype="<f8") for r in rows])
-    return [r[0] for r in rows], X, np.array([r[2] for r in rows])
+        keys = list(s.scalars(select(Record.key).order_by(Record.id)))
+        ds_id = s.scalar(select(Record.dataset_id))
+        _ids, X, y = c._current_data(s, ds_id, 10)
+    return keys, np.asarray(X), np.asarray(y)
 
 
 def test_flow_matches_the_estimator_run_directly(curator: Curator, data: Data) -> None:
@@ -226,6 +227,7 @@ def test_mechanism_failure_keeps_requests_and_model(curator: Curator, monkeypatc
         raise FloatingPointError("solver diverged")
 
     monkeypatch.setattr(adapter_cls, "remove", boom)
+    monkeypatch.setattr(adapter_cls, "remove_warm", boom)  # the path the worker takes for a warm model
     (res,) = curator.process_pending()
     assert res.status == "retry" and "solver diverged" in (res.error or "")
     after = snapshot(curator)

@@ -37,6 +37,20 @@ from lethe.certified.noise import epsilon_spent
 from lethe.curator.artifacts import Artifact
 
 
+class WarmModel:
+    """What the worker keeps of one model between batches: the estimator that computes its removals, over the
+    dataset's whole row space (removed rows inactive), with its solver caches (factorisation, anchor system,
+    single-precision copy, pending vectors), and the id of the published version it is at (set by the service).
+
+    It is derived state only: the published artifact plus the data rebuild it exactly (:meth:`restore`), and the
+    certificate of every removal rests on the state's accumulated bound β, never on what a cache remembers.
+    """
+
+    def __init__(self, estimator: Any) -> None:
+        self.estimator = estimator
+        self.version_id: int | None = None
+
+
 class MechanismAdapter(ABC):
     """Base class of mechanism adapters (see the module docstring for the contract)."""
 
@@ -72,6 +86,15 @@ class MechanismAdapter(ABC):
     def check_features(self, n_features: int) -> None:  # noqa: B027 - optional hook
         """Refuse datasets the mechanism cannot use (default: accept)."""
 
+    def restore(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, active: np.ndarray) -> WarmModel:
+        """Warm adapters: the in-memory model of a version over the dataset's row space (see the module docstring)."""
+        raise NotImplementedError(f"mechanism {self.name!r} does not keep models warm")
+
+    def remove_warm(self, warm: WarmModel, rows: np.ndarray,
+                    rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
+        """Warm adapters: remove ``rows`` from ``warm`` as one batch, advancing it."""
+        raise NotImplementedError(f"mechanism {self.name!r} does not keep models warm")
+
 
 _ADAPTERS: dict[str, type[MechanismAdapter]] = {}
 
@@ -98,20 +121,6 @@ def get_adapter(name: str, params: dict[str, Any] | None = None) -> MechanismAda
 
 def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
-
-
-class WarmModel:
-    """What the worker keeps of one model between batches: the estimator that computes its removals, over the
-    dataset's whole row space (removed rows inactive), with its solver caches (factorisation, anchor system,
-    single-precision copy, pending vectors), and the id of the published version it is at (set by the service).
-
-    It is derived state only: the published artifact plus the data rebuild it exactly (:meth:`restore`), and the
-    certificate of every removal rests on the state's accumulated bound β, never on what a cache remembers.
-    """
-
-    def __init__(self, estimator: Any) -> None:
-        self.estimator = estimator
-        self.version_id: int | None = None
 
 
 @register_adapter

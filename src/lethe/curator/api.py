@@ -94,7 +94,7 @@ class PredictIn(BaseModel):
 class PredictOut(BaseModel):
     model: str
     version: int
-    predictions: list[float]
+    predictions: list[float | str]
 
 
 class BudgetOut(BaseModel):

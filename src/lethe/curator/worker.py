@@ -50,7 +50,14 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
                 raise
         if once:
             return batches
-        if stop.wait(curator.settings.poll_interval):
+        if stop.is_set():
+            return batches
+        if results:
+            continue  # more may be due at once: requests that arrived during this batch form the next one
+        # sleep until a request is committed in this process (API server) or the poll interval has passed
+        curator.work_available.wait(curator.settings.poll_interval)
+        curator.work_available.clear()
+        if stop.is_set():
             return batches
 
 
@@ -73,6 +80,7 @@ class BackgroundWorker:
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stop_event.set()
+        self.curator.work_available.set()
         self.thread.join(timeout)
 
 
