@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, insert, select
+from sqlalchemy import delete, func, insert, select, update
 
 from lethe._random import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
@@ -660,7 +660,8 @@ class Curator:
             assert ds is not None
             ds_name, d = ds.name, ds.n_features
             plane = s.get(DataPlane, dataset_id)
-            reqs = [s.get(DeletionRequest, rid) for rid in request_ids]
+            by_id = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            reqs = [by_id.get(rid) for rid in request_ids]
             rec_ids = [int(r.record_id) for r in reqs if r is not None and r.record_id is not None]
             present = set(s.scalars(select(Record.id).where(Record.id.in_(rec_ids)))) if rec_ids else set()
             models = s.scalars(select(Model).where(Model.dataset_id == ds.id).order_by(Model.id)).all()
@@ -755,7 +756,8 @@ class Curator:
         versions: dict[str, int] = {}
         with self.store.write() as s, s.begin():
             # validate: nothing moved since the snapshot (the lock makes this a safety net)
-            reqs = [s.get(DeletionRequest, rid) for rid in request_ids]
+            rows = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            reqs = [rows.get(rid) for rid in request_ids]
             if any(r is None or r.status != "pending" for r in reqs):
                 raise RuntimeError(f"batch {batch_id}: a request is no longer pending")
             n_models = s.scalar(select(func.count()).select_from(Model).where(Model.dataset_id == dataset_id))
@@ -785,28 +787,40 @@ class Curator:
                 versions[name] = v.number
                 if new_ids is not None:
                     new_ids[model_id] = v.id
+            # per request: its certificates, its record deleted, its state, a ledger event — as bulk statements
+            # (one statement per table, not one ORM round trip per request)
+            certs: list[dict[str, Any]] = []
+            events: list[dict[str, Any]] = []
+            record_ids: list[int] = []
             for req in reqs:
                 assert req is not None
+                if req.record_id is None:
+                    raise RuntimeError(f"batch {batch_id}: a record vanished")
+                record_ids.append(int(req.record_id))
                 if published:
                     for model_id, old, v, mech, cert in published:
-                        s.add(CertificateRow(id=str(uuid.uuid4()), kind="removal", request_id=req.id,
-                                             model_id=model_id, old_version_id=old.id, new_version_id=v.id,
-                                             batch_id=batch_id, mechanism=mech, certificate=cert,
-                                             submitted_at=req.submitted_at, created_at=now))
+                        certs.append({"id": str(uuid.uuid4()), "kind": "removal", "request_id": req.id,
+                                      "model_id": model_id, "old_version_id": old.id, "new_version_id": v.id,
+                                      "batch_id": batch_id, "mechanism": mech, "certificate": cert,
+                                      "submitted_at": req.submitted_at, "created_at": now})
                 else:
-                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="deletion", request_id=req.id, batch_id=batch_id,
-                                         certificate={"operation": "delete", "guarantee": "raw record deleted; no "
-                                                      "model had been trained on this dataset",
-                                                      "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
-                                         submitted_at=req.submitted_at, created_at=now))
-                record = s.get(Record, req.record_id) if req.record_id is not None else None
-                if record is None:
-                    raise RuntimeError(f"batch {batch_id}: a record vanished")
-                s.delete(record)
-                req.record_id = None
-                req.status = "done"
-                req.processed_at = now
-                add_event(s, "request_done", {"batch_id": batch_id}, request_id=req.id)
+                    certs.append({"id": str(uuid.uuid4()), "kind": "deletion", "request_id": req.id,
+                                  "model_id": None, "old_version_id": None, "new_version_id": None,
+                                  "batch_id": batch_id, "mechanism": None,
+                                  "certificate": {"operation": "delete", "guarantee": "raw record deleted; no "
+                                                  "model had been trained on this dataset",
+                                                  "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
+                                  "submitted_at": req.submitted_at, "created_at": now})
+                events.append({"kind": "request_done", "payload": {"batch_id": batch_id}, "model_id": None,
+                               "version_id": None, "request_id": req.id, "at": now})
+            gone: Any = s.execute(delete(Record).where(Record.id.in_(record_ids)))
+            if gone.rowcount != len(record_ids):
+                raise RuntimeError(f"batch {batch_id}: a record vanished")
+            s.execute(update(DeletionRequest).where(DeletionRequest.id.in_(request_ids))
+                      .values(record_id=None, status="done", processed_at=now)
+                      .execution_options(synchronize_session=False))
+            s.execute(insert(CertificateRow), certs)
+            s.execute(insert(LedgerEvent), events)
             add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": ds_name, "count": len(reqs)})
         return versions
 
