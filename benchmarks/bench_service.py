@@ -259,8 +259,16 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
     admin = lethe(data_dir, db, "token", "create", "ops", "--scope", "admin").strip()
     app = lethe(data_dir, db, "token", "create", "app", "--scope", "requester").strip()
     print(f"{name}: ingest {ingest:.1f} s, train {train:.1f} s", flush=True)
+    t = time.perf_counter()
     url, proc = start_server(data_dir, db, batch_size)
     try:
+        for _ in range(2400):  # wait (bounded) until the worker has built the model's solver state
+            st = httpx.get(url + "/v1/status", headers={"Authorization": f"Bearer {admin}"}, timeout=30).json()
+            if st.get("warm_models", 1) >= 1:
+                break
+            time.sleep(0.25)
+        warm = time.perf_counter() - t
+        print(f"{name}: server started and warm in {warm:.1f} s", flush=True)
         rng = np.random.default_rng(1)
         prefix = "k" if name.startswith("synthetic") else "adult-"
         keys = [f"{prefix}{i}" for i in rng.choice(n_records, size=min(requests, n_records - 10), replace=False)]
@@ -278,7 +286,7 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
     s2p = [float(v["seconds_to_publication"]) for v in done]
     span = (max(pub) - min(sub)) if pub else float("nan")
     return {
-        "records": n_records, "features": d, "ingest s": ingest, "train s": train,
+        "records": n_records, "features": d, "ingest s": ingest, "train s": train, "start + warm-up s": warm,
         "requests": len(ids), "submit errors": errors, "done": len(done),
         "submissions/s": len(ids) / elapsed, "submit p50 ms": 1e3 * pct(lat, 50), "submit p95 ms": 1e3 * pct(lat, 95),
         "submit p99 ms": 1e3 * pct(lat, 99), "deletions/s end to end": len(done) / span if span > 0 else float("nan"),

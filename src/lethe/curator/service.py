@@ -647,6 +647,30 @@ class Curator:
                 cap = min(cap, max(1, int(math.sqrt(self.settings.budget_share * left / per))))
         self._batch_caps[dataset_id] = cap
 
+    def warm_up(self) -> int:
+        """Build the warm state of every model that keeps one (after a start: once, before the first batch, so that
+        no request waits for it). Returns the number of models made warm."""
+        with self.lock.hold(), self.store.read() as s:
+            todo = []
+            for m in s.scalars(select(Model).order_by(Model.id)):
+                adapter = get_adapter(m.mechanism, dict(m.params))
+                plane = s.get(DataPlane, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                if adapter.supports_warm and plane is not None and v is not None and \
+                        getattr(self._warm.get(m.id), "version_id", None) != v.id:
+                    todo.append((m.id, m.name, m.dataset_id, adapter, plane, v))
+            views: dict[int, DataView] = {}
+            for model_id, name, ds_id, adapter, plane, v in todo:
+                if ds_id not in views:
+                    views[ds_id] = self._data_view(s, ds_id, plane.n_features)[0]
+                X = self.matrices.open(plane)[0]
+                warm = adapter.restore(self.artifacts.load(v.artifact, v.sha256), X, views[ds_id].y,
+                                       views[ds_id].active)
+                warm.version_id = v.id
+                self._warm[model_id] = warm
+                log.info("model %s: solver state built from version %d", name, v.number)
+        return len(todo)
+
     def _drop_warm(self, model_ids: Any) -> None:
         for mid in model_ids:
             self._warm.pop(mid, None)
@@ -1044,7 +1068,7 @@ class Curator:
                               .where(DeletionRequest.status == "pending"))
         return {"data_dir": str(self.data_dir), "database": self._safe_url(), "datasets": datasets, "models": models,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
-                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(),
+                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(), "warm_models": len(self._warm),
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
 
     def _safe_url(self) -> str:

@@ -34,6 +34,10 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
     for name in available_mechanisms():  # warm up lazy imports so the first batch is not slowed by them
         get_adapter(name)
     curator.recover()
+    try:
+        curator.warm_up()  # the models' solver state, built once now rather than in the first batch
+    except Exception:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
+        log.exception("worker: warm-up failed")
     if on_ready is not None:
         on_ready()
     batches = 0
