@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import delete, func, select, text, update
 
-from lethe.certified.mechanism import CertifiedRemoval, exact_residual
+from lethe.certified.mechanism import exact_residual
 from lethe.curator import (
     ConflictError,
     Curator,
@@ -29,6 +29,7 @@ from lethe.curator.store import (
     ModelVersion,
     Record,
 )
+from lethe.estimators import CertifiedLogisticRegression
 
 from .conftest import PARAMS, Data, make_data, snapshot
 
@@ -43,16 +44,16 @@ def published(c: Curator, model: str = "clf") -> tuple[ModelVersion, dict[str, n
 
 def current_data(c: Curator) -> tuple[list[str], np.ndarray, np.ndarray]:
     with c.store.read() as s:
-        rows = s.execute(select(Record.key, Record.features, Record.label).order_by(Record.id)).all()
-    X = np.array([np.frombuffer(r[1], dtype="<f8") for r in rows])
-    return [r[0] for r in rows], X, np.array([r[2] for r in rows])
+        keys = list(s.scalars(select(Record.key).order_by(Record.id)))
+        ds_id = s.scalar(select(Record.dataset_id))
+        _ids, X, y = c._current_data(s, ds_id, 10)
+    return keys, np.asarray(X), np.asarray(y)
 
 
-def test_flow_matches_the_mechanism_run_directly(curator: Curator, data: Data) -> None:
-    # Reproduce the service's run with the mechanism itself: same seed, same data order, same removals.
-    mech = CertifiedRemoval(**PARAMS)
-    ypm = np.where(data.y == 1.0, 1.0, -1.0)
-    state, _ = mech.train(data.X, ypm, random_state=0)
+def test_flow_matches_the_estimator_run_directly(curator: Curator, data: Data) -> None:
+    # Reproduce the service's run with the estimator itself: same seed, same data order, same removals.
+    est = CertifiedLogisticRegression(**PARAMS, random_state=0).fit(data.X, data.y)
+    state = est.states_[0]
     v1, arrays = published(curator)
     np.testing.assert_array_equal(arrays["w"], state.w)
     np.testing.assert_array_equal(arrays["b"], state.b)
@@ -64,7 +65,9 @@ def test_flow_matches_the_mechanism_run_directly(curator: Curator, data: Data) -
     assert results[0].new_versions == {"clf": 2}
 
     idx = sorted(data.keys.index(k) for k in gone)
-    state2, cert2 = mech.remove(state, data.X, ypm, idx)
+    cert2 = est.remove(idx)
+    state2 = est.states_[0]
+    mech = est.mechanism_
     v2, arrays2 = published(curator)
     np.testing.assert_allclose(arrays2["w"], state2.w, rtol=0, atol=1e-12)
     assert v2.number == 2 and v2.n_records == N_AFTER(3)
@@ -224,6 +227,7 @@ def test_mechanism_failure_keeps_requests_and_model(curator: Curator, monkeypatc
         raise FloatingPointError("solver diverged")
 
     monkeypatch.setattr(adapter_cls, "remove", boom)
+    monkeypatch.setattr(adapter_cls, "remove_warm", boom)  # the path the worker takes for a warm model
     (res,) = curator.process_pending()
     assert res.status == "retry" and "solver diverged" in (res.error or "")
     after = snapshot(curator)

@@ -12,6 +12,14 @@ An adapter must provide::
     summary(artifact)                          -> public facts (budget spent / left, n); never a secret array
     check_features(n_features)                 -> raise ValueError if the dataset cannot be used
 
+An adapter may also keep a model *warm* between batches (``supports_warm = True``)::
+
+    restore(artifact, X, y, active)            -> WarmModel   # X, y: every row of the dataset; active: present
+    remove_warm(warm, rows, rng)               -> (Artifact, certificate dict)   # advances warm
+
+The worker then holds one :class:`WarmModel` per model (solver caches included) and rebuilds it only when it does
+not hold the published version (after a restart, a failed batch, or another process's publication).
+
 and declare which arrays are secret (``secret_arrays``), so the service never returns them. New mechanisms register
 with :func:`register_adapter`; :func:`get_adapter` builds one from its name and JSON parameters.
 """
@@ -29,11 +37,26 @@ from lethe.certified.noise import epsilon_spent
 from lethe.curator.artifacts import Artifact
 
 
+class WarmModel:
+    """What the worker keeps of one model between batches: the estimator that computes its removals, over the
+    dataset's whole row space (removed rows inactive), with its solver caches (factorisation, anchor system,
+    single-precision copy, pending vectors), and the id of the published version it is at (set by the service).
+
+    It is derived state only: the published artifact plus the data rebuild it exactly (:meth:`restore`), and the
+    certificate of every removal rests on the state's accumulated bound β, never on what a cache remembers.
+    """
+
+    def __init__(self, estimator: Any) -> None:
+        self.estimator = estimator
+        self.version_id: int | None = None
+
+
 class MechanismAdapter(ABC):
     """Base class of mechanism adapters (see the module docstring for the contract)."""
 
     name: ClassVar[str]
     secret_arrays: ClassVar[tuple[str, ...]] = ()
+    supports_warm: ClassVar[bool] = False
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         self.params = self.check_params(dict(params or {}))
@@ -62,6 +85,15 @@ class MechanismAdapter(ABC):
 
     def check_features(self, n_features: int) -> None:  # noqa: B027 - optional hook
         """Refuse datasets the mechanism cannot use (default: accept)."""
+
+    def restore(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, active: np.ndarray) -> WarmModel:
+        """Warm adapters: the in-memory model of a version over the dataset's row space (see the module docstring)."""
+        raise NotImplementedError(f"mechanism {self.name!r} does not keep models warm")
+
+    def remove_warm(self, warm: WarmModel, rows: np.ndarray,
+                    rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
+        """Warm adapters: remove ``rows`` from ``warm`` as one batch, advancing it."""
+        raise NotImplementedError(f"mechanism {self.name!r} does not keep models warm")
 
 
 _ADAPTERS: dict[str, type[MechanismAdapter]] = {}
@@ -93,109 +125,225 @@ def _finite_or_none(x: float) -> float | None:
 
 @register_adapter
 class CertifiedRemovalAdapter(MechanismAdapter):
-    """Certified removal for linear models (Guo et al. 2020) via :class:`lethe.certified.mechanism.CertifiedRemoval`.
+    """Certified removal for linear models (Guo et al. 2020) through the library's estimators.
 
-    Parameters (JSON): ``loss`` ("logistic" or "squared"), ``lam``, ``sigma``, ``epsilon``, ``delta``, ``noise``,
-    ``tol``, ``solver`` — as in :class:`~lethe.certified.mechanism.CertifiedRemoval`. For the logistic loss the
-    dataset must have exactly two label values; the smaller is mapped to −1, the larger to +1, and predictions are
-    returned in the original values.
+    A removal is computed by :meth:`lethe.estimators.CertifiedLogisticRegression.remove` (or
+    :meth:`~lethe.estimators.CertifiedLinearRegression.remove` for ``loss="squared"``) — the same code, with the same
+    options and defaults, as in a notebook: the mechanism's Newton step (Eq. 3, 6) with its solver cache, the budget
+    and retraining (Alg. 2), one-vs-all with a joint budget for more than two classes.
 
-    Artifact arrays: ``w`` (public) and ``b`` (SECRET: the objective perturbation).
+    Parameters (JSON): ``loss`` ("logistic", default, or "squared") and every option of the estimator of that loss
+    except ``random_state`` (the service draws fresh entropy), ``normalize_rows`` (see ``lethe dataset add
+    --normalize``) and ``negative_subsample`` (not supported: the subsample would have to be stored per row):
+    ``lam``, ``sigma``, ``epsilon``, ``delta``, ``noise``, ``tol``, ``max_iter``, ``solver``, ``bound``,
+    ``calibration``, ``refresh`` — with the estimator's defaults (``bound="tight"``, ``calibration="analytic"``,
+    ``solver="pcg"`` for logistic regression). Labels may be numbers or strings; with more than two values the model
+    is one-vs-all.
+
+    Artifact arrays: ``w`` (public; shape (d,), or (K, d) one-vs-all) and ``b`` (SECRET: the perturbations). Metadata:
+    the classes and, per binary model, n, β, the ‖X‖₂ bound and the counters of :class:`ModelState`.
     """
 
     name = "certified-removal"
     secret_arrays = ("b",)
-    _KEYS = ("loss", "lam", "sigma", "epsilon", "delta", "noise", "tol", "solver")
+    supports_warm = True
+    _UNSUPPORTED = ("random_state", "normalize_rows", "negative_subsample")
+
+    @staticmethod
+    def _estimator_class(loss: str) -> type:
+        from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+
+        return CertifiedLogisticRegression if loss == "logistic" else CertifiedLinearRegression
+
+    @classmethod
+    def _option_defaults(cls, loss: str) -> dict[str, Any]:
+        params = cls._estimator_class(loss)().get_params()
+        return {k: v for k, v in params.items() if k not in cls._UNSUPPORTED}
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(params) - set(cls._KEYS))
+        loss = params.get("loss", "logistic")
+        if loss not in ("logistic", "squared"):
+            raise ValueError(f"loss must be 'logistic' or 'squared'. Found {loss!r}.")
+        defaults = cls._option_defaults(loss)
+        allowed = ["loss", *defaults]
+        if "negative_subsample" in params and params["negative_subsample"] is not None:
+            raise ValueError("negative_subsample is not supported by the curator service (the subsample of each "
+                             f"binary model would have to be kept per record). Found {params['negative_subsample']!r}.")
+        unknown = sorted(set(params) - set(allowed) - {"negative_subsample"})
         if unknown:
-            raise ValueError(f"Unknown parameter(s) for mechanism {cls.name!r}: {unknown}. Allowed: {list(cls._KEYS)}.")
-        defaults = CertifiedRemoval()
-        full = {k: params.get(k, getattr(defaults, k)) for k in cls._KEYS}
-        if full["loss"] not in ("logistic", "squared"):
-            raise ValueError(f"loss must be 'logistic' or 'squared'. Found {full['loss']!r}.")
-        cls._mechanism(full)  # validates every value (errors say name, rule and value)
+            raise ValueError(f"Unknown parameter(s) for mechanism {cls.name!r}: {unknown}. Allowed: {allowed}.")
+        full = {"loss": loss, **{k: params.get(k, v) for k, v in defaults.items()}}
+        if loss == "logistic" and full["noise"] not in ("gaussian", "laplace"):
+            raise ValueError(f"noise must be 'gaussian' or 'laplace' for logistic regression. Found {full['noise']!r}.")
+        cls._mechanism_of(full)  # validates every value (errors say name, rule and value)
         return full
 
     @staticmethod
-    def _mechanism(params: dict[str, Any]) -> CertifiedRemoval:
-        # the service holds no data in memory between requests, so the exact-Hessian Cholesky solver is used
+    def _mechanism_of(params: dict[str, Any]) -> CertifiedRemoval:
         return CertifiedRemoval(**params)
 
     @property
     def mechanism(self) -> CertifiedRemoval:
-        """The configured mechanism."""
+        """The configured mechanism (as the estimator builds it)."""
         mech = self.__dict__.get("_mech")
         if mech is None:
-            mech = self.__dict__["_mech"] = self._mechanism(self.params)
+            mech = self.__dict__["_mech"] = self._mechanism_of(self.params)
         return mech
 
-    # -- labels ---------------------------------------------------------------------------------------------------
-    def _encode(self, y: np.ndarray, classes: list[float] | None) -> tuple[np.ndarray, list[float] | None]:
-        if self.params["loss"] != "logistic":
-            return np.asarray(y, dtype=np.float64), None
-        if classes is None:
-            values = np.unique(y)
-            if values.size != 2:
-                raise ValueError(f"The logistic loss needs exactly 2 label values. Found {values.size}: "
-                                 f"{values[:5].tolist()}.")
-            classes = [float(values[0]), float(values[1])]
-        bad = ~np.isin(y, classes)
-        if np.any(bad):
-            raise ValueError(f"Labels must be one of {classes}. Found {float(y[np.argmax(bad)])}.")
-        return np.where(y == classes[1], 1.0, -1.0), classes
+    def _estimator(self, random_state: Any) -> Any:
+        options = {k: v for k, v in self.params.items() if k != "loss"}
+        return self._estimator_class(self.params["loss"])(**options, random_state=random_state)
 
     # -- state <-> artifact ---------------------------------------------------------------------------------------
     @staticmethod
-    def _artifact(state: ModelState, classes: list[float] | None) -> Artifact:
-        meta = {"mechanism": CertifiedRemovalAdapter.name, "n": state.n, "residual_bound": state.residual_bound,
-                "x_norm_bound": _finite_or_none(state.x_norm_bound),
-                "removals_since_training": state.removals_since_training, "retrainings": state.retrainings,
-                "classes": classes}
-        return Artifact(arrays={"w": np.array(state.w), "b": np.array(state.b)}, meta=meta)
+    def _states(artifact: Artifact) -> list[ModelState]:
+        m, a = artifact.meta, artifact.arrays
+        if "states" not in m:  # format of lethe <= 0.x: one binary model, its state's fields in the metadata
+            x_norm = m["x_norm_bound"]
+            return [ModelState(w=a["w"], b=a["b"], n=int(m["n"]), residual_bound=float(m["residual_bound"]),
+                               x_norm_bound=math.nan if x_norm is None else float(x_norm),
+                               removals_since_training=int(m["removals_since_training"]),
+                               retrainings=int(m["retrainings"]))]
+        W, B = np.atleast_2d(a["w"]), np.atleast_2d(a["b"])
+        out = []
+        for k, s in enumerate(m["states"]):
+            x_norm = s["x_norm_bound"]
+            out.append(ModelState(w=W[k], b=B[k], n=int(s["n"]), residual_bound=float(s["residual_bound"]),
+                                  x_norm_bound=math.nan if x_norm is None else float(x_norm),
+                                  removals_since_training=int(s["removals_since_training"]),
+                                  retrainings=int(s["retrainings"]), train_iterations=int(s["train_iterations"])))
+        return out
 
-    @staticmethod
-    def _state(artifact: Artifact) -> ModelState:
-        m = artifact.meta
-        x_norm = m["x_norm_bound"]
-        return ModelState(w=artifact.arrays["w"], b=artifact.arrays["b"], n=int(m["n"]),
-                          residual_bound=float(m["residual_bound"]),
-                          x_norm_bound=math.nan if x_norm is None else float(x_norm),
-                          removals_since_training=int(m["removals_since_training"]),
-                          retrainings=int(m["retrainings"]))
+    def _state(self, artifact: Artifact) -> ModelState:
+        """The state of a binary model (the first binary model of a one-vs-all one)."""
+        return self._states(artifact)[0]
+
+    def _artifact(self, est: Any, n: int) -> Artifact:
+        states = est.states_
+        classes = _json_labels(est.classes_) if hasattr(est, "classes_") else None
+        meta = {"mechanism": self.name, "format": 2, "n": int(n), "classes": classes,
+                "n_removed": int(est.n_removed_),
+                "states": [{"n": st.n, "residual_bound": st.residual_bound,
+                            "x_norm_bound": _finite_or_none(st.x_norm_bound),
+                            "removals_since_training": st.removals_since_training, "retrainings": st.retrainings,
+                            "train_iterations": st.train_iterations} for st in states]}
+        if len(states) == 1:
+            arrays = {"w": np.array(states[0].w), "b": np.array(states[0].b)}
+        else:
+            arrays = {"w": np.vstack([st.w for st in states]), "b": np.vstack([st.b for st in states])}
+        return Artifact(arrays=arrays, meta=meta)
+
+    def _joint(self, betas: list[float]) -> float:
+        """The one-vs-all model's residual bound: √Σβ_k² for Gaussian b, Σβ_k for Laplace-type b (see
+        :class:`lethe.estimators.MulticlassCertificate`); β for a binary model."""
+        r = np.asarray(betas, dtype=np.float64)
+        return float(r.sum()) if self.mechanism.noise == "laplace" else float(np.sqrt(np.sum(r * r)))
 
     # -- operations -----------------------------------------------------------------------------------------------
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
-        yy, classes = self._encode(np.asarray(y, dtype=np.float64), None)
-        state, cert = self.mechanism.train(X, yy, random_state=rng)
-        return self._artifact(state, classes), cert.to_dict()
+        est = self._estimator(rng).fit(X, y)
+        certs = [_public_certificate(c.to_dict()) for c in est.fit_certificates_]
+        if len(certs) == 1:
+            cert = certs[0]
+        else:
+            mech = self.mechanism
+            beta = self._joint([c["residual_bound"] for c in certs])
+            eps, delta = mech._eps_delta()
+            cert = {"operation": "train", "guarantee": mech.guarantee + "; one-vs-all, joint budget",
+                    "epsilon": eps, "delta": delta, "residual_bound": beta, "budget": float(mech.budget),
+                    "budget_left": max(float(mech.budget) - beta, 0.0), "retrained": False,
+                    "n_remaining": int(X.shape[0]), "per_class": certs}
+        return self._artifact(est, X.shape[0]), cert
+
+    def restore(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, active: np.ndarray) -> WarmModel:
+        """Rebuild the estimator of a version over the dataset's whole row space.
+
+        ``X`` (N × d) and ``y`` (N,) hold every row the dataset ever had, in a fixed order; ``active`` marks the
+        rows still present (the ones the version is for). ``X`` is used as is (not copied: pass a private view,
+        e.g. a copy-on-write memory map — removal zeroes the removed rows in it). The solver caches start empty and
+        are primed from the state (one pass over the data, as ``fit`` does); certificates rest on the state's
+        accumulated bound β, which the artifact carries.
+        """
+        from lethe.estimators import _new_caches
+
+        states = self._states(artifact)
+        classes = artifact.meta.get("classes")
+        active = np.asarray(active, dtype=bool)
+        n_full = X.shape[0]
+        if y.shape != (n_full,) or active.shape != (n_full,):
+            raise ValueError(f"X, y and active must describe the same {n_full} rows. Found {y.shape}, {active.shape}.")
+        if int(np.count_nonzero(active)) != states[0].n:
+            raise ValueError(f"The version is for {states[0].n} records; the data has {int(np.count_nonzero(active))}.")
+        est = self._estimator(None)
+        K = len(states)
+        Y = np.zeros((K, n_full))
+        if self.params["loss"] == "logistic":
+            assert classes is not None
+            labels = _labels_like(classes, y)
+            if K == 1:
+                Y[0] = np.where(y == labels[1], 1.0, -1.0)
+            else:
+                for k in range(K):
+                    Y[k] = np.where(y == labels[k], 1.0, -1.0)
+            est.classes_ = labels
+        else:
+            Y[0] = y
+        Y[:, ~active] = 0.0
+        est.X_, est.Y_, est.active_ = X, Y, active.copy()
+        est.members_ = None
+        est.states_ = states
+        est.n_removed_ = int(artifact.meta.get("n_removed", 0))
+        est.n_features_in_ = int(X.shape[1])
+        est.mechanism_ = est._mechanism()
+        est.caches_ = _new_caches(K, est.solver, None)
+        for k in range(K):  # as fit does: one data pass now, so that the first removal is as warm as the next ones
+            est.mechanism_.prime(est.caches_[k], states[k], X, Y[k], active)
+        est._rng = np.random.default_rng()
+        return WarmModel(est)
+
+    def remove_warm(self, warm: WarmModel, rows: np.ndarray,
+                    rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
+        """Remove ``rows`` (positions in the row space of :meth:`restore`) as one batch (Eq. 6) with the estimator's
+        own :meth:`remove`; advances ``warm``. On error the estimator is unchanged (its contract)."""
+        est = warm.estimator
+        est._rng = rng  # fresh entropy for a retraining's b
+        cert = est.remove(np.asarray(rows, dtype=np.int64))
+        out = _public_certificate(cert.to_dict())
+        if "operation" not in out:  # one-vs-all
+            out["operation"] = "retrain" if cert.retrained else "remove"
+            out["guarantee"] = self.mechanism.guarantee + "; one-vs-all, joint budget"
+            out["retrained"] = bool(cert.retrained)
+        n = est.n_remaining_
+        out["n_remaining"] = int(n)
+        return self._artifact(est, n), out
 
     def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
-        classes = artifact.meta.get("classes")
-        yy, _ = self._encode(np.asarray(y, dtype=np.float64), classes)
-        state, cert = self.mechanism.remove(self._state(artifact), X, yy, np.asarray(indices, dtype=np.int64),
-                                            random_state=rng)
-        return self._artifact(state, classes), cert.to_dict()
+        warm = self.restore(artifact, np.array(X, dtype=np.float64, order="C"), np.asarray(y),
+                            np.ones(X.shape[0], dtype=bool))
+        return self.remove_warm(warm, np.asarray(indices, dtype=np.int64), rng)
 
     def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
-        w = artifact.arrays["w"]
-        if X.ndim != 2 or X.shape[1] != w.shape[0]:
-            raise ValueError(f"features must have {w.shape[0]} columns. Found shape {X.shape}.")
-        scores = X @ w
+        W = np.atleast_2d(artifact.arrays["w"])
+        if X.ndim != 2 or X.shape[1] != W.shape[1]:
+            raise ValueError(f"features must have {W.shape[1]} columns. Found shape {X.shape}.")
+        scores = X @ W.T
         classes = artifact.meta.get("classes")
         if classes is None:
-            return scores
-        return np.where(scores >= 0.0, classes[1], classes[0])
+            return scores[:, 0]
+        labels = np.asarray(classes)
+        if W.shape[0] == 1:
+            return labels[(scores[:, 0] > 0).astype(int)]
+        return labels[np.argmax(scores, axis=1)]
 
     def summary(self, artifact: Artifact) -> dict[str, Any]:
         m = artifact.meta
         mech = self.mechanism
-        beta = float(m["residual_bound"])
+        states = self._states(artifact)
+        beta = self._joint([st.residual_bound for st in states])
         exact = mech.noise == "none"
-        return {
+        out = {
             "mechanism": self.name,
             "guarantee": mech.guarantee,
             "epsilon": 0.0 if exact else float(mech.epsilon),
@@ -204,11 +352,39 @@ class CertifiedRemovalAdapter(MechanismAdapter):
             "residual_bound": beta,
             "budget": float(mech.budget),
             "budget_left": 0.0 if exact else max(float(mech.budget) - beta, 0.0),
-            "epsilon_spent": 0.0 if exact else float(epsilon_spent(beta, mech.sigma, mech.delta, mech.noise)),
-            "removals_since_training": int(m["removals_since_training"]),
-            "retrainings": int(m["retrainings"]),
+            "epsilon_spent": 0.0 if exact else float(epsilon_spent(beta, mech.sigma, mech.delta, mech.noise,
+                                                                   calibration=mech.calibration)),
+            "removals_since_training": max(st.removals_since_training for st in states),
+            "retrainings": sum(st.retrainings for st in states),
+            "bound": mech.bound, "calibration": mech.calibration, "solver": mech.solver,
         }
+        if len(states) > 1:
+            out["binary_models"] = len(states)
+        return out
 
+
+def _public_certificate(cert: dict[str, Any]) -> dict[str, Any]:
+    """A certificate as the service stores and shows it: without row positions (they would identify a removed record
+    to anyone who knows the data's order)."""
+    out = {k: v for k, v in cert.items() if k != "removed_indices"}
+    if isinstance(out.get("per_class"), list):
+        out["per_class"] = [None if c is None else _public_certificate(c) for c in out["per_class"]]
+    return out
+
+
+def _json_labels(classes: np.ndarray) -> list[Any]:
+    if classes.dtype.kind in "iub":
+        return [int(c) for c in classes]
+    if classes.dtype.kind == "f":
+        return [float(c) for c in classes]
+    return [str(c) for c in classes]
+
+
+def _labels_like(classes: list[Any], y: np.ndarray) -> np.ndarray:
+    """The stored class labels as an array comparable with ``y``."""
+    if y.dtype.kind in "iufb":
+        return np.asarray(classes, dtype=np.float64)
+    return np.asarray([str(c) for c in classes])
 
 
 
@@ -336,5 +512,5 @@ class NoisyGDAdapter(MechanismAdapter):
                 "target_epsilon_dp": self.params["epsilon_dp"], "target_epsilon_dd": self.params["epsilon_dd"]}
 
 
-__all__ = ["CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "available_mechanisms", "get_adapter",
-           "register_adapter"]
+__all__ = ["CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel", "available_mechanisms",
+           "get_adapter", "register_adapter"]

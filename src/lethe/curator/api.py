@@ -77,6 +77,8 @@ class RequestOut(BaseModel):
     error: str | None
     submitted_at: str | None
     processed_at: str | None
+    seconds_to_publication: float | None = Field(
+        default=None, description="seconds from submission to the publication of the version without the record")
     certificates: list[str]
 
 
@@ -115,7 +117,7 @@ class PredictIn(BaseModel):
 class PredictOut(BaseModel):
     model: str
     version: int
-    predictions: list[float]
+    predictions: list[float | str]
 
 
 class BudgetOut(BaseModel):

@@ -37,12 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lethe._random import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore, destroy_file
+from lethe.curator.dataplane import DataPlane, DataView, MatrixStore
 from lethe.curator.public import check_payload, public_certificate, public_error, requester_error
 from lethe.curator.store import (
     DB_FILENAME,
@@ -149,12 +150,15 @@ class Settings:
     max_delay : seconds a pending request may wait for others to fill a batch; 0 processes at once.
     poll_interval : seconds between the worker's looks at the queue.
     max_attempts : a batch the mechanism fails on this many times marks its requests ``failed``.
+    budget_share : a batch is kept small enough that its extrapolated remainder spends at most this share of the
+        budget left (:meth:`Curator._budget_cap`); 1 disables the cap.
     """
 
     batch_size: int = 16
     max_delay: float = 0.0
     poll_interval: float = 0.5
     max_attempts: int = 3
+    budget_share: float = 0.02
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -165,6 +169,8 @@ class Settings:
                 raise ValueError(f"{name} must be a finite number >= 0. Found {v!r}.")
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
             raise ValueError(f"max_attempts must be an integer >= 1. Found {self.max_attempts!r}.")
+        if not isinstance(self.budget_share, int | float) or not 0 < self.budget_share <= 1:
+            raise ValueError(f"budget_share must be a number in (0, 1]. Found {self.budget_share!r}.")
 
 
 @dataclass(frozen=True)
@@ -275,6 +281,10 @@ def _check_unicode(kind: str, value: str) -> None:
     except UnicodeEncodeError:
         raise InvalidInputError(f"{kind} must be valid Unicode text; it contains a lone surrogate code point.") \
             from None
+def _seconds_between(start: Any, end: Any) -> float | None:
+    """Seconds from ``start`` to ``end`` (stored timestamps), or None if either is missing."""
+    a, b = as_utc(start), as_utc(end)
+    return None if a is None or b is None else max((b - a).total_seconds(), 0.0)
 
 
 def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
@@ -323,7 +333,11 @@ class Curator:
             raise StorageError(storage_message(exc, self.data_dir)) from None
         self.artifacts = ArtifactStore(self.data_dir)
         _ = self.artifacts.key  # created (0600) with the data directory, so that backups of secrets/ include it
+        self.matrices = MatrixStore(self.data_dir)
         self.lock = ProcessingLock(self.data_dir / LOCK_FILE)
+        self._warm: dict[int, Any] = {}  # model id -> WarmModel (solver state kept between batches)
+        self._batch_caps: dict[int, int] = {}  # dataset id -> batch size the budget allows (see _budget_cap)
+        self.work_available = threading.Event()  # set when a request is committed: wakes an embedded worker
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
         self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
@@ -405,23 +419,40 @@ class Curator:
         table = read_table(path, key=key, label=label, features=features)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
         n, d = X.shape
-        with self.store.write() as s, s.begin():
+        with self.store.read() as s:
             if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
                 raise ConflictError(f"A dataset named {name!r} already exists.")
-            ds = Dataset(name=name, n_features=d, feature_names={"names": table.feature_names}, key_column=key,
-                         label_column=label, normalize=normalize, source=Path(path).name, created_at=utcnow())
-            s.add(ds)
-            s.flush()
-            chunk = 5000
-            with tqdm(total=n, desc=f"import {name}", unit="rec", disable=not progress) as bar:
-                for start in range(0, n, chunk):
-                    stop = min(start + chunk, n)
-                    s.add_all([Record(dataset_id=ds.id, key=table.keys[i], features=X[i].astype("<f8").tobytes(),
-                                      label=float(table.y[i])) for i in range(start, stop)])
-                    s.flush()
-                    bar.update(stop - start)
-            add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize})
-            ds_id = ds.id
+        # the values go to the data plane (fixed-width files, one row per record); the database keeps the keys
+        classes: list[str] | None = None
+        y_stored = table.y
+        if table.y.dtype.kind != "f":  # text labels: stored as codes into the sorted class list
+            values, codes = np.unique(table.y, return_inverse=True)
+            classes, y_stored = [str(v) for v in values], codes.astype(np.float64)
+        fpath, lpath = self.matrices.write(X, y_stored)
+        try:
+            with self.store.write() as s, s.begin():
+                if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
+                    raise ConflictError(f"A dataset named {name!r} already exists.")
+                ds = Dataset(name=name, n_features=d, feature_names={"names": table.feature_names}, key_column=key,
+                             label_column=label, normalize=normalize, source=Path(path).name, created_at=utcnow())
+                s.add(ds)
+                s.flush()
+                base = int(s.scalar(select(func.max(Record.id))) or 0) + 1  # record id of row 0 (row = id - base)
+                chunk = 50_000
+                with tqdm(total=n, desc=f"import {name}", unit="rec", disable=not progress) as bar:
+                    for start in range(0, n, chunk):
+                        stop = min(start + chunk, n)
+                        s.execute(insert(Record), [{"id": base + i, "dataset_id": ds.id, "key": table.keys[i],
+                                                    "features": b"", "label": 0.0} for i in range(start, stop)])
+                        bar.update(stop - start)
+                s.add(DataPlane(dataset_id=ds.id, features_path=fpath, labels_path=lpath, row_base=base, n_rows=n,
+                                n_features=d, label_classes=None if classes is None else {"classes": classes}))
+                add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize})
+                ds_id = ds.id
+        except BaseException:
+            for rel in (fpath, lpath):
+                destroy_file(self.matrices.resolve(rel))
+            raise
         log.info("registered dataset %s (id %d): %d records, %d features", name, ds_id, n, d)
         return self.dataset_info(name)
 
@@ -440,15 +471,35 @@ class Curator:
             raise NotFoundError(f"Unknown dataset {name!r}.")
         return ds
 
-    @staticmethod
-    def _current_data(s: Any, dataset_id: int, n_features: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _data_view(self, s: Any, dataset_id: int, n_features: int) -> tuple[DataView, DataPlane | None, np.ndarray]:
+        """A dataset's row space: (view, its data plane or None, record id of each row).
+
+        Datasets registered by this version live in the data plane (rows = every record ever registered; the active
+        mask, read from the database in O(N), marks those present). Datasets of older stores keep their values in
+        the records table: their row space is the present records, ordered by id.
+        """
+        plane = s.get(DataPlane, dataset_id)
+        if plane is None:
+            rows = s.execute(select(Record.id, Record.features, Record.label).where(Record.dataset_id == dataset_id)
+                             .order_by(Record.id)).all()
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            X = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f8").reshape(len(rows), n_features)
+            y = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
+            return DataView(X.astype(np.float64), y, np.ones(len(rows), dtype=bool)), None, ids
+        X, y = self.matrices.open(plane)
+        if plane.label_classes is not None:
+            y = np.asarray(plane.label_classes["classes"])[y.astype(np.int64)]
+        present = np.fromiter(s.scalars(select(Record.id).where(Record.dataset_id == dataset_id)), dtype=np.int64)
+        active = np.zeros(plane.n_rows, dtype=bool)
+        active[present - plane.row_base] = True
+        return DataView(X, y, active), plane, np.arange(plane.n_rows, dtype=np.int64) + plane.row_base
+
+    def _current_data(self, s: Any, dataset_id: int, n_features: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(record ids, X, y) of the records present, ordered by id: the data every model of the dataset is for."""
-        rows = s.execute(select(Record.id, Record.features, Record.label).where(Record.dataset_id == dataset_id)
-                         .order_by(Record.id)).all()
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        X = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f8").reshape(len(rows), n_features).astype(np.float64)
-        y = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
-        return ids, X, y
+        view, _plane, ids = self._data_view(s, dataset_id, n_features)
+        if bool(np.all(view.active)):
+            return ids, view.X, view.y
+        return ids[view.active], np.asarray(view.X[view.active]), view.y[view.active]
 
     # -- training ---------------------------------------------------------------------------------------------------
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
@@ -589,6 +640,7 @@ class Curator:
             add_event(s, "request_submitted", {"dataset": dataset, "requester": principal.name},
                       request_id=req.id)
             view = self._request_view(s, req, principal)
+        self.work_available.set()
         log.info("request %s submitted (dataset %s)", view["id"], dataset)
         return view, True
 
@@ -602,6 +654,7 @@ class Curator:
         return {"id": req.id, "request_id": req.client_request_id, "dataset": ds.name if ds else None,
                 "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": error,
                 "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
+                "seconds_to_publication": _seconds_between(req.submitted_at, req.processed_at),
                 "certificates": list(certs)}
 
     @staticmethod
@@ -853,8 +906,10 @@ class Curator:
                 continue
             oldest = as_utc(reqs[0][1])
             waited = (now - oldest).total_seconds() if oldest is not None else math.inf
-            if force or len(reqs) >= self.settings.batch_size or waited >= self.settings.max_delay:
-                return ds_id, [rid for rid, _ in reqs[: self.settings.batch_size]]
+            size = min(self.settings.batch_size, self._batch_caps.get(ds_id, self.settings.batch_size))
+            if force or len(reqs) >= size or waited >= self.settings.max_delay:
+                # everything that arrived together goes in one batch (Eq. 6), up to the size the budget allows
+                return ds_id, [rid for rid, _ in reqs[:size]]
         return None
 
     def _faulty_datasets(self) -> set[int]:
@@ -868,73 +923,166 @@ class Curator:
         with self.store.read() as s:
             return set(s.scalars(select(Dataset.id).where(Dataset.name.in_(names))))
 
+    def _budget_cap(self, dataset_id: int, m: int, certs: list[dict[str, Any]]) -> None:
+        """Adapt the batch size of a dataset to its models' budget.
+
+        A batch of m removals spends a remainder that grows like m² (Guo et al. 2020, Cor. 2: ‖H⁻¹Δ‖² with Δ a sum
+        of m gradients), so large batches exhaust the budget ε′ — and force retrainings — sooner than the same
+        removals in small batches. After each batch the cap is set so that the next batch's remainder, extrapolated
+        quadratically from this one's, spends at most ``budget_share`` of the budget left; between that cap and
+        ``batch_size`` the batch holds whatever is pending (it grows with the arrival rate).
+        """
+        cap = self.settings.batch_size
+        if self.settings.budget_share >= 1.0:
+            return
+        for cert in certs:
+            rem, budget = cert.get("remainder_bound"), cert.get("budget")
+            left = cert.get("budget_left")
+            if cert.get("retrained") or not isinstance(rem, float) or not isinstance(left, float) or not budget:
+                continue
+            if rem > 0.0 and math.isfinite(rem):
+                per = rem / (m * m)
+                cap = min(cap, max(1, int(math.sqrt(self.settings.budget_share * left / per))))
+        self._batch_caps[dataset_id] = cap
+
+    def warm_up(self) -> int:
+        """Build the warm state of every model that keeps one (after a start: once, before the first batch, so that
+        no request waits for it). Returns the number of models made warm."""
+        with self.lock.hold(), self.store.read() as s:
+            todo = []
+            for m in s.scalars(select(Model).order_by(Model.id)):
+                adapter = get_adapter(m.mechanism, dict(m.params))
+                plane = s.get(DataPlane, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                if adapter.supports_warm and plane is not None and v is not None and \
+                        getattr(self._warm.get(m.id), "version_id", None) != v.id:
+                    todo.append((m.id, m.name, m.dataset_id, adapter, plane, v,
+                                 self._binding(m.name, m.mechanism, dict(m.params), plane.n_features)))
+            views: dict[int, DataView] = {}
+            for model_id, name, ds_id, adapter, plane, v, binding in todo:
+                if ds_id not in views:
+                    views[ds_id] = self._data_view(s, ds_id, plane.n_features)[0]
+                X = self.matrices.open(plane)[0]
+                warm = adapter.restore(self.artifacts.load(v.artifact, v.sha256, binding), X, views[ds_id].y,
+                                       views[ds_id].active)
+                warm.version_id = v.id
+                self._warm[model_id] = warm
+                log.info("model %s: solver state built from version %d", name, v.number)
+        return len(todo)
+
+    def _drop_warm(self, model_ids: Any) -> None:
+        for mid in model_ids:
+            self._warm.pop(mid, None)
+
     def _process_batch(self, dataset_id: int, request_ids: list[str]) -> BatchResult:
         batch_id = str(uuid.uuid4())
         rng = check_random_state(None)  # fresh entropy for any retraining: b must be unpredictable
-        # 1. read one consistent snapshot: data, requests, models
+        # 1. read one consistent snapshot: requests, models, the data plane (O(batch) unless a model must be rebuilt)
         with self.store.read() as s:
             ds = s.get(Dataset, dataset_id)
             assert ds is not None
-            ds_name = ds.name
-            reqs = [s.get(DeletionRequest, rid) for rid in request_ids]
-            ids, X, y = self._current_data(s, ds.id, ds.n_features)
+            ds_name, d = ds.name, ds.n_features
+            plane = s.get(DataPlane, dataset_id)
+            by_id = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            reqs = [by_id.get(rid) for rid in request_ids]
+            rec_ids = [int(r.record_id) for r in reqs if r is not None and r.record_id is not None]
+            present = set(s.scalars(select(Record.id).where(Record.id.in_(rec_ids)))) if rec_ids else set()
             models = s.scalars(select(Model).where(Model.dataset_id == ds.id).order_by(Model.id)).all()
             current = {m.id: s.get(ModelVersion, m.current_version_id) for m in models}
             model_info = [(m.id, m.name, m.mechanism, dict(m.params)) for m in models]
-        pos = {int(r): i for i, r in enumerate(ids)}
+            first = next(iter(current.values()), None)
+            n_present = (first.n_records if first is not None and plane is not None else
+                         int(s.scalar(select(func.count()).select_from(Record)
+                                      .where(Record.dataset_id == dataset_id)) or 0))
+            adapters = {mid: get_adapter(mech, params) for mid, _n, mech, params in model_info}
+            cold: tuple[DataView, np.ndarray] | None = None
+            needs_view = [mid for mid in adapters if plane is None or not adapters[mid].supports_warm
+                          or getattr(self._warm.get(mid), "version_id", None) != current[mid].id]  # type: ignore
+            if needs_view:
+                view, _p, row_ids = self._data_view(s, dataset_id, d)
+                cold = (view, row_ids)
         missing = [rid for rid, r in zip(request_ids, reqs, strict=True)
-                   if r is None or r.record_id is None or r.record_id not in pos]
+                   if r is None or r.record_id is None or r.record_id not in present]
         if missing:  # cannot happen while the invariants hold; refuse only those requests, the rest come next
             return self._fail_batch(batch_id, ds_name, missing, "the record of this request is missing", final=True)
-        if model_info and ids.size - len(request_ids) < 2:
-            allowed = ids.size - 2
+        if model_info and n_present - len(request_ids) < 2:
+            allowed = n_present - 2
             if allowed < 1:
                 return self._fail_batch(batch_id, ds_name, request_ids,
-                                        f"dataset {ds_name!r} has models and {ids.size} records; at least 2 must "
+                                        f"dataset {ds_name!r} has models and {n_present} records; at least 2 must "
                                         "remain", final=True)
             request_ids, reqs = request_ids[:allowed], reqs[:allowed]
-        indices = np.array([pos[int(r.record_id)] for r in reqs if r is not None and r.record_id is not None],
-                           dtype=np.int64)
+        record_ids = np.array([int(r.record_id) for r in reqs if r is not None and r.record_id is not None],
+                              dtype=np.int64)
+        rows = record_ids - plane.row_base if plane is not None else None
         # 2. compute every model's new version; the new artifacts are files nobody refers to yet
         new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]] = []
         try:
-            for model_id, name, mech, params, in model_info:
+            for model_id, name, mech, params in model_info:
                 old = current[model_id]
                 assert old is not None
-                adapter = get_adapter(mech, params)
-                binding = self._binding(name, mech, params, X.shape[1])
-                artifact = self.artifacts.load(old.artifact, old.sha256, binding)
-                new_art, cert = adapter.remove(artifact, X, y, indices, rng)
+                adapter = adapters[model_id]
+                binding = self._binding(name, mech, params, d)
+                if adapter.supports_warm and plane is not None and rows is not None:
+                    warm = self._warm.get(model_id)
+                    if warm is None or warm.version_id != old.id:  # after a restart or another process's batch
+                        self._warm.pop(model_id, None)
+                        assert cold is not None
+                        view = cold[0]
+                        X = self.matrices.open(plane)[0]  # this model's own copy-on-write map
+                        art_old = self.artifacts.load(old.artifact, old.sha256, binding)
+                        warm = adapter.restore(art_old, X, view.y, view.active)
+                        warm.version_id = old.id
+                        log.info("model %s: solver state rebuilt from version %d", name, old.number)
+                    self._warm[model_id] = warm
+                    new_art, cert = adapter.remove_warm(warm, rows, rng)
+                else:
+                    assert cold is not None
+                    view, row_ids = cold
+                    ids = row_ids[view.active]
+                    pos = {int(r): i for i, r in enumerate(ids)}
+                    indices = np.array([pos[int(r)] for r in record_ids], dtype=np.int64)
+                    X = view.X if bool(np.all(view.active)) else np.asarray(view.X[view.active])
+                    artifact = self.artifacts.load(old.artifact, old.sha256, binding)
+                    new_art, cert = adapter.remove(artifact, X, view.y[view.active], indices, rng)
                 relpath, sha = self.artifacts.save(new_art, binding)
                 new.append((model_id, name, mech, old, cert, relpath, sha, adapter.summary(new_art)))
         except Exception as exc:  # the mechanism refused or failed: nothing is published
+            self._drop_warm(adapters)
             for item in new:
                 self.artifacts.destroy(item[5])
             log.warning("batch %s failed: %s", batch_id, type(exc).__name__)
             return self._fail_batch(batch_id, ds_name, request_ids, f"{type(exc).__name__}: {exc}", final=False)
         # 3. publish everything in one transaction
+        new_ids: dict[int, int] = {}
         try:
-            versions = self._publish(batch_id, dataset_id, ds_name, request_ids, new)
+            versions = self._publish(batch_id, dataset_id, ds_name, request_ids, new, new_ids)
         except BaseException:
+            self._drop_warm(adapters)
             for item in new:
                 self.artifacts.destroy(item[5])
             raise
+        for model_id, vid in new_ids.items():
+            if model_id in self._warm:
+                self._warm[model_id].version_id = vid
+        self._budget_cap(dataset_id, len(request_ids), [item[4] for item in new])
         log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
                  ds_name, versions)
-        # 4. destroy superseded versions (their secret state) and purge the database files
+        # 4. destroy superseded versions (their secret state), erase the records' values and purge the database
         self._destroy_superseded()
-        self.purge()
+        self.purge(erase={dataset_id: rows} if rows is not None else {}, attempts=3)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
 
     def _publish(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
-                 new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]]
-                 ) -> dict[str, int]:
+                 new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]],
+                 new_ids: dict[int, int] | None = None) -> dict[str, int]:
         now = utcnow()
         versions: dict[str, int] = {}
         with self.store.write() as s, s.begin():
             # validate: nothing moved since the snapshot (the lock makes this a safety net)
-            reqs = [s.get(DeletionRequest, rid) for rid in request_ids]
+            rows = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            reqs = [rows.get(rid) for rid in request_ids]
             if any(r is None or r.status != "pending" for r in reqs):
                 raise RuntimeError(f"batch {batch_id}: a request is no longer pending")
             n_models = s.scalar(select(func.count()).select_from(Model).where(Model.dataset_id == dataset_id))
@@ -962,28 +1110,42 @@ class Curator:
                           model_id=model_id, version_id=v.id)
                 published.append((model_id, old, v, mech, cert))
                 versions[name] = v.number
+                if new_ids is not None:
+                    new_ids[model_id] = v.id
+            # per request: its certificates, its record deleted, its state, a ledger event — as bulk statements
+            # (one statement per table, not one ORM round trip per request)
+            certs: list[dict[str, Any]] = []
+            events: list[dict[str, Any]] = []
+            record_ids: list[int] = []
             for req in reqs:
                 assert req is not None
+                if req.record_id is None:
+                    raise RuntimeError(f"batch {batch_id}: a record vanished")
+                record_ids.append(int(req.record_id))
                 if published:
                     for model_id, old, v, mech, cert in published:
-                        s.add(CertificateRow(id=str(uuid.uuid4()), kind="removal", request_id=req.id,
-                                             model_id=model_id, old_version_id=old.id, new_version_id=v.id,
-                                             batch_id=batch_id, mechanism=mech, certificate=cert,
-                                             submitted_at=req.submitted_at, created_at=now))
+                        certs.append({"id": str(uuid.uuid4()), "kind": "removal", "request_id": req.id,
+                                      "model_id": model_id, "old_version_id": old.id, "new_version_id": v.id,
+                                      "batch_id": batch_id, "mechanism": mech, "certificate": cert,
+                                      "submitted_at": req.submitted_at, "created_at": now})
                 else:
-                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="deletion", request_id=req.id, batch_id=batch_id,
-                                         certificate={"operation": "delete", "guarantee": "raw record deleted; no "
-                                                      "model had been trained on this dataset",
-                                                      "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
-                                         submitted_at=req.submitted_at, created_at=now))
-                record = s.get(Record, req.record_id) if req.record_id is not None else None
-                if record is None:
-                    raise RuntimeError(f"batch {batch_id}: a record vanished")
-                s.delete(record)
-                req.record_id = None
-                req.status = "done"
-                req.processed_at = now
-                add_event(s, "request_done", {"batch_id": batch_id}, request_id=req.id)
+                    certs.append({"id": str(uuid.uuid4()), "kind": "deletion", "request_id": req.id,
+                                  "model_id": None, "old_version_id": None, "new_version_id": None,
+                                  "batch_id": batch_id, "mechanism": None,
+                                  "certificate": {"operation": "delete", "guarantee": "raw record deleted; no "
+                                                  "model had been trained on this dataset",
+                                                  "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
+                                  "submitted_at": req.submitted_at, "created_at": now})
+                events.append({"kind": "request_done", "payload": {"batch_id": batch_id}, "model_id": None,
+                               "version_id": None, "request_id": req.id, "at": now})
+            gone: Any = s.execute(delete(Record).where(Record.id.in_(record_ids)))
+            if gone.rowcount != len(record_ids):
+                raise RuntimeError(f"batch {batch_id}: a record vanished")
+            s.execute(update(DeletionRequest).where(DeletionRequest.id.in_(request_ids))
+                      .values(record_id=None, status="done", processed_at=now)
+                      .execution_options(synchronize_session=False))
+            s.execute(insert(CertificateRow), certs)
+            s.execute(insert(LedgerEvent), events)
             add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": ds_name, "count": len(reqs)})
         return versions
 
@@ -1022,49 +1184,84 @@ class Curator:
                     add_event(s, "version_destroyed", {"artifact": relpath}, model_id=model_id, version_id=vid)
         return len(olds)
 
+    def _last_event_ids(self, *kinds: str) -> list[int | None]:
+        with self.store.read() as s:
+            return [s.scalar(select(func.max(LedgerEvent.id)).where(LedgerEvent.kind == k)) for k in kinds]
+
     def purge_pending(self) -> bool:
         """True if records were deleted after the last completed purge."""
-        with self.store.read() as s:
-            last_del = s.scalar(select(func.max(LedgerEvent.id)).where(LedgerEvent.kind == "records_deleted"))
-            last_purge = s.scalar(select(func.max(LedgerEvent.id)).where(LedgerEvent.kind == "purge"))
+        last_del, last_purge = self._last_event_ids("records_deleted", "purge")
         return last_del is not None and (last_purge is None or last_purge < last_del)
 
-    def purge(self, attempts: int = 20) -> bool:
-        """Make deleted rows unrecoverable from the database files.
+    def _erase_pending(self) -> bool:
+        """True if records were deleted after the last erasure of their values (a crash between the batch's commit
+        and its erasure): then every removed row of every data plane is erased again."""
+        last_del, last_purge, last_erased = self._last_event_ids("records_deleted", "purge", "erased")
+        done = max(last_purge or 0, last_erased or 0)
+        return last_del is not None and done < last_del
 
-        SQLite: rows were deleted with ``secure_delete=ON`` (overwritten with zeros); then ``VACUUM`` rewrites the
-        database and ``wal_checkpoint(TRUNCATE)`` copies it back and truncates the WAL, whose old frames still held
-        the records. PostgreSQL: ``VACUUM FULL`` of the records table (old WAL segments are the server's; see the
-        operating guide). Returns False (purge stays pending, retried later) if readers kept the WAL busy.
+    def _erase_all_removed(self) -> int:
+        """Zero every row of every data plane whose record is gone (O(N) per dataset; recovery only)."""
+        erased = 0
+        with self.store.read() as s:
+            planes = s.scalars(select(DataPlane)).all()
+            for plane in planes:
+                present = np.fromiter(s.scalars(select(Record.id).where(Record.dataset_id == plane.dataset_id)),
+                                      dtype=np.int64)
+                active = np.zeros(plane.n_rows, dtype=bool)
+                active[present - plane.row_base] = True
+                erased += self.matrices.erase_rows(plane, np.flatnonzero(~active))
+        return erased
+
+    def purge(self, attempts: int = 20, *, erase: dict[int, np.ndarray | None] | None = None) -> bool:
+        """Make deleted records unrecoverable from the files under the data directory.
+
+        1. Data plane: the removed rows are overwritten with zeros in place and fsynced
+           (:meth:`lethe.curator.dataplane.MatrixStore.erase_rows`): ``erase`` maps dataset ids to the rows a batch
+           removed (O(d) per row); without it (recovery) every removed row of every dataset is erased again.
+        2. Database. SQLite: rows were deleted with ``secure_delete=ON`` (their cells and freed pages are overwritten
+           with zeros); ``wal_checkpoint(TRUNCATE)`` copies the changed pages back and truncates the WAL, whose old
+           frames still held the records — work proportional to the pages changed since the last checkpoint, not to
+           the database. PostgreSQL: ``VACUUM FULL`` of the records table (old WAL segments are the server's; see the
+           operating guide). Returns False (purge stays pending, retried later) if readers kept the WAL busy; the
+           erasure of step 1 is recorded either way.
         """
+        if erase is None:
+            self._erase_all_removed()
+        else:
+            with self.store.read() as s:
+                for ds_id, rows in erase.items():
+                    plane = s.get(DataPlane, ds_id)
+                    if plane is not None and rows is not None:
+                        self.matrices.erase_rows(plane, rows)
         done = False
         if self.store.is_sqlite:
             raw = self.store.raw_sqlite()
             try:
                 con = raw.driver_connection
-                con.execute("VACUUM")
-                for _ in range(attempts):
+                for i in range(attempts):
                     busy, _log, _ckpt = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
                     if busy == 0:
                         done = True
                         break
-                    time.sleep(0.05)
+                    time.sleep(0.02 * (i + 1))
             finally:
                 raw.close()
         else:
             with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
                 c.exec_driver_sql("VACUUM FULL records")
             done = True
-        if done:
+        if done or erase != {}:
             with self.store.write() as s, s.begin():
-                add_event(s, "purge", {"database": "sqlite" if self.store.is_sqlite else "other"})
-            if self.store.is_sqlite:  # the event just written sits in the WAL; it holds no deleted data
-                raw = self.store.raw_sqlite()
-                try:
-                    raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                finally:
-                    raw.close()
-        else:
+                add_event(s, "purge" if done else "erased",
+                          {"database": "sqlite" if self.store.is_sqlite else "other"})
+        if done and self.store.is_sqlite:  # the event just written sits in the WAL; it holds no deleted data
+            raw = self.store.raw_sqlite()
+            try:
+                raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                raw.close()
+        if not done:
             log.warning("purge incomplete: readers kept the WAL busy; will retry")
         return done
 
@@ -1074,22 +1271,25 @@ class Curator:
             return self._recover_locked()
 
     def _recover_locked(self) -> dict[str, int]:
-        """Destroy unreferenced artifacts (a crashed batch's) and superseded ones; redo an unfinished purge."""
+        """Destroy unreferenced artifacts (a crashed batch's) and superseded ones, and data-plane files no dataset
+        refers to (a crashed registration's); redo an unfinished erasure or purge."""
         with self.store.read() as s:
             referenced = set(s.scalars(select(ModelVersion.artifact)
                                        .where(ModelVersion.status.in_(("published", "superseded")))))
+            planes = {p for pl in s.scalars(select(DataPlane)) for p in (pl.features_path, pl.labels_path)}
         orphans = [p for p in self.artifacts.all_files() if p not in referenced]
+        orphans += [p for p in self.matrices.all_files() if p not in planes]
         for p in orphans:
             destroy_file(self.data_dir / p)
         destroyed = self._destroy_superseded()
         purged = 0
         if self.purge_pending():
-            purged = int(self.purge())
+            purged = int(self.purge(attempts=3, erase=None if self._erase_pending() else {}))
         if orphans or destroyed or purged:
             with self.store.write() as s, s.begin():
                 add_event(s, "recovered", {"orphans_destroyed": len(orphans), "superseded_destroyed": destroyed,
                                            "purged": purged})
-            log.info("recovery: %d orphan artifact(s), %d superseded version(s) destroyed, purge %s", len(orphans),
+            log.info("recovery: %d orphan file(s), %d superseded version(s) destroyed, purge %s", len(orphans),
                      destroyed, bool(purged))
         return {"orphans_destroyed": len(orphans), "superseded_destroyed": destroyed, "purged": purged}
 
@@ -1166,7 +1366,8 @@ class Curator:
         adapter = get_adapter(info["mechanism"], info["params"])
         Xp = normalize_rows(X) if info["normalize"] == "rows" else X
         pred = adapter.predict(art, Xp)
-        return {"model": model, "version": info["version"], "predictions": [float(p) for p in pred]}
+        return {"model": model, "version": info["version"],
+                "predictions": [p if isinstance(p, str) else float(p) for p in pred.tolist()]}
 
     def verify_models(self) -> list[dict[str, Any]]:
         """Check every published version's artifact (checksum, HMAC, binding, invariants, record count); return
@@ -1237,7 +1438,7 @@ class Curator:
         return {"data_dir": str(self.data_dir), "database": self._safe_url(), "healthy": not faults,
                 "faults": faults, "datasets": datasets, "models": models,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
-                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(),
+                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(), "warm_models": len(self._warm),
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
 
     def metrics(self) -> dict[str, Any]:

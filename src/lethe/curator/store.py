@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +259,28 @@ def sqlite_url(data_dir: str | Path) -> str:
     return f"sqlite:///{Path(data_dir).resolve() / DB_FILENAME}"
 
 
-def _configure_sqlite(engine: Engine, *, immediate: bool) -> None:
+def _serialize_writers(engine: Engine) -> threading.Lock:
+    """Let the threads of one process take SQLite's write lock in turn through a Python lock, taken before
+    ``BEGIN IMMEDIATE`` and released at commit or rollback. Without it, concurrent writers of one process (the API
+    server's request threads and its worker) meet SQLite's busy handler, which sleeps up to 100 ms between retries:
+    a queue of waiters then waits in sleeps, not in turn. Other processes still wait in the busy handler."""
+    mutex = threading.Lock()
+
+    @event.listens_for(engine, "begin")
+    def _take(conn: Any) -> None:
+        mutex.acquire()
+        conn.info["lethe_write_mutex"] = True
+
+    def _give(conn: Any) -> None:
+        if conn.info.pop("lethe_write_mutex", False):
+            mutex.release()
+
+    event.listen(engine, "commit", _give)
+    event.listen(engine, "rollback", _give)
+    return mutex
+
+
+def _configure_sqlite(engine: Engine, *, immediate: bool, mutex: threading.Lock | None = None) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
         dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (below)
@@ -273,7 +295,12 @@ def _configure_sqlite(engine: Engine, *, immediate: bool) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         # Writers take the write lock at BEGIN: no deadlock-prone upgrade from a read transaction.
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        except BaseException:
+            if mutex is not None and conn.info.pop("lethe_write_mutex", False):
+                mutex.release()  # no transaction began: no commit or rollback will release it
+            raise
 
 
 class Store:
@@ -292,7 +319,8 @@ class Store:
         self.write_engine = create_engine(url, **kwargs)
         self.read_engine = create_engine(url, **kwargs) if self.is_sqlite else self.write_engine
         if self.is_sqlite:
-            _configure_sqlite(self.write_engine, immediate=True)
+            mutex = _serialize_writers(self.write_engine)  # registered first: held before BEGIN IMMEDIATE
+            _configure_sqlite(self.write_engine, immediate=True, mutex=mutex)
             _configure_sqlite(self.read_engine, immediate=False)
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)

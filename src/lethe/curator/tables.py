@@ -13,7 +13,8 @@ MAX_KEY_LENGTH = 512
 
 @dataclass(frozen=True, eq=False)
 class Table:
-    """Keys (strings), features X (n, d) float64, labels y (n,) float64 and the feature names."""
+    """Keys (strings), features X (n, d) float64, labels y (n,) — float64, or str for text labels — and the feature
+    names."""
 
     keys: list[str]
     X: np.ndarray
@@ -47,7 +48,7 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
     keys = [_key_text(k) for k in keys_raw]
     _check_keys(keys, key)
     X = np.ascontiguousarray(X, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64).reshape(-1)
+    y = _labels(np.asarray(y).reshape(-1))
     if X.ndim != 2 or X.shape[1] < 1:
         raise ValueError(f"Features must form a 2-D array with at least one column. Found shape {X.shape}.")
     if X.shape[0] != y.shape[0] or X.shape[0] != len(keys):
@@ -55,12 +56,27 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
                          f"{X.shape[0]} and {y.shape[0]}.")
     if X.shape[0] < 2:
         raise ValueError(f"A dataset needs at least 2 records. Found {X.shape[0]}.")
-    for name, arr in (("features", X), ("labels", y)):
+    for name, arr in (("features", X), ("labels", y if y.dtype.kind == "f" else np.zeros(0))):
         bad = np.argwhere(~np.isfinite(arr))
         if bad.size:
             row = int(bad[0][0])
             raise ValueError(f"{name} must be finite. Found a non-finite value in the row with key {keys[row]!r}.")
     return Table(keys=keys, X=X, y=y, feature_names=names)
+
+
+def _labels(y: np.ndarray) -> np.ndarray:
+    """Numeric labels as float64; text labels (any non-numeric value) as str, refused if empty."""
+    if y.dtype.kind in "iufb":
+        return y.astype(np.float64)
+    try:
+        return y.astype(np.float64)
+    except (TypeError, ValueError):
+        pass
+    out = np.asarray([v.decode() if isinstance(v, bytes) else str(v) for v in y.tolist()])
+    empty = np.flatnonzero(np.char.str_len(out) == 0) if out.size else np.zeros(0, dtype=int)
+    if empty.size:
+        raise ValueError(f"Labels must not be empty. Found an empty label in row {int(empty[0])}.")
+    return out
 
 
 def _key_text(k: object) -> str:
@@ -102,7 +118,7 @@ def _read_frame(path: Path, suffix: str, key: str, label: str,
         raise ValueError(f"{path.name} has no feature columns besides {key!r} and {label!r}.")
     try:
         X = df[features].to_numpy(dtype=np.float64)
-        y = df[label].to_numpy(dtype=np.float64)
+        y = df[label].to_numpy()
     except (TypeError, ValueError) as exc:
         raise ValueError(f"Feature and label columns must be numeric: {exc}") from exc
     return list(df[key].tolist()), X, y, list(features)
@@ -129,8 +145,8 @@ def _read_npz(path: Path, key: str, label: str,
             raise ValueError(f"{path.name}: arrays must not need pickle (object dtype): {exc}") from exc
     if keys.ndim != 1:
         raise ValueError(f"Key array {key!r} must be 1-D. Found shape {keys.shape}.")
-    if not np.issubdtype(X.dtype, np.number) or not np.issubdtype(y.dtype, np.number):
-        raise ValueError(f"Feature and label arrays must be numeric. Found {X.dtype} and {y.dtype}.")
+    if not np.issubdtype(X.dtype, np.number) or not (np.issubdtype(y.dtype, np.number) or y.dtype.kind in "US"):
+        raise ValueError(f"Feature arrays must be numeric and labels numeric or text. Found {X.dtype} and {y.dtype}.")
     return list(keys.tolist()), X, y, fnames
 
 

@@ -34,6 +34,10 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
     for name in available_mechanisms():  # warm up lazy imports so the first batch is not slowed by them
         get_adapter(name)
     curator.recover()
+    try:
+        curator.warm_up()  # the models' solver state, built once now rather than in the first batch
+    except Exception:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
+        log.exception("worker: warm-up failed")
     if on_ready is not None:
         on_ready()
     batches = 0
@@ -50,7 +54,14 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
                 raise
         if once:
             return batches
-        if stop.wait(curator.settings.poll_interval):
+        if stop.is_set():
+            return batches
+        if results:
+            continue  # more may be due at once: requests that arrived during this batch form the next one
+        # sleep until a request is committed in this process (API server) or the poll interval has passed
+        curator.work_available.wait(curator.settings.poll_interval)
+        curator.work_available.clear()
+        if stop.is_set():
             return batches
 
 
@@ -73,6 +84,7 @@ class BackgroundWorker:
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stop_event.set()
+        self.curator.work_available.set()
         self.thread.join(timeout)
 
 
