@@ -107,7 +107,7 @@ def project_model(model: nn.Module, radius: float) -> bool:
     r = check_positive("radius", radius)
     params = list(model.parameters())
     norm = _global_norm(params)
-    if norm <= r * _CLIP_MARGIN:
+    if norm <= r:
         return False
     scale = r * _CLIP_MARGIN / norm
     with torch.no_grad():
