@@ -204,7 +204,7 @@ def pnsgd_schedule(epsilon: float, delta: float, *, n: int, lam: float, sigma: f
     --------
     >>> s = pnsgd_schedule(1.0, 1e-5, n=10000, lam=1e-3, sigma=0.01, eta=1.0, batch_size=100, radius=10.0)
     >>> s.steps_per_epoch, s.epochs_first_request
-    (100, 1)
+    (100, 14)
     """
     e = check_positive("epsilon", epsilon)
     dl = check_open_unit("delta", delta)
