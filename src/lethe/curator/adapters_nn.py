@@ -23,7 +23,7 @@ class NoisyFineTuneAdapter(MechanismAdapter):
     Parameters (JSON): ``module`` (spec of :mod:`lethe.nn.models`), ``epsilon``, ``delta`` (per batch of removals),
     ``model_radius`` (C₀), ``grad_clip`` (C), ``lr`` (η), ``weight_decay`` (λ), ``unlearn_steps`` (T or null),
     ``batch_size``, ``clipping`` ("per_sample" / "batch"), ``train_epochs``, ``train_lr``, ``post_steps``,
-    ``post_lr`` (null = η).
+    ``post_lr`` (null = η), ``post_radius`` (projection before the post-processing steps, null = none).
 
     A batch of deletions is one unlearning run on the records that remain; the guarantee holds whatever the model
     before it was, so sequential batches each carry the full (ε, δ). The artifact holds the published parameters
@@ -36,6 +36,7 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         "module": {"kind": "mlp", "hidden": [32]}, "epsilon": 1.0, "delta": 1e-5, "model_radius": 5.0,
         "grad_clip": 1.0, "lr": 0.05, "weight_decay": 0.0, "unlearn_steps": None, "batch_size": 64,
         "clipping": "per_sample", "train_epochs": 5, "train_lr": 0.1, "post_steps": 0, "post_lr": None,
+        "post_radius": None,
     }
 
     @classmethod
@@ -59,8 +60,9 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         check_choice("clipping", full["clipping"], ("per_sample", "batch"))
         if isinstance(full["post_steps"], bool) or not isinstance(full["post_steps"], int) or full["post_steps"] < 0:
             raise ValueError(f"post_steps must be an integer >= 0. Found {full['post_steps']!r}.")
-        if full["post_lr"] is not None:
-            check_positive("post_lr", full["post_lr"])
+        for key in ("post_lr", "post_radius"):
+            if full[key] is not None:
+                check_positive(key, full[key])
         return full
 
     def _schedule(self) -> Any:
@@ -123,8 +125,8 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         module = self._module(m, artifact.arrays["theta"], rng)
         cert = unlearn(module, torch.as_tensor(X[keep], dtype=torch.float32), torch.as_tensor(codes),
                        schedule=self._schedule(), batch_size=p["batch_size"], clipping=p["clipping"],
-                       post_steps=p["post_steps"], post_lr=p["post_lr"], n_removed=int(idx.size),
-                       random_state=rng).to_dict()
+                       post_steps=p["post_steps"], post_lr=p["post_lr"], post_radius=p["post_radius"],
+                       n_removed=int(idx.size), random_state=rng).to_dict()
         cert["n_remaining"] = int(keep.size)
         meta = {**m, "n": int(keep.size),
                 "last": {k: cert[k] for k in ("operation", "epsilon", "delta", "theorem")}}

@@ -41,8 +41,9 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
     clipping : {"per_sample", "batch"}
     train_epochs, train_lr : int, float
         Plain SGD training.
-    post_steps : int, post_lr : float or None
-        Plain SGD steps on the retained data after the noisy phase (post-processing).
+    post_steps : int, post_lr : float or None, post_radius : float or None
+        Plain SGD steps on the retained data after the noisy phase (post-processing), and the radius the model is
+        projected onto before them.
     random_state : None, int or numpy.random.Generator
     """
 
@@ -50,7 +51,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
                  model_radius: float = 5.0, grad_clip: float = 1.0, lr: float = 0.05, weight_decay: float = 0.0,
                  unlearn_steps: int | None = None, batch_size: int = 64, clipping: str = "per_sample",
                  train_epochs: int = 5, train_lr: float = 0.1, post_steps: int = 0, post_lr: float | None = None,
-                 random_state: RandomState = None) -> None:
+                 post_radius: float | None = None, random_state: RandomState = None) -> None:
         self.module = module
         self.epsilon = epsilon
         self.delta = delta
@@ -65,6 +66,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
         self.train_lr = train_lr
         self.post_steps = post_steps
         self.post_lr = post_lr
+        self.post_radius = post_radius
         self.random_state = random_state
 
     def _schedule(self) -> FineTuneSchedule:
@@ -115,7 +117,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
         Xr, yr = self.X_[keep], self.y_[keep]
         cert = unlearn(self.model_, Xr, yr, schedule=self.schedule_, batch_size=self.batch_size,
                        clipping=self.clipping, post_steps=self.post_steps, post_lr=self.post_lr,
-                       n_removed=int(idx.size), random_state=self.rng_)
+                       post_radius=self.post_radius, n_removed=int(idx.size), random_state=self.rng_)
         self.X_, self.y_ = Xr, yr
         self.certificates_.append(cert)
         return cert

@@ -236,6 +236,8 @@ class NNUnlearningCertificate:
         Rows per noisy step (sampled from the retained data only).
     post_steps : int
         Plain SGD steps on the retained data after the noisy steps (post-processing).
+    post_radius : float or None
+        Projection radius applied before the post-processing steps (None: none).
     n_retained, n_removed : int
         Sizes of the retained data and of this request.
     gradient_evaluations : int
@@ -257,6 +259,7 @@ class NNUnlearningCertificate:
     clipping: str
     batch_size: int
     post_steps: int
+    post_radius: float | None
     n_retained: int
     n_removed: int
     gradient_evaluations: int
@@ -280,8 +283,8 @@ class NNUnlearningCertificate:
 
 def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: FineTuneSchedule,
             batch_size: int = 64, clipping: str = "per_sample", loss_fn: LossFn = _cross_entropy,
-            post_steps: int = 0, post_lr: float | None = None, n_removed: int = 0,
-            random_state: RandomState = None) -> NNUnlearningCertificate:
+            post_steps: int = 0, post_lr: float | None = None, post_radius: float | None = None,
+            n_removed: int = 0, random_state: RandomState = None) -> NNUnlearningCertificate:
     r"""Unlearn by noisy clipped fine-tuning on the retained data, in place (Koloskova et al. 2025).
 
     Parameters
@@ -302,6 +305,9 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
         Plain SGD steps on the retained data afterwards (post-processing; free).
     post_lr : float, optional
         Step size of the post-processing steps (default η).
+    post_radius : float, optional
+        Project onto ‖θ‖ ≤ ``post_radius`` before the post-processing steps (a data-independent map, so free; the
+        noisy phase leaves a model of norm ≈ σ√(dT) that plain SGD recovers from slowly).
     n_removed : int, default 0
         Records this request removed (reported in the certificate only).
     random_state : None, int or numpy.random.Generator
@@ -327,6 +333,7 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
     if post != post_steps:
         raise ValueError(f"post_steps must be an integer >= 0. Found {post_steps!r}.")
     plr = schedule.lr if post_lr is None else check_positive("post_lr", post_lr)
+    prad = None if post_radius is None else check_positive("post_radius", post_radius)
     removed = int(check_nonnegative("n_removed", n_removed))
     rng = check_random_state(random_state)
     gen = _torch_generator(rng)
@@ -346,6 +353,8 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
                 for p, gp in zip(params, g, strict=True):
                     noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
                     p.mul_(decay).add_(gp, alpha=-schedule.lr).add_(noise, alpha=schedule.sigma)
+        if prad is not None:
+            project_model(model, prad)
         for _ in range(post):
             idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
             loss = loss_fn(model(Xt[idx]), yt[idx])
@@ -363,5 +372,5 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
         operation="unlearn", theorem=schedule.theorem, epsilon=schedule.epsilon, delta=schedule.delta,
         epsilon_certified=schedule.epsilon_certified, rdp_slope=schedule.rdp_slope, sigma=schedule.sigma,
         steps=schedule.steps, lr=schedule.lr, grad_clip=schedule.grad_clip, model_radius=schedule.model_radius,
-        weight_decay=schedule.weight_decay, clipping=mode, batch_size=bb, post_steps=post, n_retained=n,
-        n_removed=removed, gradient_evaluations=(schedule.steps + post) * bb)
+        weight_decay=schedule.weight_decay, clipping=mode, batch_size=bb, post_steps=post, post_radius=prad,
+        n_retained=n, n_removed=removed, gradient_evaluations=(schedule.steps + post) * bb)
