@@ -1,0 +1,241 @@
+"""Benchmark: certified unlearning for a small CNN on MNIST-10 (Koloskova et al. 2025, :mod:`lethe.nn`), and the
+convex schedules of Chien et al. 2024 (PNSGD) vs Chourasia & Shah Thm 5.1 on MNIST 3 vs 8.
+
+Part A (``--part cnn``). A CNN (conv 1→8 k5 s2, ReLU, conv 8→16 k5 s2, ReLU, linear 256→10; 5,994 parameters, no
+buffers) is trained by plain SGD on ``--n-train`` MNIST training images (pixels / 255). Then ``--requests``
+sequential deletion requests of ``--per-request`` random training records each are served by noisy clipped
+fine-tuning at (ε, δ) = (1, 1e-5): projection onto ‖θ‖ ≤ C₀, T noisy clipped steps (σ, T from
+:func:`lethe.nn.accounting.calibrate_finetune`), projection onto ‖θ‖ ≤ ``--post-radius`` and ``--post-steps`` plain
+SGD steps on the retained records (post-processing). The post-processing budget is set so that the whole removal
+costs ``--budget`` × the retraining's per-example gradient evaluations. Every ``--retrain-every`` requests a model is
+retrained from scratch (same recipe as the original) on the retained records. Printed per request: test accuracy of
+the unlearned model (and after the noisy phase alone, for the first request), of the retrained model when there is
+one, and wall time of each; at the end the means, the compute ratios (gradient evaluations and wall time), and the
+loss-threshold membership advantage (:func:`lethe.audit.stats.advantage`, cross-fitted, 95 % Clopper–Pearson) of the
+removed records against never-seen test records, for the final unlearned model, a retrained model, the original
+model, and a positive control (the same CNN trained to overfit 500 records for 60 epochs, attacked on those records).
+
+Part B (``--part convex``). Logistic regression on MNIST 3 vs 8 (rows ‖x‖ = 1, L = 1, β = 1/4, λ = 1e-2). For the same
+(ε, δ) = (1, 1e-5), n, λ, step size η = 1/(2(λ+β)) and per-step noise std √(2ησ²) of Thm 5.1 (ε_dp = 1), the steps per
+deletion request of 10 records under Thm 5.1 (best Rényi order q; (q, ε_dd) converted to (ε, δ) by Canonne et al.
+Prop. 12) and under our PNSGD bound (:mod:`lethe.noisygd.noisy_sgd`) for batch sizes n, 1024 and 128 are printed side
+by side with the test accuracy of a model learned and then unlearned under each.
+
+Figures are printed; nothing is asserted. Run:
+``OMP_NUM_THREADS=1 python benchmarks/bench_nn_unlearning.py [--part cnn|convex|all] [--requests 100] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import statistics
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from lethe.audit.stats import advantage
+from lethe.datasets.mnist import load_mnist, load_mnist_binary
+from lethe.nn.accounting import calibrate_finetune
+from lethe.nn.models import build_module
+from lethe.nn.unlearning import train, unlearn
+from lethe.noisygd.noisy_sgd import pnsgd_logistic, pnsgd_schedule
+from lethe.noisygd.schedule import convex_schedule
+from lethe.privacy.rdp import rdp_to_dp_tight
+
+CNN = {"kind": "cnn", "image_shape": [1, 28, 28], "channels": [8, 16], "kernel": 5}
+
+
+def _acc(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((model(X).argmax(1) == y).float().mean())
+
+
+def _losses(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return nn.functional.cross_entropy(model(X), y, reduction="none").double().numpy()
+
+
+def _mia(model: nn.Module, X_in: torch.Tensor, y_in: torch.Tensor, X_out: torch.Tensor, y_out: torch.Tensor) -> str:
+    a = advantage(-_losses(model, X_in, y_in), -_losses(model, X_out, y_out), random_state=0)
+    return f"adv {a.advantage:+.3f} [{a.low:+.3f}, {a.high:+.3f}] auc {a.auc:.3f} (n_in {a.n_pos}, n_out {a.n_neg})"
+
+
+def part_cnn(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    Xtr, ytr, Xte, yte = load_mnist()
+    rng = np.random.default_rng(args.seed)
+    pick = rng.choice(Xtr.shape[0], size=args.n_train, replace=False)
+    X = torch.tensor(Xtr[pick].reshape(args.n_train, -1) / 255.0, dtype=torch.float32)
+    y = torch.tensor(ytr[pick].astype(np.int64))
+    te = rng.choice(Xte.shape[0], size=args.n_test, replace=False)
+    Xt = torch.tensor(Xte[te].reshape(args.n_test, -1) / 255.0, dtype=torch.float32)
+    yt = torch.tensor(yte[te].astype(np.int64))
+    b, epochs, train_lr = args.batch_size, args.train_epochs, args.train_lr
+
+    def fresh_model(seed: int) -> nn.Module:
+        return build_module(CNN, 784, 10, random_state=np.random.default_rng(seed))
+
+    def retrain(Xr: torch.Tensor, yr: torch.Tensor, seed: int) -> tuple[nn.Module, float]:
+        t = time.perf_counter()
+        m = train(fresh_model(seed), Xr, yr, epochs=epochs, lr=train_lr, batch_size=b, momentum=0.9,
+                  random_state=seed)
+        return m, time.perf_counter() - t
+
+    d = sum(p.numel() for p in fresh_model(0).parameters())
+    original, t_train = retrain(X, y, args.seed)
+    retrain_evals = epochs * args.n_train
+    s = calibrate_finetune(1.0, 1e-5, model_radius=args.model_radius, grad_clip=args.grad_clip, lr=args.lr)
+    post_steps = max(0, int(args.budget * retrain_evals / b) - s.steps)
+    print(f"MNIST-10 CNN: d = {d} parameters, n_train = {args.n_train}, n_test = {args.n_test}; training: {epochs} "
+          f"epochs of SGD (lr {train_lr}, momentum 0.9, batch {b}) = {retrain_evals} per-example gradients, "
+          f"{t_train:.1f} s; test accuracy {_acc(original, Xt, yt):.4f}")
+    print(f"unlearning per request (eps, delta) = (1, 1e-5): C0 = {s.model_radius}, C = {s.grad_clip} "
+          f"(per-sample clipping), lr = {s.lr}, T = {s.steps} noisy steps, sigma = {s.sigma:.4f} per coordinate "
+          f"(noise norm per step ~ {s.sigma * math.sqrt(d):.1f}), certified eps = {s.epsilon_certified:.6f}; "
+          f"then projection onto ||theta|| <= {args.post_radius} and {post_steps} plain SGD steps (lr "
+          f"{args.post_lr}) = {(s.steps + post_steps) * b} per-example gradients "
+          f"(budget {args.budget} x retraining)")
+    model = copy.deepcopy(original)
+    alive = np.arange(args.n_train)
+    removed_all: list[int] = []
+    acc_u: list[float] = []
+    acc_r: list[float] = []
+    paired: list[tuple[float, float]] = []
+    t_u: list[float] = []
+    t_r: list[float] = []
+    last_retrained = original
+    for k in range(1, args.requests + 1):
+        gone = rng.choice(alive.size, size=args.per_request, replace=False)
+        removed_all += alive[gone].tolist()
+        alive = np.delete(alive, gone)
+        Xr, yr = X[alive], y[alive]
+        noisy_acc = ""
+        if k == 1:
+            probe = copy.deepcopy(model)
+            unlearn(probe, Xr, yr, schedule=s, batch_size=b, random_state=rng)
+            noisy_acc = f"  (noisy phase alone: {_acc(probe, Xt, yt):.4f})"
+        t = time.perf_counter()
+        cert = unlearn(model, Xr, yr, schedule=s, batch_size=b, post_steps=post_steps, post_lr=args.post_lr,
+                       post_radius=args.post_radius, n_removed=args.per_request, random_state=rng)
+        t_u.append(time.perf_counter() - t)
+        acc_u.append(_acc(model, Xt, yt))
+        line = f"request {k:3d}: n = {alive.size}, unlearned acc {acc_u[-1]:.4f} ({t_u[-1]:.2f} s){noisy_acc}"
+        if k % args.retrain_every == 0 or k == args.requests:
+            last_retrained, tr = retrain(Xr, yr, args.seed + k)
+            t_r.append(tr)
+            acc_r.append(_acc(last_retrained, Xt, yt))
+            paired.append((acc_u[-1], acc_r[-1]))
+            line += f", retrained acc {acc_r[-1]:.4f} ({tr:.2f} s)"
+        print(line, flush=True)
+    print(f"\nper-request certificate: eps {cert.epsilon}, delta {cert.delta}, sigma {cert.sigma:.4f}, T {cert.steps}, "
+          f"C {cert.grad_clip}, C0 {cert.model_radius}, post_steps {cert.post_steps}, "
+          f"gradient evaluations {cert.gradient_evaluations}")
+    mu, mr = statistics.fmean(acc_u), statistics.fmean(acc_r)
+    pu = statistics.fmean(p[0] for p in paired)
+    print(f"mean test accuracy: unlearned {mu:.4f} over {len(acc_u)} requests; retrained {mr:.4f} over "
+          f"{len(acc_r)} retrainings; on the requests with both: unlearned {pu:.4f} vs retrained {mr:.4f}, gap "
+          f"{100 * (pu - mr):+.2f} pp")
+    print(f"compute per request: gradient evaluations {cert.gradient_evaluations} vs retraining {retrain_evals} "
+          f"(ratio {cert.gradient_evaluations / retrain_evals:.3f}); median wall time {statistics.median(t_u):.2f} s "
+          f"vs {statistics.median(t_r):.2f} s (ratio {statistics.median(t_u) / statistics.median(t_r):.3f})")
+    Xg, yg = X[removed_all], y[removed_all]
+    out = torch.arange(Xt.shape[0])[: max(len(removed_all), 200)]
+    print(f"\nmembership advantage (loss threshold) on the {len(removed_all)} removed records vs "
+          f"{out.numel()} test records:")
+    print(f"  final unlearned model : {_mia(model, Xg, yg, Xt[out], yt[out])}")
+    print(f"  last retrained model  : {_mia(last_retrained, Xg, yg, Xt[out], yt[out])}")
+    print(f"  original model        : {_mia(original, Xg, yg, Xt[out], yt[out])}")
+    small = torch.from_numpy(rng.choice(args.n_train, size=500, replace=False))
+    overfit = train(fresh_model(7), X[small], y[small], epochs=60, lr=train_lr, batch_size=b, momentum=0.9,
+                    random_state=7)
+    print(f"  positive control (500 records, 60 epochs; members vs test): "
+          f"{_mia(overfit, X[small], y[small], Xt[out], yt[out])}")
+
+
+def part_convex(args: argparse.Namespace) -> None:
+    Xtr, ytr, Xte, yte = load_mnist_binary()
+    n, d = Xtr.shape
+    lam, eps, delta, r = 1e-2, 1.0, 1e-5, 10
+    best = None
+    for q in [2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0]:
+        # largest eps_dd with the (q, eps_dd) -> (eps, delta) conversion <= eps
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if rdp_to_dp_tight(q, mid, delta) <= eps else (lo, mid)
+        if lo <= 0.0 or lo >= 1.0:
+            continue
+        sch = convex_schedule(lipschitz=1.0, smoothness=0.25, lam=lam, n=n, d=d, r=r, q=q, epsilon_dp=1.0,
+                              epsilon_dd=lo, utility=False)
+        if best is None or sch.k_unlearn < best[1].k_unlearn:
+            best = (q, sch)
+    assert best is not None
+    q, sch = best
+    eta, noise = sch.eta, math.sqrt(2.0 * sch.eta * sch.sigma2)
+    radius = 1.0 / lam
+    print(f"MNIST 3 vs 8 logistic regression: n = {n}, d = {d}, lambda = {lam}, (eps, delta) = ({eps}, {delta}) per "
+          f"request of r = {r} records; eta = {eta:.4f}, per-step noise std {noise:.5f} (Thm 5.1 with eps_dp = 1)")
+    rows = [(f"Chourasia & Shah Thm 5.1 (full batch, q = {q:g}, eps_dd = {sch.epsilon_dd:.3f})", sch.k_unlearn,
+             sch.k_unlearn * n, n, None)]
+    for b in (n, 1024, 128):
+        ps = pnsgd_schedule(eps, delta, n=n, lam=lam, sigma=noise, eta=eta, batch_size=b, radius=radius, r=r)
+        rows.append((f"Chien et al. PNSGD (ours), batch {b}", ps.steps_first_request,
+                     ps.gradient_evaluations_first_request, b, ps))
+    learn_epochs = 30
+    rng = np.random.default_rng(args.seed)
+    gone = rng.choice(n, size=r, replace=False)
+    X2, y2 = Xtr.copy(), ytr.copy()
+    X2[gone], y2[gone] = 0.0, 0.0
+    print(f"{'schedule':62s} {'steps/request':>14s} {'grad evals':>12s} {'test acc':>9s}")
+    for name, steps, evals, b, ps in rows:
+        if ps is None:  # Noisy-GD = PNSGD with b = n, no projection needed; run it with the same kernel
+            theta = pnsgd_logistic(Xtr, ytr, np.zeros(d), epochs=learn_epochs * 10, eta=eta, lam=lam, sigma=noise,
+                                   batch_size=n, radius=1e12, random_state=1)
+            theta = pnsgd_logistic(X2, y2, theta, epochs=steps, eta=eta, lam=lam, sigma=noise, batch_size=n,
+                                   radius=1e12, random_state=2)
+        else:
+            ep = learn_epochs * 10 if b == n else learn_epochs
+            theta = pnsgd_logistic(Xtr, ytr, np.zeros(d), epochs=ep, eta=eta, lam=lam, sigma=noise, batch_size=b,
+                                   radius=radius, random_state=1)
+            theta = pnsgd_logistic(X2, y2, theta, epochs=ps.epochs_first_request, eta=eta, lam=lam, sigma=noise,
+                                   batch_size=b, radius=radius, random_state=2)
+        acc = float(np.mean(np.sign(Xte @ theta) == yte))
+        print(f"{name:62s} {steps:14d} {evals:12d} {acc:9.4f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--part", choices=["cnn", "convex", "all"], default="all")
+    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--per-request", type=int, default=10)
+    p.add_argument("--retrain-every", type=int, default=10)
+    p.add_argument("--n-train", type=int, default=10000)
+    p.add_argument("--n-test", type=int, default=5000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--train-epochs", type=int, default=3)
+    p.add_argument("--train-lr", type=float, default=0.05)
+    p.add_argument("--model-radius", type=float, default=1.0)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--post-radius", type=float, default=10.0)
+    p.add_argument("--post-lr", type=float, default=0.05)
+    p.add_argument("--budget", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="5 requests, 2000 training images")
+    args = p.parse_args()
+    if args.quick:
+        args.requests, args.n_train, args.retrain_every, args.n_test = 5, 2000, 5, 2000
+    torch.manual_seed(args.seed)
+    if args.part in ("convex", "all"):
+        part_convex(args)
+        print()
+    if args.part in ("cnn", "all"):
+        part_cnn(args)
+
+
+if __name__ == "__main__":
+    main()
