@@ -223,6 +223,8 @@ def create_app(curator: Curator, *, run_worker: bool = True) -> FastAPI:
         """Datasets, models, request counts (admin)."""
         return _json_safe(curator.status())
 
+    from lethe.curator.console import mount_console  # the web console at /console (issue 18)
+    mount_console(app, curator)
     return app
 
 
