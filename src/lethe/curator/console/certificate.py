@@ -52,9 +52,9 @@ def num(x: Any, digits: int = 3) -> str:
             return "∞" if x > 0 else ("−∞" if x < 0 else "not a number")
         if x == 0:
             return "0"
-        if 1e-3 <= abs(x) < 1e4:
-            return f"{x:.{digits}g}"
-        if 1e4 <= abs(x) < 1e12:
+        if abs(x) < 1e4:
+            return f"{x:.{digits}g}"  # 0.0001, 0.228, 2.5e-07
+        if abs(x) < 1e12:
             return f"{x:,.0f}"
         return f"{x:.{digits - 1}e}"
     return str(x)
