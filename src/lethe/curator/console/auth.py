@@ -10,7 +10,7 @@
   whose ``Origin`` header names another site is refused. The sign-in form is protected the same way by a
   short-lived pre-session cookie.
 * Headers on every console answer: a Content-Security-Policy without ``unsafe-inline`` (scripts and styles only
-  from ``/console/static``), ``X-Frame-Options: DENY``, ``nosniff``, ``Referrer-Policy: no-referrer``,
+  from ``/console/static``), ``X-Frame-Options: DENY``, ``nosniff``, ``Referrer-Policy: same-origin``,
   ``Cache-Control: no-store``.
 """
 
@@ -44,7 +44,7 @@ def security_headers(response: Response, csp: str = CSP) -> Response:
     response.headers["Content-Security-Policy"] = csp
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Referrer-Policy"] = "same-origin"  # no-referrer makes browsers send "Origin: null"
     response.headers["Cache-Control"] = "no-store"
     response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
     return response

@@ -122,14 +122,19 @@ def explain(cert_view: dict[str, Any]) -> Explained:
     if theorem:
         ex.sentences.append(("Proof", f"{theorem}."))
     budget = c.get("budget")
+    retrained = c.get("retrained")
     if budget is not None and c.get("step_bound") is not None:
         used_now = percent(c.get("step_bound"), budget)
         used_total = percent(c.get("residual_bound"), budget)
         left = percent(c.get("budget_left"), budget)
-        ex.sentences.append(("Budget", (
-            f"This removal used {used_now} of the model's removal budget; {used_total} is used in all since the "
-            f"last training and {left} remains.")))
-    retrained = c.get("retrained")
+        if retrained is True:
+            ex.sentences.append(("Budget", (
+                f"An update in place would have needed {used_now} of the model's removal budget, more than was "
+                f"left. After retraining, {used_total} is used and {left} remains.")))
+        else:
+            ex.sentences.append(("Budget", (
+                f"This removal used {used_now} of the model's removal budget; {used_total} is used in all since "
+                f"the last training and {left} remains.")))
     ex.retrained = bool(retrained) if retrained is not None else None
     if retrained is True:
         ex.sentences.append(("Retraining", "Yes. The budget would have been exceeded, so the model was trained "

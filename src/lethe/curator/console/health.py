@@ -219,10 +219,18 @@ def _holdout_arrays(s: Any, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     return X, y
 
 
+_evaluate_lock = threading.Lock()
+
+
 def evaluate_holdout(curator: Curator) -> int:
     """Record the held-out accuracy of every published version not yet evaluated; returns how many were recorded.
 
     A version superseded and destroyed before this runs is never evaluated (a gap in the plot)."""
+    with _evaluate_lock:  # the evaluator thread and a form submission: each version is recorded once
+        return _evaluate_holdout(curator)
+
+
+def _evaluate_holdout(curator: Curator) -> int:
     done = 0
     with curator.store.read() as s:
         assigned = Q.holdout_assignments(s)
