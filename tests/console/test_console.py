@@ -362,3 +362,15 @@ def test_open_redirect_is_refused(cur: Curator, setup: Setup) -> None:
         r = cl.post("/console/login", data={"token": setup.admin, "csrf": csrf_of(login.text),
                                             "next": "https://evil.example/"}, follow_redirects=False)
         assert r.headers["location"] == "/console/requests"
+
+
+def test_chart_points_lie_inside_the_plot() -> None:
+    from lethe.curator.console import plots
+
+    ys = [95.07, 95.1, 95.4, 96.1, 95.0]
+    svg = chart("a", "t", "d", [1, 2, 3, 4, 5], ys, unit="%", y_min=None, y_max=100.0)
+    cys = [float(v) for v in re.findall(r'<circle cx="[^"]+" cy="([^"]+)"', svg)]
+    assert len(cys) == 5
+    assert all(plots.TOP - 1e-9 <= cy <= plots.H - plots.BOTTOM + 1e-9 for cy in cys), cys
+    labels = re.findall(r'text-anchor="end"[^>]*>([^<]+)</text>', svg)
+    assert float(labels[0].split()[0]) <= min(ys) and float(labels[-1].split()[0]) >= 100.0

@@ -32,7 +32,7 @@ class Fault:
 
 @dataclass
 class Health:
-    counts: dict[str, int]
+    counts: dict[str, int | None]
     oldest_pending: str | None
     oldest_pending_seconds: float | None
     worker: str
@@ -126,9 +126,10 @@ def check(curator: Curator) -> Health:
                     f"{age:,.0f} s ago and is not destroyed",
                     "Its artifact still holds the secret perturbation of a model that saw deleted records.",
                     "Run `lethe worker --once`: recovery destroys superseded versions."))
-    if counts["failed"]:
+    n_failed = counts["failed"] or 0
+    if n_failed:
         h.faults.append(Fault(
-            f"{counts['failed']:,} request(s) failed",
+            f"{n_failed:,} request(s) failed",
             "A failed request changed nothing: its record is still in the data and in the models.",
             "Read each error below, fix the cause, and ask the requester to submit again."))
     return h

@@ -25,12 +25,10 @@ def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
     raw = (hi - lo) / n
     mag = 10 ** math.floor(math.log10(raw))
     step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=raw)
-    start = math.floor(lo / step) * step
+    t = math.floor(lo / step + 1e-9) * step  # the first tick is at or below lo: the axis starts there
     out = []
-    t = start
     while t <= hi + 1e-9 * step:
-        if t >= lo - 1e-9 * step:
-            out.append(round(t, 10))
+        out.append(round(t, 10))
         t += step
     return out
 
@@ -64,6 +62,8 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
     hi = max(vals) if y_max is None else max(y_max, max(vals))
     if hi <= lo:
         hi = lo + (abs(lo) or 1.0)
+    y_ticks = _ticks(lo, hi)
+    lo = min(lo, y_ticks[0])
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def sx(x: float) -> float:
@@ -73,14 +73,14 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
         return TOP + (1 - (y - lo) / (hi - lo)) * ph
 
     parts = [head]
-    for t in _ticks(lo, hi):
+    for t in y_ticks:
         y = sy(t)
         parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}" '
                      'stroke-width="1"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" fill="{INK}" font-size="12">'
                      f"{escape(_fmt(t, unit))}</text>")
     for t in _ticks(x_lo, x_hi, 6):
-        if float(t).is_integer():
+        if float(t).is_integer() and t >= x_lo:
             x = sx(t)
             parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle" fill="{INK}" '
                          f'font-size="12">{int(t)}</text>')
