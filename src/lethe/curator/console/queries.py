@@ -19,11 +19,13 @@ import base64
 import datetime as _dt
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, text, tuple_
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from lethe.curator.store import (
@@ -39,6 +41,8 @@ from lethe.curator.store import (
     iso,
 )
 
+log = logging.getLogger("lethe.curator.console")
+
 STATUSES = ("pending", "done", "failed")
 
 # (name, columns): composite indexes for keyset pagination under each filter of the Requests page.
@@ -51,11 +55,20 @@ INDEXES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def ensure_indexes(store: Any) -> None:
-    """Create the console's indexes on ``deletion_requests`` if missing (idempotent; SQLite and PostgreSQL)."""
-    with store.write_engine.begin() as conn:
-        for name, cols in INDEXES:
-            conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON deletion_requests ({', '.join(cols)})"))
+def ensure_indexes(store: Any) -> bool:
+    """Create the console's indexes on ``deletion_requests`` if missing (idempotent; SQLite and PostgreSQL).
+
+    Returns False (and logs a warning) if the database refused, e.g. a read-only store: pages still work, slower.
+    """
+    try:
+        with store.write_engine.begin() as conn:
+            for name, cols in INDEXES:
+                conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON deletion_requests ({', '.join(cols)})"))
+    except DBAPIError as exc:
+        log.warning("console: could not create the request indexes (%s); the Requests page will be slower",
+                    type(exc).__name__)
+        return False
+    return True
 
 
 # -- cursors -----------------------------------------------------------------------------------------------------------
