@@ -10,8 +10,9 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-W, H = 640, 220
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 40
+W, H = 520, 230
+LEFT, RIGHT, TOP, BOTTOM = 60, 14, 14, 44
+FONT = 15  # user units; the chart is drawn 340-620 px wide: about 10-18 px on screen
 INK = "#1f2933"
 GRID = "#cbd2d9"
 LINE = "#0b5fae"
@@ -52,7 +53,7 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
             f'xmlns="http://www.w3.org/2000/svg"><title id="{t_id}">{escape(title)}</title>'
             f'<desc id="{d_id}">{escape(desc)}</desc>')
     if not pts:
-        return (head + f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" fill="{INK}" font-size="14">'
+        return (head + f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle" fill="{INK}" font-size="{FONT}">'
                 "No data yet</text></svg>")
     x_lo, x_hi = min(xs), max(xs)
     if x_hi == x_lo:
@@ -77,14 +78,14 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
         y = sy(t)
         parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}" '
                      'stroke-width="1"/>')
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" fill="{INK}" font-size="12">'
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 5:.1f}" text-anchor="end" fill="{INK}" font-size="{FONT}">'
                      f"{escape(_fmt(t, unit))}</text>")
     for t in _ticks(x_lo, x_hi, 6):
         if float(t).is_integer() and t >= x_lo:
             x = sx(t)
-            parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle" fill="{INK}" '
-                         f'font-size="12">{int(t)}</text>')
-    parts.append(f'<text x="{LEFT + pw / 2}" y="{H - 6}" text-anchor="middle" fill="{INK}" font-size="12">'
+            parts.append(f'<text x="{x:.1f}" y="{H - BOTTOM + 18}" text-anchor="middle" fill="{INK}" '
+                         f'font-size="{FONT}">{int(t)}</text>')
+    parts.append(f'<text x="{LEFT + pw / 2}" y="{H - 8}" text-anchor="middle" fill="{INK}" font-size="{FONT}">'
                  "model version</text>")
     parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{TOP + ph}" y2="{TOP + ph}" stroke="{INK}"/>')
     for m in marks:
