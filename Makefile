@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.lethe-installed
 
-.PHONY: all venv test test-slow lint typecheck demo bench clean
+.PHONY: all venv test test-slow lint typecheck demo bench screenshots clean
 
 all: test
 
@@ -34,6 +34,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_removal.py
+
+# The console screenshots in docs/console/ (needs Debian's chromium: apt-get install chromium)
+screenshots: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) docs/console/screenshots.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -390,6 +390,8 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
         """Datasets, models, request counts (admin)."""
         return _json_safe(curator.status())
 
+    from lethe.curator.console import mount_console  # the web console at /console (issue 18)
+    mount_console(app, curator)
     return app
 
 

@@ -1,0 +1,148 @@
+"""A certificate in words a non-specialist can read, from a fixed list of public fields.
+
+Only the fields named in :data:`PUBLIC_FIELDS` are ever shown: a certificate dict may carry fields that identify
+records (row positions such as ``removed_indices``, a Noisy-GD edit's replaced rows) and those are never read here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# Shown in the "technical details" table, in this order, with a plain label. Nothing else is shown.
+PUBLIC_FIELDS: tuple[tuple[str, str], ...] = (
+    ("operation", "operation"),
+    ("guarantee", "guarantee"),
+    ("theorem", "theorem"),
+    ("epsilon", "ε (privacy loss bound)"),
+    ("delta", "δ (failure probability)"),
+    ("noise", "noise distribution"),
+    ("bound", "bound used"),
+    ("step_bound", "gradient residual added by this removal"),
+    ("residual_bound", "accumulated gradient residual β"),
+    ("budget", "budget ε′ (largest β the guarantee allows)"),
+    ("budget_left", "budget left"),
+    ("epsilon_spent", "ε spent by the accumulated residual"),
+    ("retrained", "retrained"),
+    ("n_removed", "records removed in this batch"),
+    ("n_remaining", "records remaining"),
+    ("bound_mode", "bound mode"),
+    ("calibration", "calibration"),
+    ("solver", "solver"),
+    ("q", "Rényi order q"),
+    ("epsilon_dp", "ε_dp (Rényi, publication)"),
+    ("epsilon_dd", "ε_dd (Rényi, deletion)"),
+    ("epsilon_dd_adaptive", "ε_dd against adaptive requesters"),
+    ("edit_requests", "edit requests"),
+)
+_PUBLIC = {k for k, _ in PUBLIC_FIELDS}
+
+
+def num(x: Any, digits: int = 3) -> str:
+    """A number for people: ``1``, ``0.0001``, ``2.5e-07``; booleans as yes/no; None as an em dash."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return "∞" if x > 0 else ("−∞" if x < 0 else "not a number")
+        if x == 0:
+            return "0"
+        if abs(x) < 1e4:
+            return f"{x:.{digits}g}"  # 0.0001, 0.228, 2.5e-07
+        if abs(x) < 1e12:
+            return f"{x:,.0f}"
+        return f"{x:.{digits - 1}e}"
+    return str(x)
+
+
+def percent(part: Any, whole: Any) -> str:
+    try:
+        p, w = float(part), float(whole)
+    except (TypeError, ValueError):
+        return "—"
+    if not (math.isfinite(p) and math.isfinite(w)) or w <= 0:
+        return "—"
+    v = 100.0 * p / w
+    return f"{v:.2g} %" if 0 < v < 1 else f"{v:.1f} %"
+
+
+@dataclass
+class Explained:
+    """One certificate, explained: a headline, sentences, and the public technical fields."""
+
+    id: str
+    model: str | None
+    headline: str
+    sentences: list[tuple[str, str]] = field(default_factory=list)  # (term, explanation)
+    details: list[tuple[str, str]] = field(default_factory=list)  # (label, value)
+    issued_at: str | None = None
+    retrained: bool | None = None
+
+
+def explain(cert_view: dict[str, Any]) -> Explained:
+    """Explain one certificate view from :func:`lethe.curator.console.queries.certificates_of`."""
+    c = cert_view.get("certificate") or {}
+    model = cert_view.get("model")
+    kind = cert_view.get("kind")
+    details = [(label, num(c[k])) for k, label in PUBLIC_FIELDS if k in c]
+    ex = Explained(id=str(cert_view.get("id")), model=model, headline="", details=details,
+                   issued_at=cert_view.get("issued_at"))
+    if kind == "deletion":
+        ex.headline = "The record was deleted. No model had been trained on this dataset, so none had to forget it."
+        ex.sentences.append(("Guarantee", "Exact: the record is gone from the database (ε = 0, δ = 0)."))
+        return ex
+    old, new = cert_view.get("old_version"), cert_view.get("new_version")
+    n_removed = c.get("n_removed")
+    batch = (f" It was removed together with {num(int(n_removed) - 1)} other record(s) in the same batch."
+             if isinstance(n_removed, int) and n_removed > 1 else "")
+    ex.headline = (f"Model “{model}” no longer contains the record: version {new} replaced version {old}, "
+                   f"which was destroyed.{batch}")
+    eps, delta = c.get("epsilon"), c.get("delta")
+    theorem = c.get("theorem") or c.get("guarantee")
+    if "epsilon_dd" in c:  # Noisy-GD (Chourasia & Shah 2023)
+        ex.sentences.append(("Guarantee", (
+            f"Deletion privacy of Rényi order q = {num(c.get('q'))} with ε_dd = {num(c.get('epsilon_dd'))}: the "
+            "published model is statistically close to one trained without the record, as if it had never been "
+            "collected.")))
+    elif eps is not None:
+        exact = float(eps) == 0.0 and not delta
+        if exact:
+            ex.sentences.append(("Guarantee", "Exact removal: the new model is the one that training without the "
+                                              "record would have produced (ε = 0, δ = 0)."))
+        else:
+            ex.sentences.append(("Guarantee", (
+                f"(ε = {num(eps)}, δ = {num(delta)})-certified removal: no one who looks at the new model can tell "
+                f"whether it was trained with or without the record, except by a factor of at most "
+                f"e^ε = {num(math.exp(float(eps)))} in probability, or with probability at most δ = {num(delta)}.")))
+    if theorem:
+        ex.sentences.append(("Proof", f"{theorem}."))
+    budget = c.get("budget")
+    retrained = c.get("retrained")
+    if budget is not None and c.get("step_bound") is not None:
+        used_now = percent(c.get("step_bound"), budget)
+        used_total = percent(c.get("residual_bound"), budget)
+        left = percent(c.get("budget_left"), budget)
+        if retrained is True:
+            ex.sentences.append(("Budget", (
+                f"An update in place would have needed {used_now} of the model's removal budget, more than was "
+                f"left. After retraining, {used_total} is used and {left} remains.")))
+        else:
+            ex.sentences.append(("Budget", (
+                f"This removal used {used_now} of the model's removal budget; {used_total} is used in all since "
+                f"the last training and {left} remains.")))
+    ex.retrained = bool(retrained) if retrained is not None else None
+    if retrained is True:
+        ex.sentences.append(("Retraining", "Yes. The budget would have been exceeded, so the model was trained "
+                                           "again from scratch on the remaining records, with fresh secret noise."))
+    elif retrained is False:
+        ex.sentences.append(("Retraining", "No. The model was updated in place (a certified Newton step); the "
+                                           "budget left covers further removals."))
+    return ex
+
+
+__all__ = ["PUBLIC_FIELDS", "Explained", "explain", "num", "percent"]
