@@ -137,6 +137,57 @@ def _finite_array(arrays: dict[str, np.ndarray], name: str, d: int | None) -> np
     return a
 
 
+def _check_count(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ArtifactError(f"{name} must be an integer >= 0. Found {v!r}.")
+
+
+def _check_beta(beta: Any) -> float:
+    if not isinstance(beta, int | float) or isinstance(beta, bool) or not math.isfinite(beta) or beta < 0:
+        raise ArtifactError(f"the residual bound must be a finite number >= 0. Found {beta!r}.")
+    return float(beta)
+
+
+def _certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None) -> list[float]:
+    """Validate the certified-removal state(s) of an artifact; return the residual bound β_k of each binary model.
+
+    Format 1 (one binary model, its fields in the metadata) and format 2 (``states``: one entry per binary model of
+    a one-vs-all model, ``w`` and ``b`` of shape (K, d') or (d',)); d' is the dataset's d, or d + 1 with an intercept
+    column."""
+    states = meta.get("states")
+    if states is None:
+        w = _finite_array(arrays, "w", d)
+        _finite_array(arrays, "b", w.shape[0])
+        for k in ("removals_since_training", "retrainings"):
+            _check_count(k, meta.get(k))
+        return [_check_beta(meta.get("residual_bound"))]
+    if not isinstance(states, list) or not states:
+        raise ArtifactError(f"the state list must be a non-empty list. Found {type(states).__name__}.")
+    W, B = arrays.get("w"), arrays.get("b")
+    if W is None or B is None:
+        raise ArtifactError("arrays 'w' and 'b' are required.")
+    K = len(states)
+    ok_shape = W.dtype == np.float64 and B.dtype == np.float64 and W.shape == B.shape and (
+        (W.ndim == 1 and K == 1) or (W.ndim == 2 and W.shape[0] == K))
+    width = W.shape[-1] if W.ndim >= 1 else -1
+    if not ok_shape or (d is not None and width not in (d, d + 1)):
+        raise ArtifactError(f"arrays 'w' and 'b' must be float64 of equal shape ({K}, {d}) or ({K}, {d}+1). "
+                            f"Found {W.dtype} {W.shape} and {B.dtype} {B.shape}.")
+    if not (np.all(np.isfinite(W)) and np.all(np.isfinite(B))):
+        raise ArtifactError("arrays 'w' and 'b' hold non-finite values.")
+    betas = []
+    for st in states:
+        if not isinstance(st, dict):
+            raise ArtifactError("each state must be an object.")
+        for k in ("removals_since_training", "retrainings"):
+            _check_count(k, st.get(k))
+        n_k = st.get("n")
+        if isinstance(n_k, bool) or not isinstance(n_k, int) or n_k < 1:
+            raise ArtifactError(f"a state's record count n must be an integer >= 1. Found {n_k!r}.")
+        betas.append(_check_beta(st.get("residual_bound")))
+    return betas
+
+
 def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None:
     """Validate a loaded state against itself and against its (authenticated) binding.
 
@@ -156,15 +207,9 @@ def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ArtifactError(f"the state's record count n must be an integer >= 1. Found {n!r}.")
     if mech == "certified-removal":
-        w = _finite_array(arrays, "w", d)
-        _finite_array(arrays, "b", w.shape[0])
-        beta = meta.get("residual_bound")
-        if not isinstance(beta, int | float) or isinstance(beta, bool) or not math.isfinite(beta) or beta < 0:
-            raise ArtifactError(f"the residual bound must be a finite number >= 0. Found {beta!r}.")
-        for k in ("removals_since_training", "retrainings"):
-            v = meta.get(k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ArtifactError(f"{k} must be an integer >= 0. Found {v!r}.")
+        betas = _certified_removal_states(meta, arrays, d)
+        noise = meta.get("noise", (b.get("params") or {}).get("noise", "gaussian"))
+        beta = float(sum(betas)) if noise == "laplace" else math.sqrt(math.fsum(x * x for x in betas))
         if "params" in b:
             from lethe.certified.mechanism import CertifiedRemoval
 
@@ -172,6 +217,8 @@ def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None
                 mech_obj = CertifiedRemoval(**b["params"])
             except (TypeError, ValueError) as exc:
                 raise ArtifactError(f"the bound parameters are invalid: {exc}") from None
+            if mech_obj.noise == "laplace":
+                beta = float(sum(betas))
             if mech_obj.noise != "none" and not beta <= mech_obj.budget:
                 raise ArtifactError(f"the residual bound {beta!r} exceeds the budget {mech_obj.budget!r} that "
                                     f"sigma={mech_obj.sigma!r}, epsilon={mech_obj.epsilon!r}, "
