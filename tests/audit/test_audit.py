@@ -87,6 +87,29 @@ def test_auc_agrees_with_pair_counting_on_random_cases():
         assert auc(cont_pos, cont_neg) == pytest.approx((cont_pos[:, None] > cont_neg[None, :]).mean(), rel=1e-12)
 
 
+def test_lira_online_matches_the_gaussian_log_likelihood_ratio_on_random_cases():
+    # the score is log N(φ; μ_in, s_in²) − log N(φ; μ_out, s_out²), written out here by hand
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        k, n = int(rng.integers(4, 20)), int(rng.integers(1, 15))
+        S = rng.normal(size=(k, n)) * rng.uniform(0.1, 3)
+        M = np.zeros((k, n), dtype=bool)
+        M[: k // 2] = True
+        M = rng.permuted(M, axis=0)
+        phi = rng.normal(size=n)
+        got = lira_online_scores(phi, S, M, min_count=2)
+        for j in range(n):
+            a, b = S[M[:, j], j], S[~M[:, j], j]
+            sa, sb = max(a.std(ddof=1), 1e-3), max(b.std(ddof=1), 1e-3)
+            want = (-0.5 * ((phi[j] - a.mean()) / sa) ** 2 - math.log(sa)
+                    + 0.5 * ((phi[j] - b.mean()) / sb) ** 2 + math.log(sb))
+            assert got[j] == pytest.approx(want, rel=1e-9, abs=1e-9)
+    with pytest.raises(ValueError, match="shadow_phis must have shape"):
+        lira_online_scores(np.zeros(3), np.zeros((4, 2)), np.zeros((4, 2), dtype=bool))
+    with pytest.raises(ValueError, match="shadow_phis must have shape"):
+        lira_offline_scores(np.zeros(3), np.zeros((1, 3)))
+
+
 def test_advantage_null_and_separated():
     rng = np.random.default_rng(1)
     same = advantage(rng.normal(size=400), rng.normal(size=400), random_state=0)

@@ -36,6 +36,20 @@ def test_figures_are_real_pngs(quick_run):
         assert _png_ok(quick_run / name), name
 
 
+def test_figures_can_be_redrawn_from_the_stored_measurements(quick_run, tmp_path):
+    from lethe.experiments.guo_mnist import plot_fig1
+    from lethe.experiments.noisygd_stream import plot_stream
+
+    res = json.loads((quick_run / "results.json").read_text())
+    prof = reproduce.PROFILES[res["profile"]["name"]]
+    assert _png_ok(plot_fig1(res["fig1"]["grid"], res["fig1"]["epsilon"], prof, res["data"]["n_train"], tmp_path))
+    runs = [{"label": "a", "acc_unlearn": [0.7, 0.45, 0.8], "acc_retrain": [0.7, 0.6, 0.75],
+             "grad_unlearn": [10, 10], "grad_retrain": [20, 20]},
+            {"label": "b", "acc_unlearn": [0.7, 0.7, 0.7], "acc_retrain": [0.7, 0.8, 0.75],
+             "grad_unlearn": [0, 0], "grad_retrain": [20, 20]}]
+    assert _png_ok(plot_stream(runs, 100, tmp_path))
+
+
 def test_report_contains_the_numbers_of_this_run(quick_run):
     res = json.loads((quick_run / "results.json").read_text())
     report = (quick_run / "report.md").read_text()

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from scipy.stats import norm
 
 
 def logit_confidence(model: Any, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -45,17 +46,24 @@ def lira_offline_scores(target_phi: np.ndarray, shadow_phis: Sequence[np.ndarray
     point's μ_out and s_out (ddof 1) come from its own "out" entries only (one entry: spread 0, floored at
     ``min_std``).
     """
-    S = np.asarray(shadow_phis, dtype=float)
-    if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] != np.asarray(target_phi).shape[0]:
-        raise ValueError(f"shadow_phis must have shape (>= 2 shadows, {np.asarray(target_phi).shape[0]}). "
-                         f"Found {S.shape}.")
+    phi, S = _check_scores(target_phi, shadow_phis)
     if shadow_out is None:
         mu = S.mean(axis=0)
         sd = S.std(axis=0, ddof=1)
     else:
         cnt, mu, sq = _masked_moments(S, _check_mask(shadow_out, S.shape, "shadow_out"))
         sd = np.sqrt(sq.sum(axis=0) / np.maximum(cnt - 1, 1))
-    return (np.asarray(target_phi, dtype=float) - mu) / np.maximum(sd, min_std)
+    return (phi - mu) / np.maximum(sd, min_std)
+
+
+def _check_scores(target_phi: Any, shadow_phis: Any) -> tuple[np.ndarray, np.ndarray]:
+    """φ of the target model (n_points,) and of the shadows (n_shadows ≥ 2, n_points), as float arrays."""
+    phi = np.asarray(target_phi, dtype=float)
+    S = np.asarray(shadow_phis, dtype=float)
+    if S.ndim != 2 or S.shape[0] < 2 or phi.ndim != 1 or S.shape[1] != phi.shape[0]:
+        raise ValueError(f"shadow_phis must have shape (>= 2 shadows, {phi.shape[0] if phi.ndim else 1}) "
+                         f"matching target_phi. Found {S.shape} and target_phi {phi.shape}.")
+    return phi, S
 
 
 def _check_mask(mask: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
@@ -93,17 +101,10 @@ def lira_online_scores(target_phi: np.ndarray, shadow_phis: Sequence[np.ndarray]
     bool): whether the point was in that shadow's training set. Every point needs at least one "in" and one "out"
     shadow.
     """
-    S = np.asarray(shadow_phis, dtype=float)
-    phi = np.asarray(target_phi, dtype=float)
-    if S.ndim != 2 or S.shape[0] < 2 or S.shape[1] != phi.shape[0]:
-        raise ValueError(f"shadow_phis must have shape (>= 2 shadows, {phi.shape[0]}). Found {S.shape}.")
+    phi, S = _check_scores(target_phi, shadow_phis)
     M = _check_mask(shadow_in, S.shape, "shadow_in")
     if min_count < 2:
         raise ValueError(f"min_count must be >= 2 (a spread needs two samples). Found {min_count}.")
     mu_in, sd_in = _side_fit(S, M, min_count, min_std)
     mu_out, sd_out = _side_fit(S, ~M, min_count, min_std)
-
-    def logpdf(x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
-        return -0.5 * ((x - mu) / sd) ** 2 - np.log(sd)
-
-    return logpdf(phi, mu_in, sd_in) - logpdf(phi, mu_out, sd_out)
+    return norm.logpdf(phi, mu_in, sd_in) - norm.logpdf(phi, mu_out, sd_out)

@@ -200,6 +200,46 @@ def plot_fig1(grid: list[dict[str, Any]], eps_rows: list[dict[str, Any]], profil
 
 
 # -- Fig. 2 and Fig. 3 ------------------------------------------------------------------------------------------
+def plot_fig2(curves: dict[str, np.ndarray], n_single: np.ndarray, n_batch: np.ndarray, budget: float,
+              budget_analytic: float, n_train: int, outdir: Path) -> Path:
+    """Draw Fig. 2 from its traces (accumulated bounds and true residuals per removal); returns the PNG's path."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+
+    # colour = which quantity, line style = single removals (solid) or batches of 10 (dashed): 7 legend entries
+    # for 10 curves, the budgets labelled on the plot
+    fig, ax = plt.subplots(figsize=(8.0, 6.4))
+    kinds = [("worst", "tab:blue", "worst case (Thm 1 / Thm 4)"),
+             ("data", "tab:green", "data-dependent (Cor. 1 / Cor. 2)"),
+             ("tight", "tab:orange", "tight data-dependent (this library)"),
+             ("exact", "black", "true residual ‖∇L_b(w; D′)‖"),
+             ("tight_exact", "tab:grey", "true residual of the tight-mode run")]
+    for key, color, _ in kinds:
+        lw = 1.0 if key == "tight_exact" else 1.6
+        ax.plot(n_single, curves[f"single_{key}"], "-", color=color, lw=lw)
+        ax.plot(n_batch, curves[f"batch_{key}"], "--", color=color, lw=lw)
+    ax.axhline(budget, color="red", lw=1.0)
+    ax.axhline(budget_analytic, color="red", lw=1.0, ls=":")
+    # the analytic calibration's budget is never below the paper's (Balle & Wang): its label above, the other below
+    for y_budget, text, va in ((budget, f"budget ε′ = σε/c (σ = {REF_SIGMA:g}, ε = 1)", "top"),
+                               (budget_analytic, "budget ε′, analytic calibration (dotted)", "bottom")):
+        ax.annotate(text, (0.03, y_budget), xycoords=("axes fraction", "data"), color="red", fontsize=9, ha="left",
+                    va=va, xytext=(0, -2 if va == "top" else 2), textcoords="offset points",
+                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.6})
+    handles = [Line2D([], [], color=c, lw=1.6, label=lab) for _, c, lab in kinds]
+    handles += [Line2D([], [], color="dimgrey", ls="-", label="single removals"),
+                Line2D([], [], color="dimgrey", ls="--", label="batches of 10")]
+    ax.set(yscale="log", xlabel="number of removed points", ylabel="gradient residual norm (accumulated bound)",
+           title=f"Guo et al. Fig. 2 — λ = {REF_LAM:g}, n = {n_train}")
+    integer_ticks(ax.xaxis)
+    ax.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, frameon=False)
+    fig.tight_layout()
+    path = outdir / "fig2_residual_bounds.png"
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, seed: int = 0,
                   show_progress: bool = True) -> dict[str, Any]:
     """Fig. 2: cumulative gradient-residual bounds vs number of removals; Fig. 3: extreme ‖H⁻¹Δ‖ digits."""
@@ -232,40 +272,8 @@ def run_fig2_fig3(data: tuple[np.ndarray, ...], profile: Profile, outdir: Path, 
         "single_tight": single_t["bounds"], "batch_tight": batch_t["bounds"],
         "single_tight_exact": single_t["exact"], "batch_tight_exact": batch_t["exact"],
     }
+    p2 = plot_fig2(curves, n_single, n_batch, mech.budget, tight.budget, X.shape[0], outdir)
     plt = pyplot()
-    from matplotlib.lines import Line2D
-
-    # colour = which quantity, line style = single removals (solid) or batches of 10 (dashed): 7 legend entries
-    # for 10 curves, the budgets labelled on the plot
-    fig, ax = plt.subplots(figsize=(8.0, 6.4))
-    kinds = [("worst", "tab:blue", "worst case (Thm 1 / Thm 4)"),
-             ("data", "tab:green", "data-dependent (Cor. 1 / Cor. 2)"),
-             ("tight", "tab:orange", "tight data-dependent (this library)"),
-             ("exact", "black", "true residual ‖∇L_b(w; D′)‖"),
-             ("tight_exact", "tab:grey", "true residual of the tight-mode run")]
-    for key, color, _ in kinds:
-        lw = 1.0 if key == "tight_exact" else 1.6
-        ax.plot(n_single, curves[f"single_{key}"], "-", color=color, lw=lw)
-        ax.plot(n_batch, curves[f"batch_{key}"], "--", color=color, lw=lw)
-    ax.axhline(mech.budget, color="red", lw=1.0)
-    ax.axhline(tight.budget, color="red", lw=1.0, ls=":")
-    # the analytic calibration's budget is never below the paper's (Balle & Wang): its label above, the other below
-    for y_budget, text, va in ((mech.budget, f"budget ε′ = σε/c (σ = {REF_SIGMA:g}, ε = 1)", "top"),
-                               (tight.budget, "budget ε′, analytic calibration (dotted)", "bottom")):
-        ax.annotate(text, (0.5, y_budget), xycoords=("axes fraction", "data"), color="red", fontsize=9, ha="center",
-                    va=va, xytext=(0, -2 if va == "top" else 2), textcoords="offset points",
-                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
-    handles = [Line2D([], [], color=c, lw=1.6, label=lab) for _, c, lab in kinds]
-    handles += [Line2D([], [], color="dimgrey", ls="-", label="single removals"),
-                Line2D([], [], color="dimgrey", ls="--", label="batches of 10")]
-    ax.set(yscale="log", xlabel="number of removed points", ylabel="gradient residual norm (accumulated bound)",
-           title=f"Guo et al. Fig. 2 — λ = {REF_LAM:g}, n = {X.shape[0]}")
-    integer_ticks(ax.xaxis)
-    ax.legend(handles=handles, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, frameon=False)
-    fig.tight_layout()
-    p2 = outdir / "fig2_residual_bounds.png"
-    fig.savefig(p2, dpi=90, bbox_inches="tight")
-    plt.close(fig)
 
     # Fig. 3 on the trained (pre-removal) model
     infl = influence_norms(mech, state, X, y)

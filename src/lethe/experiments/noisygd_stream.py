@@ -121,6 +121,11 @@ def plot_stream(runs: list[dict[str, Any]], n_train: int, outdir: Path) -> Path:
         axes[0].plot(edits, r["acc_unlearn"], "o-", color=col)
         axes[0].plot(edits, r["acc_retrain"], "x--", color=col, alpha=0.8)
         axes[1].plot(edits[1:], np.cumsum(r["grad_unlearn"]), "o-", color=col)
+    free = [(k, r) for k, r in enumerate(runs) if not any(r["grad_unlearn"])]
+    for j, (k, r) in enumerate(free):  # zero cost cannot be drawn on the log axis: say so where it would be
+        axes[1].annotate(f"{r['label']}: K_Ā = 0,\nno unlearning steps (cost 0: off the log axis)",
+                         (0.98, 0.03 + 0.12 * j), xycoords="axes fraction", ha="right", va="bottom", fontsize=9,
+                         color=f"C{k}")
     retrain_costs = [list(r["grad_retrain"]) for r in runs]
     same_cost = all(c == retrain_costs[0] for c in retrain_costs)
     for k, cost in enumerate(retrain_costs[:1] if same_cost else retrain_costs):
