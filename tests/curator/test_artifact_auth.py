@@ -53,8 +53,17 @@ def rewrite(c: Curator, edit: Callable[[dict[str, np.ndarray], dict[str, Any]], 
     c._public_cache.clear()
 
 
+def set_beta(m: dict[str, Any], value: float) -> None:
+    """Set the stored residual bound β of every binary model (format 1: the metadata's field; format 2: each state's)."""
+    if "states" in m:
+        for st in m["states"]:
+            st["residual_bound"] = value
+    else:
+        m["residual_bound"] = value
+
+
 def beta_zero(a: dict[str, np.ndarray], m: dict[str, Any]) -> None:
-    m["residual_bound"] = 0.0
+    set_beta(m, 0.0)
 
 
 def rows_scaled(a: dict[str, np.ndarray], m: dict[str, Any]) -> None:
@@ -110,7 +119,7 @@ def test_forged_hmac_is_still_checked_against_the_budget_and_the_database(curato
     budget = curator.budget("clf")["budget"]
 
     def over_budget(a: dict[str, np.ndarray], m: dict[str, Any]) -> None:
-        m["residual_bound"] = 2.0 * budget
+        set_beta(m, 2.0 * budget)
 
     rewrite(curator, over_budget, forge_mac=True)
     v = published(curator)
