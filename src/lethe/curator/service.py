@@ -268,6 +268,13 @@ class ProcessingLock:
                 time.sleep(0.05)
 
 
+def _cli_hint(message: str) -> str:
+    """Name the curator's option, not the estimator's, in a mechanism's refusal."""
+    return message.replace("ask for row normalisation (normalize_rows=True)",
+                           "register the dataset with row normalisation (`lethe dataset add ... --normalize rows`; "
+                           "Python: Curator.register_dataset(..., normalize='rows'))")
+
+
 def _check_unicode(kind: str, value: str) -> None:
     """Refuse text that is not valid Unicode (lone surrogates such as ``\\ud800`` cannot be encoded as UTF-8)."""
     try:
@@ -395,20 +402,31 @@ class Curator:
     # -- datasets ---------------------------------------------------------------------------------------------------
     def register_dataset(self, name: str, path: str | Path, *, key: str, label: str,
                          features: list[str] | None = None, normalize: str = "none",
-                         progress: bool = False) -> dict[str, Any]:
-        """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction."""
+                         progress: bool = False, header: bool = True, categorical: list[str] | None = None,
+                         file_format: str | None = None) -> dict[str, Any]:
+        """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
+
+        ``header``, ``categorical`` (one-hot encoded columns), ``file_format``: see
+        :func:`lethe.curator.tables.read_table`. String labels are mapped to 0, 1, ... (sorted); the classes and
+        categories are kept with the dataset (``dataset_info``)."""
         from tqdm import tqdm
 
         _check_name("dataset name", name)
         if normalize not in NORMALIZE:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
-        table = read_table(path, key=key, label=label, features=features)
+        table = read_table(path, key=key, label=label, features=features, header=header, categorical=categorical,
+                           file_format=file_format)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
         n, d = X.shape
         with self.store.write() as s, s.begin():
             if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
                 raise ConflictError(f"A dataset named {name!r} already exists.")
-            ds = Dataset(name=name, n_features=d, feature_names={"names": table.feature_names}, key_column=key,
+            schema: dict[str, Any] = {"names": table.feature_names}
+            if table.label_classes is not None:
+                schema["label_classes"] = table.label_classes
+            if table.categories is not None:
+                schema["categories"] = table.categories
+            ds = Dataset(name=name, n_features=d, feature_names=schema, key_column=key,
                          label_column=label, normalize=normalize, source=Path(path).name, created_at=utcnow())
             s.add(ds)
             s.flush()
@@ -431,7 +449,10 @@ class Curator:
             n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id))
             return {"name": ds.name, "id": ds.id, "n_records": int(n or 0), "n_features": ds.n_features,
                     "normalize": ds.normalize, "key_column": ds.key_column, "label_column": ds.label_column,
-                    "source": ds.source, "created_at": iso(ds.created_at)}
+                    "source": ds.source, "created_at": iso(ds.created_at),
+                    "feature_names": list(ds.feature_names.get("names", [])),
+                    "label_classes": ds.feature_names.get("label_classes"),
+                    "categories": ds.feature_names.get("categories")}
 
     @staticmethod
     def _dataset(s: Any, name: str) -> Dataset:
@@ -479,7 +500,7 @@ class Curator:
             try:
                 artifact, cert = adapter.train(X, y, rng)
             except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {exc}") from exc
+                raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {_cli_hint(str(exc))}") from exc
             bar.update(1)
             summary = adapter.summary(artifact)
             binding = self._binding(model, mechanism, adapter.params, X.shape[1])
