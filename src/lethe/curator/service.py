@@ -1313,6 +1313,19 @@ def _public_payload(payload: Any) -> Any:
         return {k: v for k, v in dict(payload or {}).items() if k not in FORBIDDEN_PAYLOAD_KEYS}
 
 
+class _ScrubbingFormatter(logging.Formatter):
+    """Tracebacks keep their frames but not the exception's message, which a mechanism may have written with row
+    positions ("indices must be distinct. Found 17 ...") — logs follow the publication rule too."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's API
+        import traceback
+
+        etype, _value, tb = ei
+        frames = "".join(traceback.format_tb(tb)) if tb is not None else ""
+        name = etype.__name__ if etype is not None else "Exception"
+        return f"Traceback (most recent call last):\n{frames}{name} (message withheld: it may name rows)"
+
+
 def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None]:
     """Log ``lethe.*`` INFO and above to ``<data_dir>/logs/<name>.log`` (mode 0600). Returns a remover.
 
@@ -1323,7 +1336,7 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.close(fd)
     handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
     logger = logging.getLogger("lethe")
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
