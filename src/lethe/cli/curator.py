@@ -110,6 +110,13 @@ def _dataset_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dataset_drop(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise ValueError(f"Dropping dataset {args.name!r} deletes all its records; confirm with --yes.")
+    _print(_curator(args).drop_dataset(args.name))
+    return 0
+
+
 def _parse_params(items: list[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for item in items:
@@ -322,6 +329,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--format", choices=("csv", "parquet", "npz"), help="file format (default: from the suffix)")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
     p.set_defaults(func=_guard(_dataset_add))
+    p = dsub.add_parser("drop", parents=[common], help="delete a dataset's records (its models must be dropped first)")
+    p.add_argument("name")
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p.set_defaults(func=_guard(_dataset_drop))
     p = dsub.add_parser("list", parents=[common], help="list datasets")
     p.set_defaults(func=_guard(_dataset_list))
 

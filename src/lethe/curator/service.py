@@ -68,6 +68,7 @@ log = logging.getLogger("lethe.curator")
 
 SCOPES = ("admin", "requester")
 REQUEST_STATUSES = ("pending", "done", "failed")
+DROPPED_PREFIX = "~dropped~"  # a dropped dataset's row keeps this name (requests and certificates refer to it)
 NORMALIZE = ("none", "rows")
 LOCK_FILE = "processing.lock"
 SECRETS_DIR = "secrets"
@@ -412,6 +413,8 @@ class Curator:
         from tqdm import tqdm
 
         _check_name("dataset name", name)
+        if name.startswith(DROPPED_PREFIX):
+            raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
         if normalize not in NORMALIZE:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
         table = read_table(path, key=key, label=label, features=features, header=header, categorical=categorical,
@@ -456,8 +459,8 @@ class Curator:
 
     @staticmethod
     def _dataset(s: Any, name: str) -> Dataset:
-        ds = s.scalar(select(Dataset).where(Dataset.name == name))
-        if ds is None:
+        ds = s.scalar(select(Dataset).where(Dataset.name == name)) if isinstance(name, str) else None
+        if ds is None or ds.name.startswith(DROPPED_PREFIX):
             raise NotFoundError(f"Unknown dataset {name!r}.")
         return ds
 
@@ -620,7 +623,8 @@ class Curator:
         certs = s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
                           .order_by(CertificateRow.created_at, CertificateRow.id)).all()
         error = public_error(req.error) if principal.is_admin else requester_error(req.error)
-        return {"id": req.id, "request_id": req.client_request_id, "dataset": ds.name if ds else None,
+        ds_name = ds.name if ds is not None and not ds.name.startswith(DROPPED_PREFIX) else None
+        return {"id": req.id, "request_id": req.client_request_id, "dataset": ds_name,
                 "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": error,
                 "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
                 "certificates": list(certs)}
@@ -833,6 +837,43 @@ class Curator:
             self._verified.clear()
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+    def drop_dataset(self, dataset: str) -> dict[str, Any]:
+        """Remove a dataset: every record is deleted (``secure_delete``) and the database purged. Refused while a
+        model is trained on it (drop those first: ``lethe model drop``). Its pending requests are done by this
+        (their records are gone) and get a raw-deletion receipt. The dataset's row stays, renamed to a tombstone,
+        because requests and certificates refer to it; its name can be registered again."""
+        _check_name("dataset", dataset)
+        with self.lock.hold():
+            self._recover_locked()
+            with self.store.write() as s, s.begin():
+                ds = self._dataset(s, dataset)
+                models = s.scalars(select(Model.name).where(Model.dataset_id == ds.id)).all()
+                if models:
+                    raise ConflictError(f"Dataset {dataset!r} has models {sorted(models)}; drop them first "
+                                        f"(lethe model drop MODEL --yes).")
+                now = utcnow()
+                batch_id = str(uuid.uuid4())
+                pending = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
+                                                                  DeletionRequest.status == "pending")).all()
+                for req in pending:
+                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="deletion", request_id=req.id, batch_id=batch_id,
+                                         certificate={"operation": "delete", "guarantee": "raw record deleted with its "
+                                                      "dataset; no model had been trained on it",
+                                                      "epsilon": 0.0, "delta": 0.0},
+                                         submitted_at=req.submitted_at, created_at=now))
+                    req.record_id = None
+                    req.status = "done"
+                    req.processed_at = now
+                    add_event(s, "request_done", {"batch_id": batch_id}, request_id=req.id)
+                n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id)) or 0
+                s.execute(Record.__table__.delete().where(Record.dataset_id == ds.id))  # type: ignore[attr-defined]
+                ds.name = f"{DROPPED_PREFIX}{ds.id}"
+                add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": dataset, "count": int(n)})
+                add_event(s, "dataset_dropped", {"dataset": dataset, "records": int(n), "requests_done": len(pending)})
+            self.purge()
+        log.info("dropped dataset %s (%d records)", dataset, n)
+        return {"dataset": dataset, "dropped": True, "records_deleted": int(n), "requests_done": len(pending)}
 
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
@@ -1241,7 +1282,8 @@ class Curator:
         """Datasets, models and request counts."""
         with self.store.read() as s:
             datasets = []
-            for ds in s.scalars(select(Dataset).order_by(Dataset.id)):
+            for ds in s.scalars(select(Dataset).where(Dataset.name.not_like(f"{DROPPED_PREFIX}%"))
+                                .order_by(Dataset.id)):
                 n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id))
                 datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features})
             models = []
