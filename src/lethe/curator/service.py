@@ -335,6 +335,7 @@ class Curator:
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
         self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
+        self._logged_faults: tuple[Any, ...] = ()
 
     def close(self) -> None:
         """Release database connections."""
@@ -925,8 +926,11 @@ class Curator:
         if not faults:
             return set()
         names = {f["dataset"] for f in faults}
-        for f in faults:
-            log.error("model %s version %s: %s (repair: %s)", f["model"], f["version"], f["error"], f["repair"])
+        key = tuple(sorted((f["model"], f["version"], f["error"]) for f in faults))
+        if key != self._logged_faults:  # log a fault once, not at every poll
+            self._logged_faults = key
+            for f in faults:
+                log.error("model %s version %s: %s (repair: %s)", f["model"], f["version"], f["error"], f["repair"])
         with self.store.read() as s:
             return set(s.scalars(select(Dataset.id).where(Dataset.name.in_(names))))
 
