@@ -26,10 +26,11 @@ lethe dataset add people "$WORK/people.csv" --key user_id --label label --normal
 lethe train people clf --lam 0.01 --sigma 1 --epsilon 1 --delta 1e-4 | "$PY" -c \
   'import json,sys; b=json.load(sys.stdin); print("trained version", b["version"], "budget left", round(b["budget_left"], 4))'
 TOKEN=$(lethe token create webapp --scope requester 2>/dev/null)
+ADMIN=$(lethe token create ops --scope admin 2>/dev/null)
 
 "$PY" -m lethe.cli serve --host 127.0.0.1 --port "$PORT" --log-level warning &
 SERVER=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/healthz" > /dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$PORT/healthz" > /dev/null && break; sleep 0.1; done
 
 ID=$(curl -sf -X POST "http://127.0.0.1:$PORT/v1/deletions" -H "Authorization: Bearer $TOKEN" \
        -H 'Content-Type: application/json' -d '{"dataset": "people", "key": "user-42", "request_id": "ticket-1"}' \
@@ -41,10 +42,18 @@ for _ in $(seq 100); do
   [ "$STATUS" != pending ] && break; sleep 0.1
 done
 echo "status: $STATUS"
-curl -sf "http://127.0.0.1:$PORT/v1/deletions/$ID/certificates" -H "Authorization: Bearer $TOKEN" | "$PY" -c '
+# the requester's view: the guarantee and its parameters (nothing about the other records of the batch)
+CERT=$(curl -sf "http://127.0.0.1:$PORT/v1/deletions/$ID/certificates" -H "Authorization: Bearer $TOKEN" | "$PY" -c '
 import json, sys
 (c,) = json.load(sys.stdin)
 cert = c["certificate"]
-print("model %s: version %s -> %s; %s" % (c["model"], c["old_version"], c["new_version"], cert["guarantee"]))
-print("epsilon=%s delta=%s residual bound %.4g <= budget %.4g"
-      % (cert["epsilon"], cert["delta"], cert["residual_bound"], cert["budget"]))'
+print("model %s: version %s -> %s; %s" % (c["model"], c["old_version"], c["new_version"], cert["guarantee"]),
+      file=sys.stderr)
+print("epsilon=%s delta=%s budget %.4g" % (cert["epsilon"], cert["delta"], cert["budget"]), file=sys.stderr)
+print(c["id"])')
+# the operator's view of the same certificate adds the batch's bounds
+curl -sf "http://127.0.0.1:$PORT/v1/certificates/$CERT" -H "Authorization: Bearer $ADMIN" | "$PY" -c '
+import json, sys
+cert = json.load(sys.stdin)["certificate"]
+print("operator: residual bound %.4g <= budget %.4g, %d removed" % (cert["residual_bound"], cert["budget"],
+                                                                     cert["n_removed"]))'

@@ -1,5 +1,6 @@
-"""Schema upgrade 1 → 2: legacy duplicates closed, stored certificates rewritten without row positions, and the
-unique constraint on live requests in place."""
+"""Schema upgrade 1 → 2 through Alembic (lethe.curator.migrations): legacy duplicates closed, stored certificates
+rewritten without row positions, the unique constraint on live requests in place; a store from a newer lethe is
+refused; reopening is idempotent."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
     pending, _ = curator.submit_deletion("people", "user-0002")
     with curator.store.write_engine.begin() as conn:  # make it look like a version-1 store
         conn.execute(text("DROP INDEX uq_live_request_key"))
+        conn.execute(text("DROP TABLE alembic_version"))  # version 1 did not use Alembic
         conn.execute(text("UPDATE certificates SET certificate = json_set(certificate, '$.removed_indices', "
                           "json('[1]'), '$.seconds', 0.5) WHERE request_id = :r"), {"r": view["id"]})
         conn.execute(text("INSERT INTO deletion_requests (id, requester, client_request_id, dataset_id, record_id, "
                           "key_digest, status, attempts, submitted_at) SELECT 'dup-1', 'bob', NULL, dataset_id, "
-                          "record_id, key_digest, 'pending', 0, submitted_at FROM deletion_requests WHERE id = :r"),
+                          "record_id, key_digest, 'pending', 0, datetime(submitted_at, '+1 second') "
+                          "FROM deletion_requests WHERE id = :r"),
                      {"r": pending["id"]})
         conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
         raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
@@ -36,6 +39,7 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
             raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
                                {"r": view["id"]}).scalar()
             assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "2"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
         assert "removed_indices" not in json.loads(raw) and "seconds" not in json.loads(raw)
         assert c.request_status("dup-1")["status"] == "failed"
         assert c.request_status(pending["id"])["status"] == "pending"
@@ -47,3 +51,17 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
         assert c.request_status(pending["id"])["status"] == "done"
     finally:
         c.close()
+
+
+def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
+    with curator.store.read_engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+    data_dir = curator.data_dir
+    curator.close()
+    Curator(data_dir).close()  # reopening changes nothing
+    c = Curator(data_dir)
+    with c.store.write_engine.begin() as conn:
+        conn.execute(text("UPDATE meta SET value = '99' WHERE key = 'schema_version'"))
+    c.close()
+    with pytest.raises(Exception, match="schema version 99"):
+        Curator(data_dir)

@@ -191,3 +191,21 @@ def test_requester_sees_nothing_of_another_request(flow: dict[str, Any]) -> None
             if ans["url"].startswith("/v1/certificates/"):
                 assert set(ans["body"]["certificate"]) <= REQUESTER_CERTIFICATE_FIELDS
                 assert ans["body"]["batch_id"] is None
+
+
+def test_log_tracebacks_withhold_exception_messages(tmp_path: Path) -> None:
+    import logging
+
+    from lethe.curator.service import configure_file_logging
+
+    remove = configure_file_logging(tmp_path, "t")
+    try:
+        try:
+            row = 170 + 3
+            raise ValueError(f"indices must be distinct. Found {row} more than once.")
+        except ValueError:
+            logging.getLogger("lethe.curator.worker").exception("worker: processing failed; will retry")
+    finally:
+        remove()
+    text = (tmp_path / "logs" / "t.log").read_text()
+    assert "ValueError (message withheld" in text and "173" not in text

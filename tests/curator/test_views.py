@@ -103,3 +103,24 @@ def test_drop_model_destroys_its_artifacts(curator: Curator) -> None:
     curator.process_pending(force=True)
     assert curator.request_certificates(later["id"])[0]["kind"] == "deletion"
     assert curator.status()["healthy"]
+
+
+def test_drop_dataset(curator: Curator, data: object) -> None:
+    from lethe.curator.service import ConflictError
+
+    pending, _ = curator.submit_deletion("people", "user-0001", principal=ALICE)
+    with pytest.raises(ConflictError, match="lethe model drop"):
+        curator.drop_dataset("people")
+    curator.drop_model("clf")
+    out = curator.drop_dataset("people")
+    assert out == {"dataset": "people", "dropped": True, "records_deleted": 200, "requests_done": 1}
+    view = curator.request_status(pending["id"], principal=ALICE)
+    assert view["status"] == "done" and view["dataset"] is None
+    assert curator.request_certificates(pending["id"], principal=ALICE)[0]["kind"] == "deletion"
+    assert curator.status()["datasets"] == [] and not curator.status()["purge_pending"]
+    with pytest.raises(NotFoundError):
+        curator.dataset_info("people")
+    with pytest.raises(InvalidInputError, match="must not start"):
+        curator.register_dataset("~dropped~1", data.csv, key="user_id", label="label")  # type: ignore[attr-defined]
+    curator.register_dataset("people", data.csv, key="user_id", label="label")  # type: ignore[attr-defined]
+    assert curator.dataset_info("people")["n_records"] == 200

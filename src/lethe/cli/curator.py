@@ -98,13 +98,22 @@ def _guard(handler: Any) -> Any:
 def _dataset_add(args: argparse.Namespace) -> int:
     features = [f for f in args.features.split(",") if f] if args.features else None
     c = _curator(args)
+    categorical = [f for f in args.categorical.split(",") if f] if args.categorical else None
     _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
-                              normalize=args.normalize, progress=_progress() or args.progress))
+                              normalize=args.normalize, progress=_progress() or args.progress,
+                              header=not args.no_header, categorical=categorical, file_format=args.format))
     return 0
 
 
 def _dataset_list(args: argparse.Namespace) -> int:
     _print(_curator(args).status()["datasets"])
+    return 0
+
+
+def _dataset_drop(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise ValueError(f"Dropping dataset {args.name!r} deletes all its records; confirm with --yes.")
+    _print(_curator(args).drop_dataset(args.name))
     return 0
 
 
@@ -308,14 +317,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     dsub = ds.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
     p = dsub.add_parser("add", parents=[common], help="register a dataset from CSV, Parquet or .npz")
     p.add_argument("name")
-    p.add_argument("file", help="a .csv, .parquet or .npz file")
+    p.add_argument("file", help="a CSV, Parquet or .npz file (any name with --format)")
     p.add_argument("--key", required=True, help="column (or array) of stable record keys, e.g. a user id")
     p.add_argument("--label", required=True, help="label column (or array)")
     p.add_argument("--features", help="comma-separated feature columns (default: all others; .npz: 'X')")
     p.add_argument("--normalize", choices=("none", "rows"), default="none",
                    help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")
+    p.add_argument("--no-header", action="store_true",
+                   help="CSV: the first line is data; name columns by position (--key 0 --label 5)")
+    p.add_argument("--categorical", help="comma-separated feature columns to one-hot encode (col=value columns)")
+    p.add_argument("--format", choices=("csv", "parquet", "npz"), help="file format (default: from the suffix)")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
     p.set_defaults(func=_guard(_dataset_add))
+    p = dsub.add_parser("drop", parents=[common], help="delete a dataset's records (its models must be dropped first)")
+    p.add_argument("name")
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p.set_defaults(func=_guard(_dataset_drop))
     p = dsub.add_parser("list", parents=[common], help="list datasets")
     p.set_defaults(func=_guard(_dataset_list))
 

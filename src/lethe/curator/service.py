@@ -69,6 +69,7 @@ log = logging.getLogger("lethe.curator")
 
 SCOPES = ("admin", "requester")
 REQUEST_STATUSES = ("pending", "done", "failed")
+DROPPED_PREFIX = "~dropped~"  # a dropped dataset's row keeps this name (requests and certificates refer to it)
 NORMALIZE = ("none", "rows")
 LOCK_FILE = "processing.lock"
 SECRETS_DIR = "secrets"
@@ -274,6 +275,13 @@ class ProcessingLock:
                 time.sleep(0.05)
 
 
+def _cli_hint(message: str) -> str:
+    """Name the curator's option, not the estimator's, in a mechanism's refusal."""
+    return message.replace("ask for row normalisation (normalize_rows=True)",
+                           "register the dataset with row normalisation (`lethe dataset add ... --normalize rows`; "
+                           "Python: Curator.register_dataset(..., normalize='rows'))")
+
+
 def _check_unicode(kind: str, value: str) -> None:
     """Refuse text that is not valid Unicode (lone surrogates such as ``\\ud800`` cannot be encoded as UTF-8)."""
     try:
@@ -341,6 +349,7 @@ class Curator:
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
         self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
+        self._logged_faults: tuple[Any, ...] = ()
 
     def close(self) -> None:
         """Release database connections."""
@@ -409,31 +418,46 @@ class Curator:
     # -- datasets ---------------------------------------------------------------------------------------------------
     def register_dataset(self, name: str, path: str | Path, *, key: str, label: str,
                          features: list[str] | None = None, normalize: str = "none",
-                         progress: bool = False) -> dict[str, Any]:
-        """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction."""
+                         progress: bool = False, header: bool = True, categorical: list[str] | None = None,
+                         file_format: str | None = None) -> dict[str, Any]:
+        """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
+
+        ``header``, ``categorical`` (one-hot encoded columns), ``file_format``: see
+        :func:`lethe.curator.tables.read_table`. String labels are mapped to 0, 1, ... (sorted); the classes and
+        categories are kept with the dataset (``dataset_info``)."""
         from tqdm import tqdm
 
         _check_name("dataset name", name)
+        if name.startswith(DROPPED_PREFIX):
+            raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
         if normalize not in NORMALIZE:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
-        table = read_table(path, key=key, label=label, features=features)
+        table = read_table(path, key=key, label=label, features=features, header=header, categorical=categorical,
+                           file_format=file_format)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
         n, d = X.shape
         with self.store.read() as s:
             if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
                 raise ConflictError(f"A dataset named {name!r} already exists.")
         # the values go to the data plane (fixed-width files, one row per record); the database keeps the keys
+        schema: dict[str, Any] = {"names": table.feature_names}
+        if table.label_classes is not None:
+            schema["label_classes"] = table.label_classes
+        if table.categories is not None:
+            schema["categories"] = table.categories
         classes: list[str] | None = None
-        y_stored = table.y
-        if table.y.dtype.kind != "f":  # text labels: stored as codes into the sorted class list
-            values, codes = np.unique(table.y, return_inverse=True)
+        y_stored = np.asarray(table.y, dtype=np.float64) if table.y.dtype.kind != "U" else table.y
+        if table.label_classes is not None:  # text labels: the table holds codes into the sorted class list
+            classes = [str(c) for c in table.label_classes]
+        elif y_stored.dtype.kind != "f":
+            values, codes = np.unique(y_stored, return_inverse=True)
             classes, y_stored = [str(v) for v in values], codes.astype(np.float64)
         fpath, lpath = self.matrices.write(X, y_stored)
         try:
             with self.store.write() as s, s.begin():
                 if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
                     raise ConflictError(f"A dataset named {name!r} already exists.")
-                ds = Dataset(name=name, n_features=d, feature_names={"names": table.feature_names}, key_column=key,
+                ds = Dataset(name=name, n_features=d, feature_names=schema, key_column=key,
                              label_column=label, normalize=normalize, source=Path(path).name, created_at=utcnow())
                 s.add(ds)
                 s.flush()
@@ -462,12 +486,15 @@ class Curator:
             n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id))
             return {"name": ds.name, "id": ds.id, "n_records": int(n or 0), "n_features": ds.n_features,
                     "normalize": ds.normalize, "key_column": ds.key_column, "label_column": ds.label_column,
-                    "source": ds.source, "created_at": iso(ds.created_at)}
+                    "source": ds.source, "created_at": iso(ds.created_at),
+                    "feature_names": list(ds.feature_names.get("names", [])),
+                    "label_classes": ds.feature_names.get("label_classes"),
+                    "categories": ds.feature_names.get("categories")}
 
     @staticmethod
     def _dataset(s: Any, name: str) -> Dataset:
-        ds = s.scalar(select(Dataset).where(Dataset.name == name))
-        if ds is None:
+        ds = s.scalar(select(Dataset).where(Dataset.name == name)) if isinstance(name, str) else None
+        if ds is None or ds.name.startswith(DROPPED_PREFIX):
             raise NotFoundError(f"Unknown dataset {name!r}.")
         return ds
 
@@ -530,7 +557,7 @@ class Curator:
             try:
                 artifact, cert = adapter.train(X, y, rng)
             except (TypeError, ValueError) as exc:
-                raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {exc}") from exc
+                raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {_cli_hint(str(exc))}") from exc
             bar.update(1)
             summary = adapter.summary(artifact)
             binding = self._binding(model, mechanism, adapter.params, X.shape[1])
@@ -651,7 +678,8 @@ class Curator:
         certs = s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
                           .order_by(CertificateRow.created_at, CertificateRow.id)).all()
         error = public_error(req.error) if principal.is_admin else requester_error(req.error)
-        return {"id": req.id, "request_id": req.client_request_id, "dataset": ds.name if ds else None,
+        ds_name = ds.name if ds is not None and not ds.name.startswith(DROPPED_PREFIX) else None
+        return {"id": req.id, "request_id": req.client_request_id, "dataset": ds_name,
                 "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": error,
                 "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
                 "seconds_to_publication": _seconds_between(req.submitted_at, req.processed_at),
@@ -866,6 +894,43 @@ class Curator:
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
 
+    def drop_dataset(self, dataset: str) -> dict[str, Any]:
+        """Remove a dataset: every record is deleted (``secure_delete``) and the database purged. Refused while a
+        model is trained on it (drop those first: ``lethe model drop``). Its pending requests are done by this
+        (their records are gone) and get a raw-deletion receipt. The dataset's row stays, renamed to a tombstone,
+        because requests and certificates refer to it; its name can be registered again."""
+        _check_name("dataset", dataset)
+        with self.lock.hold():
+            self._recover_locked()
+            with self.store.write() as s, s.begin():
+                ds = self._dataset(s, dataset)
+                models = s.scalars(select(Model.name).where(Model.dataset_id == ds.id)).all()
+                if models:
+                    raise ConflictError(f"Dataset {dataset!r} has models {sorted(models)}; drop them first "
+                                        f"(lethe model drop MODEL --yes).")
+                now = utcnow()
+                batch_id = str(uuid.uuid4())
+                pending = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
+                                                                  DeletionRequest.status == "pending")).all()
+                for req in pending:
+                    s.add(CertificateRow(id=str(uuid.uuid4()), kind="deletion", request_id=req.id, batch_id=batch_id,
+                                         certificate={"operation": "delete", "guarantee": "raw record deleted with its "
+                                                      "dataset; no model had been trained on it",
+                                                      "epsilon": 0.0, "delta": 0.0},
+                                         submitted_at=req.submitted_at, created_at=now))
+                    req.record_id = None
+                    req.status = "done"
+                    req.processed_at = now
+                    add_event(s, "request_done", {"batch_id": batch_id}, request_id=req.id)
+                n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id)) or 0
+                s.execute(Record.__table__.delete().where(Record.dataset_id == ds.id))  # type: ignore[attr-defined]
+                ds.name = f"{DROPPED_PREFIX}{ds.id}"
+                add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": dataset, "count": int(n)})
+                add_event(s, "dataset_dropped", {"dataset": dataset, "records": int(n), "requests_done": len(pending)})
+            self.purge()
+        log.info("dropped dataset %s (%d records)", dataset, n)
+        return {"dataset": dataset, "dropped": True, "records_deleted": int(n), "requests_done": len(pending)}
+
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
                         lock_timeout: float | None = 60.0) -> list[BatchResult]:
@@ -918,8 +983,11 @@ class Curator:
         if not faults:
             return set()
         names = {f["dataset"] for f in faults}
-        for f in faults:
-            log.error("model %s version %s: %s (repair: %s)", f["model"], f["version"], f["error"], f["repair"])
+        key = tuple(sorted((f["model"], f["version"], f["error"]) for f in faults))
+        if key != self._logged_faults:  # log a fault once, not at every poll
+            self._logged_faults = key
+            for f in faults:
+                log.error("model %s version %s: %s (repair: %s)", f["model"], f["version"], f["error"], f["repair"])
         with self.store.read() as s:
             return set(s.scalars(select(Dataset.id).where(Dataset.name.in_(names))))
 
@@ -1421,7 +1489,8 @@ class Curator:
         """Datasets, models and request counts."""
         with self.store.read() as s:
             datasets = []
-            for ds in s.scalars(select(Dataset).order_by(Dataset.id)):
+            for ds in s.scalars(select(Dataset).where(Dataset.name.not_like(f"{DROPPED_PREFIX}%"))
+                                .order_by(Dataset.id)):
                 n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id))
                 datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features})
             models = []
@@ -1493,6 +1562,19 @@ def _public_payload(payload: Any) -> Any:
         return {k: v for k, v in dict(payload or {}).items() if k not in FORBIDDEN_PAYLOAD_KEYS}
 
 
+class _ScrubbingFormatter(logging.Formatter):
+    """Tracebacks keep their frames but not the exception's message, which a mechanism may have written with row
+    positions ("indices must be distinct. Found 17 ...") — logs follow the publication rule too."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's API
+        import traceback
+
+        etype, _value, tb = ei
+        frames = "".join(traceback.format_tb(tb)) if tb is not None else ""
+        name = etype.__name__ if etype is not None else "Exception"
+        return f"Traceback (most recent call last):\n{frames}{name} (message withheld: it may name rows)"
+
+
 def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None]:
     """Log ``lethe.*`` INFO and above to ``<data_dir>/logs/<name>.log`` (mode 0600). Returns a remover.
 
@@ -1503,7 +1585,7 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.close(fd)
     handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
+    handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
     logger = logging.getLogger("lethe")
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:

@@ -49,6 +49,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from lethe.curator.public import check_payload, public_certificate, public_error
 
 SCHEMA_VERSION = 2
+REVISIONS = {1: "0001", 2: "0002"}  # meta.schema_version -> Alembic revision (lethe.curator.migrations)
 DB_FILENAME = "lethe.db"
 
 
@@ -326,52 +327,41 @@ class Store:
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
     def create(self) -> None:
-        """Create missing tables and record the schema version (idempotent)."""
-        with self.write() as s, s.begin():
-            has_meta = self.write_engine.dialect.has_table(s.connection(), "meta")
-            row = s.get(Meta, "schema_version") if has_meta else None
-            found = int(row.value) if row is not None else None
+        """Create a new store, or upgrade an existing one to this version's schema (Alembic, idempotent).
+
+        A new database gets the tables from the models and is stamped with the newest revision. An existing one is
+        upgraded with :mod:`lethe.curator.migrations`; one made before Alembic was used is first stamped with the
+        revision of its ``meta.schema_version``. A store from a newer lethe is refused.
+        """
+        from alembic import command
+        from sqlalchemy import inspect
+
+        with self.write_engine.connect() as conn:
+            insp = inspect(conn)
+            has_meta, has_alembic = insp.has_table("meta"), insp.has_table("alembic_version")
+            found = None
+            if has_meta:
+                value = conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar()
+                found = int(value) if value is not None else None
         if found is not None and found > SCHEMA_VERSION:
             raise RuntimeError(f"The store has schema version {found}; this lethe knows versions up to "
                                f"{SCHEMA_VERSION}. Upgrade lethe.")
-        if found == 1:
-            self._migrate_1_to_2()
-        Base.metadata.create_all(self.write_engine)
+        with self.write_engine.begin() as conn:
+            cfg = _alembic_config(conn)
+            if found is None:
+                Base.metadata.create_all(conn)
+                command.stamp(cfg, REVISIONS[SCHEMA_VERSION])
+            else:
+                if not has_alembic:
+                    command.stamp(cfg, REVISIONS[found])
+                command.upgrade(cfg, "head")
+                Base.metadata.create_all(conn)  # tables added since (none yet); idempotent
         with self.write() as s, s.begin():
             row = s.get(Meta, "schema_version")
             if row is None:
                 s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
-            else:
+            elif row.value != str(SCHEMA_VERSION):
                 row.value = str(SCHEMA_VERSION)
-
-    def _migrate_1_to_2(self) -> None:
-        """Version 1 → 2: duplicate live requests of one key (possible on PostgreSQL before the constraint) are
-        marked failed except the earliest; stored certificates and request errors are reduced to their publishable
-        fields (version 1 stored ``removed_indices``); the unique index ``uq_live_request_key`` is created by
-        ``create_all`` afterwards."""
-        from sqlalchemy import select
-
-        with self.write() as s, s.begin():
-            seen: set[tuple[int, str]] = set()
-            for req in s.scalars(select(DeletionRequest).where(DeletionRequest.status != "failed")
-                                 .order_by(DeletionRequest.submitted_at, DeletionRequest.id)):
-                k = (req.dataset_id, req.key_digest)
-                if k in seen:
-                    req.status = "failed"
-                    req.error = "a duplicate of an earlier request for the same key (closed by the schema upgrade)"
-                    req.processed_at = utcnow()
-                    req.record_id = None
-                else:
-                    seen.add(k)
-                req.error = req.error  # re-run the scrubbing validator
-            for cert in s.scalars(select(CertificateRow)):
-                cleaned = public_certificate(cert.certificate)
-                if cleaned != cert.certificate:
-                    cert.certificate = cleaned
-        table: Any = DeletionRequest.__table__
-        for ix in table.indexes:
-            if ix.name == "uq_live_request_key":
-                ix.create(self.write_engine, checkfirst=True)
 
     def write(self) -> Session:
         """A session for one write transaction (use ``with store.write() as s, s.begin(): ...``)."""
@@ -391,6 +381,46 @@ class Store:
         """A fresh autocommit ``sqlite3`` connection (for VACUUM and checkpoints), with the store's pragmas."""
         raw = self.write_engine.raw_connection()
         return raw
+
+
+def _alembic_config(connection: Any) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).resolve().parent / "migrations"))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def migrate_1_to_2(connection: Any) -> None:
+    """Schema 1 → 2 (Alembic revision 0002): duplicate live requests of one key (possible on PostgreSQL before
+    the constraint) are marked failed except the earliest; stored certificates and request errors are reduced to
+    their publishable fields (version 1 stored ``removed_indices``); the unique index ``uq_live_request_key`` is
+    created."""
+    from sqlalchemy import select
+
+    with Session(connection) as s:
+        seen: set[tuple[int, str]] = set()
+        for req in s.scalars(select(DeletionRequest).where(DeletionRequest.status != "failed")
+                             .order_by(DeletionRequest.submitted_at, DeletionRequest.id)):
+            k = (req.dataset_id, req.key_digest)
+            if k in seen:
+                req.status = "failed"
+                req.error = "a duplicate of an earlier request for the same key (closed by the schema upgrade)"
+                req.processed_at = utcnow()
+                req.record_id = None
+            else:
+                seen.add(k)
+            req.error = req.error  # re-run the scrubbing validator
+        for cert in s.scalars(select(CertificateRow)):
+            cleaned = public_certificate(cert.certificate)
+            if cleaned != cert.certificate:
+                cert.certificate = cleaned
+        s.flush()
+    table: Any = DeletionRequest.__table__
+    for ix in table.indexes:
+        if ix.name == "uq_live_request_key":
+            ix.create(connection, checkfirst=True)
 
 
 def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,

@@ -1,4 +1,10 @@
-"""Reading a dataset to register: CSV, Parquet or ``.npz`` (no pickle) with a key column and a label column."""
+"""Reading a dataset to register: CSV, Parquet or ``.npz`` (no pickle) with a key column and a label column.
+
+CSV options: with or without a header line (without one, columns are named ``"0"``, ``"1"``, ... and ``--key``,
+``--label`` name them by position); categorical feature columns, one-hot encoded here (one column ``col=value`` per
+value seen, in sorted order); string labels (mapped to 0, 1, ... in sorted order, the classes kept with the
+dataset); any file name, with the format given explicitly (``file_format``) when the suffix does not say it.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +14,25 @@ from pathlib import Path
 import numpy as np
 
 SUFFIXES = (".csv", ".parquet", ".pq", ".npz")
+FORMATS = {"csv": ".csv", "parquet": ".parquet", "npz": ".npz"}
 MAX_KEY_LENGTH = 512
 
 
 @dataclass(frozen=True, eq=False)
 class Table:
-    """Keys (strings), features X (n, d) float64, labels y (n,) — float64, or str for text labels — and the feature
-    names."""
+    """Keys (strings), features X (n, d) float64, labels y (n,) float64 and the feature names; for string labels
+    the classes (y holds their positions), for one-hot encoded columns their categories."""
 
     keys: list[str]
     X: np.ndarray
     y: np.ndarray
     feature_names: list[str]
+    label_classes: list[str] | None = None
+    categories: dict[str, list[str]] | None = None
 
 
-def read_table(path: str | Path, *, key: str, label: str, features: list[str] | None = None) -> Table:
+def read_table(path: str | Path, *, key: str, label: str, features: list[str] | None = None, header: bool = True,
+               categorical: list[str] | None = None, file_format: str | None = None) -> Table:
     """Read ``path`` and validate it.
 
     Parameters
@@ -31,6 +41,9 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
     key, label : names of the key and label columns (for ``.npz``: names of 1-D arrays)
     features : feature columns (default: every other column). For ``.npz``: the names of 1-D arrays, or one name of
         a 2-D array (default ``"X"``).
+    header : CSV only: False if the first line is data; columns are then named ``"0"``, ``"1"``, ...
+    categorical : CSV/Parquet: feature columns to one-hot encode (``col=value`` columns, values in sorted order).
+    file_format : ``"csv"``, ``"parquet"`` or ``"npz"``; default from the suffix.
 
     Raises ``ValueError`` naming the rule and the offending value (duplicate or empty key, non-finite value, missing
     column, unsupported suffix); ``FileNotFoundError`` if the file does not exist.
@@ -38,13 +51,24 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Dataset file {str(path)!r} does not exist.")
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise ValueError(f"The dataset file must end in one of {SUFFIXES}. Found {path.name!r}.")
+    if file_format is not None:
+        if file_format not in FORMATS:
+            raise ValueError(f"file_format (--format) must be one of {sorted(FORMATS)}. Found {file_format!r}.")
+        suffix = FORMATS[file_format]
+    else:
+        suffix = path.suffix.lower()
+        if suffix not in SUFFIXES:
+            raise ValueError(f"The dataset file must end in one of {SUFFIXES}, or its format be given (--format "
+                             f"csv|parquet|npz). Found {path.name!r}.")
+    classes: list[str] | None = None
+    cats: dict[str, list[str]] | None = None
     if suffix == ".npz":
+        if categorical:
+            raise ValueError("categorical columns (--categorical) are for CSV and Parquet files. Found a .npz file.")
         keys_raw, X, y, names = _read_npz(path, key, label, features)
     else:
-        keys_raw, X, y, names = _read_frame(path, suffix, key, label, features)
+        keys_raw, X, y, names, classes, cats = _read_frame(path, suffix, key, label, features, header,
+                                                           list(categorical or []))
     keys = [_key_text(k) for k in keys_raw]
     _check_keys(keys, key)
     X = np.ascontiguousarray(X, dtype=np.float64)
@@ -61,7 +85,7 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
         if bad.size:
             row = int(bad[0][0])
             raise ValueError(f"{name} must be finite. Found a non-finite value in the row with key {keys[row]!r}.")
-    return Table(keys=keys, X=X, y=y, feature_names=names)
+    return Table(keys=keys, X=X, y=y, feature_names=names, label_classes=classes, categories=cats)
 
 
 def _labels(y: np.ndarray) -> np.ndarray:
@@ -99,29 +123,60 @@ def _check_keys(keys: list[str], column: str) -> None:
         seen.add(k)
 
 
-def _read_frame(path: Path, suffix: str, key: str, label: str,
-                features: list[str] | None) -> tuple[list[object], np.ndarray, np.ndarray, list[str]]:
+def _read_frame(path: Path, suffix: str, key: str, label: str, features: list[str] | None, header: bool,
+                categorical: list[str]) -> tuple[list[object], np.ndarray, np.ndarray, list[str], list[str] | None,
+                                                 dict[str, list[str]] | None]:
     import pandas as pd
 
     if suffix == ".csv":
-        df = pd.read_csv(path, dtype={key: str}, keep_default_na=False)
+        # keys and categorical columns as text; every other column parsed by pandas (exact float round trip)
+        text_cols = {c: str for c in (key, *categorical)}
+        if not header:
+            text_cols = {int(c): str for c in text_cols if c.isdigit()}  # type: ignore[misc]
+        df = pd.read_csv(path, dtype=text_cols, keep_default_na=False, header=0 if header else None)
     else:
         df = pd.read_parquet(path)
     cols = [str(c) for c in df.columns]
     df.columns = cols
-    for name in (key, label, *(features or [])):
+    for name in (key, label, *(features or []), *categorical):
         if name not in cols:
-            raise ValueError(f"Column {name!r} is not in {path.name}. Columns: {cols}.")
+            hint = "" if header or suffix != ".csv" else " (without a header, columns are named by position: 0, 1, ...)"
+            raise ValueError(f"Column {name!r} is not in {path.name}{hint}. Columns: {cols[:50]}.")
     if features is None:
         features = [c for c in cols if c not in (key, label)]
+    unknown = [c for c in categorical if c not in features]
+    if unknown:
+        raise ValueError(f"categorical columns must be feature columns. Found {unknown}.")
     if not features:
         raise ValueError(f"{path.name} has no feature columns besides {key!r} and {label!r}.")
+    blocks: list[np.ndarray] = []
+    names: list[str] = []
+    cats: dict[str, list[str]] = {}
+    for c in features:
+        if c in categorical:
+            values = df[c].astype(str).to_numpy()
+            levels = sorted(set(values.tolist()))
+            cats[c] = levels
+            blocks.append((values[:, None] == np.array(levels, dtype=object)[None, :]).astype(np.float64))
+            names += [f"{c}={v}" for v in levels]
+        else:
+            try:
+                col = df[c].to_numpy(dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"Feature column {c!r} must be numeric; declare it categorical (--categorical {c}) "
+                                 f"to one-hot encode it.") from None
+            blocks.append(col[:, None])
+            names.append(c)
+    X = np.hstack(blocks)
+    classes: list[str] | None = None
     try:
-        X = df[features].to_numpy(dtype=np.float64)
-        y = df[label].to_numpy()
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"Feature and label columns must be numeric: {exc}") from exc
-    return list(df[key].tolist()), X, y, list(features)
+        y = df[label].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        raw = df[label].astype(str).to_numpy()
+        classes = sorted(set(raw.tolist()))
+        index = {v: i for i, v in enumerate(classes)}
+        y = np.array([index[v] for v in raw], dtype=np.float64)
+    return list(df[key].tolist()), X, y, names, classes, (cats or None)
 
 
 def _read_npz(path: Path, key: str, label: str,
