@@ -113,7 +113,8 @@ class BusyError(CuratorError):
 class Settings:
     """Processing settings.
 
-    batch_size : at most this many requests of one dataset are removed as one batch (one new model version).
+    batch_size : at most this many requests of one dataset are removed as one batch (one new model version); the
+        budget may cap a batch lower (see ``budget_share``).
     max_delay : seconds a pending request may wait for others to fill a batch; 0 processes at once.
     poll_interval : seconds between the worker's looks at the queue.
     max_attempts : a batch the mechanism fails on this many times marks its requests ``failed``.
@@ -121,7 +122,7 @@ class Settings:
         budget left (:meth:`Curator._budget_cap`); 1 disables the cap.
     """
 
-    batch_size: int = 16
+    batch_size: int = 256
     max_delay: float = 0.0
     poll_interval: float = 0.5
     max_attempts: int = 3
