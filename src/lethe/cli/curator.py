@@ -38,8 +38,9 @@ def _common() -> argparse.ArgumentParser:
 def _processing() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("processing")
-    g.add_argument("--batch-size", type=int, default=int(os.environ.get("LETHE_BATCH_SIZE", "16")),
-                   help="requests removed together as one batch (default $LETHE_BATCH_SIZE or 16)")
+    g.add_argument("--batch-size", type=int, default=int(os.environ.get("LETHE_BATCH_SIZE", "256")),
+                   help="at most this many requests removed together as one batch; the budget may cap it lower "
+                        "(default $LETHE_BATCH_SIZE or 256)")
     g.add_argument("--max-delay", type=float, default=float(os.environ.get("LETHE_MAX_DELAY", "0")),
                    help="seconds a request may wait for its batch to fill (default $LETHE_MAX_DELAY or 0)")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between looks at the queue")
@@ -49,7 +50,7 @@ def _processing() -> argparse.ArgumentParser:
 def _curator(args: argparse.Namespace) -> Curator:
     from lethe.curator.service import Curator, Settings
 
-    settings = Settings(batch_size=getattr(args, "batch_size", 16), max_delay=getattr(args, "max_delay", 0.0),
+    settings = Settings(batch_size=getattr(args, "batch_size", 256), max_delay=getattr(args, "max_delay", 0.0),
                         poll_interval=getattr(args, "poll_interval", 0.5))
     return Curator(args.data_dir, database_url=args.database_url, settings=settings)
 

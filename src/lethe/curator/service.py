@@ -147,7 +147,8 @@ class ServiceFaultError(CuratorError):
 class Settings:
     """Processing settings.
 
-    batch_size : at most this many requests of one dataset are removed as one batch (one new model version).
+    batch_size : at most this many requests of one dataset are removed as one batch (one new model version); the
+        budget may cap a batch lower (see ``budget_share``).
     max_delay : seconds a pending request may wait for others to fill a batch; 0 processes at once.
     poll_interval : seconds between the worker's looks at the queue.
     max_attempts : a batch the mechanism fails on this many times marks its requests ``failed``.
@@ -155,7 +156,7 @@ class Settings:
         budget left (:meth:`Curator._budget_cap`); 1 disables the cap.
     """
 
-    batch_size: int = 16
+    batch_size: int = 256
     max_delay: float = 0.0
     poll_interval: float = 0.5
     max_attempts: int = 3
@@ -1136,9 +1137,10 @@ class Curator:
         self._budget_cap(dataset_id, len(request_ids), [item[4] for item in new])
         log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
                  ds_name, versions)
-        # 4. destroy superseded versions (their secret state), erase the records' values and purge the database
-        self._destroy_superseded()
-        self.purge(erase={dataset_id: rows} if rows is not None else {}, attempts=3)
+        # 4. destroy superseded versions (their secret state), erase the records' values and purge the database;
+        #    one transaction records all of it (each write waits its turn behind the submissions)
+        olds = self._destroy_superseded(record=False)
+        self.purge(erase={dataset_id: rows} if rows is not None else {}, attempts=3, destroyed=olds)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
 
@@ -1237,20 +1239,28 @@ class Curator:
                            error=error)
 
     # -- destruction, purge and recovery ----------------------------------------------------------------------------
-    def _destroy_superseded(self) -> int:
+    def _destroy_superseded(self, *, record: bool = True) -> list[tuple[int, int, str]]:
+        """Destroy the artifacts of superseded versions; with ``record``, mark them destroyed (one transaction).
+        Returns (version id, model id, artifact) of each."""
         with self.store.read() as s:
             olds = [(v.id, v.model_id, v.artifact) for v in
                     s.scalars(select(ModelVersion).where(ModelVersion.status == "superseded"))]
-        for vid, model_id, relpath in olds:
+        for vid, _model_id, relpath in olds:
             self.artifacts.destroy(relpath)
             self._public_cache.pop(vid, None)
+        if record and olds:
             with self.store.write() as s, s.begin():
-                v = s.get(ModelVersion, vid)
-                if v is not None and v.status == "superseded":
-                    v.status = "destroyed"
-                    v.destroyed_at = utcnow()
-                    add_event(s, "version_destroyed", {"artifact": relpath}, model_id=model_id, version_id=vid)
-        return len(olds)
+                self._mark_destroyed(s, olds)
+        return olds
+
+    @staticmethod
+    def _mark_destroyed(s: Any, olds: list[tuple[int, int, str]]) -> None:
+        for vid, model_id, relpath in olds:
+            v = s.get(ModelVersion, vid)
+            if v is not None and v.status == "superseded":
+                v.status = "destroyed"
+                v.destroyed_at = utcnow()
+                add_event(s, "version_destroyed", {"artifact": relpath}, model_id=model_id, version_id=vid)
 
     def _last_event_ids(self, *kinds: str) -> list[int | None]:
         with self.store.read() as s:
@@ -1281,7 +1291,8 @@ class Curator:
                 erased += self.matrices.erase_rows(plane, np.flatnonzero(~active))
         return erased
 
-    def purge(self, attempts: int = 20, *, erase: dict[int, np.ndarray | None] | None = None) -> bool:
+    def purge(self, attempts: int = 20, *, erase: dict[int, np.ndarray | None] | None = None,
+              destroyed: list[tuple[int, int, str]] | None = None) -> bool:
         """Make deleted records unrecoverable from the files under the data directory.
 
         1. Data plane: the removed rows are overwritten with zeros in place and fsynced
@@ -1293,6 +1304,8 @@ class Curator:
            the database. PostgreSQL: ``VACUUM FULL`` of the records table (old WAL segments are the server's; see the
            operating guide). Returns False (purge stays pending, retried later) if readers kept the WAL busy; the
            erasure of step 1 is recorded either way.
+
+        ``destroyed``: superseded versions whose artifacts were destroyed, marked so in the same transaction.
         """
         if erase is None:
             self._erase_all_removed()
@@ -1319,10 +1332,13 @@ class Curator:
             with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
                 c.exec_driver_sql("VACUUM FULL records")
             done = True
-        if done or erase != {}:
+        if done or erase != {} or destroyed:
             with self.store.write() as s, s.begin():
-                add_event(s, "purge" if done else "erased",
-                          {"database": "sqlite" if self.store.is_sqlite else "other"})
+                if destroyed:
+                    self._mark_destroyed(s, destroyed)
+                if done or erase != {}:
+                    add_event(s, "purge" if done else "erased",
+                              {"database": "sqlite" if self.store.is_sqlite else "other"})
         if done and self.store.is_sqlite:  # the event just written sits in the WAL; it holds no deleted data
             raw = self.store.raw_sqlite()
             try:
@@ -1349,7 +1365,7 @@ class Curator:
         orphans += [p for p in self.matrices.all_files() if p not in planes]
         for p in orphans:
             destroy_file(self.data_dir / p)
-        destroyed = self._destroy_superseded()
+        destroyed = len(self._destroy_superseded())
         purged = 0
         if self.purge_pending():
             purged = int(self.purge(attempts=3, erase=None if self._erase_pending() else {}))
