@@ -219,7 +219,7 @@ def _insert_requests(cur: Curator, n: int, seed: int = 0) -> list[tuple[_dt.date
         for i in range(n):
             at = t0 + _dt.timedelta(seconds=int(rng.integers(0, 40)))  # many ties on the timestamp
             rid = str(uuid.UUID(int=int(rng.integers(0, 2**62)) * 7 + i))
-            s.add(DeletionRequest(id=rid, requester=("alice", "bob")[i % 2], dataset_id=1, key_digest="0" * 64,
+            s.add(DeletionRequest(id=rid, requester=("alice", "bob")[i % 2], dataset_id=1, key_digest=f"{i:064x}",
                                   status=("done", "pending", "failed")[i % 3], attempts=0, submitted_at=at))
             rows.append((at, rid))
     return rows
