@@ -186,7 +186,11 @@ def test_certificate_in_words_never_identifies_the_record(cur: Curator, setup: S
         cur.process_pending(force=True)
         page = cl.get(loc).text
         assert "done" in page and "ε = 1" in page and "δ = 0.0001" in page and "Guo et al. 2020" in page
-        assert "Retraining" in page and "removal budget" in page and "remains" in page
+        assert "Retraining" in page and "shown to the operator only" in page
+        # the requester sees nothing that depends on the other records of the batch
+        for hidden in ("remains", "records removed in this batch", "accumulated gradient residual",
+                       "gradient residual added", "budget left", "other record(s)"):
+            assert hidden not in page, hidden
         dl = cl.get(loc + "/certificate.html")
         assert dl.status_code == 200 and dl.headers["content-disposition"].startswith("attachment;")
         assert "unsafe-inline" not in dl.headers["content-security-policy"]
@@ -195,6 +199,15 @@ def test_certificate_in_words_never_identifies_the_record(cur: Curator, setup: S
             assert key not in html
             assert "Certificate" in html
         assert "Certificate of deletion" in dl.text and loc.rsplit("/", 1)[1] in dl.text
+        assert "remains" not in dl.text and "records removed in this batch" not in dl.text
+    # the operator sees the batch's figures on the page, and sends the data subject the requester's view
+    with client(cur) as admin:
+        sign_in(admin, setup.admin)
+        page = admin.get(loc).text
+        assert "removal budget" in page and "remains" in page and "records removed in this batch" in page
+        assert "removed_indices" not in page and key not in page
+        dl = admin.get(loc + "/certificate.html").text
+        assert "remains" not in dl and "records removed in this batch" not in dl
 
 
 def test_public_model_download_has_no_secret(cur: Curator, setup: Setup) -> None:
@@ -381,8 +394,13 @@ def test_explain_shows_only_public_fields() -> None:
             "epsilon": 1.0, "delta": 1e-4, "step_bound": 0.01, "residual_bound": 0.02, "budget": 0.2,
             "budget_left": 0.18, "retrained": False, "n_removed": 3, "removed_indices": [17, 4242, 99],
             "edits": [{"replacements": [{"index": 4242, "x": [0.5], "label": 1.0}]}], "key": "user-0042"}
-    ex = explain({"id": "c1", "kind": "removal", "model": "clf", "old_version": 3, "new_version": 4,
-                  "certificate": cert})
+    view = {"id": "c1", "kind": "removal", "model": "clf", "old_version": 3, "new_version": 4, "certificate": cert}
+    mine = explain(view)  # a requester's view: nothing of the batch
+    text = " ".join([mine.headline, *(a + " " + b for a, b in mine.sentences), *(a + " " + b for a, b in mine.details)])
+    for hidden in ("5.0 %", "90.0 %", "other record(s)", "0.02", "0.18", "records removed in this batch"):
+        assert hidden not in text, hidden
+    assert "ε = 1" in text and "shown to the operator only" in text
+    ex = explain(view, operator=True)
     text = " ".join([ex.headline, *(a + " " + b for a, b in ex.sentences), *(a + " " + b for a, b in ex.details)])
     for leak in ("4242", "17", "99", "removed_indices", "replacements", "user-0042"):
         assert leak not in text, leak
