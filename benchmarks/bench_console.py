@@ -61,7 +61,7 @@ def generate(data_dir: Path, n: int, seed: int = 0) -> tuple[Curator, dict[str, 
             rid = str(uuid.UUID(int=int(rng.integers(0, 2**63)) << 64 | i))
             at = (now + _dt.timedelta(seconds=int(secs[i]))).strftime("%Y-%m-%d %H:%M:%S.%f")  # SQLAlchemy's format
             client = f"ref-{i}" if i % 2 == 0 else None
-            reqs.append((rid, f"requester-{who[i]:03d}", client, int(ds[i]), None, "0" * 64, str(st[i]), 1, None,
+            reqs.append((rid, f"requester-{who[i]:03d}", client, int(ds[i]), None, f"{i:064x}", str(st[i]), 1, None,
                          at, at if st[i] != "pending" else None))
             if st[i] == "done":
                 certs.append((str(uuid.uuid4()), "removal", rid, 1, 1, 1, None, "certified-removal", "{}",

@@ -74,7 +74,8 @@ def test_submit_follow_download_sign_out(context: Any, live: Live, tmp_path: Pat
     page.wait_for_selector("#request-status:text('done')", timeout=60_000)
     text = page.inner_text("main")
     assert "Certificate" in text and "no longer contains the record" in text
-    assert "ε = 1" in text and "Guo et al. 2020" in text and "Retraining" in text and "remains" in text
+    assert "ε = 1" in text and "Guo et al. 2020" in text and "Retraining" in text
+    assert "shown to the operator only" in text and "remains" not in text  # nothing of the batch to a requester
     assert key not in page.content() and "removed_indices" not in page.content()
     with page.expect_download() as dl_info:
         page.get_by_role("link", name="Download the certificate (HTML)").click()

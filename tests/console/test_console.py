@@ -19,6 +19,7 @@ from lethe.curator import Curator, Settings
 from lethe.curator.api import create_app
 from lethe.curator.console import health
 from lethe.curator.console import queries as Q
+from lethe.curator.console.certificate import explain
 from lethe.curator.console.plots import chart
 from lethe.curator.store import DeletionRequest, LedgerEvent
 
@@ -185,17 +186,28 @@ def test_certificate_in_words_never_identifies_the_record(cur: Curator, setup: S
         cur.process_pending(force=True)
         page = cl.get(loc).text
         assert "done" in page and "ε = 1" in page and "δ = 0.0001" in page and "Guo et al. 2020" in page
-        assert "Retraining" in page and "removal budget" in page and "remains" in page
-        raw = cur.request_certificates(loc.rsplit("/", 1)[1])[0]["certificate"]
-        assert "removed_indices" in raw  # the mechanism's certificate carries row positions (issue 13) ...
+        assert "Retraining" in page and "shown to the operator only" in page
+        # the requester sees nothing that depends on the other records of the batch
+        for hidden in ("remains", "records removed in this batch", "accumulated gradient residual",
+                       "gradient residual added", "budget left", "other record(s)"):
+            assert hidden not in page, hidden
         dl = cl.get(loc + "/certificate.html")
         assert dl.status_code == 200 and dl.headers["content-disposition"].startswith("attachment;")
         assert "unsafe-inline" not in dl.headers["content-security-policy"]
-        for html in (page, dl.text):  # ... the console shows none of them, nor the key
+        for html in (page, dl.text):  # no row position, no key
             assert "removed_indices" not in html and "removed indices" not in html
             assert key not in html
             assert "Certificate" in html
         assert "Certificate of deletion" in dl.text and loc.rsplit("/", 1)[1] in dl.text
+        assert "remains" not in dl.text and "records removed in this batch" not in dl.text
+    # the operator sees the batch's figures on the page, and sends the data subject the requester's view
+    with client(cur) as admin:
+        sign_in(admin, setup.admin)
+        page = admin.get(loc).text
+        assert "removal budget" in page and "remains" in page and "records removed in this batch" in page
+        assert "removed_indices" not in page and key not in page
+        dl = admin.get(loc + "/certificate.html").text
+        assert "remains" not in dl and "records removed in this batch" not in dl
 
 
 def test_public_model_download_has_no_secret(cur: Curator, setup: Setup) -> None:
@@ -220,7 +232,7 @@ def _insert_requests(cur: Curator, n: int, seed: int = 0) -> list[tuple[_dt.date
         for i in range(n):
             at = t0 + _dt.timedelta(seconds=int(rng.integers(0, 40)))  # many ties on the timestamp
             rid = str(uuid.UUID(int=int(rng.integers(0, 2**62)) * 7 + i))
-            s.add(DeletionRequest(id=rid, requester=("alice", "bob")[i % 2], dataset_id=1, key_digest="0" * 64,
+            s.add(DeletionRequest(id=rid, requester=("alice", "bob")[i % 2], dataset_id=1, key_digest=f"{i:064x}",
                                   status=("done", "pending", "failed")[i % 3], attempts=0, submitted_at=at))
             rows.append((at, rid))
     return rows
@@ -342,7 +354,7 @@ def test_health_reports_a_corrupt_artifact(cur: Curator, setup: Setup) -> None:
     path = cur.artifacts.resolve(rel)
     path.write_bytes(path.read_bytes()[:-8] + b"\0" * 8)
     titles = [f.title for f in health.check(cur).faults]
-    assert any("does not match its recorded checksum" in t for t in titles)
+    assert any("version 1" in t and "checksum" in t for t in titles), titles
     with client(cur) as cl:
         sign_in(cl, setup.admin)
         page = cl.get("/console/health").text
@@ -374,3 +386,23 @@ def test_chart_points_lie_inside_the_plot() -> None:
     assert all(plots.TOP - 1e-9 <= cy <= plots.H - plots.BOTTOM + 1e-9 for cy in cys), cys
     labels = re.findall(r'text-anchor="end"[^>]*>([^<]+)</text>', svg)
     assert float(labels[0].split()[0]) <= min(ys) and float(labels[-1].split()[0]) >= 100.0
+
+
+def test_explain_shows_only_public_fields() -> None:
+    """Whatever a stored certificate holds, only the allow-listed fields reach a page."""
+    cert = {"operation": "remove", "guarantee": "(epsilon, delta)-certified removal (Guo et al. 2020, Def. 1)",
+            "epsilon": 1.0, "delta": 1e-4, "step_bound": 0.01, "residual_bound": 0.02, "budget": 0.2,
+            "budget_left": 0.18, "retrained": False, "n_removed": 3, "removed_indices": [17, 4242, 99],
+            "edits": [{"replacements": [{"index": 4242, "x": [0.5], "label": 1.0}]}], "key": "user-0042"}
+    view = {"id": "c1", "kind": "removal", "model": "clf", "old_version": 3, "new_version": 4, "certificate": cert}
+    mine = explain(view)  # a requester's view: nothing of the batch
+    text = " ".join([mine.headline, *(a + " " + b for a, b in mine.sentences), *(a + " " + b for a, b in mine.details)])
+    for hidden in ("5.0 %", "90.0 %", "other record(s)", "0.02", "0.18", "records removed in this batch"):
+        assert hidden not in text, hidden
+    assert "ε = 1" in text and "shown to the operator only" in text
+    ex = explain(view, operator=True)
+    text = " ".join([ex.headline, *(a + " " + b for a, b in ex.sentences), *(a + " " + b for a, b in ex.details)])
+    for leak in ("4242", "17", "99", "removed_indices", "replacements", "user-0042"):
+        assert leak not in text, leak
+    assert "ε = 1" in text and "5.0 %" in text and "10.0 %" in text and "90.0 %" in text
+    assert "2 other record(s)" in ex.headline and ex.retrained is False

@@ -38,6 +38,15 @@ PUBLIC_FIELDS: tuple[tuple[str, str], ...] = (
 )
 _PUBLIC = {k for k, _ in PUBLIC_FIELDS}
 
+#: What a requester (and the downloadable certificate sent to the data subject) shows: nothing that depends on the
+#: other records of the batch or on any record's values — the guarantee, its parameters and whether the model was
+#: retrained; not the batch's size, residuals, budget used or left (the rule of issue 13,
+#: ``lethe.curator.public.REQUESTER_CERTIFICATE_FIELDS``).
+REQUESTER_FIELDS: frozenset[str] = frozenset({
+    "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "epsilon", "delta",
+    "budget", "q", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
+})
+
 
 def num(x: Any, digits: int = 3) -> str:
     """A number for people: ``1``, ``0.0001``, ``2.5e-07``; booleans as yes/no; None as an em dash."""
@@ -84,9 +93,14 @@ class Explained:
     retrained: bool | None = None
 
 
-def explain(cert_view: dict[str, Any]) -> Explained:
-    """Explain one certificate view from :func:`lethe.curator.console.queries.certificates_of`."""
-    c = cert_view.get("certificate") or {}
+def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
+    """Explain one certificate view from :func:`lethe.curator.console.queries.certificates_of`.
+
+    ``operator=False`` (a requester, or the certificate sent to the data subject) keeps only
+    :data:`REQUESTER_FIELDS`: no batch size, residual or budget figure.
+    """
+    raw = cert_view.get("certificate") or {}
+    c = {k: v for k, v in raw.items() if operator or k in REQUESTER_FIELDS}
     model = cert_view.get("model")
     kind = cert_view.get("kind")
     details = [(label, num(c[k])) for k, label in PUBLIC_FIELDS if k in c]
@@ -123,7 +137,10 @@ def explain(cert_view: dict[str, Any]) -> Explained:
         ex.sentences.append(("Proof", f"{theorem}."))
     budget = c.get("budget")
     retrained = c.get("retrained")
-    if budget is not None and c.get("step_bound") is not None:
+    if not operator and kind == "removal":
+        ex.sentences.append(("Budget", "The share of the model's removal budget that a removal uses depends on "
+                                       "the other records removed with it, so it is shown to the operator only."))
+    elif budget is not None and c.get("step_bound") is not None:
         used_now = percent(c.get("step_bound"), budget)
         used_total = percent(c.get("residual_bound"), budget)
         left = percent(c.get("budget_left"), budget)
@@ -140,9 +157,9 @@ def explain(cert_view: dict[str, Any]) -> Explained:
         ex.sentences.append(("Retraining", "Yes. The budget would have been exceeded, so the model was trained "
                                            "again from scratch on the remaining records, with fresh secret noise."))
     elif retrained is False:
-        ex.sentences.append(("Retraining", "No. The model was updated in place (a certified Newton step); the "
-                                           "budget left covers further removals."))
+        ex.sentences.append(("Retraining", "No. The model was updated in place (a certified Newton step) within "
+                                           "its removal budget."))
     return ex
 
 
-__all__ = ["PUBLIC_FIELDS", "Explained", "explain", "num", "percent"]
+__all__ = ["PUBLIC_FIELDS", "REQUESTER_FIELDS", "Explained", "explain", "num", "percent"]

@@ -4,7 +4,6 @@ and the held-out evaluation of published model versions."""
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -56,14 +55,6 @@ def lock_state(curator: Curator) -> str:
         os.close(fd)
 
 
-def _sha256(path: Any) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check(curator: Curator) -> Health:
     now = utcnow()
     settings = curator.settings
@@ -88,16 +79,17 @@ def check(curator: Curator) -> Health:
                failed=[{"id": r.id, "requester": r.requester, "error": r.error, "attempts": r.attempts,
                         "processed_at": iso(r.processed_at)} for r in failed_rows])
     for v in published:
+        # the artifact store's own check (checksum, and wherever the store authenticates artifacts, that too)
+        problem = None
         try:
-            path = curator.artifacts.resolve(v["artifact"])
-            problem = None if path.is_file() else "is missing"
-            if problem is None and _sha256(path) != v["sha256"]:
-                problem = "does not match its recorded checksum"
-        except (ArtifactError, OSError) as exc:
-            problem = f"cannot be read ({type(exc).__name__})"
+            curator.artifacts.load(v["artifact"], v["sha256"])
+        except ArtifactError as exc:
+            problem = str(exc)
+        except (OSError, ValueError) as exc:
+            problem = f"Artifact {v['artifact']} cannot be read ({type(exc).__name__})."
         if problem:
             h.faults.append(Fault(
-                f"Model “{names.get(v['model_id'], v['model_id'])}” version {v['number']}: its artifact {problem}",
+                f"Model “{names.get(v['model_id'], v['model_id'])}” version {v['number']}: {problem}",
                 "Every deletion for this model's dataset will fail until the model is repaired; "
                 "no certificate can be issued from a corrupt file.",
                 "Retrain the model from the current data (see docs/curator.md, operating guide)."))

@@ -245,18 +245,20 @@ def console_router(curator: Curator) -> APIRouter:
             if req is None or not (sess.principal.is_admin or req["requester"] == sess.principal.name):
                 raise _Stop(error(request, 404, f"Unknown request {rid[:64]!r}.", sess))
             certs = Q.certificates_of(s, rid)
-        return req, [explain(c) for c in certs]
+        return req, certs
 
     @get("/requests/{rid}")
     def request_get(request: Request, rid: str) -> Response:
         sess = session(request)
         req, certs = load_request(request, sess, rid)
-        return render(request, "request.html", sess=sess, req=req, certs=certs, title=f"Request {rid[:8]}")
+        shown = [explain(c, operator=sess.principal.is_admin) for c in certs]
+        return render(request, "request.html", sess=sess, req=req, certs=shown, title=f"Request {rid[:8]}")
 
     @get("/requests/{rid}/certificate.html")
     def certificate_download(request: Request, rid: str) -> Response:
         sess = session(request)
-        req, certs = load_request(request, sess, rid)
+        req, raw = load_request(request, sess, rid)
+        certs = [explain(c, operator=False) for c in raw]  # for the data subject: the requester's view
         if req["status"] != "done" or not certs:
             return error(request, 404, "This request has no certificate yet.", sess)
         css = (STATIC_DIR / "certificate.css").read_text()
