@@ -68,7 +68,7 @@ def test_recovery_runs_before_serving(tmp_path: Path, data: Data, monkeypatch: p
     c.train("people", "clf", params=PARAMS, random_state=0)
     c.submit_deletion("people", "user-0001")
     # a crash right after the publish commit: nothing after it ran (no destruction, no purge)
-    monkeypatch.setattr(Curator, "_destroy_superseded", lambda self: 0)
+    monkeypatch.setattr(Curator, "_destroy_superseded", lambda self, **kwargs: [])
     monkeypatch.setattr(Curator, "purge", lambda self, attempts=20, **kwargs: False)
     c.process_pending(force=True)
     monkeypatch.undo()

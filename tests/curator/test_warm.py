@@ -97,8 +97,8 @@ def test_one_vs_all_with_text_labels(tmp_path: Path) -> None:
     certs = _forget(c, ["u3", "u77"])
     ce = est.remove([3, 77])
     assert certs[0]["residual_bound"] == pytest.approx(ce.residual_bound, rel=1e-12)
-    assert len(certs[0]["per_class"]) == 3 and "removed_indices" not in certs[0]
-    assert all("removed_indices" not in pc for pc in certs[0]["per_class"] if pc is not None)
+    # per-class bounds are withheld by the publication allow-list (lethe.curator.public); no row positions either
+    assert "per_class" not in certs[0] and "removed_indices" not in certs[0]
     budget = c.budget("clf")
     assert budget["binary_models"] == 3 and budget["residual_bound"] == pytest.approx(ce.residual_bound)
     c.close()

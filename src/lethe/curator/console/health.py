@@ -189,10 +189,10 @@ def record_checkpoint(curator: Curator) -> dict[str, Any]:
 
 # -- held-out accuracy ------------------------------------------------------------------------------------------------
 _cache_lock = threading.Lock()
-_holdout_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+_holdout_cache: dict[tuple[int, int], tuple[np.ndarray, Any]] = {}
 
 
-def _holdout_arrays(s: Any, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+def _holdout_arrays(curator: Curator, s: Any, name: str) -> tuple[np.ndarray, Any] | None:
     ds = s.scalar(select(Dataset).where(Dataset.name == name))
     if ds is None:
         return None
@@ -202,10 +202,8 @@ def _holdout_arrays(s: Any, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         hit = _holdout_cache.get(key)
     if hit is not None:
         return hit
-    rows = s.execute(select(Record.features, Record.label).where(Record.dataset_id == ds.id)
-                     .order_by(Record.id)).all()
-    X = np.frombuffer(b"".join(r[0] for r in rows), dtype="<f8").reshape(len(rows), ds.n_features).astype(np.float64)
-    y = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    _ids, X, y = curator._current_data(s, ds.id, ds.n_features)  # the data plane (or the records table)
+    X = np.array(X, dtype=np.float64)
     with _cache_lock:
         _holdout_cache.clear()
         _holdout_cache[key] = (X, y)
@@ -237,7 +235,7 @@ def _evaluate_holdout(curator: Curator) -> int:
             v = s.get(ModelVersion, m.current_version_id)
             if v is None or v.number in Q.holdout_accuracies(s, m_id):
                 continue
-            data = _holdout_arrays(s, ds_name)
+            data = _holdout_arrays(curator, s, ds_name)
             if data is None:
                 continue
             todo.append((m, v.id, v.number, v.artifact, v.sha256, ds_name, data))
