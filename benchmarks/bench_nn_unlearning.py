@@ -97,7 +97,7 @@ def part_cnn(args: argparse.Namespace) -> None:
           f"(per-sample clipping), lr = {s.lr}, T = {s.steps} noisy steps, sigma = {s.sigma:.4f} per coordinate "
           f"(noise norm per step ~ {s.sigma * math.sqrt(d):.1f}), certified eps = {s.epsilon_certified:.6f}; "
           f"then projection onto ||theta|| <= {args.post_radius} and {post_steps} plain SGD steps (lr "
-          f"{args.post_lr}) = {(s.steps + post_steps) * b} per-example gradients "
+          f"{args.post_lr}, momentum {args.post_momentum}) = {(s.steps + post_steps) * b} per-example gradients "
           f"(budget {args.budget} x retraining)")
     model = copy.deepcopy(original)
     alive = np.arange(args.n_train)
@@ -120,7 +120,8 @@ def part_cnn(args: argparse.Namespace) -> None:
             noisy_acc = f"  (noisy phase alone: {_acc(probe, Xt, yt):.4f})"
         t = time.perf_counter()
         cert = unlearn(model, Xr, yr, schedule=s, batch_size=b, post_steps=post_steps, post_lr=args.post_lr,
-                       post_radius=args.post_radius, n_removed=args.per_request, random_state=rng)
+                       post_radius=args.post_radius, post_momentum=args.post_momentum, n_removed=args.per_request,
+                       random_state=rng)
         t_u.append(time.perf_counter() - t)
         acc_u.append(_acc(model, Xt, yt))
         line = f"request {k:3d}: n = {alive.size}, unlearned acc {acc_u[-1]:.4f} ({t_u[-1]:.2f} s){noisy_acc}"
@@ -223,6 +224,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--post-radius", type=float, default=10.0)
     p.add_argument("--post-lr", type=float, default=0.05)
+    p.add_argument("--post-momentum", type=float, default=0.0)
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="5 requests, 2000 training images")
