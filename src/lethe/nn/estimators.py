@@ -50,8 +50,8 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, module: dict[str, Any] | None = None, *, epsilon: float = 1.0, delta: float = 1e-5,
                  model_radius: float = 5.0, grad_clip: float = 1.0, lr: float = 0.05, weight_decay: float = 0.0,
                  unlearn_steps: int | None = None, batch_size: int = 64, clipping: str = "per_sample",
-                 train_epochs: int = 5, train_lr: float = 0.1, post_steps: int = 0, post_lr: float | None = None,
-                 post_radius: float | None = None, random_state: RandomState = None) -> None:
+                 train_epochs: int = 5, train_lr: float = 0.1, post_steps: int = 100, post_lr: float | None = None,
+                 post_radius: float | None = 5.0, random_state: RandomState = None) -> None:
         self.module = module
         self.epsilon = epsilon
         self.delta = delta
