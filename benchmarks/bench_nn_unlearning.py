@@ -21,8 +21,12 @@ deletion request of 10 records under Thm 5.1 (best Rényi order q; (q, ε_dd) co
 Prop. 12) and under our PNSGD bound (:mod:`lethe.noisygd.noisy_sgd`) for batch sizes n, 1024 and 128 are printed side
 by side with the test accuracy of a model learned and then unlearned under each.
 
+Part C (``--part anchors``) runs Chien et al.'s own code (from a local git mirror) on the same MNIST 3 vs 8 arrays
+beside ours, and says why Koloskova et al.'s code is not run.
+
 Figures are printed; nothing is asserted. Run:
-``OMP_NUM_THREADS=1 python benchmarks/bench_nn_unlearning.py [--part cnn|convex|all] [--requests 100] [--quick]``.
+``OMP_NUM_THREADS=1 python benchmarks/bench_nn_unlearning.py [--part cnn|convex|anchors|all] [--requests 100]
+[--quick]``.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ def part_cnn(args: argparse.Namespace) -> None:
           f"(per-sample clipping), lr = {s.lr}, T = {s.steps} noisy steps, sigma = {s.sigma:.4f} per coordinate "
           f"(noise norm per step ~ {s.sigma * math.sqrt(d):.1f}), certified eps = {s.epsilon_certified:.6f}; "
           f"then projection onto ||theta|| <= {args.post_radius} and {post_steps} plain SGD steps (lr "
-          f"{args.post_lr}) = {(s.steps + post_steps) * b} per-example gradients "
+          f"{args.post_lr}, momentum {args.post_momentum}) = {(s.steps + post_steps) * b} per-example gradients "
           f"(budget {args.budget} x retraining)")
     model = copy.deepcopy(original)
     alive = np.arange(args.n_train)
@@ -120,7 +124,8 @@ def part_cnn(args: argparse.Namespace) -> None:
             noisy_acc = f"  (noisy phase alone: {_acc(probe, Xt, yt):.4f})"
         t = time.perf_counter()
         cert = unlearn(model, Xr, yr, schedule=s, batch_size=b, post_steps=post_steps, post_lr=args.post_lr,
-                       post_radius=args.post_radius, n_removed=args.per_request, random_state=rng)
+                       post_radius=args.post_radius, post_momentum=args.post_momentum, n_removed=args.per_request,
+                       random_state=rng)
         t_u.append(time.perf_counter() - t)
         acc_u.append(_acc(model, Xt, yt))
         line = f"request {k:3d}: n = {alive.size}, unlearned acc {acc_u[-1]:.4f} ({t_u[-1]:.2f} s){noisy_acc}"
@@ -207,9 +212,92 @@ def part_convex(args: argparse.Namespace) -> None:
         print(f"{name:62s} {steps:14d} {evals:12d} {acc:9.4f}")
 
 
+def part_anchor_chien(args: argparse.Namespace) -> None:
+    """Run Chien et al.'s own PNSGD code (``Graph-COM/SGD_unlearning``: ``main_sgd.Runner`` and ``sgd.py``, taken from a
+    local git mirror, never vendored) on our MNIST 3 vs 8 arrays, beside ours with the same hyper-parameters.
+
+    Their ``utils.py`` (torchvision/HF datasets/nltk/transformers loaders) is replaced by a stub that hands over our
+    arrays; their δ is fixed by the script to 1/n, so both sides use (ε, δ) = (1, 1/n) here.
+    """
+    import subprocess
+    import sys
+    import tempfile
+    import types
+    from pathlib import Path
+
+    from scipy.optimize import minimize_scalar
+
+    from lethe.noisygd.noisy_sgd import pnsgd_learning_shift, pnsgd_unlearning_epochs, pnsgd_unlearning_epsilon
+
+    git_dir = Path(args.chien_git_dir)
+    if not git_dir.exists():
+        print(f"Chien et al.'s code not run: no git mirror at {git_dir} (pass --chien-git-dir).")
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="chien-"))
+    for name in ("main_sgd.py", "sgd.py"):
+        (tmp / name).write_bytes(subprocess.run(["git", "--git-dir", str(git_dir), "show", f"HEAD:{name}"],
+                                                check=True, capture_output=True).stdout)
+    Xtr, ytr, Xte, yte = load_mnist_binary()
+    stub = types.ModuleType("utils")
+    stub.load_features = lambda _a: (torch.tensor(Xtr, dtype=torch.float32), torch.tensor(Xte, dtype=torch.float32),
+                                     torch.tensor(ytr, dtype=torch.float32), None,
+                                     torch.tensor(yte, dtype=torch.float32))
+    stub.create_nested_folder = lambda _p: None
+    sys.modules["utils"] = stub
+    sys.path.insert(0, str(tmp))
+    import main_sgd  # their module
+
+    ns = argparse.Namespace(dataset="MNIST", lam=1e-6, M=1.0, projection=100.0, batch_size=128, gpu=0, sigma=0.03,
+                            burn_in=args.anchor_epochs, data_dir=".", extractor="raw_feature")
+    r = main_sgd.Runner(ns)
+    r.get_metadata()
+    n, b, sigma = r.n, ns.batch_size, ns.sigma
+    k_theirs, _ = r.compute_k_loose(sigma, 1.0, b)
+    c, step_noise = 1 - r.eta * r.m, math.sqrt(2 * r.eta * sigma**2)
+    zb = pnsgd_learning_shift(eta=r.eta, lipschitz=1.0, batch_size=b, n=n, c=c)
+    k_ours = pnsgd_unlearning_epochs(1.0, 1.0 / n, distance=zb, c=c, sigma=step_noise, steps_per_epoch=n // b)
+    e_theirs = minimize_scalar(lambda a: r.epsilon_alpha_loose(sigma, a, 1, b) + np.log(n) / (a - 1), bounds=(2, 1e5),
+                               method="bounded").fun
+    e_ours = pnsgd_unlearning_epsilon(distance=zb, c=c, sigma=step_noise, steps=n // b, delta=1.0 / n)
+    print(f"Chien et al.'s code, MNIST 3 vs 8 (their first n = {n} rows), b = {b}, lambda*n = {r.m:.4g}, eta = "
+          f"{r.eta:.4f}, step noise {step_noise:.4f}, projection {ns.projection}, (eps, delta) = (1, 1/n): epochs per "
+          f"removal: theirs {k_theirs}, ours {k_ours}; eps after one epoch: theirs {e_theirs:.4g}, ours {e_ours:.4g}")
+    trials = 2
+    t = time.perf_counter()
+    acc_learn, _, w_list = r.get_mean_performance(r.X_train, r.y_train, args.anchor_epochs, sigma, None,
+                                                  ns.projection, b, r.batch_idx, return_w=True, num_trial=trials)
+    t_learn = (time.perf_counter() - t) / trials
+    X_rem, y_rem = r.get_removed_data(1)
+    t = time.perf_counter()
+    acc_unl, _ = r.get_mean_performance(X_rem, y_rem, k_theirs, sigma, w_list, ns.projection, b, r.batch_idx,
+                                        num_trial=trials)
+    t_unl = (time.perf_counter() - t) / trials
+    X = r.X_train.numpy().astype(np.float64)
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True)) * (1 + 1e-12)
+    y = r.y_train.numpy().astype(np.float64)
+    accs, t = [], time.perf_counter()
+    for trial in range(trials):
+        th = pnsgd_logistic(X, y, np.zeros(X.shape[1]), epochs=args.anchor_epochs, eta=r.eta, lam=r.m,
+                            sigma=step_noise, batch_size=b, radius=ns.projection, random_state=trial)
+        X2, y2 = X.copy(), y.copy()
+        X2[-1], y2[-1] = 0.0, 0.0
+        th = pnsgd_logistic(X2, y2, th, epochs=k_ours, eta=r.eta, lam=r.m, sigma=step_noise, batch_size=b,
+                            radius=ns.projection, random_state=100 + trial)
+        accs.append(float(np.mean(np.sign(Xte @ th) == yte)))
+    print(f"  their code: learning {args.anchor_epochs} epochs, test acc {np.mean([float(a) for a in acc_learn]):.4f} "
+          f"({t_learn:.1f} s/run); after unlearning {k_theirs} epoch(s): {np.mean([float(a) for a in acc_unl]):.4f} "
+          f"({t_unl:.1f} s/run), mean of {trials} runs")
+    print(f"  ours      : learning {args.anchor_epochs} epochs + unlearning {k_ours} epoch(s): test acc "
+          f"{np.mean(accs):.4f} ({(time.perf_counter() - t) / trials:.1f} s/run), mean of {trials} runs")
+    print("Koloskova et al.'s code was not run: it needs jax, flax, optax and wandb (none installed here; its trainer "
+          "logs every step to wandb) and loads pretrained checkpoints from its own training runs.")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=["cnn", "convex", "all"], default="all")
+    p.add_argument("--part", choices=["cnn", "convex", "anchors", "all"], default="all")
+    p.add_argument("--chien-git-dir", default="/work/.mirror/Graph-COM+SGD_unlearning/repo")
+    p.add_argument("--anchor-epochs", type=int, default=30)
     p.add_argument("--requests", type=int, default=100)
     p.add_argument("--per-request", type=int, default=10)
     p.add_argument("--retrain-every", type=int, default=10)
@@ -223,6 +311,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--post-radius", type=float, default=10.0)
     p.add_argument("--post-lr", type=float, default=0.05)
+    p.add_argument("--post-momentum", type=float, default=0.0)
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="5 requests, 2000 training images")
@@ -232,6 +321,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     if args.part in ("convex", "all"):
         part_convex(args)
+        print()
+    if args.part in ("anchors", "all"):
+        part_anchor_chien(args)
         print()
     if args.part in ("cnn", "all"):
         part_cnn(args)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from lethe.nn.estimators import NoisyFineTuneClassifier
 from lethe.nn.models import build_module, check_spec
@@ -104,3 +105,10 @@ def test_deletion_runs_end_to_end_through_the_curator(tmp_path: Path):
             c.train("people", "bad", mechanism="noisy-finetune", params={"sigma": 1.0})
     finally:
         c.close()
+
+
+
+@parametrize_with_checks([NoisyFineTuneClassifier(train_epochs=20, train_lr=0.1, unlearn_steps=2, batch_size=16,
+                                                  random_state=0)])
+def test_sklearn_contract(estimator, check):
+    check(estimator)

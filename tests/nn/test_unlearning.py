@@ -116,12 +116,14 @@ def test_unlearn_certificate_reproducible_and_frozen():
     out = []
     for _ in range(2):
         model, _ = _models()["mlp"]
-        cert = unlearn(model, X, y, schedule=_schedule(), batch_size=8, post_steps=3, n_removed=2, random_state=7)
+        cert = unlearn(model, X, y, schedule=_schedule(), batch_size=8, post_steps=3, post_radius=1.5,
+                       post_momentum=0.5, n_removed=2, random_state=7)
         out.append(flat_parameters(model))
     np.testing.assert_array_equal(out[0], out[1])
     assert isinstance(cert, NNUnlearningCertificate)
     assert cert.steps == 5 and cert.post_steps == 3 and cert.batch_size == 8 and cert.n_retained == 30
     assert cert.gradient_evaluations == 8 * 8 and cert.n_removed == 2 and cert.epsilon_certified <= 1.0
+    assert cert.post_radius == 1.5 and cert.post_momentum == 0.5
     assert NNUnlearningCertificate.from_dict(cert.to_dict()) == cert
     with pytest.raises(dataclasses.FrozenInstanceError):
         cert.sigma = 0.0
@@ -136,7 +138,8 @@ def test_unlearn_failure_leaves_model_unchanged():
         unlearn(model, torch.randn(10, 4), torch.zeros(10, dtype=torch.long), schedule=_schedule(), random_state=0)
     np.testing.assert_array_equal(flat_parameters(model), before)
     for bad, match in [({"batch_size": 0}, "batch_size"), ({"clipping": "layer"}, "clipping"),
-                       ({"post_steps": -1}, "post_steps"), ({"schedule": {"sigma": 1}}, "FineTuneSchedule")]:
+                       ({"post_steps": -1}, "post_steps"), ({"schedule": {"sigma": 1}}, "FineTuneSchedule"),
+                       ({"post_radius": 0.0}, "post_radius"), ({"post_momentum": -1.0}, "post_momentum")]:
         kw = {"schedule": _schedule(), **bad}
         with pytest.raises((ValueError, TypeError), match=match):
             unlearn(model, torch.randn(10, 5), torch.zeros(10, dtype=torch.long), **kw)

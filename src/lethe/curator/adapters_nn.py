@@ -23,7 +23,8 @@ class NoisyFineTuneAdapter(MechanismAdapter):
     Parameters (JSON): ``module`` (spec of :mod:`lethe.nn.models`), ``epsilon``, ``delta`` (per batch of removals),
     ``model_radius`` (C₀), ``grad_clip`` (C), ``lr`` (η), ``weight_decay`` (λ), ``unlearn_steps`` (T or null),
     ``batch_size``, ``clipping`` ("per_sample" / "batch"), ``train_epochs``, ``train_lr``, ``post_steps``,
-    ``post_lr`` (null = η), ``post_radius`` (projection before the post-processing steps, null = none).
+    ``post_lr`` (null = η), ``post_radius`` (projection before the post-processing steps, null = none). Defaults: 100
+    post-processing steps after projecting onto ‖θ‖ ≤ 5 (without them the published model is the noise).
 
     A batch of deletions is one unlearning run on the records that remain; the guarantee holds whatever the model
     before it was, so sequential batches each carry the full (ε, δ). The artifact holds the published parameters
@@ -35,8 +36,8 @@ class NoisyFineTuneAdapter(MechanismAdapter):
     _DEFAULTS: ClassVar[dict[str, Any]] = {
         "module": {"kind": "mlp", "hidden": [32]}, "epsilon": 1.0, "delta": 1e-5, "model_radius": 5.0,
         "grad_clip": 1.0, "lr": 0.05, "weight_decay": 0.0, "unlearn_steps": None, "batch_size": 64,
-        "clipping": "per_sample", "train_epochs": 5, "train_lr": 0.1, "post_steps": 0, "post_lr": None,
-        "post_radius": None,
+        "clipping": "per_sample", "train_epochs": 5, "train_lr": 0.1, "post_steps": 100, "post_lr": None,
+        "post_radius": 5.0,
     }
 
     @classmethod

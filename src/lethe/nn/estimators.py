@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._random import RandomState, check_random_state
-from lethe._validation import check_finite_matrix
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune
 from lethe.nn.models import build_module, check_spec
 from lethe.nn.unlearning import NNUnlearningCertificate, train, unlearn
@@ -50,8 +50,8 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, module: dict[str, Any] | None = None, *, epsilon: float = 1.0, delta: float = 1e-5,
                  model_radius: float = 5.0, grad_clip: float = 1.0, lr: float = 0.05, weight_decay: float = 0.0,
                  unlearn_steps: int | None = None, batch_size: int = 64, clipping: str = "per_sample",
-                 train_epochs: int = 5, train_lr: float = 0.1, post_steps: int = 0, post_lr: float | None = None,
-                 post_radius: float | None = None, random_state: RandomState = None) -> None:
+                 train_epochs: int = 5, train_lr: float = 0.1, post_steps: int = 100, post_lr: float | None = None,
+                 post_radius: float | None = 5.0, random_state: RandomState = None) -> None:
         self.module = module
         self.epsilon = epsilon
         self.delta = delta
@@ -76,23 +76,20 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> NoisyFineTuneClassifier:
         """Train on (X, y)."""
-        X = check_finite_matrix("X", X)
-        y = np.asarray(y)
-        if y.shape != (X.shape[0],):
-            raise ValueError(f"y must have one label per row of X ({X.shape[0]}). Found shape {y.shape}.")
+        X, y = validate_data(self, X, y, dtype=np.float64)
+        check_classification_targets(y)
         classes, codes = np.unique(y, return_inverse=True)
         if classes.size < 2:
-            raise ValueError(f"y must contain at least 2 classes. Found {classes.size}.")
+            raise ValueError(f"y must contain at least 2 classes; got 1 class. Found {classes.size}.")
         schedule = self._schedule()  # validates the privacy parameters before any work
         spec = check_spec(self.module if self.module is not None else {"kind": "mlp", "hidden": [32]})
         rng = check_random_state(self.random_state)
         model = build_module(spec, X.shape[1], classes.size, random_state=rng)
-        Xt = torch.as_tensor(X, dtype=torch.float32)
+        Xt = torch.tensor(X, dtype=torch.float32)
         yt = torch.as_tensor(codes, dtype=torch.int64)
         train(model, Xt, yt, epochs=self.train_epochs, lr=self.train_lr, batch_size=self.batch_size,
               random_state=rng)
         self.classes_ = classes
-        self.n_features_in_ = X.shape[1]
         self.model_ = model
         self.schedule_ = schedule
         self.X_, self.y_ = Xt, yt
@@ -125,13 +122,12 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities (softmax of the module's outputs)."""
         check_is_fitted(self, "model_")
-        X = check_finite_matrix("X", X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X must have {self.n_features_in_} features. Found {X.shape[1]}.")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
         with torch.no_grad():
             out = torch.softmax(self.model_(torch.as_tensor(X, dtype=torch.float32)), dim=1)
         return out.double().numpy()
 
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]

@@ -238,6 +238,8 @@ class NNUnlearningCertificate:
         Plain SGD steps on the retained data after the noisy steps (post-processing).
     post_radius : float or None
         Projection radius applied before the post-processing steps (None: none).
+    post_momentum : float
+        Momentum of the post-processing steps.
     n_retained, n_removed : int
         Sizes of the retained data and of this request.
     gradient_evaluations : int
@@ -260,6 +262,7 @@ class NNUnlearningCertificate:
     batch_size: int
     post_steps: int
     post_radius: float | None
+    post_momentum: float
     n_retained: int
     n_removed: int
     gradient_evaluations: int
@@ -284,7 +287,8 @@ class NNUnlearningCertificate:
 def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: FineTuneSchedule,
             batch_size: int = 64, clipping: str = "per_sample", loss_fn: LossFn = _cross_entropy,
             post_steps: int = 0, post_lr: float | None = None, post_radius: float | None = None,
-            n_removed: int = 0, random_state: RandomState = None) -> NNUnlearningCertificate:
+            post_momentum: float = 0.0, n_removed: int = 0,
+            random_state: RandomState = None) -> NNUnlearningCertificate:
     r"""Unlearn by noisy clipped fine-tuning on the retained data, in place (Koloskova et al. 2025).
 
     Parameters
@@ -334,6 +338,7 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
         raise ValueError(f"post_steps must be an integer >= 0. Found {post_steps!r}.")
     plr = schedule.lr if post_lr is None else check_positive("post_lr", post_lr)
     prad = None if post_radius is None else check_positive("post_radius", post_radius)
+    pmom = check_nonnegative("post_momentum", post_momentum)
     removed = int(check_nonnegative("n_removed", n_removed))
     rng = check_random_state(random_state)
     gen = _torch_generator(rng)
@@ -355,13 +360,15 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
                     p.mul_(decay).add_(gp, alpha=-schedule.lr).add_(noise, alpha=schedule.sigma)
         if prad is not None:
             project_model(model, prad)
+        velocity = [torch.zeros_like(p) for p in params]
         for _ in range(post):
             idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
             loss = loss_fn(model(Xt[idx]), yt[idx])
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
-                for p, gp in zip(params, grads, strict=True):
-                    p.add_(gp, alpha=-plr)
+                for p, gp, v in zip(params, grads, velocity, strict=True):
+                    v.mul_(pmom).add_(gp)
+                    p.add_(v, alpha=-plr)
     except BaseException:
         with torch.no_grad():
             for p, saved in zip(model.parameters(), backup, strict=True):
@@ -373,4 +380,5 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
         epsilon_certified=schedule.epsilon_certified, rdp_slope=schedule.rdp_slope, sigma=schedule.sigma,
         steps=schedule.steps, lr=schedule.lr, grad_clip=schedule.grad_clip, model_radius=schedule.model_radius,
         weight_decay=schedule.weight_decay, clipping=mode, batch_size=bb, post_steps=post, post_radius=prad,
-        n_retained=n, n_removed=removed, gradient_evaluations=(schedule.steps + post) * bb)
+        post_momentum=pmom, n_retained=n, n_removed=removed,
+        gradient_evaluations=(schedule.steps + post) * bb)
