@@ -45,10 +45,13 @@ LAYERS: dict[str, int] = {
     "lethe.privacy.accountant": MECHANISMS,
     "lethe.noisygd.edit_stream": MECHANISMS,
     "lethe.features": MECHANISMS,  # feature extractors (a DP-SGD network, a public sentence encoder)
+    "lethe.nn": MECHANISMS,  # noisy clipped fine-tuning of torch modules (models, unlearning)
+    "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
     # front ends: scikit-learn estimators and the deletion service
     "lethe.estimators": FRONT_ENDS,
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,
+    "lethe.nn.estimators": FRONT_ENDS,
     "lethe.curator": FRONT_ENDS,
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
