@@ -5,7 +5,8 @@
 Every pass is a map-reduce over the row chunks: a product X v returns an n-vector to the caller; Xᵀ g, Xᵀ diag(s) X,
 ‖X‖_F² and the training objective's value and gradient (:meth:`DaskBackend.loss_pass`, one pass per optimiser
 step) are sums of per-chunk partial results. Only vectors of length n or d and d × d matrices travel. A removal
-gathers only the removed rows (:meth:`DaskBackend.take`): with ``solver="anchor"`` it makes no pass over the data at
+gathers only the removed rows (:meth:`DaskBackend.take`, read from the store by the calling process when X is
+backed by one, e.g. Zarr on a shared file system): with ``solver="anchor"`` it makes no pass over the data at
 all; ``"pcg"``/``"refine"`` make two passes per Hessian-vector product.
 
 Rounding: each entry of X v is one dot product of d terms (the chunks split rows, never columns: ``check_data_matrix``
@@ -57,6 +58,30 @@ def _tree_sum(parts: list[Any]) -> Any:
         parts = [dask.delayed(np.add)(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k]
                  for k in range(0, len(parts), 2)]
     return parts[0]
+
+
+def _zarr_source(X: da.Array) -> Any:
+    """The Zarr array X was made from by ``da.from_zarr`` with no operation since (same shape and dtype), else None."""
+    if not str(X.name).startswith("from-zarr-"):
+        return None
+    graph = X.__dask_graph__()
+    layers = getattr(graph, "layers", {})
+    if len(layers) != 2:
+        return None
+    src = dict(graph).get("original-" + str(X.name))
+    if src is None or type(src).__module__.split(".")[0] != "zarr":
+        return None
+    if tuple(src.shape) != tuple(X.shape) or np.dtype(src.dtype) != X.dtype:
+        return None
+    return src
+
+
+def _has_futures(X: da.Array) -> bool:
+    try:
+        from distributed import futures_of
+    except ImportError:  # pragma: no cover - dask without distributed
+        return False
+    return bool(futures_of(X))
 
 
 class DaskBackend:
@@ -121,7 +146,14 @@ class DaskBackend:
     def take(self, X: da.Array, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         order = np.argsort(rows, kind="stable")
-        got = np.asarray(X[rows[order]].compute(), dtype=np.float64)  # reads only the chunks holding these rows
+        store = _zarr_source(X)
+        if store is not None:  # X is exactly a Zarr array: read the rows from the store (only their Zarr chunks)
+            got = np.asarray(store.get_orthogonal_selection((rows[order], slice(None))), dtype=np.float64)
+        else:
+            # other store-backed arrays are read here, in this process (no round trip through the scheduler; the
+            # getter reads the Dask chunks holding the rows); rows of a persisted array are gathered from the workers
+            sel = X[rows[order]]
+            got = np.asarray(sel.compute(scheduler="sync" if not _has_futures(X) else None), dtype=np.float64)
         out = np.empty_like(got)
         out[order] = got
         return np.ascontiguousarray(out)
