@@ -122,3 +122,26 @@ def test_zarr_backed_data_is_read_from_the_store(client, tmp_path):
         state, _ = mech.remove(state, A, y, [i], active=active, cache=cache)
         active[i] = False
     assert exact_logistic_residual(state.w, state.b, X[active], y[active], mech.lam) <= state.residual_bound
+
+
+def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(client, tmp_path):
+    pytest.importorskip("zarr")
+    from lethe.estimators import CertifiedLogisticRegression
+
+    X, y = random_problem(5, 160, 4, 3.0)
+    path = str(tmp_path / "x.zarr")
+    da.from_array(X, chunks=(32, 4)).to_zarr(path)
+    A = da.from_zarr(path, chunks=(64, 4))
+    est = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(A, y)
+    ref = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(est.predict(A), est.predict(X))
+    cert = est.remove([7, 100])
+    assert not np.any(da.from_zarr(path)[[7, 100]].compute())  # erased in the store
+    act = est.active_
+    st = est.states_[0]
+    assert exact_logistic_residual(st.w, st.b, X[act], y[act], est.lam) <= st.residual_bound == cert.residual_bound
+    with pytest.raises(TypeError, match="cannot be saved with its data"):
+        est.save(tmp_path / "m.npz")
+    with pytest.raises(TypeError, match=r"must be exactly da.from_zarr"):
+        CertifiedLogisticRegression(lam=1e-2, random_state=0).fit(A * 1.0, y)

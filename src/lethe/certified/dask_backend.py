@@ -162,8 +162,15 @@ class DaskBackend:
         return X[np.flatnonzero(mask)]
 
     def zero_rows(self, X: da.Array, rows: np.ndarray) -> None:
-        raise TypeError("A Dask array cannot be overwritten in place: erase the removed rows in its store (e.g. "
-                        "zarr_array[rows] = 0). The mechanisms never need it: they take the active-row mask.")
+        """Erase the rows in X's Zarr store (X must be exactly ``da.from_zarr`` of a writable store: later passes
+        read the zeros); any other Dask array is refused (it cannot be overwritten in place). The mechanisms never
+        need this: they take the active-row mask."""
+        store = _zarr_source(X)
+        if store is None or bool(getattr(store, "read_only", False)):
+            raise TypeError("The rows of this Dask array cannot be erased: it must be da.from_zarr of a writable "
+                            "Zarr store (then the removed rows are overwritten with zeros in the store).")
+        rows = np.unique(np.asarray(rows))
+        store.set_orthogonal_selection((rows, slice(None)), 0.0)
 
     def dot_terms(self, X: da.Array) -> int:
         return int(X.shape[1])
