@@ -145,3 +145,22 @@ def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(clie
         est.save(tmp_path / "m.npz")
     with pytest.raises(TypeError, match=r"must be exactly da.from_zarr"):
         CertifiedLogisticRegression(lam=1e-2, random_state=0).fit(A * 1.0, y)
+
+
+def test_parquet_through_a_dask_dataframe(client, tmp_path):
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    dd = pytest.importorskip("dask.dataframe")
+    from lethe.certified.dask_backend import from_dataframe
+
+    X, y = random_problem(13, 120, 3, 3.0)
+    dd.from_pandas(pd.DataFrame(X, columns=["a", "b", "c"]), npartitions=3).to_parquet(str(tmp_path / "p"))
+    A = from_dataframe(dd.read_parquet(str(tmp_path / "p")))
+    assert backend_of(check_data_matrix("X", dd.read_parquet(str(tmp_path / "p")))) is DASK
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver="anchor", bound="tight", calibration="analytic")
+    cache = NewtonCache()
+    state, _ = mech.train(A, y, random_state=0, cache=cache)
+    active = np.ones(120, dtype=bool)
+    state, _ = mech.remove(state, A, y, [5, 60], active=active, cache=cache)
+    active[[5, 60]] = False
+    assert exact_logistic_residual(state.w, state.b, X[active], y[active], mech.lam) <= state.residual_bound

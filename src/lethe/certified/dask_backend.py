@@ -184,9 +184,18 @@ class DaskBackend:
         return X.astype(np.float32)
 
 
-def check_dask_matrix(name: str, X: da.Array) -> da.Array:
+def from_dataframe(df: Any) -> da.Array:
+    """The numeric columns of a ``dask.dataframe.DataFrame`` (e.g. ``dd.read_parquet``) as a Dask matrix with known
+    row-chunk sizes (one pass to count the rows of each partition). Convert once and pass the same array to every
+    call: solver caches are keyed to the array object."""
+    return df.to_dask_array(lengths=True)
+
+
+def check_dask_matrix(name: str, X: Any) -> da.Array:
     """A float64 Dask matrix chunked by rows only (columns rechunked into one block), all values finite (one
-    distributed pass)."""
+    distributed pass). A Dask DataFrame is converted by :func:`from_dataframe`."""
+    if hasattr(X, "to_dask_array"):
+        X = from_dataframe(X)
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array. Found shape {X.shape}.")
     if any(math.isnan(c) for c in X.chunks[0]):
@@ -202,4 +211,4 @@ def check_dask_matrix(name: str, X: da.Array) -> da.Array:
 
 DASK = DaskBackend()
 
-__all__ = ["DASK", "DaskBackend", "check_dask_matrix"]
+__all__ = ["DASK", "DaskBackend", "check_dask_matrix", "from_dataframe"]

@@ -290,6 +290,10 @@ def _is_dask(X: Any) -> bool:
     return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
 
 
+def _is_dask_frame(X: Any) -> bool:
+    return type(X).__module__.startswith("dask.") and hasattr(X, "to_dask_array")
+
+
 def backend_of(X: DataMatrix) -> DataBackend:
     """The backend for a data matrix: dense NumPy, SciPy sparse, or Dask (imported only when a Dask array comes)."""
     if isinstance(X, np.ndarray):
@@ -323,7 +327,7 @@ def check_data_matrix(name: str, X: Any) -> DataMatrix:
             raise ValueError(f"{name} must contain only finite values. Found {A.data[bad]} at index "
                              f"({row}, {int(A.indices[bad])}).")
         return A
-    if _is_dask(X):
+    if _is_dask(X) or _is_dask_frame(X):
         from lethe.certified.dask_backend import check_dask_matrix
 
         return check_dask_matrix(name, X)
