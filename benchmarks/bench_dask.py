@@ -86,6 +86,7 @@ def main() -> None:
     import dask.array as da
     from distributed import Client, LocalCluster
 
+    from lethe.certified.data import backend_of
     from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 
     n, d = args.rows, args.features
@@ -143,7 +144,7 @@ def main() -> None:
               f"{'<=' if ok else '>'} bound {state.residual_bound:.4g}")
         keep = active.copy()
         t0 = time.perf_counter()
-        mech.train(X[np.flatnonzero(keep)], y[keep], random_state=2)
+        mech.train(backend_of(X).subset(X, keep), y[keep], random_state=2)
         refit = time.perf_counter() - t0
         print(f"refit from scratch on the remaining rows: {refit:.1f} s; removal {refit / med:.0f}x faster (median), "
               f"{refit / mean:.0f}x (mean)")

@@ -159,7 +159,9 @@ class DaskBackend:
         return np.ascontiguousarray(out)
 
     def subset(self, X: da.Array, mask: np.ndarray) -> da.Array:
-        return X[np.flatnonzero(mask)]
+        # a boolean mask: each chunk's task carries only its own slice of the mask (an integer index of n′ rows
+        # would be embedded in every task and exhaust small workers)
+        return X[np.asarray(mask, dtype=bool)]
 
     def zero_rows(self, X: da.Array, rows: np.ndarray) -> None:
         """Erase the rows in X's Zarr store (X must be exactly ``da.from_zarr`` of a writable store: later passes
