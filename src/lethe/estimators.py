@@ -45,8 +45,46 @@ def _unit_ball(X: Any) -> Any:
 
 # -- data backends (issue 14): fit/predict accept a SciPy sparse matrix; the mechanisms read it through
 # lethe.certified.data. Only these helpers and the ``accept_sparse`` arguments below know about it.
+def _is_dask(X: Any) -> bool:
+    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
+
+
+def _validate(est: BaseEstimator, X: Any, y: Any = "no_validation", **kw: Any) -> Any:
+    """sklearn's ``validate_data`` accepting CSR; a Dask array is validated lazily by the data interface (one
+    distributed pass) and never gathered: only ``n_features_in_`` is set (on fit) or checked (on predict)."""
+    if not _is_dask(X):
+        return validate_data(est, X, y, accept_sparse="csr", **kw)
+    Xd = check_data_matrix("X", X)
+    if kw.get("reset", True):
+        est.n_features_in_ = int(Xd.shape[1])
+    elif Xd.shape[1] != est.n_features_in_:
+        raise ValueError(f"X has {Xd.shape[1]} features, but {type(est).__name__} is expecting "
+                         f"{est.n_features_in_} features as input.")
+    if isinstance(y, str) and y == "no_validation":
+        return Xd
+    kw.pop("reset", None)
+    yv = validate_data(est, X="no_validation", y=y, reset=False, **kw)
+    if yv.shape[0] != Xd.shape[0]:
+        raise ValueError(f"X and y must have the same number of rows. Found {Xd.shape[0]} and {yv.shape[0]}.")
+    return Xd, yv
+
+
+def _margins(X: Any, W: np.ndarray) -> np.ndarray:
+    """X Wᵀ as a NumPy array (a Dask product is computed on its cluster)."""
+    out = X @ W
+    return np.asarray(out.compute() if _is_dask(out) else out)
+
+
 def _own_copy(X: Any) -> Any:
-    """Our own float64 copy of validated training data (removal zeroes rows of it): C-ordered dense or CSR."""
+    """Our own float64 copy of validated training data (removal zeroes rows of it): C-ordered dense or CSR. A Dask
+    array is not copied: it must be ``da.from_zarr`` of a writable store, whose removed rows are erased in place."""
+    if _is_dask(X):
+        from lethe.certified.dask_backend import _zarr_source
+
+        if _zarr_source(X) is None:
+            raise TypeError("A Dask array X must be exactly da.from_zarr(...) of a writable Zarr store: removal "
+                            "erases the removed rows in the store (a data set of that size is not copied).")
+        return X
     if sp.issparse(X):
         return check_data_matrix("X", sp.csr_matrix(X, dtype=np.float64, copy=True))
     return np.array(X, dtype=np.float64, order="C", copy=True)
@@ -54,6 +92,9 @@ def _own_copy(X: Any) -> Any:
 
 def _data_arrays(X: Any) -> dict[str, np.ndarray]:
     """The arrays that store training data in a model file: ``X``, or the parts of a CSR matrix."""
+    if _is_dask(X):
+        raise TypeError("A model trained on a Dask array cannot be saved with its data: the data stay in their "
+                        "Zarr store. Found a Dask array in X_.")
     if sp.issparse(X):
         return {"X_data": X.data, "X_indices": X.indices, "X_indptr": X.indptr, "X_shape": np.asarray(X.shape)}
     return {"X": X}
@@ -125,6 +166,9 @@ class _CertifiedLinearBase(BaseEstimator):
         X = _own_copy(X)  # our own copy: removal zeroes rows of it
         if self._loss == "logistic":
             if self.normalize_rows:
+                if _is_dask(X):
+                    raise ValueError("normalize_rows=True cannot rewrite a Dask array's store: normalise the rows "
+                                     "before writing it. Found normalize_rows=True with a Dask array.")
                 X = _unit_ball(X)
             else:
                 check_row_norms(X)
@@ -329,7 +373,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         if self.noise not in ("gaussian", "laplace"):
             raise ValueError(f"noise must be 'gaussian' or 'laplace' for logistic regression. Found {self.noise!r}.")
         mech = self._mechanism()
-        X, y = validate_data(self, X, y, accept_sparse="csr")
+        X, y = _validate(self, X, y)
         check_classification_targets(y)
         X = self._prepare_X(X)
         classes, codes = np.unique(y, return_inverse=True)
@@ -392,10 +436,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     def decision_function(self, X: Any) -> np.ndarray:
         """Margins wᵀx (binary: shape (n,); one-vs-all: (n, K))."""
         check_is_fitted(self, "states_")
-        X = validate_data(self, X, reset=False, accept_sparse="csr")
+        X = _validate(self, X, reset=False)
         if self.normalize_rows:
             X = _unit_ball(X)
-        scores = np.asarray(X @ self.coef_.T)
+        scores = _margins(X, self.coef_.T)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -537,7 +581,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def fit(self, X: Any, y: Any) -> CertifiedLinearRegression:
         """Fit by a direct solve (exact up to round-off)."""
         mech = self._mechanism()
-        X, y = validate_data(self, X, y, y_numeric=True, accept_sparse="csr")
+        X, y = _validate(self, X, y, y_numeric=True)
         X = self._prepare_X(X)
         rng = check_random_state(self.random_state)
         Y = np.asarray(y, dtype=np.float64)[None, :].copy()
@@ -568,8 +612,8 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def predict(self, X: Any) -> np.ndarray:
         """wᵀx."""
         check_is_fitted(self, "states_")
-        X = validate_data(self, X, reset=False, accept_sparse="csr")
-        return np.asarray(X @ self.coef_)
+        X = _validate(self, X, reset=False)
+        return _margins(X, self.coef_)
 
     def remove(self, indices: Any) -> Certificate:
         """Remove training rows (original indices) by the exact Newton step; returns the certificate."""

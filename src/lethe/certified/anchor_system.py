@@ -42,17 +42,15 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     rho = _row_norm_max(cfg, X, cache)
     all_rows = bool(active.all())
     B = backend_of(X)
-    Xa = X if all_rows else B.subset(X, active)
-    if margins is None:
-        z = B.matvec(Xa, w)
-    else:
-        z = margins if all_rows else margins[active]
-    s_act = loss.d2(z, y if all_rows else y[active])
+    # no copy of the active rows: rows outside D′ get weight ŝᵢ = 0 (they add exact zeros to every sum)
+    z = B.matvec(X, w) if margins is None else margins
+    s_act = loss.d2(z if all_rows else z[active], y if all_rows else y[active])
     s_hat = np.zeros(n_rows)
     s_hat[active] = s_act
-    M = B.gram(Xa, s_act)  # upper triangle of X′ᵀ diag(ŝ) X′
+    M = B.gram(X, s_hat)  # upper triangle of X′ᵀ diag(ŝ) X′
     M[np.diag_indices(d)] += lam * n_act
-    fro2 = B.frobenius_sq(Xa)
+    sq = B.row_sq_norms(X)
+    fro2 = float(np.sum(sq if all_rows else sq[active]))
     s_max = float(np.max(s_act, initial=0.0))
     gn = gamma_k(n_act + 2)
     cache.w_anchor = np.array(w, dtype=np.float64, copy=True)
@@ -63,7 +61,8 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
     cache.pend_k, cache.pend_S = 0, 0.0
     if with_gram:
-        G = B.gram(Xa) if gram is None else np.array(gram, dtype=np.float64, copy=True)
+        G = (B.gram(X) if all_rows else B.gram(X, active.astype(np.float64))) if gram is None else np.array(
+            gram, dtype=np.float64, copy=True)
         cache.G = np.asfortranarray(G)
         cache.fro_G = _fro_sym_upper(cache.G) * (1.0 + 1e-10)
         cache.eps_G = 1.01 * gn * fro2

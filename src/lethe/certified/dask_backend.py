@@ -5,7 +5,8 @@
 Every pass is a map-reduce over the row chunks: a product X v returns an n-vector to the caller; Xᵀ g, Xᵀ diag(s) X,
 ‖X‖_F² and the training objective's value and gradient (:meth:`DaskBackend.loss_pass`, one pass per optimiser
 step) are sums of per-chunk partial results. Only vectors of length n or d and d × d matrices travel. A removal
-gathers only the removed rows (:meth:`DaskBackend.take`): with ``solver="anchor"`` it makes no pass over the data at
+gathers only the removed rows (:meth:`DaskBackend.take`, read from the store by the calling process when X is
+backed by one, e.g. Zarr on a shared file system): with ``solver="anchor"`` it makes no pass over the data at
 all; ``"pcg"``/``"refine"`` make two passes per Hessian-vector product.
 
 Rounding: each entry of X v is one dot product of d terms (the chunks split rows, never columns: ``check_data_matrix``
@@ -57,6 +58,30 @@ def _tree_sum(parts: list[Any]) -> Any:
         parts = [dask.delayed(np.add)(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k]
                  for k in range(0, len(parts), 2)]
     return parts[0]
+
+
+def _zarr_source(X: da.Array) -> Any:
+    """The Zarr array X was made from by ``da.from_zarr`` with no operation since (same shape and dtype), else None."""
+    if not str(X.name).startswith("from-zarr-"):
+        return None
+    graph = X.__dask_graph__()
+    layers = getattr(graph, "layers", {})
+    if len(layers) != 2:
+        return None
+    src = dict(graph).get("original-" + str(X.name))
+    if src is None or type(src).__module__.split(".")[0] != "zarr":
+        return None
+    if tuple(src.shape) != tuple(X.shape) or np.dtype(src.dtype) != X.dtype:
+        return None
+    return src
+
+
+def _has_futures(X: da.Array) -> bool:
+    try:
+        from distributed import futures_of
+    except ImportError:  # pragma: no cover - dask without distributed
+        return False
+    return bool(futures_of(X))
 
 
 class DaskBackend:
@@ -121,17 +146,33 @@ class DaskBackend:
     def take(self, X: da.Array, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         order = np.argsort(rows, kind="stable")
-        got = np.asarray(X[rows[order]].compute(), dtype=np.float64)  # reads only the chunks holding these rows
+        store = _zarr_source(X)
+        if store is not None:  # X is exactly a Zarr array: read the rows from the store (only their Zarr chunks)
+            got = np.asarray(store.get_orthogonal_selection((rows[order], slice(None))), dtype=np.float64)
+        else:
+            # other store-backed arrays are read here, in this process (no round trip through the scheduler; the
+            # getter reads the Dask chunks holding the rows); rows of a persisted array are gathered from the workers
+            sel = X[rows[order]]
+            got = np.asarray(sel.compute(scheduler="sync" if not _has_futures(X) else None), dtype=np.float64)
         out = np.empty_like(got)
         out[order] = got
         return np.ascontiguousarray(out)
 
     def subset(self, X: da.Array, mask: np.ndarray) -> da.Array:
-        return X[np.flatnonzero(mask)]
+        # a boolean mask: each chunk's task carries only its own slice of the mask (an integer index of n′ rows
+        # would be embedded in every task and exhaust small workers)
+        return X[np.asarray(mask, dtype=bool)]
 
     def zero_rows(self, X: da.Array, rows: np.ndarray) -> None:
-        raise TypeError("A Dask array cannot be overwritten in place: erase the removed rows in its store (e.g. "
-                        "zarr_array[rows] = 0). The mechanisms never need it: they take the active-row mask.")
+        """Erase the rows in X's Zarr store (X must be exactly ``da.from_zarr`` of a writable store: later passes
+        read the zeros); any other Dask array is refused (it cannot be overwritten in place). The mechanisms never
+        need this: they take the active-row mask."""
+        store = _zarr_source(X)
+        if store is None or bool(getattr(store, "read_only", False)):
+            raise TypeError("The rows of this Dask array cannot be erased: it must be da.from_zarr of a writable "
+                            "Zarr store (then the removed rows are overwritten with zeros in the store).")
+        rows = np.unique(np.asarray(rows))
+        store.set_orthogonal_selection((rows, slice(None)), 0.0)
 
     def dot_terms(self, X: da.Array) -> int:
         return int(X.shape[1])
@@ -145,9 +186,18 @@ class DaskBackend:
         return X.astype(np.float32)
 
 
-def check_dask_matrix(name: str, X: da.Array) -> da.Array:
+def from_dataframe(df: Any) -> da.Array:
+    """The numeric columns of a ``dask.dataframe.DataFrame`` (e.g. ``dd.read_parquet``) as a Dask matrix with known
+    row-chunk sizes (one pass to count the rows of each partition). Convert once and pass the same array to every
+    call: solver caches are keyed to the array object."""
+    return df.to_dask_array(lengths=True)
+
+
+def check_dask_matrix(name: str, X: Any) -> da.Array:
     """A float64 Dask matrix chunked by rows only (columns rechunked into one block), all values finite (one
-    distributed pass)."""
+    distributed pass). A Dask DataFrame is converted by :func:`from_dataframe`."""
+    if hasattr(X, "to_dask_array"):
+        X = from_dataframe(X)
     if X.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array. Found shape {X.shape}.")
     if any(math.isnan(c) for c in X.chunks[0]):
@@ -163,4 +213,4 @@ def check_dask_matrix(name: str, X: da.Array) -> da.Array:
 
 DASK = DaskBackend()
 
-__all__ = ["DASK", "DaskBackend", "check_dask_matrix"]
+__all__ = ["DASK", "DaskBackend", "check_dask_matrix", "from_dataframe"]

@@ -52,6 +52,9 @@ MATRIX_FREE_MIN_FEATURES = 2048
 
 U = UNIT_ROUNDOFF
 
+#: Work space of the dense weighted Gram matrix: rows are scaled and accumulated in blocks of this many bytes.
+GRAM_BLOCK_BYTES = 32 * 2**20
+
 
 @runtime_checkable
 class DataBackend(Protocol):
@@ -121,9 +124,18 @@ class DenseBackend:
         return X.T @ g
 
     def gram(self, X: np.ndarray, s: np.ndarray | None = None) -> np.ndarray:
-        # symmetric rank-n update (BLAS syrk, n d² flops); Zᵀ is a Fortran-contiguous view: no copy for BLAS
-        Zt = X.T if s is None else (np.sqrt(s)[:, None] * X).T
-        return np.asfortranarray(dsyrk(1.0, Zt, trans=0, lower=0))
+        # symmetric rank-n update (BLAS syrk, n d² flops); Xᵀ is a Fortran-contiguous view: no copy for BLAS. With
+        # weights, blocks of rows √sᵢ xᵢ are accumulated (c ← c + ZᵀZ), so the scaled copy is one block, not n × d
+        # (the sum is still one summation tree over the n rows; rows with sᵢ = 0 add exact zeros)
+        if s is None:
+            return np.asfortranarray(dsyrk(1.0, X.T, trans=0, lower=0))
+        n, d = X.shape
+        block = max(256, GRAM_BLOCK_BYTES // (8 * max(d, 1)))
+        M = np.zeros((d, d), order="F")
+        for start in range(0, n, block):
+            Zt = (np.sqrt(s[start:start + block])[:, None] * X[start:start + block]).T
+            M = dsyrk(1.0, Zt, beta=1.0, c=M, trans=0, lower=0, overwrite_c=1)
+        return np.asfortranarray(M)
 
     def diag_gram(self, X: np.ndarray, s: np.ndarray) -> np.ndarray:
         return np.asarray(np.einsum("ij,ij,i->j", X, X, s))
@@ -278,6 +290,10 @@ def _is_dask(X: Any) -> bool:
     return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
 
 
+def _is_dask_frame(X: Any) -> bool:
+    return type(X).__module__.startswith("dask.") and hasattr(X, "to_dask_array")
+
+
 def backend_of(X: DataMatrix) -> DataBackend:
     """The backend for a data matrix: dense NumPy, SciPy sparse, or Dask (imported only when a Dask array comes)."""
     if isinstance(X, np.ndarray):
@@ -311,7 +327,7 @@ def check_data_matrix(name: str, X: Any) -> DataMatrix:
             raise ValueError(f"{name} must contain only finite values. Found {A.data[bad]} at index "
                              f"({row}, {int(A.indices[bad])}).")
         return A
-    if _is_dask(X):
+    if _is_dask(X) or _is_dask_frame(X):
         from lethe.certified.dask_backend import check_dask_matrix
 
         return check_dask_matrix(name, X)
