@@ -36,6 +36,7 @@ from lethe._validation import (
     check_open_unit,
     check_positive,
     check_positive_int,
+    format_norm,
 )
 from lethe.certified import objective as obj
 from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound, vnorm
@@ -51,7 +52,8 @@ def check_row_norms(X: np.ndarray, name: str = "X") -> None:
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm {norms[i]:.6g}; "
+            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm "
+            f"{format_norm(float(norms[i]))}; "
             "rescale the features or ask for row normalisation (normalize_rows=True)."
         )
 
