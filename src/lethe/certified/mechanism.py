@@ -217,6 +217,8 @@ class CertifiedRemoval:
         ``"auto"``: when the time or budget its staleness has cost reaches the cost of rebuilding it
         (:mod:`lethe.certified.newton`); ``"never"``: only when missing; k: every k removals.
 
+    Notes
+    -----
     The defaults reproduce the paper (``bound="paper"``, ``calibration="paper"``, ``solver="cholesky"``). The
     tightest sound configuration is ``bound="tight", calibration="analytic", solver="pcg"`` (the estimators'
     default); ``solver="onepass"`` is 3–4× faster per removal at a somewhat looser bound, and ``solver="anchor"``
