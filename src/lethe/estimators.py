@@ -72,6 +72,7 @@ class MulticlassCertificate:
     n_removed: int
     seconds: float
     removed_indices: tuple[int, ...] = field(default=())
+    n_added: int = 0
 
     @property
     def retrained(self) -> bool:
@@ -84,7 +85,7 @@ class MulticlassCertificate:
             "epsilon": self.epsilon, "delta": self.delta, "residual_bound": self.residual_bound,
             "budget": self.budget, "budget_left": self.budget_left, "epsilon_spent": self.epsilon_spent,
             "retrained_classes": list(self.retrained_classes), "n_removed": self.n_removed, "seconds": self.seconds,
-            "removed_indices": list(self.removed_indices),
+            "removed_indices": list(self.removed_indices), "n_added": self.n_added,
             "per_class": [None if c is None else c.to_dict() for c in self.per_class],
         }
 
@@ -129,6 +130,17 @@ class _CertifiedLinearBase(BaseEstimator):
     """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key."""
 
     _loss = "logistic"
+    # learned attributes (set by fit / load)
+    X_: np.ndarray
+    Y_: np.ndarray
+    active_: np.ndarray
+    keys_: Any  # ndarray or None
+    members_: Any  # ndarray or None
+    states_: list[ModelState]
+    caches_: list[NewtonCache]
+    mechanism_: CertifiedRemoval
+    trained_params_: dict[str, Any]
+    n_removed_: int
 
     # -- parameters the model was trained under -------------------------------------------------------------
     def _current_params(self) -> dict[str, Any]:
@@ -273,6 +285,86 @@ class _CertifiedLinearBase(BaseEstimator):
 
         The removal path other front ends call (e.g. a service that maps its own keys to rows)."""
         raise NotImplementedError
+
+    # -- adding records ---------------------------------------------------------------------------------------------
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        """Targets of new rows as the (K, m) matrix of the binary models."""
+        raise NotImplementedError
+
+    def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Add training records with one certified Newton step towards the model trained on D ∪ A
+        (:mod:`lethe.certified.addition`; the proof is in its docstring and docs/estimators.md).
+
+        The step is certified by its measured gradient residual on D ∪ A plus a rounding allowance, like training;
+        if that exceeds the budget ε′ the model is retrained on D ∪ A with a fresh b (for one-vs-all: classes in
+        order of their residual until the joint bound fits). The new rows pass the same validation as ``fit``'s
+        (unit ball, intercept column); a model fitted with record keys needs ``sample_ids`` for them. Returns the
+        certificate; on error nothing changes. Not available with ``negative_subsample``.
+        """
+        from lethe.certified.addition import add_rows, add_step, certificate
+
+        self._check_params_unchanged("add")
+        if getattr(self, "members_", None) is not None:
+            raise ValueError("add is not supported for a one-vs-all model with negative_subsample: the new rows' "
+                             "membership in the binary models would need a new subsample. Refit instead.")
+        Xn, yn = self._validate_X(X, y, reset=False)
+        m = Xn.shape[0]
+        keys = None
+        if getattr(self, "keys_", None) is not None:
+            if sample_ids is None and not (hasattr(X, "columns") and hasattr(X, "index")):
+                raise ValueError("sample_ids: this model has record keys; give the keys of the new rows.")
+            keys = self._keys_from(X, sample_ids)
+            assert keys is not None
+            taken = set(self.keys_[self.active_].tolist())
+            clash = [k for k in keys.tolist() if k in taken]
+            if clash:
+                raise ValueError(f"sample_ids must be new keys. Found {clash[0]!r}, a record of this model.")
+        elif sample_ids is not None:
+            raise ValueError("sample_ids: this model was fitted without record keys.")
+        Yn = self._encode_targets(np.asarray(yn))
+        n0 = self.X_.shape[0]
+        X_all = np.vstack([self.X_, Xn])
+        Y_all = np.hstack([self.Y_, Yn])
+        active = np.concatenate([self.active_, np.zeros(m, dtype=bool)])
+        new = np.arange(n0, n0 + m)
+        mech: CertifiedRemoval = self.mechanism_
+        t0 = time.perf_counter()
+        if len(self.states_) == 1:
+            state, cert = add_rows(mech, self.states_[0], X_all, Y_all[0], active, new, random_state=self._rng)
+            states: list[ModelState] = [state]
+            result: Any = cert
+        else:
+            K = len(self.states_)
+            states = [add_step(mech, st, X_all, Y_all[k], active, new) for k, st in enumerate(self.states_)]
+            keep = active.copy()
+            keep[new] = True
+            retrained: list[int] = []
+            for k in sorted(range(K), key=lambda k: -states[k].residual_bound):
+                if joint_residual([s.residual_bound for s in states], mech.noise) <= mech.budget:
+                    break
+                states[k] = mech.retrain(states[k], X_all, Y_all[k], keep, self._rng)
+                retrained.append(k)
+            beta = joint_residual([s.residual_bound for s in states], mech.noise)
+            if beta > mech.budget:
+                raise RuntimeError(f"The joint residual bound {beta:.6g} exceeds the budget ε′ = {mech.budget:.6g} "
+                                   "even after retraining every class; lower tol. Nothing was added.")
+            seconds = time.perf_counter() - t0
+            eps, delta = mech._eps_delta()
+            result = MulticlassCertificate(
+                epsilon=eps, delta=delta, residual_bound=beta, budget=mech.budget,
+                budget_left=max(mech.budget - beta, 0.0),
+                epsilon_spent=epsilon_spent(beta, mech.sigma, mech.delta, mech.noise, calibration=mech.calibration),
+                retrained_classes=tuple(retrained),
+                per_class=tuple(certificate(mech, st, retrained=k in retrained, n_added=m, seconds=seconds)
+                                for k, st in enumerate(states)),
+                n_removed=0, seconds=seconds, n_added=m)
+        self.X_, self.Y_ = X_all, Y_all
+        self.active_ = np.concatenate([self.active_, np.ones(m, dtype=bool)])
+        if keys is not None:
+            self.keys_ = np.concatenate([self.keys_, keys])
+        self.states_ = states
+        self.caches_ = _new_caches(len(states), self._param("solver"), None)  # the data array changed
+        return result
 
     @property
     def n_iter_(self) -> np.ndarray:
@@ -618,6 +710,18 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
 
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        check_classification_targets(y)
+        unknown = ~np.isin(y, self.classes_)
+        if unknown.any():
+            raise ValueError(f"y holds a class the model was not fitted with: {y[np.flatnonzero(unknown)[0]]!r}. "
+                             f"Known classes: {self.classes_.tolist()}; refit to add a class.")
+        codes = np.searchsorted(self.classes_, y)
+        K = len(self.states_)
+        if K == 1:
+            return np.where(codes == 1, 1.0, -1.0)[None, :]
+        return np.vstack([np.where(codes == k, 1.0, -1.0) for k in range(K)])
+
     def _class_rows(self, k: int) -> np.ndarray:
         return self.active_ if self.members_ is None else self.active_ & self.members_[k]
 
@@ -801,6 +905,9 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         check_is_fitted(self, "states_")
         X = self._validate_X(X, reset=False)
         return X @ self.states_[0].w
+
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        return np.asarray(y, dtype=np.float64)[None, :]
 
     def remove_rows(self, idx: np.ndarray) -> Certificate:
         """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
