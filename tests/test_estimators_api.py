@@ -271,3 +271,18 @@ def test_fit_intercept_keeps_rows_in_the_unit_ball_and_certifies_the_exact_resid
         assert _exact_residuals(clf)[0] <= clf.states_[0].residual_bound
     reg = CertifiedLinearRegression(fit_intercept=True).fit(X, 3.0 + X @ [1, 2, 3, 4, 5])
     assert reg.intercept_ == pytest.approx(3.0, abs=1e-2)
+
+
+def test_budget_status_reports_epsilon():
+    X, y = _data(n=400, d=8, classes=3)
+    clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, random_state=0).fit(X, y)
+    for i in range(5):
+        clf.remove([i])
+    status = clf.budget_status()
+    beta = np.sqrt(sum(s.residual_bound ** 2 for s in clf.states_))
+    assert status["residual_bound"] == pytest.approx(beta) and 0 < status["budget_used"] <= 1
+    assert 0 < status["epsilon_spent"] <= status["epsilon"] == 1.0
+    assert status["epsilon_spent"] == pytest.approx(
+        epsilon_spent(beta, 0.5, 1e-4, "gaussian", calibration="analytic"))
+    reg = CertifiedLinearRegression().fit(X, X[:, 0])
+    assert reg.budget_status()["epsilon"] == 0.0 == reg.budget_status()["epsilon_spent"]

@@ -372,6 +372,25 @@ class _CertifiedLinearBase(BaseEstimator):
         check_is_fitted(self, "states_")
         return np.array([st.train_iterations for st in self.states_])
 
+    def budget_status(self) -> dict[str, Any]:
+        """Where the model stands in its privacy budget, in ε: the guarantee (``epsilon``, ``delta``), the ε that the
+        current accumulated residual bound certifies (``epsilon_spent`` ≤ ``epsilon``; for one-vs-all, of the joint
+        bound), the share of the budget used (β/ε′), and β and ε′ in residual units. ε = 0 for exact removal."""
+        check_is_fitted(self, "states_")
+        mech = self.mechanism_
+        beta = joint_residual([s.residual_bound for s in self.states_], mech.noise)
+        eps, delta = mech._eps_delta()
+        exact = mech.noise == "none"
+        return {
+            "epsilon": eps, "delta": delta,
+            "epsilon_spent": 0.0 if exact else float(epsilon_spent(beta, mech.sigma, mech.delta, mech.noise,
+                                                                   calibration=mech.calibration)),
+            "budget_used": 0.0 if exact else beta / mech.budget,
+            "residual_bound": beta, "budget": mech.budget,
+            "retrainings": int(sum(s.retrainings for s in self.states_)),
+            "removals_since_training": int(max(s.removals_since_training for s in self.states_)),
+        }
+
     @property
     def n_remaining_(self) -> int:
         """Training rows still in the model."""
