@@ -33,6 +33,8 @@ def _expected_failed_checks(estimator):
     CertifiedLogisticRegression(lam=1e-2, sigma=0.1, normalize_rows=True, bound="paper", calibration="paper",
                                 solver="cholesky", random_state=0),
     CertifiedLinearRegression(lam=1e-3),
+    CertifiedLogisticRegression(lam=1e-2, sigma=0.1, normalize_rows=True, fit_intercept=True, random_state=0),
+    CertifiedLinearRegression(lam=1e-3, fit_intercept=True),
 ], expected_failed_checks=_expected_failed_checks, xfail_strict=True)
 def test_sklearn_contract(estimator, check):
     check(estimator)
