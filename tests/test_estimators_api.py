@@ -286,3 +286,9 @@ def test_budget_status_reports_epsilon():
         epsilon_spent(beta, 0.5, 1e-4, "gaussian", calibration="analytic"))
     reg = CertifiedLinearRegression().fit(X, X[:, 0])
     assert reg.budget_status()["epsilon"] == 0.0 == reg.budget_status()["epsilon_spent"]
+
+
+def test_prediction_does_not_refuse_rows_outside_the_ball():
+    X, y = _data()
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    np.testing.assert_allclose(clf.decision_function(3 * X[:5]), 3 * (X[:5] @ clf.coef_[0]))

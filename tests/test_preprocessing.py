@@ -47,7 +47,8 @@ def test_row_norms_match_exact_arithmetic(X):
 @given(arrays(np.float64, st.tuples(st.integers(2, 6), st.integers(1, 6)), elements=finite),
        st.sampled_from(["float64", "float32"]))
 def test_check_unit_rows_either_refuses_or_returns_rows_in_the_ball(X, dtype):
-    X = X.astype(dtype).astype(np.float64)
+    with np.errstate(over="ignore"):  # float64 → float32 overflows to inf for huge entries: skipped below
+        X = X.astype(dtype).astype(np.float64)
     if not np.all(np.isfinite(X)):
         return
     try:

@@ -38,7 +38,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._random import check_random_state
-from lethe._validation import check_unit_rows
+from lethe._validation import check_unit_rows, normalize_rows
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache
 from lethe.certified.newton import SharedFloat32Data
 from lethe.certified.noise import epsilon_spent
@@ -178,7 +178,8 @@ class _CertifiedLinearBase(BaseEstimator):
     # -- input ------------------------------------------------------------------------------------------------
     def _validate_X(self, X: Any, y: Any = _NO_Y, *, reset: bool, params: dict[str, Any] | None = None) -> Any:
         """The one entry point for X (fit and predict): scikit-learn validation, a float64 copy of our own (removal
-        zeroes rows of it), the unit-ball rule of the loss (:func:`lethe._validation.check_unit_rows`) and the
+        zeroes rows of it), for training rows (``y`` given) the unit-ball rule of the loss
+        (:func:`lethe._validation.check_unit_rows`; rows to predict are only normalised if ``normalize_rows``) and the
         intercept column, under ``params`` (default: the parameters the model was trained under). Returns X, or
         (X, y) when ``y`` is given."""
         p = params if params is not None else getattr(self, "trained_params_", None) or self._current_params()
@@ -188,8 +189,11 @@ class _CertifiedLinearBase(BaseEstimator):
             X = validate_data(self, X, reset=reset)
         source_dtype = X.dtype
         X = np.array(X, dtype=np.float64, order="C", copy=True)
-        if self._loss == "logistic":
-            X = check_unit_rows(X, normalize=bool(p.get("normalize_rows", False)), source_dtype=source_dtype)
+        normalize = bool(p.get("normalize_rows", False))
+        if self._loss == "logistic" and y is not _NO_Y:  # training rows (fit, add): the unit-ball rule
+            X = check_unit_rows(X, normalize=normalize, source_dtype=source_dtype)
+        elif self._loss == "logistic" and normalize:  # rows to predict: the same map, no certificate needed
+            X = normalize_rows(X)
         if p.get("fit_intercept", False):
             if self._loss == "logistic":
                 X = np.column_stack([X * _INTERCEPT_SCALE, np.full(X.shape[0], _INTERCEPT_SCALE)])
