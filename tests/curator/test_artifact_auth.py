@@ -54,7 +54,8 @@ def rewrite(c: Curator, edit: Callable[[dict[str, np.ndarray], dict[str, Any]], 
 
 
 def set_beta(m: dict[str, Any], value: float) -> None:
-    """Set the stored residual bound β of every binary model (format 1: the metadata's field; format 2: each state's)."""
+    """Set the stored residual bound β of every binary model (format 1: the metadata's field; format 2: each
+    state's)."""
     if "states" in m:
         for st in m["states"]:
             st["residual_bound"] = value
