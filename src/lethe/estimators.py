@@ -304,6 +304,10 @@ class _CertifiedLinearBase(BaseEstimator):
         in the model or its file)."""
         self.active_[idx] = False
         backend_of(self.X_).zero_rows(self.X_, idx)
+        if sp.issparse(self.X_):
+            # the zeroed entries still record WHICH features the removed rows had (e.g. the words of a document):
+            # drop them, in place (same matrix object, so the caches keyed to it stay valid; values are unchanged)
+            self.X_.eliminate_zeros()
         self.Y_[:, idx] = 0.0
         if getattr(self, "keys_", None) is not None:
             self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
@@ -347,6 +351,10 @@ class _CertifiedLinearBase(BaseEstimator):
         if getattr(self, "members_", None) is not None:
             raise ValueError("add is not supported for a one-vs-all model with negative_subsample: the new rows' "
                              "membership in the binary models would need a new subsample. Refit instead.")
+        if not isinstance(self.X_, np.ndarray) and backend_of(self.X_).matrix_free(self.X_):
+            raise ValueError(f"add forms the d x d Hessian, which a sparse model with {self.X_.shape[1]} features "
+                             "(matrix-free above lethe.certified.data.MATRIX_FREE_MIN_FEATURES) must not form. "
+                             "Refit on the new data instead.")
         Xn, yn = self._validate_X(X, y, reset=False)
         m = Xn.shape[0]
         keys = None

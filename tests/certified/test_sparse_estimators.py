@@ -121,6 +121,7 @@ def test_csr_with_intercept_and_normalisation_matches_dense_and_certifies(tmp_pa
         cert = est.remove(keys=[key])
         row = key - 1000
         assert not np.any(est.X_[row].toarray()) and est.keys_[row] == 0
+        assert est.X_.indptr[row + 1] == est.X_.indptr[row]  # not even which features the record had remains
     st, act = est.states_[0], est.active_
     truth = exact_logistic_residual(st.w, st.b, est.X_.toarray()[act], np.where(y[act] == 1, 1.0, -1.0), est.lam)
     assert truth <= st.residual_bound == cert.residual_bound
@@ -129,6 +130,7 @@ def test_csr_with_intercept_and_normalisation_matches_dense_and_certifies(tmp_pa
         est.save(tmp_path / "refused.npz")
     est.set_params(lam=1e-2)
     loaded = CertifiedLogisticRegression.load(est.save(tmp_path / "m.npz"))
+    assert all(loaded.X_.indptr[r + 1] == loaded.X_.indptr[r] for r in (3, 10, 100))  # nor in the file
     assert sp.issparse(loaded.X_) and loaded.trained_params_ == est.trained_params_
     np.testing.assert_array_equal(loaded.predict(A), est.predict(A))
     loaded.remove(keys=[1020])
@@ -161,3 +163,13 @@ def test_linear_regression_with_intercept_on_csr():
     est.remove([5, 6])
     ref.remove([5, 6])
     np.testing.assert_allclose(est.predict(sp.csr_matrix(X)), ref.predict(X), rtol=1e-8, atol=1e-10)
+
+
+def test_add_to_a_matrix_free_csr_model_refuses_clearly(monkeypatch):
+    monkeypatch.setattr(data_mod, "MATRIX_FREE_MIN_FEATURES", 10)
+    X, y = text_like(5, 120, 20)
+    est = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(sp.csr_matrix(X[:100]), y[:100])
+    before = est.coef_.copy()
+    with pytest.raises(ValueError, match="add forms the d x d Hessian"):
+        est.add(sp.csr_matrix(X[100:]), y[100:])
+    assert est.X_.shape == (100, 20) and np.array_equal(est.coef_, before)
