@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.lethe-installed
 
-.PHONY: all venv test test-slow lint typecheck demo bench screenshots clean
+.PHONY: all venv test test-slow lint typecheck docs package-check demo bench screenshots clean
 
 all: test
 
@@ -23,7 +23,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy src/lethe
 
-test: lint typecheck
+# API reference site (mkdocs-material + mkdocstrings), strict: a broken link or docstring fails the build (offline)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+# sdist + wheel, twine check, the docs in the sdist, a clean core-only install that imports and removes
+package-check: $(STAMP)
+	PY=$(PY) .ci/package-check
+
+test: lint typecheck docs package-check
 	$(PY) -m pytest -m "not slow" src tests
 
 test-slow: $(STAMP)
@@ -40,4 +48,4 @@ screenshots: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) docs/console/screenshots.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

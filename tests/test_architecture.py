@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "lethe.certified.mechanism": MECHANISMS,
     "lethe.certified.newton": MECHANISMS,
     "lethe.certified.influence": MECHANISMS,
+    "lethe.certified.addition": MECHANISMS,  # the certified Newton step of add() (uses CertifiedRemoval)
     "lethe.privacy.mechanisms": MECHANISMS,
     "lethe.privacy.accountant": MECHANISMS,
     "lethe.noisygd.edit_stream": MECHANISMS,
@@ -53,6 +54,9 @@ LAYERS: dict[str, int] = {
     "lethe.noisygd.estimators": FRONT_ENDS,
     "lethe.nn.estimators": FRONT_ENDS,
     "lethe.curator": FRONT_ENDS,
+    "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
+    "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators
+    "lethe.planning": FRONT_ENDS,  # plan_sigma (trains estimators)
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,

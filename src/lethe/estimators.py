@@ -6,13 +6,25 @@
 * :class:`CertifiedLinearRegression` — ridge least squares with exact (0-certified) removal (§3.2).
 
 Both keep the training rows they need for later removals (``X_``), remove rows by their *original* training index
-with :meth:`remove`, and zero a removed row's features and target in memory immediately. ``save``/``load`` use
-:mod:`lethe.io` (no pickle; the file holds the secret perturbation b and the remaining training data, and is
-written with owner-only permissions).
+or by record key (``remove(keys=...)``: a DataFrame's index or ``fit(..., sample_ids=...)``), and zero a removed
+row's features, target and key in memory immediately.
+
+What a fitted model promises, and what it refuses:
+
+* The model is trained under the parameters it had at ``fit``; they are kept in ``trained_params_`` and are the only
+  ones used afterwards. ``set_params`` after ``fit`` does not change the fitted model: ``remove`` and ``save``
+  refuse (naming the changed parameters) until ``fit`` is called again or the parameters are set back, so that no
+  certificate or file can describe a state trained under other parameters.
+* ``save``/``load`` use :mod:`lethe.io` (no pickle; the file holds the secret perturbation b and the remaining
+  training data, and is written with owner-only permissions). ``pickle``/``joblib.dump``/``copy.copy`` of a *fitted*
+  estimator raise ``TypeError`` pointing to ``save``: they would write the secret b and the remaining rows with the
+  default file mode, and loading a pickle runs code. Unfitted estimators pickle as usual (``clone``, grid searches
+  with ``n_jobs`` and ``copy.deepcopy`` — in memory — work).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,24 +39,25 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._random import check_random_state
+from lethe._validation import check_unit_rows, normalize_rows
 from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
 from lethe.certified.newton import SharedFloat32Data
 from lethe.certified.noise import epsilon_spent
 from lethe.io import load_npz, save_npz
 
-
-def _unit_ball(X: Any) -> Any:
-    """Scale every row with ‖xᵢ‖ > 1 onto the unit sphere; rows inside the ball are unchanged (dense or CSR)."""
-    if sp.issparse(X):
-        norms = np.sqrt(backend_of(X).row_sq_norms(X))
-        return sp.csr_matrix(sp.diags(1.0 / np.maximum(norms, 1.0)) @ X)
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return X / np.maximum(norms, 1.0)
+#: Scale of the features and of the constant feature when ``fit_intercept=True`` for the logistic loss: the row
+#: [xᵢ/√2, 1/√2] has ‖·‖² = ‖xᵢ‖²/2 + 1/2 ≤ 1 whenever ‖xᵢ‖ ≤ 1, so the augmented data keep Thm 1's assumption.
+_INTERCEPT_SCALE = 1.0 / math.sqrt(2.0)
+_NO_Y = object()
 
 
 # -- data backends (issue 14): fit/predict accept a SciPy sparse matrix; the mechanisms read it through
-# lethe.certified.data. Only these helpers and the ``accept_sparse`` arguments below know about it.
+# lethe.certified.data. Only these helpers, ``_validate_X`` and ``add`` know about it.
+def _n_rows(X: Any) -> int:
+    return int(X.shape[0]) if hasattr(X, "shape") else len(X)
+
+
 def _is_dask(X: Any) -> bool:
     return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
 
@@ -129,6 +142,7 @@ class MulticlassCertificate:
     n_removed: int
     seconds: float
     removed_indices: tuple[int, ...] = field(default=())
+    n_added: int = 0
 
     @property
     def retrained(self) -> bool:
@@ -141,43 +155,191 @@ class MulticlassCertificate:
             "epsilon": self.epsilon, "delta": self.delta, "residual_bound": self.residual_bound,
             "budget": self.budget, "budget_left": self.budget_left, "epsilon_spent": self.epsilon_spent,
             "retrained_classes": list(self.retrained_classes), "n_removed": self.n_removed, "seconds": self.seconds,
-            "removed_indices": list(self.removed_indices),
+            "removed_indices": list(self.removed_indices), "n_added": self.n_added,
             "per_class": [None if c is None else c.to_dict() for c in self.per_class],
         }
 
 
+def joint_residual(bounds: Any, noise: str) -> float:
+    """The joint residual bound of independent binary models: √(Σ β_k²) for Gaussian b (one Gaussian mechanism in
+    R^{Kd}), Σ β_k for Laplace-type b (ε adds up)."""
+    r = np.asarray(bounds, dtype=np.float64)
+    return float(r.sum()) if noise == "laplace" else float(np.sqrt(np.sum(r * r)))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(type(a) is type(b) and a == b) or (
+            isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool)
+            and not isinstance(b, bool) and float(a) == float(b))
+    except Exception:  # noqa: BLE001 - incomparable values are different values
+        return False
+
+
+def _check_keys(sample_ids: Any, n: int) -> np.ndarray:
+    """Record keys: 1-D, one per row, distinct, integers or strings (saved without pickle)."""
+    keys = np.asarray(sample_ids)
+    if keys.ndim != 1 or keys.shape[0] != n:
+        raise ValueError(f"sample_ids must be a 1-D sequence with one key per row ({n}). Found shape {keys.shape}.")
+    if keys.dtype == object:
+        if all(isinstance(k, str) for k in keys):
+            keys = keys.astype(str)
+        elif all(isinstance(k, int | np.integer) and not isinstance(k, bool) for k in keys):
+            keys = keys.astype(np.int64)
+    if keys.dtype.kind not in "iuU":
+        raise TypeError(f"sample_ids must be integers or strings. Found dtype {keys.dtype}.")
+    uniq, counts = np.unique(keys, return_counts=True)
+    if np.any(counts > 1):
+        raise ValueError(f"sample_ids must be distinct. Found {uniq[counts > 1][0]!r} more than once.")
+    return keys.copy()
+
+
 class _CertifiedLinearBase(BaseEstimator):
-    """Shared machinery: the mechanism, the training rows kept for removal, removal by original row index."""
+    """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key."""
 
     _loss = "logistic"
+    # learned attributes (set by fit / load)
+    X_: Any  # ndarray or CSR matrix (issue 14)
+    Y_: np.ndarray
+    active_: np.ndarray
+    keys_: Any  # ndarray or None
+    members_: Any  # ndarray or None
+    states_: list[ModelState]
+    caches_: list[NewtonCache]
+    mechanism_: CertifiedRemoval
+    trained_params_: dict[str, Any]
+    n_removed_: int
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True  # fit/predict accept SciPy sparse matrices (issue 14)
         return tags
 
-    def _mechanism(self) -> CertifiedRemoval:
-        return CertifiedRemoval(loss=self._loss, lam=self.lam, sigma=self.sigma, epsilon=self.epsilon,
-                                delta=self.delta, noise=self.noise, tol=self.tol, max_iter=self.max_iter,
-                                solver=self.solver, bound=self.bound, calibration=self.calibration,
-                                refresh=self.refresh)
+    # -- parameters the model was trained under -------------------------------------------------------------
+    def _current_params(self) -> dict[str, Any]:
+        params = self.get_params(deep=False)
+        params.pop("random_state", None)
+        return params
 
-    def _prepare_X(self, X: Any) -> Any:
-        X = _own_copy(X)  # our own copy: removal zeroes rows of it
-        if self._loss == "logistic":
-            if self.normalize_rows:
-                if _is_dask(X):
-                    raise ValueError("normalize_rows=True cannot rewrite a Dask array's store: normalise the rows "
-                                     "before writing it. Found normalize_rows=True with a Dask array.")
-                X = _unit_ball(X)
+    def _mechanism(self, params: dict[str, Any] | None = None, tol: float | None = None) -> CertifiedRemoval:
+        p = self._current_params() if params is None else params
+        return CertifiedRemoval(loss=self._loss, lam=p["lam"], sigma=p["sigma"], epsilon=p["epsilon"],
+                                delta=p["delta"], noise=p["noise"], tol=p["tol"] if tol is None else tol,
+                                max_iter=p["max_iter"], solver=p["solver"], bound=p["bound"],
+                                calibration=p["calibration"], refresh=p["refresh"])
+
+    def _param(self, name: str) -> Any:
+        """A parameter as it was at ``fit`` (the fitted model's), else the current one."""
+        trained = getattr(self, "trained_params_", None)
+        if trained is not None and name in trained:
+            return trained[name]
+        return getattr(self, name, None)
+
+    def _check_params_unchanged(self, action: str) -> None:
+        """Refuse ``action`` when parameters changed since ``fit``: the state was trained (and its budget computed)
+        under ``trained_params_``; a certificate or a file must not describe it under other ones."""
+        check_is_fitted(self, "states_")
+        now = self._current_params()
+        changed = [f"{k}: {v!r} at fit, {now.get(k)!r} now" for k, v in self.trained_params_.items()
+                   if not _same(v, now.get(k))]
+        if changed:
+            raise ValueError(
+                f"Cannot {action}: parameters changed since fit ({'; '.join(changed)}). The fitted model, its secret "
+                "perturbation and its budget belong to the parameters it was trained under; call fit() again to train "
+                "under the new ones, or set_params() back.")
+
+    # -- input ------------------------------------------------------------------------------------------------
+    def _validate_X(self, X: Any, y: Any = _NO_Y, *, reset: bool, params: dict[str, Any] | None = None) -> Any:
+        """The one entry point for X (fit and predict): scikit-learn validation, a float64 copy of our own (removal
+        zeroes rows of it), for training rows (``y`` given) the unit-ball rule of the loss
+        (:func:`lethe._validation.check_unit_rows`; rows to predict are only normalised if ``normalize_rows``) and the
+        intercept column, under ``params`` (default: the parameters the model was trained under). Returns X, or
+        (X, y) when ``y`` is given."""
+        p = params if params is not None else getattr(self, "trained_params_", None) or self._current_params()
+        if _is_dask(X):
+            return self._validate_dask(X, y, reset=reset, params=p)
+        if y is not _NO_Y:
+            X, y = validate_data(self, X, y, reset=reset, y_numeric=self._loss == "squared", accept_sparse="csr")
+        else:
+            X = validate_data(self, X, reset=reset, accept_sparse="csr")
+        source_dtype = X.dtype
+        X = _own_copy(X)  # dense C-ordered float64, or canonical float64 CSR (never densified)
+        normalize = bool(p.get("normalize_rows", False))
+        if self._loss == "logistic" and y is not _NO_Y:  # training rows (fit, add): the unit-ball rule
+            X = check_unit_rows(X, normalize=normalize, source_dtype=source_dtype)
+        elif self._loss == "logistic" and normalize:  # rows to predict: the same map, no certificate needed
+            X = normalize_rows(X)
+        if p.get("fit_intercept", False):
+            scale, const = (_INTERCEPT_SCALE, _INTERCEPT_SCALE) if self._loss == "logistic" else (1.0, 1.0)
+            if sp.issparse(X):
+                X = check_data_matrix("X", sp.hstack([X * scale if scale != 1.0 else X,
+                                                      sp.csr_matrix(np.full((X.shape[0], 1), const))], format="csr"))
             else:
-                check_row_norms(X)
-        return X
+                X = np.column_stack([X * scale if scale != 1.0 else X, np.full(X.shape[0], const)])
+        return X if y is _NO_Y else (X, y)
+
+    def _validate_dask(self, X: Any, y: Any, *, reset: bool, params: dict[str, Any]) -> Any:
+        """A Dask array (``da.from_zarr`` of a writable store): validated lazily by the data interface, never
+        gathered or copied (removal erases rows in the store); the unit-ball rule is checked, not applied."""
+        if params.get("normalize_rows", False) or params.get("fit_intercept", False):
+            raise ValueError("normalize_rows=True and fit_intercept=True cannot rewrite a Dask array's store: "
+                             "normalise the rows (and add a constant column) before writing it. Found "
+                             f"normalize_rows={params.get('normalize_rows')!r}, "
+                             f"fit_intercept={params.get('fit_intercept')!r} with a Dask array.")
+        if y is _NO_Y:
+            return _validate(self, X, reset=reset)
+        Xd, yv = _validate(self, X, y, reset=reset, y_numeric=self._loss == "squared")
+        Xd = _own_copy(Xd)
+        if self._loss == "logistic":
+            check_row_norms(Xd)
+        return Xd, yv
+
+    def _keys_from(self, X: Any, sample_ids: Any) -> np.ndarray | None:
+        if sample_ids is not None:
+            return _check_keys(sample_ids, _n_rows(X))
+        if hasattr(X, "columns") and hasattr(X, "index"):  # a DataFrame: its index names the records
+            return _check_keys(np.asarray(X.index), _n_rows(X))
+        return None
+
+    @staticmethod
+    def _check_sample_weight(sample_weight: Any, n: int) -> None:
+        if sample_weight is None:
+            return
+        sw = np.asarray(sample_weight, dtype=np.float64)
+        if sw.shape != (n,) or not np.all(sw == 1.0):
+            raise ValueError(
+                "sample_weight is not supported except all ones: the certified removal of Guo et al. 2020 "
+                "(and lethe's solvers and bounds) use the unweighted loss Σ ℓ(wᵀxᵢ, yᵢ). Repeat or drop rows instead. "
+                f"Found weights of shape {sw.shape} with values in [{sw.min() if sw.size else 0:g}, "
+                f"{sw.max() if sw.size else 0:g}].")
 
     # -- removal ------------------------------------------------------------------------------------------------
-    def _check_remove_indices(self, indices: Any) -> np.ndarray:
+    def _rows_of_keys(self, keys: Any) -> np.ndarray:
+        if getattr(self, "keys_", None) is None:
+            raise ValueError("keys: this model was fitted without record keys; pass sample_ids= to fit (or fit on a "
+                             "DataFrame, whose index names the records), or remove by row index.")
+        ks = np.asarray(keys)
+        if ks.ndim == 0:
+            ks = ks.reshape(1)
+        if ks.ndim != 1 or ks.size == 0:
+            raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
+        lookup = {k: i for i, k in enumerate(self.keys_.tolist()) if self.active_[i]}
+        rows = []
+        for k in ks.tolist():
+            if k not in lookup:
+                raise ValueError(f"Key {k!r} is not a record of this model (unknown, or already removed).")
+            rows.append(lookup[k])
+        return np.asarray(rows, dtype=np.int64)
+
+    def _check_remove_indices(self, indices: Any = None, keys: Any = None) -> np.ndarray:
         check_is_fitted(self, "states_")
-        idx = np.asarray(indices)
+        if (indices is None) == (keys is None):
+            raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
+                             f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
+        self._check_params_unchanged("remove")
+        idx = self._rows_of_keys(keys) if keys is not None else np.asarray(indices)
         if idx.ndim == 0:
             idx = idx.reshape(1)
         if idx.ndim != 1 or idx.size == 0:
@@ -197,10 +359,122 @@ class _CertifiedLinearBase(BaseEstimator):
         return idx.astype(np.int64)
 
     def _forget_rows(self, idx: np.ndarray) -> None:
+        """Clear the removed rows from memory: features, targets, and keys (a removed record's key must not stay
+        in the model or its file)."""
         self.active_[idx] = False
         backend_of(self.X_).zero_rows(self.X_, idx)
+        if sp.issparse(self.X_):
+            # the zeroed entries still record WHICH features the removed rows had (e.g. the words of a document):
+            # drop them, in place (same matrix object, so the caches keyed to it stay valid; values are unchanged)
+            self.X_.eliminate_zeros()
         self.Y_[:, idx] = 0.0
+        if getattr(self, "keys_", None) is not None:
+            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self.n_removed_ += idx.size
+
+    def remove(self, indices: Any = None, *, keys: Any = None) -> Any:
+        """Remove training rows as one batch and certify it: by their positions in ``fit``'s X (``indices``) or by
+        record key (``keys``: ``sample_ids`` given to ``fit``, or the index of the DataFrame it was fitted on).
+
+        Returns the immutable certificate. On error nothing changes. Raises ``ValueError`` if the parameters
+        changed since ``fit``, for an unknown or already removed key (the two are not told apart: the model keeps
+        no trace of removed keys), and for a row removed before. To remove rows one at a time (Guo et al. 2020,
+        Alg. 2 with |B_j| = 1), call it once per row.
+        """
+        return self.remove_rows(self._check_remove_indices(indices, keys))
+
+    def remove_rows(self, idx: np.ndarray) -> Any:
+        """Remove the training rows ``idx`` (validated positions, see :meth:`remove`) and return the certificate.
+
+        The removal path other front ends call (e.g. a service that maps its own keys to rows)."""
+        raise NotImplementedError
+
+    # -- adding records ---------------------------------------------------------------------------------------------
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        """Targets of new rows as the (K, m) matrix of the binary models."""
+        raise NotImplementedError
+
+    def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Add training records with one certified Newton step towards the model trained on D ∪ A
+        (:mod:`lethe.certified.addition`; the proof is in its docstring and docs/estimators.md).
+
+        The step is certified by its measured gradient residual on D ∪ A plus a rounding allowance, like training;
+        if that exceeds the budget ε′ the model is retrained on D ∪ A with a fresh b (for one-vs-all: classes in
+        order of their residual until the joint bound fits). The new rows pass the same validation as ``fit``'s
+        (unit ball, intercept column); a model fitted with record keys needs ``sample_ids`` for them. Returns the
+        certificate; on error nothing changes. Not available with ``negative_subsample``.
+        """
+        from lethe.certified.addition import add_rows, add_step, certificate
+
+        self._check_params_unchanged("add")
+        if getattr(self, "members_", None) is not None:
+            raise ValueError("add is not supported for a one-vs-all model with negative_subsample: the new rows' "
+                             "membership in the binary models would need a new subsample. Refit instead.")
+        if not isinstance(self.X_, np.ndarray) and backend_of(self.X_).matrix_free(self.X_):
+            raise ValueError(f"add forms the d x d Hessian, which a sparse model with {self.X_.shape[1]} features "
+                             "(matrix-free above lethe.certified.data.MATRIX_FREE_MIN_FEATURES) must not form. "
+                             "Refit on the new data instead.")
+        Xn, yn = self._validate_X(X, y, reset=False)
+        m = Xn.shape[0]
+        keys = None
+        if getattr(self, "keys_", None) is not None:
+            if sample_ids is None and not (hasattr(X, "columns") and hasattr(X, "index")):
+                raise ValueError("sample_ids: this model has record keys; give the keys of the new rows.")
+            keys = self._keys_from(X, sample_ids)
+            assert keys is not None
+            taken = set(self.keys_[self.active_].tolist())
+            clash = [k for k in keys.tolist() if k in taken]
+            if clash:
+                raise ValueError(f"sample_ids must be new keys. Found {clash[0]!r}, a record of this model.")
+        elif sample_ids is not None:
+            raise ValueError("sample_ids: this model was fitted without record keys.")
+        Yn = self._encode_targets(np.asarray(yn))
+        n0 = self.X_.shape[0]
+        if sp.issparse(self.X_):  # a model trained on CSR data keeps CSR data
+            X_all = check_data_matrix("X", sp.vstack([self.X_, sp.csr_matrix(Xn)], format="csr"))
+        else:
+            X_all = np.vstack([self.X_, Xn.toarray() if sp.issparse(Xn) else Xn])
+        Y_all = np.hstack([self.Y_, Yn])
+        active = np.concatenate([self.active_, np.zeros(m, dtype=bool)])
+        new = np.arange(n0, n0 + m)
+        mech: CertifiedRemoval = self.mechanism_
+        t0 = time.perf_counter()
+        if len(self.states_) == 1:
+            state, cert = add_rows(mech, self.states_[0], X_all, Y_all[0], active, new, random_state=self._rng)
+            states: list[ModelState] = [state]
+            result: Any = cert
+        else:
+            K = len(self.states_)
+            states = [add_step(mech, st, X_all, Y_all[k], active, new) for k, st in enumerate(self.states_)]
+            keep = active.copy()
+            keep[new] = True
+            retrained: list[int] = []
+            for k in sorted(range(K), key=lambda k: -states[k].residual_bound):
+                if joint_residual([s.residual_bound for s in states], mech.noise) <= mech.budget:
+                    break
+                states[k] = mech.retrain(states[k], X_all, Y_all[k], keep, self._rng)
+                retrained.append(k)
+            beta = joint_residual([s.residual_bound for s in states], mech.noise)
+            if beta > mech.budget:
+                raise RuntimeError(f"The joint residual bound {beta:.6g} exceeds the budget ε′ = {mech.budget:.6g} "
+                                   "even after retraining every class; lower tol. Nothing was added.")
+            seconds = time.perf_counter() - t0
+            eps, delta = mech._eps_delta()
+            result = MulticlassCertificate(
+                epsilon=eps, delta=delta, residual_bound=beta, budget=mech.budget,
+                budget_left=max(mech.budget - beta, 0.0),
+                epsilon_spent=epsilon_spent(beta, mech.sigma, mech.delta, mech.noise, calibration=mech.calibration),
+                retrained_classes=tuple(retrained),
+                per_class=tuple(certificate(mech, st, retrained=k in retrained, n_added=m, seconds=seconds)
+                                for k, st in enumerate(states)),
+                n_removed=0, seconds=seconds, n_added=m)
+        self.X_, self.Y_ = X_all, Y_all
+        self.active_ = np.concatenate([self.active_, np.ones(m, dtype=bool)])
+        if keys is not None:
+            self.keys_ = np.concatenate([self.keys_, keys])
+        self.states_ = states
+        self.caches_ = _new_caches(len(states), self._param("solver"), None)  # the data array changed
+        return result
 
     @property
     def n_iter_(self) -> np.ndarray:
@@ -208,19 +482,59 @@ class _CertifiedLinearBase(BaseEstimator):
         check_is_fitted(self, "states_")
         return np.array([st.train_iterations for st in self.states_])
 
+    def budget_status(self) -> dict[str, Any]:
+        """Where the model stands in its privacy budget, in ε: the guarantee (``epsilon``, ``delta``), the ε that the
+        current accumulated residual bound certifies (``epsilon_spent`` ≤ ``epsilon``; for one-vs-all, of the joint
+        bound), the share of the budget used (β/ε′), and β and ε′ in residual units. ε = 0 for exact removal."""
+        check_is_fitted(self, "states_")
+        mech = self.mechanism_
+        beta = joint_residual([s.residual_bound for s in self.states_], mech.noise)
+        eps, delta = mech._eps_delta()
+        exact = mech.noise == "none"
+        return {
+            "epsilon": eps, "delta": delta,
+            "epsilon_spent": 0.0 if exact else float(epsilon_spent(beta, mech.sigma, mech.delta, mech.noise,
+                                                                   calibration=mech.calibration)),
+            "budget_used": 0.0 if exact else beta / mech.budget,
+            "residual_bound": beta, "budget": mech.budget,
+            "retrainings": int(sum(s.retrainings for s in self.states_)),
+            "removals_since_training": int(max(s.removals_since_training for s in self.states_)),
+        }
+
     @property
     def n_remaining_(self) -> int:
         """Training rows still in the model."""
         return int(np.count_nonzero(self.active_))
+
+    # -- no pickle for a fitted model -----------------------------------------------------------------------------
+    def __getstate__(self) -> Any:
+        if "states_" in self.__dict__:
+            raise TypeError(
+                f"A fitted {type(self).__name__} cannot be pickled: it holds the SECRET perturbation b and the "
+                "remaining training rows, which pickle (and joblib.dump) would write with the default file mode, and "
+                f"loading a pickle runs code. Use model.save(path) and {type(self).__name__}.load(path) (no pickle, "
+                "owner-only file). Unfitted estimators pickle normally.")
+        return super().__getstate__()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """In-memory deep copy (no file is written), also of a fitted model."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            new.__dict__[k] = copy.deepcopy(v, memo)
+        return new
 
     # -- persistence ----------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Save the fitted model (weights, the SECRET perturbation b, remaining training rows) without pickle.
 
         The file is written atomically with owner-only permissions (0600): whoever holds b can unmask the
-        gradient residual and learn about removed rows; whoever holds the file holds the remaining data.
+        gradient residual and learn about removed rows; whoever holds the file holds the remaining data. It records
+        the parameters the model was trained under (``trained_params_``); ``save`` refuses if they were changed
+        with ``set_params`` since ``fit``. A ``random_state`` that is not an int (None, a Generator) is saved as
+        None: the loaded model draws fresh randomness for later retrainings.
         """
-        check_is_fitted(self, "states_")
+        self._check_params_unchanged("save")
         arrays: dict[str, np.ndarray] = {**_data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
         states = []
         for k, st in enumerate(self.states_):
@@ -231,8 +545,16 @@ class _CertifiedLinearBase(BaseEstimator):
                            "train_iterations": st.train_iterations})
         if getattr(self, "members_", None) is not None:
             arrays["members"] = self.members_
-        meta = {"class": type(self).__name__, "params": self.get_params(), "states": states,
-                "n_removed": self.n_removed_, "n_features_in": self.n_features_in_}
+        if getattr(self, "keys_", None) is not None:
+            arrays["keys"] = self.keys_
+        rs = self.random_state
+        params = dict(self.trained_params_)
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        meta = {"class": type(self).__name__, "params": params, "states": states,
+                "n_removed": self.n_removed_, "n_features_in": self.n_features_in_,
+                "mechanism_tol": self.mechanism_.tol}
+        if hasattr(self, "feature_names_in_"):
+            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
         if hasattr(self, "classes_"):
             classes = self.classes_
             if classes.dtype.kind in "iub":
@@ -256,16 +578,20 @@ class _CertifiedLinearBase(BaseEstimator):
         params.setdefault("bound", "paper")
         params.setdefault("calibration", "paper")
         est = cls(**params)
+        est.trained_params_ = est._current_params()
         est.X_, est.Y_, est.active_ = _data_from_arrays(arrays), arrays["Y"], arrays["active"].astype(bool)
         est.states_ = [ModelState(w=arrays[f"w_{k}"], b=arrays[f"b_{k}"], **s) for k, s in enumerate(meta["states"])]
         est.members_ = arrays["members"].astype(bool) if "members" in arrays else None
+        est.keys_ = arrays["keys"].copy() if "keys" in arrays else None
         est.n_removed_ = int(meta["n_removed"])
         est.n_features_in_ = int(meta["n_features_in"])
+        if "feature_names_in" in meta:
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         if "classes" in meta:
             est.classes_ = np.asarray(meta["classes"])
-        est.mechanism_ = est._mechanism()
+        est.mechanism_ = est._mechanism(est.trained_params_, tol=meta.get("mechanism_tol"))
         est.caches_ = _new_caches(len(est.states_), est.solver, est.members_)  # rebuilt at the first removal
-        est._rng = check_random_state(None)
+        est._rng = check_random_state(None)  # never the fit's seed again: a retraining needs a fresh b
         return est
 
 
@@ -292,6 +618,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     per removal (3–4× faster, somewhat looser), and ``solver="anchor"`` removes without a pass over the data (O(d²)
     per row) at the price of a looser bound.
 
+    λ = 1e-3 and σ = 10 suit MNIST-sized data (n ~ 10⁴); smaller data sets need a smaller σ (or a larger λ) for
+    useful accuracy. Choose σ for the number of removals you must support with :func:`lethe.planning.plan_sigma`
+    (docs/estimators.md).
+
     Parameters
     ----------
     lam : float, default=1e-3
@@ -305,7 +635,9 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     noise : {"gaussian", "laplace"}, default="gaussian"
         Distribution of b (Thm 3 ii / Thm 3 i).
     tol : float or None, default=None
-        Gradient-norm tolerance of training (charged to the budget); default 0.1 % of the budget.
+        Gradient-norm tolerance of training (charged to the budget); default 0.1 % of the budget. With K > 2
+        classes the K training residuals share one budget (√Σβ_k² ≤ ε′), so ``tol`` must be ≤ ε′/√K (ε′/K for
+        Laplace noise).
     max_iter : int, default=2000
         L-BFGS iterations.
     solver : {"pcg", "onepass", "refine", "anchor", "cholesky"}, default="pcg"
@@ -317,8 +649,13 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     refresh : "auto", "never" or int, default="auto"
         When the cached factorisation / anchor is rebuilt from the data.
     normalize_rows : bool, default=False
-        The guarantee needs ‖xᵢ‖₂ ≤ 1. If False a violating row raises ``ValueError``; if True rows outside the
-        unit ball are scaled onto it (at fit and at prediction).
+        The guarantee needs ‖xᵢ‖₂ ≤ 1. If False a violating row raises ``ValueError`` (rows above 1 only by the
+        rounding of their own precision, e.g. float32 data normalised in float32, are scaled onto the sphere); if
+        True rows outside the unit ball are scaled onto it (at fit and at prediction;
+        :func:`lethe.preprocessing.normalize_rows`).
+    fit_intercept : bool, default=False
+        Learn an intercept. The model is trained on the rows [xᵢ/√2, 1/√2], whose norm is ≤ 1 whenever ‖xᵢ‖ ≤ 1
+        (‖·‖² = ‖xᵢ‖²/2 + 1/2), so every certificate still applies; the intercept is regularised like the weights.
     negative_subsample : float or None, default=None
         One-vs-all only: keep at most this many negatives per positive in each binary problem (§4.2); a row is then
         removed only from the binary models it was sampled into.
@@ -329,10 +666,15 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     ----------
     classes_ : ndarray
     coef_ : ndarray of shape (1, d) or (K, d)
+    intercept_ : ndarray of shape (1,) or (K,)
     states_ : list of ModelState
         One per binary model (contains the secret b).
     active_ : ndarray of bool
         Training rows still in the model.
+    keys_ : ndarray or None
+        Record keys of the training rows (removed rows' keys are blanked).
+    trained_params_ : dict
+        The parameters the model was trained under (every later removal and ``save`` use these).
 
     Examples
     --------
@@ -352,7 +694,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                  noise: str = "gaussian", tol: float | None = None, max_iter: int = 2000, solver: str = "pcg",
                  normalize_rows: bool = False, negative_subsample: float | None = None,
                  random_state: Any = None, bound: str = "tight", calibration: str = "analytic",
-                 refresh: str | int = "auto") -> None:
+                 refresh: str | int = "auto", fit_intercept: bool = False) -> None:
         self.lam = lam
         self.sigma = sigma
         self.epsilon = epsilon
@@ -367,23 +709,38 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         self.normalize_rows = normalize_rows
         self.negative_subsample = negative_subsample
         self.random_state = random_state
+        self.fit_intercept = fit_intercept
 
-    def fit(self, X: Any, y: Any) -> CertifiedLogisticRegression:
-        """Train (Alg. 1). Returns self; the training certificate(s) are in ``fit_certificates_``."""
+    def fit(self, X: Any, y: Any, sample_ids: Any = None, sample_weight: Any = None) -> CertifiedLogisticRegression:
+        """Train (Alg. 1). Returns self; the training certificate(s) are in ``fit_certificates_``.
+
+        ``sample_ids`` names the records (keys for ``remove(keys=...)``); by default the index of a DataFrame X.
+        ``sample_weight`` must be None or all ones (weighted losses are not supported).
+        """
         if self.noise not in ("gaussian", "laplace"):
             raise ValueError(f"noise must be 'gaussian' or 'laplace' for logistic regression. Found {self.noise!r}.")
-        mech = self._mechanism()
-        X, y = _validate(self, X, y)
+        params = self._current_params()
+        mech = self._mechanism(params)
+        keys = self._keys_from(X, sample_ids)
+        X, y = self._validate_X(X, y, reset=True, params=params)
+        self._check_sample_weight(sample_weight, X.shape[0])
         check_classification_targets(y)
-        X = self._prepare_X(X)
         classes, codes = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise ValueError(f"Classifier needs samples of at least 2 classes in the data. Found {classes.size} class.")
         if self.negative_subsample is not None and not (
                 isinstance(self.negative_subsample, int | float) and self.negative_subsample > 0):
             raise ValueError(f"negative_subsample must be > 0 or None. Found {self.negative_subsample!r}.")
-        rng = check_random_state(self.random_state)
         K = 1 if classes.size == 2 else classes.size
+        if K > 1 and self.tol is not None:
+            share = mech.budget / K if mech.noise == "laplace" else mech.budget / math.sqrt(K)
+            if self.tol > share:
+                raise ValueError(
+                    f"tol must be <= the per-class share of the budget for one-vs-all with {K} classes "
+                    f"({'ε′/K' if mech.noise == 'laplace' else 'ε′/√K'} = {share:.6g}): the {K} training residuals "
+                    f"share one budget ε′ = {mech.budget:.6g} (joint bound √Σβ_k²), also after every retraining. "
+                    f"Found tol={self.tol!r}.")
+        rng = check_random_state(self.random_state)
         Y = np.empty((K, X.shape[0]))
         if K == 1:
             Y[0] = np.where(codes == 1, 1.0, -1.0)
@@ -410,15 +767,22 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                 mech.prime(cache, st, X, Y[k], members[k])
             states.append(st)
             certs.append(cert)
+        if K > 1:
+            joint = joint_residual([s.residual_bound for s in states], mech.noise)
+            if joint > mech.budget:
+                raise RuntimeError(f"The joint training residual of the {K} one-vs-all models, {joint:.6g}, exceeds "
+                                   f"the budget ε′ = {mech.budget:.6g}; lower tol.")
         self.classes_ = classes
         self.X_, self.Y_ = X, Y
         self.active_ = np.ones(X.shape[0], dtype=bool)
         self.members_ = members
+        self.keys_ = keys
         self.states_ = states
         self.fit_certificates_ = certs
         self.n_removed_ = 0
         self.mechanism_ = mech
         self.caches_ = caches
+        self.trained_params_ = params
         self._rng = rng
         return self
 
@@ -426,21 +790,38 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     def coef_(self) -> np.ndarray:
         """Weights, shape (1, d) for binary, (K, d) for one-vs-all."""
         check_is_fitted(self, "states_")
-        return np.vstack([st.w for st in self.states_])
+        W = np.vstack([st.w for st in self.states_])
+        return W[:, :-1] * _INTERCEPT_SCALE if self._param("fit_intercept") else W
 
     @property
     def intercept_(self) -> np.ndarray:
-        """Always zero: the theory covers a linear model without intercept (append a constant feature instead)."""
+        """Intercepts, shape (1,) or (K,); zero unless ``fit_intercept=True``."""
+        check_is_fitted(self, "states_")
+        if self._param("fit_intercept"):
+            return np.array([st.w[-1] * _INTERCEPT_SCALE for st in self.states_])
         return np.zeros(len(self.states_))
 
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Margins wᵀx (binary: shape (n,); one-vs-all: (n, K))."""
+    @property
+    def classes_present_(self) -> np.ndarray:
+        """Mask over ``classes_``: classes that still have a training row. A class whose every row was removed is
+        never predicted (as by a model trained from scratch on the remaining data, which would not know it)."""
         check_is_fitted(self, "states_")
-        X = _validate(self, X, reset=False)
-        if self.normalize_rows:
-            X = _unit_ball(X)
-        scores = _margins(X, self.coef_.T)
-        return scores[:, 0] if scores.shape[1] == 1 else scores
+        if len(self.states_) == 1:
+            return np.array([bool(np.any(self.Y_[0] < 0)), bool(np.any(self.Y_[0] > 0))])
+        return np.any(self.Y_ > 0, axis=1)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Margins wᵀx (+ intercept) (binary: shape (n,); one-vs-all: (n, K)); an absent class scores −∞."""
+        check_is_fitted(self, "states_")
+        X = self._validate_X(X, reset=False)
+        scores = _margins(X, np.vstack([st.w for st in self.states_]).T)
+        present = self.classes_present_
+        if scores.shape[1] == 1:
+            if not present.all():
+                return np.full(X.shape[0], np.inf if present[1] else -np.inf)
+            return scores[:, 0]
+        scores[:, ~present] = -np.inf
+        return scores
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities: σ(wᵀx) for binary; normalised one-vs-all sigmoids otherwise."""
@@ -458,17 +839,24 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             return self.classes_[(scores > 0).astype(int)]
         return self.classes_[np.argmax(scores, axis=1)]
 
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        check_classification_targets(y)
+        unknown = ~np.isin(y, self.classes_)
+        if unknown.any():
+            raise ValueError(f"y holds a class the model was not fitted with: {y[np.flatnonzero(unknown)[0]]!r}. "
+                             f"Known classes: {self.classes_.tolist()}; refit to add a class.")
+        codes = np.searchsorted(self.classes_, y)
+        K = len(self.states_)
+        if K == 1:
+            return np.where(codes == 1, 1.0, -1.0)[None, :]
+        return np.vstack([np.where(codes == k, 1.0, -1.0) for k in range(K)])
+
     def _class_rows(self, k: int) -> np.ndarray:
         return self.active_ if self.members_ is None else self.active_ & self.members_[k]
 
-    def remove(self, indices: Any) -> Certificate | MulticlassCertificate:
-        """Remove training rows (original indices of ``fit``'s X) as one batch and certify it.
-
-        Returns the immutable certificate (a :class:`~lethe.certified.mechanism.Certificate` for a binary model,
-        a :class:`MulticlassCertificate` for one-vs-all). On error nothing changes. To remove rows one at a time
-        (Guo et al. 2020, Alg. 2 with |B_j| = 1), call it once per row.
-        """
-        idx = self._check_remove_indices(indices)
+    def remove_rows(self, idx: np.ndarray) -> Certificate | MulticlassCertificate:
+        """Remove the validated training rows ``idx`` as one batch; see :meth:`remove`. Returns a
+        :class:`~lethe.certified.mechanism.Certificate` (binary) or a :class:`MulticlassCertificate` (one-vs-all)."""
         mech: CertifiedRemoval = self.mechanism_
         if len(self.states_) == 1:
             state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
@@ -502,8 +890,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         retrained: list[int] = []
 
         def joint(states: list[ModelState]) -> float:
-            r = np.array([s.residual_bound for s in states])
-            return float(r.sum()) if mech.noise == "laplace" else float(np.sqrt(np.sum(r * r)))
+            return joint_residual([s.residual_bound for s in states], mech.noise)
 
         touched = [k for k, p in enumerate(proposals) if p is not None]
         order = sorted(touched, key=lambda k: -new_states[k].residual_bound)
@@ -517,6 +904,9 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             new_states[k] = mech.retrain(self.states_[k], self.X_, self.Y_[k], rows, self._rng, self.caches_[k])
             retrained.append(k)
         beta = joint(new_states)
+        if beta > mech.budget:  # every class retrained and still above: refuse (the caches rebuild themselves)
+            raise RuntimeError(f"The joint residual bound {beta:.6g} exceeds the budget ε′ = {mech.budget:.6g} even "
+                               "after retraining every class; lower tol. Nothing was removed.")
         per_class: list[Certificate | None] = []
         for k, p in enumerate(proposals):
             if p is None:
@@ -538,6 +928,22 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             seconds=time.perf_counter() - t0, removed_indices=tuple(int(i) for i in idx))
 
 
+def _squared_loss_rounding_floor(X: Any, y: np.ndarray, lam: float) -> float:
+    """A tolerance the direct solve of ridge least squares can reach in float64, where 1e-9 λn may not be.
+
+    The minimiser of Σ(wᵀxᵢ − yᵢ)² + λn/2‖w‖² has λn/2‖w‖² ≤ ‖y‖² (compare with w = 0), so ‖w‖ ≤ W = ‖y‖√(2/(λn)).
+    A backward-stable solve of Hw = 2Xᵀy with H = 2XᵀX + λnI, H and Xᵀy formed in float64, leaves a gradient of
+    norm about (n + d) u ((2‖X‖_F² + λn) W + 2‖X‖_F ‖y‖) (u = 2⁻⁵³; Higham, Thm 10.4 and §3.5); we allow 8× that.
+    This only sets where training stops: the certificate charges the residual actually measured.
+    """
+    n, d = X.shape
+    u = float(np.finfo(np.float64).eps) / 2
+    fro = float(np.linalg.norm(X)) if isinstance(X, np.ndarray) else math.sqrt(backend_of(X).frobenius_sq(X))
+    ny = float(np.linalg.norm(y))
+    W = ny * math.sqrt(2.0 / (lam * n))
+    return 8.0 * (n + d) * u * ((2 * fro * fro + lam * n) * W + 2 * fro * ny)
+
+
 class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     """Ridge least squares with exact removal (Guo et al. 2020, §3.2): the Newton step equals retraining.
 
@@ -545,6 +951,10 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     constant (γ = 0), so the removal step leaves no residual beyond round-off: ε = 0 with ``noise="none"``.
     The default ``solver="anchor"`` is then exact *and* makes no pass over the data: the anchor Hessian
     2X′ᵀX′ + λn′I is the Hessian, downdated per removed row in O(d²).
+
+    With ``noise="none"`` and ``tol=None`` training stops at max(10⁻⁹ λn, the float64 rounding floor of the direct
+    solve) (d > n or collinear columns with a tiny λ cannot reach 10⁻⁹ λn). ``fit_intercept=True`` appends a
+    constant feature 1 (the squared loss has no row-norm condition); the intercept is regularised like the weights.
 
     Examples
     --------
@@ -562,7 +972,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def __init__(self, lam: float = 1e-3, noise: str = "none", sigma: float = 1.0, epsilon: float = 1.0,
                  delta: float = 1e-4, tol: float | None = None, max_iter: int = 2000, solver: str = "anchor",
                  random_state: Any = None, bound: str = "tight", calibration: str = "analytic",
-                 refresh: str | int = "auto") -> None:
+                 refresh: str | int = "auto", fit_intercept: bool = False) -> None:
         self.lam = lam
         self.noise = noise
         self.sigma = sigma
@@ -575,26 +985,34 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         self.calibration = calibration
         self.refresh = refresh
         self.random_state = random_state
+        self.fit_intercept = fit_intercept
 
-    normalize_rows = False
-
-    def fit(self, X: Any, y: Any) -> CertifiedLinearRegression:
-        """Fit by a direct solve (exact up to round-off)."""
-        mech = self._mechanism()
-        X, y = _validate(self, X, y, y_numeric=True)
-        X = self._prepare_X(X)
-        rng = check_random_state(self.random_state)
+    def fit(self, X: Any, y: Any, sample_ids: Any = None, sample_weight: Any = None) -> CertifiedLinearRegression:
+        """Fit by a direct solve (exact up to round-off). ``sample_ids``: record keys for ``remove(keys=...)``
+        (default: a DataFrame's index); ``sample_weight`` must be None or all ones."""
+        params = self._current_params()
+        mech = self._mechanism(params)
+        keys = self._keys_from(X, sample_ids)
+        X, y = self._validate_X(X, y, reset=True, params=params)
+        self._check_sample_weight(sample_weight, X.shape[0])
         Y = np.asarray(y, dtype=np.float64)[None, :].copy()
+        if self.tol is None and mech.noise == "none":
+            floor = _squared_loss_rounding_floor(X, Y[0], mech.lam)
+            if floor > mech.train_tolerance(X.shape[0]):
+                mech = self._mechanism(params, tol=floor)
+        rng = check_random_state(self.random_state)
         cache = NewtonCache()
         state, cert = mech.train(X, Y[0], random_state=rng, cache=cache)
         self.X_, self.Y_ = X, Y
         self.active_ = np.ones(X.shape[0], dtype=bool)
         self.members_ = None
+        self.keys_ = keys
         self.states_ = [state]
         self.fit_certificates_ = [cert]
         self.n_removed_ = 0
         self.mechanism_ = mech
         self.caches_ = [cache]
+        self.trained_params_ = params
         self._rng = rng
         return self
 
@@ -602,22 +1020,26 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def coef_(self) -> np.ndarray:
         """Weights, shape (d,)."""
         check_is_fitted(self, "states_")
-        return self.states_[0].w
+        w = self.states_[0].w
+        return w[:-1] if self._param("fit_intercept") else w
 
     @property
     def intercept_(self) -> float:
-        """Always zero (no intercept in the theory)."""
-        return 0.0
+        """The intercept; zero unless ``fit_intercept=True``."""
+        check_is_fitted(self, "states_")
+        return float(self.states_[0].w[-1]) if self._param("fit_intercept") else 0.0
 
     def predict(self, X: Any) -> np.ndarray:
-        """wᵀx."""
+        """wᵀx (+ intercept)."""
         check_is_fitted(self, "states_")
-        X = _validate(self, X, reset=False)
-        return _margins(X, self.coef_)
+        X = self._validate_X(X, reset=False)
+        return _margins(X, self.states_[0].w)
 
-    def remove(self, indices: Any) -> Certificate:
-        """Remove training rows (original indices) by the exact Newton step; returns the certificate."""
-        idx = self._check_remove_indices(indices)
+    def _encode_targets(self, y: np.ndarray) -> np.ndarray:
+        return np.asarray(y, dtype=np.float64)[None, :]
+
+    def remove_rows(self, idx: np.ndarray) -> Certificate:
+        """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
         state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
                                              cache=self.caches_[0], random_state=self._rng, check_input=False)
         self.states_[0] = state
@@ -625,4 +1047,4 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         return cert
 
 
-__all__ = ["CertifiedLinearRegression", "CertifiedLogisticRegression", "MulticlassCertificate"]
+__all__ = ["CertifiedLinearRegression", "CertifiedLogisticRegression", "MulticlassCertificate", "joint_residual"]

@@ -35,6 +35,7 @@ from lethe._validation import (
     check_open_unit,
     check_positive,
     check_positive_int,
+    format_norm,
 )
 from lethe.certified import objective as obj
 from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, vnorm
@@ -52,7 +53,8 @@ def check_row_norms(X: DataMatrix, name: str = "X") -> None:
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm {norms[i]:.6g}; "
+            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm "
+            f"{format_norm(float(norms[i]))}; "
             "rescale the features or ask for row normalisation (normalize_rows=True)."
         )
 
@@ -178,6 +180,8 @@ class CertifiedRemoval:
         ``"auto"``: when the time or budget its staleness has cost reaches the cost of rebuilding it
         (:mod:`lethe.certified.newton`); ``"never"``: only when missing; k: every k removals.
 
+    Notes
+    -----
     The defaults reproduce the paper (``bound="paper"``, ``calibration="paper"``, ``solver="cholesky"``). The
     tightest sound configuration is ``bound="tight", calibration="analytic", solver="pcg"`` (the estimators'
     default); ``solver="onepass"`` is 3–4× faster per removal at a somewhat looser bound, and ``solver="anchor"``

@@ -147,7 +147,8 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     name = "certified-removal"
     secret_arrays = ("b",)
     supports_warm = True
-    _UNSUPPORTED = ("random_state", "normalize_rows", "negative_subsample")
+    # fit_intercept: the artifact format stores w over the record's own d features (no intercept column)
+    _UNSUPPORTED = ("random_state", "normalize_rows", "negative_subsample", "fit_intercept")
 
     @staticmethod
     def _estimator_class(loss: str) -> type:
@@ -292,7 +293,9 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         Y[:, ~active] = 0.0
         est.X_, est.Y_, est.active_ = X, Y, active.copy()
         est.members_ = None
+        est.keys_ = None  # the service maps its own keys to rows
         est.states_ = states
+        est.trained_params_ = est._current_params()  # the version's parameters (remove() checks them)
         est.n_removed_ = int(artifact.meta.get("n_removed", 0))
         est.n_features_in_ = int(X.shape[1])
         est.mechanism_ = est._mechanism()
