@@ -151,7 +151,8 @@ class Settings:
         budget may cap a batch lower (see ``budget_share``).
     max_delay : seconds a pending request may wait for others to fill a batch; 0 processes at once.
     poll_interval : seconds between the worker's looks at the queue.
-    max_attempts : a batch the mechanism fails on this many times marks its requests ``failed``.
+    max_attempts : a request the mechanism fails on this many times, alone, is marked ``failed`` (a failed batch of
+        several requests is split first; see :meth:`Curator._process_batch`).
     budget_share : a batch is kept small enough that its extrapolated remainder spends at most this share of the
         budget left (:meth:`Curator._budget_cap`); 1 disables the cap.
     """
@@ -938,22 +939,26 @@ class Curator:
         """Process the pending requests whose batch is due (all of them with ``force``).
 
         A dataset's batch is due when it has ``batch_size`` pending requests or its oldest one has waited
-        ``max_delay`` seconds. Returns one :class:`BatchResult` per batch.
+        ``max_delay`` seconds. Returns one :class:`BatchResult` per batch published or failed (a batch the mechanism
+        fails on is split, and each part has its own result; ``max_batches`` counts the batches taken from the
+        queue, not their parts).
         """
         from tqdm import tqdm
 
         results: list[BatchResult] = []
+        taken = 0
         with self.lock.hold(lock_timeout):
             self._recover_locked()
             with tqdm(desc="forget", unit="req", disable=not progress) as bar:
-                while max_batches is None or len(results) < max_batches:
+                while max_batches is None or taken < max_batches:
                     batch = self._next_batch(force)
                     if batch is None:
                         break
-                    res = self._process_batch(*batch)
-                    results.append(res)
-                    bar.update(len(res.request_ids))
-                    if res.status == "retry":
+                    taken += 1
+                    parts = self._process_batch(*batch)
+                    results.extend(parts)
+                    bar.update(sum(len(res.request_ids) for res in parts))
+                    if any(res.status == "retry" for res in parts):
                         break  # back off; the worker tries again on its next poll
         return results
 
@@ -1043,7 +1048,38 @@ class Curator:
         for mid in model_ids:
             self._warm.pop(mid, None)
 
-    def _process_batch(self, dataset_id: int, request_ids: list[str]) -> BatchResult:
+    def _process_batch(self, dataset_id: int, request_ids: list[str]) -> list[BatchResult]:
+        """Process one batch, isolating failures: one bad request never fails the others.
+
+        If the mechanism fails on a batch of several requests, nothing of it is published (its new artifacts are
+        destroyed, the warm solver state of its models dropped) and no attempt is counted; the batch is split in two
+        halves, each processed as a batch of its own (a fresh snapshot, warm state rebuilt from the published
+        version, its own certificates), recursively. Only a request the mechanism fails on *alone* has an attempt
+        counted (``failed`` after ``max_attempts``). With k failing requests in a batch of m this takes at most
+        about 2k·log2(m/k) + 1 mechanism runs (2m − 1 if all fail). A fault that no request causes — storage
+        (``OSError``), memory, or the stored model (``ArtifactError``) — is not split: the whole batch has an
+        attempt counted, as before. Returns the result of every part.
+        """
+        res = self._attempt_batch(dataset_id, request_ids)
+        if isinstance(res, BatchResult):
+            return [res]
+        batch_id, ids, error, split = res
+        if len(ids) == 1 or not split:
+            return [self._fail_batch(batch_id, self._dataset_name(dataset_id), ids, error, final=False)]
+        half = len(ids) // 2
+        log.info("dataset %s: a batch of %d request(s) failed; processing it in two parts", dataset_id, len(ids))
+        return self._process_batch(dataset_id, ids[:half]) + self._process_batch(dataset_id, ids[half:])
+
+    def _dataset_name(self, dataset_id: int) -> str:
+        with self.store.read() as s:
+            ds = s.get(Dataset, dataset_id)
+            return ds.name if ds is not None else str(dataset_id)
+
+    def _attempt_batch(self, dataset_id: int,
+                       request_ids: list[str]) -> BatchResult | tuple[str, list[str], str, bool]:
+        """One attempt at a batch: its result, or — when the mechanism failed — its id, the request ids it was run on,
+        the error and whether a request may be its cause (nothing published, nothing counted; :meth:`_process_batch`
+        decides)."""
         batch_id = str(uuid.uuid4())
         rng = check_random_state(None)  # fresh entropy for any retraining: b must be unpredictable
         # 1. read one consistent snapshot: requests, models, the data plane (O(batch) unless a model must be rebuilt)
@@ -1120,8 +1156,9 @@ class Curator:
             self._drop_warm(adapters)
             for item in new:
                 self.artifacts.destroy(item[5])
-            log.warning("batch %s failed: %s", batch_id, type(exc).__name__)
-            return self._fail_batch(batch_id, ds_name, request_ids, f"{type(exc).__name__}: {exc}", final=False)
+            log.warning("batch %s of %d request(s) failed: %s", batch_id, len(request_ids), type(exc).__name__)
+            split = not isinstance(exc, OSError | MemoryError | ArtifactError)
+            return batch_id, list(request_ids), f"{type(exc).__name__}: {exc}", split
         # 3. publish everything in one transaction
         new_ids: dict[int, int] = {}
         try:
