@@ -34,16 +34,20 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "assumptions",
     # the guarantee's parameters (data-independent)
     "epsilon", "delta", "budget", "q", "p", "r", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive",
+    # noisy fine-tuning (lethe.nn): its calibration, data-independent
+    "epsilon_certified", "rdp_slope", "sigma", "lr", "grad_clip", "model_radius", "weight_decay", "clipping",
+    "batch_size", "post_steps", "post_radius", "post_momentum",
     # aggregate, data-dependent numbers of the batch (operators only)
     "residual_bound", "step_bound", "budget_left", "epsilon_spent", "worst_case_bound",
     # lifecycle and counts
-    "retrained", "n_removed", "n_remaining", "n", "step", "steps", "edit_requests",
+    "retrained", "n_removed", "n_remaining", "n_retained", "n", "step", "steps", "edit_requests",
 })
 
 #: The subset a requester sees on its own certificates: nothing that depends on other records of its batch.
 REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "assumptions",
     "epsilon", "delta", "budget", "q", "p", "r", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
+    "epsilon_certified", "rdp_slope", "sigma", "lr", "grad_clip", "model_radius", "weight_decay", "clipping",
 })
 
 #: Ledger payload keys that are never accepted (they would carry positions, raw values or keys).
