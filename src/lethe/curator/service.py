@@ -27,6 +27,7 @@ import hmac
 import logging
 import math
 import os
+import re
 import secrets
 import threading
 import time
@@ -279,9 +280,9 @@ class ProcessingLock:
 
 def _cli_hint(message: str) -> str:
     """Name the curator's option, not the estimator's, in a mechanism's refusal."""
-    return message.replace("ask for row normalisation (normalize_rows=True)",
-                           "register the dataset with row normalisation (`lethe dataset add ... --normalize rows`; "
-                           "Python: Curator.register_dataset(..., normalize='rows'))")
+    return re.sub(r"ask for row normalisation \([^)]*\)",
+                  "register the dataset with row normalisation (`lethe dataset add ... --normalize rows`; "
+                  "Python: Curator.register_dataset(..., normalize='rows'))", message)
 
 
 def _check_unicode(kind: str, value: str) -> None:
