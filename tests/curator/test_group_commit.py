@@ -102,7 +102,7 @@ def _submit_concurrently(c: Curator, jobs: list[Job]) -> tuple[list[tuple[str, A
         if first[0]:
             first[0] = False
             held.set()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30
             while len(getattr(c, "_group_queue", [])) < len(jobs) - 1 and time.monotonic() < deadline:
                 time.sleep(0.005)
 
