@@ -308,6 +308,21 @@ def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
     return value
 
 
+@dataclass(eq=False)
+class _Submission:
+    """One deletion submission waiting in a group commit (:meth:`Curator._join_group`)."""
+
+    dataset: str
+    key: str
+    principal: Principal
+    client_request_id: str | None
+    done: threading.Event = field(default_factory=threading.Event)
+    lead: bool = False  # woken to lead the next group
+    alone: bool = False  # its group failed as a whole: the caller submits it in a transaction of its own
+    result: tuple[dict[str, Any], bool] | None = None
+    error: CuratorError | None = None
+
+
 class Curator:
     """The curator service over one data directory (and optionally an external database URL).
 
@@ -349,6 +364,9 @@ class Curator:
         self._warm: dict[int, Any] = {}  # model id -> WarmModel (solver state kept between batches)
         self._batch_caps: dict[int, int] = {}  # dataset id -> batch size the budget allows (see _budget_cap)
         self.work_available = threading.Event()  # set when a request is committed: wakes an embedded worker
+        self._group_mutex = threading.Lock()  # group commit of submissions (see _join_group)
+        self._group_queue: list[_Submission] = []
+        self._group_busy = False
         self._pepper = self._load_pepper()
         self._public_cache: dict[int, Artifact] = {}
         self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
@@ -612,6 +630,12 @@ class Curator:
         Uniqueness is enforced by the database (``uq_client_request``, ``uq_live_request_key``), so concurrent
         submissions on PostgreSQL cannot both be accepted: the loser's insert fails and it is answered as if it had
         come second (the existing request, or a conflict).
+
+        Group commit: concurrent submissions of this process are queued and written by one transaction (one
+        fsync) per group, each in a savepoint of its own, in arrival order — so each gets the answer it would have
+        got had the group's submissions been made one after the other, and one refused submission does not touch
+        the others. A submission returns only after its group's commit. If the group's transaction fails as a
+        whole (e.g. the disk is full), every member is retried in a transaction of its own and gets its own answer.
         """
         _check_name("dataset", dataset)
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
@@ -619,9 +643,94 @@ class Curator:
         _check_unicode("key", key)
         if client_request_id is not None:
             _check_name("request_id", client_request_id)
+        sub = _Submission(dataset, key, principal, client_request_id)
+        self._join_group(sub)
+        if sub.alone:
+            view, created = self._submit_alone(dataset, key, principal, client_request_id)
+        elif sub.error is not None:
+            raise sub.error
+        else:
+            assert sub.result is not None
+            view, created = sub.result
+        if created:
+            log.info("request %s submitted (dataset %s)", view["id"], dataset)
+        return view, created
+
+    def _join_group(self, sub: _Submission) -> None:
+        """Queue ``sub`` and return once its group has committed (or failed as a whole: ``sub.alone``).
+
+        Leader/follower group commit, no background thread: the submission that finds no group in progress leads;
+        it takes everything queued (itself included), writes it in one transaction and hands the lead to the first
+        submission queued meanwhile, which does the same. Every other submission waits for its outcome."""
+        with self._group_mutex:
+            self._group_queue.append(sub)
+            lead = not self._group_busy
+            self._group_busy = True
+        if not lead:
+            sub.done.wait()
+            if not sub.lead:
+                return
+        with self._group_mutex:
+            group, self._group_queue = self._group_queue, []
+        try:
+            self._commit_group(group)
+        finally:
+            for member in group:  # released whatever happened (a BaseException in the leader included)
+                if member.result is None and member.error is None:
+                    member.alone = True
+                if member is not sub:
+                    member.done.set()
+            with self._group_mutex:
+                if self._group_queue:
+                    nxt = self._group_queue[0]
+                    nxt.lead = True
+                    nxt.done.set()
+                else:
+                    self._group_busy = False
+
+    def _commit_group(self, group: list[_Submission]) -> None:
+        """Write a group of submissions in one transaction, one savepoint each; set each member's outcome only
+        after the commit. Any error other than a submission's own answer (a :class:`CuratorError`) aborts the
+        group: its members are then retried alone by their callers (``alone``)."""
+        outcomes: list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]] = []
+        try:
+            with self.store.write() as s, s.begin():
+                for sub in group:
+                    outcome: tuple[tuple[dict[str, Any], bool] | None, CuratorError | None] = (
+                        None, BusyError("Concurrent submissions of this deletion kept conflicting; retry."))
+                    for _attempt in range(3):
+                        try:
+                            with s.begin_nested():
+                                outcome = (self._submit_in(s, sub.dataset, sub.key, sub.principal,
+                                                           sub.client_request_id), None)
+                            break
+                        except IntegrityError:
+                            # a submission of another process won the race (a unique constraint refused ours; the
+                            # savepoint undid it): answer from the winner's committed state
+                            continue
+                        except CuratorError as exc:
+                            outcome = (None, exc)
+                            break
+                    outcomes.append(outcome)
+        except Exception:
+            log.warning("a group of %d deletion submissions failed as a whole; each is retried alone", len(group),
+                        exc_info=True)
+            return
+        for sub, (result, error) in zip(group, outcomes, strict=True):
+            sub.result, sub.error = result, error
+        if any(result is not None and result[1] for result, _ in outcomes):
+            self.work_available.set()
+
+    def _submit_alone(self, dataset: str, key: str, principal: Principal,
+                      client_request_id: str | None) -> tuple[dict[str, Any], bool]:
+        """One submission in a transaction of its own (the fallback when its group failed as a whole)."""
         for attempt in range(3):
             try:
-                return self._submit_once(dataset, key, principal, client_request_id)
+                with self.store.write() as s, s.begin():
+                    view, created = self._submit_in(s, dataset, key, principal, client_request_id)
+                if created:
+                    self.work_available.set()
+                return view, created
             except IntegrityError:
                 # a concurrent submission won the race (a unique constraint refused ours; nothing was written):
                 # answer from the winner's committed state
@@ -629,57 +738,56 @@ class Curator:
                     raise BusyError("Concurrent submissions of this deletion kept conflicting; retry.") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _submit_once(self, dataset: str, key: str, principal: Principal,
-                     client_request_id: str | None) -> tuple[dict[str, Any], bool]:
-        with self.store.write() as s, s.begin():
-            ds = self._dataset(s, dataset)
-            digest = self.key_digest(ds.id, key)
-            if client_request_id is not None:
-                prev = s.scalar(select(DeletionRequest).where(DeletionRequest.requester == principal.name,
-                                                              DeletionRequest.client_request_id == client_request_id))
-                if prev is not None:
-                    if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, digest):
-                        return self._request_view(s, prev, principal), False
-                    raise ConflictError(f"request_id {client_request_id!r} was already used for a different "
-                                        "deletion request.")
-            earlier = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
-                                                              DeletionRequest.key_digest == digest,
-                                                              DeletionRequest.status != "failed")).first()
-            if earlier is not None:
-                if (client_request_id is not None and earlier.requester == principal.name
-                        and earlier.client_request_id == client_request_id):
-                    # the same submission committed concurrently between our two reads (READ COMMITTED)
-                    return self._request_view(s, earlier, principal), False
-                if principal.is_admin or earlier.requester == principal.name:
-                    ref = f" (request {earlier.id})"
-                    if earlier.status == "pending":
-                        raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already "
-                                            f"pending{ref}.")
-                    raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
-                # another requester's request: say no more than that the key is taken care of (not which request,
-                # not whether it is pending or done)
-                raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
-            record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
-            if record_id is None:
-                raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")
-            req = DeletionRequest(id=str(uuid.uuid4()), requester=principal.name, client_request_id=client_request_id,
-                                  dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
-                                  attempts=0, submitted_at=utcnow())
-            s.add(req)
-            s.flush()  # the unique constraints fire here (IntegrityError → the caller answers from the winner)
-            add_event(s, "request_submitted", {"dataset": dataset, "requester": principal.name},
-                      request_id=req.id)
-            view = self._request_view(s, req, principal)
-        self.work_available.set()
-        log.info("request %s submitted (dataset %s)", view["id"], dataset)
-        return view, True
+    def _submit_in(self, s: Any, dataset: str, key: str, principal: Principal,
+                   client_request_id: str | None) -> tuple[dict[str, Any], bool]:
+        """The submission's answer within the write transaction (or savepoint) ``s``."""
+        ds = self._dataset(s, dataset)
+        digest = self.key_digest(ds.id, key)
+        if client_request_id is not None:
+            prev = s.scalar(select(DeletionRequest).where(DeletionRequest.requester == principal.name,
+                                                          DeletionRequest.client_request_id == client_request_id))
+            if prev is not None:
+                if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, digest):
+                    return self._request_view(s, prev, principal), False
+                raise ConflictError(f"request_id {client_request_id!r} was already used for a different "
+                                    "deletion request.")
+        earlier = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
+                                                          DeletionRequest.key_digest == digest,
+                                                          DeletionRequest.status != "failed")).first()
+        if earlier is not None:
+            if (client_request_id is not None and earlier.requester == principal.name
+                    and earlier.client_request_id == client_request_id):
+                # the same submission committed concurrently between our two reads (READ COMMITTED)
+                return self._request_view(s, earlier, principal), False
+            if principal.is_admin or earlier.requester == principal.name:
+                ref = f" (request {earlier.id})"
+                if earlier.status == "pending":
+                    raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already "
+                                        f"pending{ref}.")
+                raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
+            # another requester's request: say no more than that the key is taken care of (not which request,
+            # not whether it is pending or done)
+            raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
+        record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
+        if record_id is None:
+            raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")
+        req = DeletionRequest(id=str(uuid.uuid4()), requester=principal.name, client_request_id=client_request_id,
+                              dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
+                              attempts=0, submitted_at=utcnow())
+        s.add(req)
+        s.flush()  # the unique constraints fire here (IntegrityError → the caller answers from the winner)
+        add_event(s, "request_submitted", {"dataset": dataset, "requester": principal.name},
+                  request_id=req.id)
+        return self._request_view(s, req, principal, new=True), True
 
-    def _request_view(self, s: Any, req: DeletionRequest, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
+    def _request_view(self, s: Any, req: DeletionRequest, principal: Principal = CLI_PRINCIPAL, *,
+                      new: bool = False) -> dict[str, Any]:
         """A request as its requester or an admin sees it: never the key, nor anything of the other requests of its
-        batch; errors reduced to what may be shown (:mod:`lethe.curator.public`)."""
+        batch; errors reduced to what may be shown (:mod:`lethe.curator.public`). ``new``: created in this
+        transaction under a fresh id, so no certificate can name it yet (one query fewer per submission)."""
         ds = s.get(Dataset, req.dataset_id)
-        certs = s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
-                          .order_by(CertificateRow.created_at, CertificateRow.id)).all()
+        certs = [] if new else s.scalars(select(CertificateRow.id).where(CertificateRow.request_id == req.id)
+                                         .order_by(CertificateRow.created_at, CertificateRow.id)).all()
         error = public_error(req.error) if principal.is_admin else requester_error(req.error)
         ds_name = ds.name if ds is not None and not ds.name.startswith(DROPPED_PREFIX) else None
         return {"id": req.id, "request_id": req.client_request_id, "dataset": ds_name,

@@ -1,0 +1,196 @@
+"""Group commit of deletion submissions (``Curator._join_group``): concurrent submissions of one process are written
+by one transaction per group, and each caller gets exactly the answer a serial order of the same submissions gives.
+
+SQLite always; PostgreSQL too when ``LETHE_TEST_POSTGRES_URL`` names a database this test may wipe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select, text
+
+from lethe.curator import Curator, Principal
+from lethe.curator.service import CLI_PRINCIPAL
+from lethe.curator.store import DeletionRequest, LedgerEvent
+
+from .conftest import make_data
+
+PG_URL = os.environ.get("LETHE_TEST_POSTGRES_URL")
+ALICE, BOB = Principal("alice", "requester"), Principal("bob", "requester")
+Job = tuple[Principal, str, str, "str | None"]  # principal, dataset, key, client_request_id
+
+
+def _jobs() -> list[Job]:
+    """65 submissions: job 0 is the 'plug' that holds the first group open; then fresh keys, one key from two
+    requesters, one request_id sent twice, unknown keys and dataset, one request_id reused for another key, and one
+    key from an admin and a requester."""
+    jobs: list[Job] = [(ALICE, "people", "user-0199", None)]
+    jobs += [(ALICE, "people", f"user-{i:04d}", None) for i in range(23)]
+    for i in range(23, 31):
+        jobs += [(ALICE, "people", f"user-{i:04d}", None), (BOB, "people", f"user-{i:04d}", None)]
+    for i in range(31, 39):
+        jobs += [(ALICE, "people", f"user-{i:04d}", f"t-{i}")] * 2
+    jobs += [(ALICE, "people", f"nobody-{i}", None) for i in range(4)]
+    jobs += [(BOB, "nowhere", "user-0001", None)]
+    jobs += [(BOB, "people", "user-0040", "dup-rid"), (BOB, "people", "user-0041", "dup-rid")]
+    jobs += [(CLI_PRINCIPAL, "people", "user-0042", None), (ALICE, "people", "user-0042", None)]
+    assert len(jobs) == 65
+    return jobs
+
+
+def _curator(root: Path, csv: Path, url: str | None) -> Curator:
+    if url is not None:
+        wipe = Curator(root / "wipe", database_url=url)
+        with wipe.store.write_engine.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public;"))
+        wipe.close()
+    c = Curator(root / "lethe-data", database_url=url)
+    c.register_dataset("people", csv, key="user_id", label="label")
+    return c
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str | None:
+    if request.param == "postgresql":
+        if not PG_URL:
+            pytest.skip("LETHE_TEST_POSTGRES_URL not set (.ci/run sets it)")
+        return PG_URL
+    return None
+
+
+def _outcome(c: Curator, job: Job) -> tuple[str, Any]:
+    """The answer to one submission; a created request is read back at once (it must be committed)."""
+    principal, dataset, key, rid = job
+    try:
+        view, created = c.submit_deletion(dataset, key, principal=principal, client_request_id=rid)
+    except Exception as exc:  # noqa: BLE001 - the exact answer is what is compared
+        return "error", exc
+    assert c.request_status(view["id"], principal=principal)["id"] == view["id"]  # durable before the answer
+    return "ok", (view, created)
+
+
+def _normalise(outcomes: list[tuple[str, Any]]) -> list[tuple[Any, ...]]:
+    """Answers with request ids replaced by the index of the job that created the request."""
+    creator = {o[1][0]["id"]: i for i, o in enumerate(outcomes) if o[0] == "ok" and o[1][1]}
+    out: list[tuple[Any, ...]] = []
+    for kind, value in outcomes:
+        if kind == "error":
+            msg = re.sub(r"request ([0-9a-f-]{36})", lambda m: f"request #{creator[m.group(1)]}", str(value))
+            out.append(("error", type(value).__name__, msg))
+        else:
+            view, created = value
+            shown = {k: v for k, v in view.items() if k not in ("id", "submitted_at")}
+            out.append(("ok", created, creator[view["id"]], sorted(shown.items())))
+    return out
+
+
+def _submit_concurrently(c: Curator, jobs: list[Job]) -> tuple[list[tuple[str, Any]], int]:
+    """Job 0 leads a group whose transaction waits (bounded) until every other job is queued; the others start
+    together. Returns the outcomes and the number of write commits."""
+    commits = 0
+    held = threading.Event()
+    first = [True]
+
+    def on_begin(conn: Any) -> None:
+        if first[0]:
+            first[0] = False
+            held.set()
+            deadline = time.monotonic() + 30
+            while len(getattr(c, "_group_queue", [])) < len(jobs) - 1 and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+    def on_commit(conn: Any) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(c.store.write_engine, "begin", on_begin)
+    event.listen(c.store.write_engine, "commit", on_commit)
+    outcomes: list[tuple[str, Any] | None] = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        outcomes[i] = _outcome(c, jobs[i])
+
+    try:
+        plug = threading.Thread(target=run, args=(0,))
+        plug.start()
+        assert held.wait(30)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, len(jobs))]
+        for t in threads:
+            t.start()
+        for t in [plug, *threads]:
+            t.join(120)
+    finally:
+        event.remove(c.store.write_engine, "begin", on_begin)
+        event.remove(c.store.write_engine, "commit", on_commit)
+    assert all(o is not None for o in outcomes)
+    return [o for o in outcomes if o is not None], commits
+
+
+def test_concurrent_submissions_answer_as_serial(tmp_path: Path, backend: str | None) -> None:
+    """64 threads (and the plug): duplicates, request_id replays, unknown keys. One group commit for the 64; each
+    answer equals the answer of a serial run (the created requests first, then the others) on a fresh store; the
+    database holds exactly one live request per key and one ledger event per created request."""
+    data = make_data(tmp_path / "data.csv")
+    jobs = _jobs()
+    c = _curator(tmp_path / "concurrent", data.csv, backend)
+    try:
+        outcomes, commits = _submit_concurrently(c, jobs)
+        assert commits == 2, commits  # the plug's transaction, then one for the 64 queued meanwhile
+        created = [i for i, o in enumerate(outcomes) if o[0] == "ok" and o[1][1]]
+        assert len(created) == 1 + 23 + 8 + 8 + 1 + 1
+        with c.store.read() as s:
+            live = s.execute(select(DeletionRequest.key_digest, func.count()).where(DeletionRequest.status != "failed")
+                             .group_by(DeletionRequest.key_digest)).all()
+            n_events = s.scalar(select(func.count()).select_from(LedgerEvent)
+                                .where(LedgerEvent.kind == "request_submitted"))
+        assert len(live) == len(created) and all(n == 1 for _, n in live)
+        assert n_events == len(created)
+        requested = {jobs[i][2] for i in created}
+        assert requested == {key for _, ds, key, _ in jobs if ds == "people" and not key.startswith("nobody")} - {
+            "user-0041"}
+    finally:
+        c.close()
+
+    order = created + [i for i in range(len(jobs)) if i not in created]
+    serial = _curator(tmp_path / "serial", data.csv, None)
+    try:
+        replay: list[tuple[str, Any] | None] = [None] * len(jobs)
+        for i in order:
+            replay[i] = _outcome(serial, jobs[i])
+    finally:
+        serial.close()
+    assert _normalise(outcomes) == _normalise([o for o in replay if o is not None])
+
+
+def test_one_failing_submission_does_not_fail_its_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error in one submission aborts its group's transaction; every other member is retried alone
+    and accepted, the failing one gets its own error, and nothing of it is stored."""
+    data = make_data(tmp_path / "data.csv")
+    c = _curator(tmp_path / "c", data.csv, None)
+    original = Curator._submit_in
+
+    def flaky(self: Curator, s: Any, dataset: str, key: str, principal: Principal, rid: str | None) -> Any:
+        if key == "user-0005":
+            raise RuntimeError("disk on fire")
+        return original(self, s, dataset, key, principal, rid)
+
+    monkeypatch.setattr(Curator, "_submit_in", flaky)
+    jobs: list[Job] = [(ALICE, "people", f"user-{i:04d}", None) for i in range(9)]
+    try:
+        outcomes, _ = _submit_concurrently(c, jobs)
+        for i, (kind, value) in enumerate(outcomes):
+            if i == 5:
+                assert kind == "error" and isinstance(value, RuntimeError)
+            else:
+                assert kind == "ok" and value[1], value
+        with c.store.read() as s:
+            assert s.scalar(select(func.count()).select_from(DeletionRequest)) == 8
+    finally:
+        c.close()
