@@ -27,7 +27,7 @@ LAYER_NAMES = ("foundation", "math", "mechanisms", "front ends", "applications")
 LAYERS: dict[str, int] = {
     # foundation: errors, randomness, validation, file formats, data loaders — no math, no state
     "lethe.exceptions": FOUNDATION,
-    "lethe._random": FOUNDATION,
+    "lethe._rng": FOUNDATION,
     "lethe._validation": FOUNDATION,
     "lethe.io": FOUNDATION,
     "lethe.datasets": FOUNDATION,

@@ -38,7 +38,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._random import check_random_state
+from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows
 from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms

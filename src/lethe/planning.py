@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 
-from lethe._random import check_random_state
+from lethe._rng import check_random_state
 from lethe._validation import check_positive, check_positive_int
 from lethe.certified.noise import residual_budget
 from lethe.estimators import CertifiedLogisticRegression, joint_residual

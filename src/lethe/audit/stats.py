@@ -19,7 +19,7 @@ import numpy as np
 from scipy.stats import binomtest
 from sklearn.metrics import roc_auc_score
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_open_unit, check_positive_int
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from lethe._random import check_random_state
+from lethe._rng import check_random_state
 from lethe.certified import objective as obj
 from lethe.certified.data import backend_of
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe._validation import (
     check_choice,
     check_finite_matrix,

@@ -41,7 +41,7 @@ import numpy as np
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore, destroy_file
 from lethe.curator.dataplane import DataPlane, DataView, MatrixStore

@@ -10,7 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune
 from lethe.nn.models import build_module, check_spec
 from lethe.nn.unlearning import NNUnlearningCertificate, train, unlearn

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_choice, check_nonnegative, check_positive, check_positive_int
 from lethe.nn.accounting import FineTuneSchedule
 

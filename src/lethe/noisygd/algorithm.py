@@ -28,7 +28,7 @@ from typing import cast
 import numpy as np
 from scipy.special import expit, log_expit, logsumexp, softmax
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_nonnegative, check_positive
 
 __all__ = [

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_finite_matrix, check_positive, check_positive_int
 from lethe.exceptions import LetheError, NotFittedError
 from lethe.io import load_npz, save_npz

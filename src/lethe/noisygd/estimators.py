@@ -58,7 +58,7 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
         "fit_intercept": ["boolean"],
         "row_norm": [StrOptions({"clip", "normalize", "error"})],
         "adaptivity": [Interval(Integral, 0, None, closed="left")],
-        "random_state": "no_validation",  # lethe._random.check_random_state (accepts a numpy Generator)
+        "random_state": "no_validation",  # lethe._rng.check_random_state (accepts a numpy Generator)
     }
 
     def __init__(self, *, fit_intercept: bool, row_norm: str, adaptivity: int, random_state: Any) -> None:

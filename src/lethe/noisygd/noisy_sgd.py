@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe._random import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
 from lethe.nn.accounting import linear_rdp_epsilon
 

@@ -13,7 +13,7 @@ b         ``scale``          Laplace scale, b = Δ₁/ε
 σ         ``sigma``          Gaussian standard deviation
 ========  =================  ==============================================================================
 
-Randomness. Every sampler takes ``random_state`` (``lethe._random.check_random_state``: ``None``, an int,
+Randomness. Every sampler takes ``random_state`` (``lethe._rng.check_random_state``: ``None``, an int,
 a ``SeedSequence`` or a ``numpy.random.Generator``); a seeded run is reproducible bit for bit. With
 ``secure=True`` the noise is built from bits read from the operating system's CSPRNG (``os.urandom``)
 for every draw; secure mode refuses any ``random_state`` (a seed would make the noise predictable).
@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import special
 
-from lethe._random import check_random_state
+from lethe._rng import check_random_state
 from lethe._validation import check_choice, check_positive
 from lethe.privacy.gaussian import (
     analytic_gaussian_delta,

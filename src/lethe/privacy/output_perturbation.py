@@ -34,7 +34,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._random import check_random_state
+from lethe._rng import check_random_state
 from lethe._validation import check_choice, check_open_unit, check_positive, check_positive_int
 from lethe.privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from lethe._random import check_random_state
+from lethe._rng import check_random_state
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int, check_real
 from lethe.privacy.gaussian import analytic_gaussian_delta
 

@@ -1,4 +1,7 @@
-"""The one way in for randomness: every randomized function takes ``random_state``."""
+"""The one way in for randomness: every randomized function takes ``random_state``.
+
+(Named ``_rng`` rather than ``_random`` so that it never shadows the standard library's ``_random`` module.)
+"""
 
 from __future__ import annotations
 
