@@ -38,7 +38,13 @@ from lethe._validation import (
     check_positive_int,
 )
 from lethe.certified import objective as obj
-from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound, vnorm
+from lethe.certified.bounds import (
+    ROW_NORM_TOLERANCE,
+    rounding_allowance,
+    spectral_norm_upper_bound,
+    spectral_norm_upper_bound_single,
+    vnorm,
+)
 from lethe.certified.newton import BOUNDS, SOLVERS, NewtonCache, StepResult, compute_step, prime_cache
 from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
 from lethe.losses import Loss, get_loss
@@ -168,6 +174,36 @@ def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
     if idx.size >= int(np.count_nonzero(active)):
         raise ValueError(f"Cannot remove all {int(np.count_nonzero(active))} remaining rows: one must remain.")
     return idx.astype(np.int64)
+
+
+class _Evaluation:
+    """L_b(w; D) and ∇L_b(w; D) = Xᵀℓ'(Xw) + λnw + b with one pass each way (the optimiser's objective), remembering
+    its last point, gradient and ‖ℓ'(Xw)‖: L-BFGS evaluates its accepted point last, so the certified training
+    residual reuses that gradient instead of recomputing it (same operations as
+    :func:`~lethe.certified.objective.objective_grad`)."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, loss: Loss, lam: float, b: np.ndarray) -> None:
+        self.X, self.y, self.loss, self.lam, self.b = X, y, loss, lam, b
+        self.x: np.ndarray | None = None
+        self.g = np.zeros(X.shape[1])
+        self.d1_norm = math.inf
+
+    def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
+        X, loss, lam = self.X, self.loss, self.lam
+        n = X.shape[0]
+        z = X @ w
+        val = float(np.sum(loss.value(z, self.y))) + 0.5 * lam * n * float(w @ w) + float(self.b @ w)
+        d1 = loss.d1(z, self.y)
+        g = X.T @ d1 + lam * n * w
+        g = g + self.b
+        self.x = np.array(w, dtype=np.float64, copy=True)
+        self.g = g
+        self.d1_norm = vnorm(d1)
+        return val, g.copy()  # the optimiser's own copy: the stored gradient stays as computed
+
+    def at(self, w: np.ndarray) -> bool:
+        """Whether the last evaluation was at exactly w."""
+        return self.x is not None and self.x.shape == np.shape(w) and bool(np.array_equal(self.x, w))
 
 
 @dataclass(frozen=True)
@@ -329,39 +365,49 @@ class CertifiedRemoval:
 
     # -- Algorithm 1 ----------------------------------------------------------------------------------------
     def _solve(self, X: np.ndarray, y: np.ndarray, b: np.ndarray,
-               w0: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-        """argmin_w L_b(w; D) to gradient norm ≤ tol: L-BFGS, then Newton polishing (exact for γ = 0)."""
+               w0: np.ndarray | None = None) -> tuple[np.ndarray, int, _Evaluation]:
+        """argmin_w L_b(w; D) to ‖∇L_b(w; D)‖₂ ≤ tol: L-BFGS stopped as soon as the gradient norm itself is below
+        tol (not the stricter ∞-norm criterion of L-BFGS-B, which overshoots it), then Newton polishing (exact for
+        γ = 0). Returns (w, iterations, the evaluation at w: its gradient and ‖ℓ'‖, reused for the residual)."""
         n, d = X.shape
         loss, lam = self.loss_, self.lam
         tol = self.train_tolerance(n)
         w = np.zeros(d) if w0 is None else w0.copy()
+        f = _Evaluation(X, y, loss, lam, b)
         iterations = 0
-        if loss.gamma != 0.0:
-            res = minimize(obj.value_and_grad, w, args=(X, y, loss, lam, b), jac=True, method="L-BFGS-B",
+        f(w)
+        if loss.gamma != 0.0 and vnorm(f.g) > tol:
+            def stop(intermediate_result: Any) -> None:
+                if f.at(intermediate_result.x) and vnorm(f.g) <= tol:
+                    raise StopIteration
+
+            res = minimize(f, w, jac=True, method="L-BFGS-B", callback=stop,
                            options={"maxiter": self.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
                                     "maxcor": 20})
-            w = res.x
+            w = np.array(res.x, dtype=np.float64)
             iterations = int(res.nit)
         for _ in range(50):
-            g = obj.objective_grad(w, X, y, loss, lam, b)
-            if np.linalg.norm(g) <= tol:
-                return w, max(iterations, 1)
+            if not f.at(w):
+                f(w)
+            if vnorm(f.g) <= tol:
+                return w, max(iterations, 1), f
             H = obj.hessian(w, X, y, loss, lam)
-            w = w - cho_solve(cho_factor(H), g)
+            w = w - cho_solve(cho_factor(H), f.g)
             iterations += 1
-        g = obj.objective_grad(w, X, y, loss, lam, b)
-        if np.linalg.norm(g) > tol:
+        if not f.at(w):
+            f(w)
+        if vnorm(f.g) > tol:
             raise RuntimeError(f"Training did not reach the gradient tolerance {tol:.3g}: |grad| = "
-                               f"{np.linalg.norm(g):.3g}. Increase max_iter or tol.")
-        return w, iterations
+                               f"{vnorm(f.g):.3g}. Increase max_iter or tol.")
+        return w, iterations, f
 
-    def _residual_with_allowance(self, w: np.ndarray, X: np.ndarray, y: np.ndarray, b: np.ndarray) -> float:
+    def _residual_with_allowance(self, w: np.ndarray, X: np.ndarray, ev: _Evaluation) -> float:
+        """β₀ = ‖fl(∇L_b(w; D))‖ + the rounding allowance of computing it (``ev``: the evaluation at w)."""
         n, d = X.shape
-        g = obj.objective_grad(w, X, y, self.loss_, self.lam, b)
-        d1 = self.loss_.d1(X @ w, y)
+        assert ev.at(w)
         fro = math.sqrt(float(np.einsum("ij,ij->", X, X)))
-        return vnorm(g) + rounding_allowance(
-            n, d, fro * vnorm(d1), self.lam * n * vnorm(w), vnorm(b),
+        return vnorm(ev.g) + rounding_allowance(
+            n, d, fro * ev.d1_norm, self.lam * n * vnorm(w), vnorm(ev.b),
             float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * vnorm(w))
 
     def train(self, X: Any, y: Any, random_state: RandomState = None, *,
@@ -383,8 +429,9 @@ class CertifiedRemoval:
                        x_norm: float | None = None, cache: NewtonCache | None = None) -> ModelState:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
-        w, iterations = self._solve(X, y, b)
-        beta = self._residual_with_allowance(w, X, y, b)
+        w, iterations, ev = self._solve(X, y, b)
+        beta = self._residual_with_allowance(w, X, ev)
+        del ev
         if self.noise != "none" and beta > self.budget:
             raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {self.budget:.3g}; "
                                "lower tol.")
@@ -392,7 +439,10 @@ class CertifiedRemoval:
         if cache is not None and self.solver == "anchor" and d <= n:
             gram = dsyrk(1.0, X.T, trans=0, lower=0)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
         if x_norm is None or not math.isfinite(x_norm):
-            x_norm = spectral_norm_upper_bound(X, gram=gram)
+            # without a double-precision Gram matrix at hand, a single-precision one (half the time; bound looser
+            # by ≈ γ_1024 in single precision, relative to ‖X‖_F²/‖X‖₂²)
+            x_norm = (spectral_norm_upper_bound(X, gram=gram) if gram is not None or d > n
+                      else spectral_norm_upper_bound_single(X))
         state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
                            retrainings=retrainings, train_iterations=iterations)
         if cache is not None:
