@@ -88,7 +88,7 @@ def _spectral_single_parts(X: np.ndarray, block: int) -> tuple[float, float]:
     """(the Gram-based bound, the Frobenius bound) of :func:`spectral_norm_upper_bound_single`, each ≥ ‖X‖₂."""
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
-    amax = float(np.max(np.abs(X), initial=0.0))
+    amax = max(float(np.max(X, initial=0.0)), -float(np.min(X, initial=0.0)))  # no n × d temporary
     if amax == 0.0:
         return 0.0, 0.0
     if not math.isfinite(amax):

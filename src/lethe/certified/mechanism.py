@@ -38,6 +38,7 @@ from lethe._validation import (
     check_positive_int,
 )
 from lethe.certified import objective as obj
+from lethe.certified._threads import blas_threads
 from lethe.certified.bounds import (
     ROW_NORM_TOLERANCE,
     rounding_allowance,
@@ -421,7 +422,8 @@ class CertifiedRemoval:
         t0 = time.perf_counter()
         X, y = self.check_data(X, y)
         rng = check_random_state(random_state)
-        state = self._train_checked(X, y, rng, retrainings=0, cache=cache)
+        with blas_threads():
+            state = self._train_checked(X, y, rng, retrainings=0, cache=cache)
         return state, self._certificate("train", state, step=state.residual_bound, retrained=False, removed=(),
                                         worst=math.nan, solve_error=0.0, seconds=time.perf_counter() - t0)
 
@@ -456,7 +458,8 @@ class CertifiedRemoval:
         Optional: an unprepared cache is built at the first removal.
         """
         active = np.ones(X.shape[0], dtype=bool) if active is None else np.asarray(active, dtype=bool)
-        prime_cache(self, state, X, y, active, cache)
+        with blas_threads():
+            prime_cache(self, state, X, y, active, cache)
 
     # -- Eq. 3 / Eq. 6 with their certificates, and Algorithm 2 -----------------------------------------------
     def newton_step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
@@ -470,18 +473,21 @@ class CertifiedRemoval:
 
         Returns (w⁻, step bound, worst-case bound (Thm 1/4, informational), measured solve error).
         """
-        r = compute_step(self, state, X, y, keep, idx, cache)
+        with blas_threads():
+            r = compute_step(self, state, X, y, keep, idx, cache)
         return r.w_new, r.step_bound, r.worst_case, r.solve_error
 
     def step(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
              cache: NewtonCache | None = None) -> StepResult:
         """As :meth:`newton_step`, returning the full :class:`~lethe.certified.newton.StepResult`."""
-        return compute_step(self, state, X, y, keep, idx, cache)
+        with blas_threads():
+            return compute_step(self, state, X, y, keep, idx, cache)
 
     def _propose(self, state: ModelState, X: np.ndarray, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
-        r = compute_step(self, state, X, y, keep, idx, cache)
+        with blas_threads():
+            r = compute_step(self, state, X, y, keep, idx, cache)
         beta = state.residual_bound + r.step_bound  # Guo et al.'s induction (triangle inequality over steps)
         if r.accumulated_bound is not None:  # tight accounting with the measured error vector (docs §4)
             beta = min(beta, r.accumulated_bound)
@@ -494,11 +500,12 @@ class CertifiedRemoval:
                 cache: NewtonCache | None = None) -> ModelState:
         """Alg. 2 line 17: retrain on the rows ``keep`` with a fresh b (reusing the ‖X‖₂ bound: rows were only
         removed), and re-prime ``cache`` for the new model."""
-        new = self._train_checked(X[keep], y[keep], rng, retrainings=state.retrainings + 1,
-                                  x_norm=state.x_norm_bound)
-        if cache is not None:
-            cache.reset()
-            prime_cache(self, new, X, y, keep, cache)
+        with blas_threads():
+            new = self._train_checked(X[keep], y[keep], rng, retrainings=state.retrainings + 1,
+                                      x_norm=state.x_norm_bound)
+            if cache is not None:
+                cache.reset()
+                prime_cache(self, new, X, y, keep, cache)
         return new
 
     def remove(self, state: ModelState, X: Any, y: Any, indices: Any, *, active: np.ndarray | None = None,
@@ -548,7 +555,7 @@ class CertifiedRemoval:
         keep = active.copy()
         keep[idx] = False
         new, r = self._propose(state, X, y, keep, idx, cache)
-        removed = tuple(int(i) for i in idx)
+        removed = tuple(idx.tolist())
         if self.noise == "none" or new.residual_bound <= self.budget:
             return new, self._certificate("remove", new, step=r.step_bound, retrained=False, removed=removed,
                                           worst=r.worst_case, solve_error=r.solve_error,
