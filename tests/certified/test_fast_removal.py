@@ -812,3 +812,31 @@ def test_a_loss_with_only_the_interval_lipschitz_hook_gets_local_constants():
         if isinstance(loss, OnlyOn):
             rems_on = rems
     np.testing.assert_allclose(rems_on, rems, rtol=1e-9)  # the same local constants either way
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_training_with_the_pcg_preconditioner_is_certified_and_keeps_it(seed):
+    """With a ``pcg`` cache, training hands over from L-BFGS to chord-Newton steps preconditioned by the cache's
+    anchor system at an earlier point w_c; the certified training residual dominates the exact one (long double), is
+    within the tolerance plus its rounding allowance, and the anchor system formed at w_c is the one the removals
+    then use (formed once per training)."""
+    rng = np.random.default_rng(seed)
+    n, d = 400, 12
+    X = rng.normal(size=(n, d)) + rng.normal(size=d)  # a common direction: an ill-conditioned Hessian
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X @ rng.normal(size=d) * 4 + rng.normal(size=n) > 0, 1.0, -1.0)
+    mech = CertifiedRemoval(lam=1e-3, sigma=1.0, bound="tight", calibration="analytic", solver="pcg")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    exact = norm_ld(grad_ld(state.w, state.b, X, y, mech.lam, "logistic"))
+    assert exact <= state.residual_bound <= mech.train_tolerance(n) * (1 + 1e-6)
+    assert cache.refreshes == 1 and cache.w_anchor is not None
+    assert not np.array_equal(cache.w_anchor, state.w)  # formed at w_c, before the chord steps
+    active = np.ones(n, dtype=bool)
+    for i in rng.permutation(n)[:5]:
+        before = grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")
+        state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache)
+        active[i] = False
+        after = grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")
+        assert norm_ld(after - before) <= cert.step_bound
+        assert norm_ld(after) <= state.residual_bound

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,16 @@ from lethe.certified.bounds import (
     spectral_norm_upper_bound_single,
     vnorm,
 )
-from lethe.certified.newton import BOUNDS, SOLVERS, NewtonCache, StepResult, compute_step, prime_cache
+from lethe.certified.newton import (
+    BOUNDS,
+    SOLVERS,
+    NewtonCache,
+    StepResult,
+    build_anchor,
+    compute_step,
+    prime_cache,
+)
+from lethe.certified.newton import cho_solve as newton_solve
 from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
 from lethe.losses import Loss, get_loss
 
@@ -177,6 +187,12 @@ def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
     return idx.astype(np.int64)
 
 
+#: With a preconditioner, L-BFGS hands over to chord-Newton steps once ‖∇L_b‖ ≤ this share of its initial value
+#: (MNIST 3 vs 8: 16 gradient evaluations in all instead of 25; 1e-2 takes 18, 1e-1 15 but leaves a worse
+#: preconditioner for the removals).
+_CHORD_START = 3e-2
+
+
 class _Evaluation:
     """L_b(w; D) and ∇L_b(w; D) = Xᵀℓ'(Xw) + λnw + b with one pass each way (the optimiser's objective), remembering
     its last point, gradient and ‖ℓ'(Xw)‖: L-BFGS evaluates its accepted point last, so the certified training
@@ -187,6 +203,7 @@ class _Evaluation:
         self.X, self.y, self.loss, self.lam, self.b = X, y, loss, lam, b
         self.x: np.ndarray | None = None
         self.g = np.zeros(X.shape[1])
+        self.g0_norm = math.inf  # ‖gradient‖ at the first point evaluated
         self.d1_norm = math.inf
 
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
@@ -197,9 +214,11 @@ class _Evaluation:
         d1 = loss.d1(z, self.y)
         g = X.T @ d1 + lam * n * w
         g = g + self.b
-        self.x = np.array(w, dtype=np.float64, copy=True)
         self.g = g
         self.d1_norm = vnorm(d1)
+        if self.x is None:
+            self.g0_norm = vnorm(g)
+        self.x = np.array(w, dtype=np.float64, copy=True)
         return val, g.copy()  # the optimiser's own copy: the stored gradient stays as computed
 
     def at(self, w: np.ndarray) -> bool:
@@ -365,28 +384,59 @@ class CertifiedRemoval:
         return X, self.loss_.check_targets(yv)
 
     # -- Algorithm 1 ----------------------------------------------------------------------------------------
-    def _solve(self, X: np.ndarray, y: np.ndarray, b: np.ndarray,
-               w0: np.ndarray | None = None) -> tuple[np.ndarray, int, _Evaluation]:
-        """argmin_w L_b(w; D) to ‖∇L_b(w; D)‖₂ ≤ tol: L-BFGS stopped as soon as the gradient norm itself is below
-        tol (not the stricter ∞-norm criterion of L-BFGS-B, which overshoots it), then Newton polishing (exact for
-        γ = 0). Returns (w, iterations, the evaluation at w: its gradient and ‖ℓ'‖, reused for the residual)."""
+    def _solve(self, X: np.ndarray, y: np.ndarray, b: np.ndarray, w0: np.ndarray | None = None,
+               precondition: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] | None = None,
+               ) -> tuple[np.ndarray, int, _Evaluation]:
+        """argmin_w L_b(w; D) to ‖∇L_b(w; D)‖₂ ≤ tol (the residual is then measured and charged; the optimiser's
+        path does not enter the certificate).
+
+        L-BFGS, stopped as soon as the gradient norm itself is below the target (not L-BFGS-B's stricter ∞-norm
+        criterion, which overshoots it). With ``precondition`` (a function that, given a point w_c, returns an
+        approximate solver r ↦ H(w_c)⁻¹ r — the ``pcg`` cache's factorisation, which the removals need anyway)
+        L-BFGS stops at 3 % of the initial gradient norm and chord-Newton steps w ← w − H(w_c)⁻¹∇L_b(w), one
+        gradient each, take it to tol; a step that does not halve the gradient norm hands back to L-BFGS. Newton
+        polishing with the exact Hessian last (exact for γ = 0). Returns (w, iterations, the evaluation at w: its
+        gradient and ‖ℓ'‖, reused for the residual)."""
         n, d = X.shape
         loss, lam = self.loss_, self.lam
         tol = self.train_tolerance(n)
         w = np.zeros(d) if w0 is None else w0.copy()
         f = _Evaluation(X, y, loss, lam, b)
         iterations = 0
-        f(w)
-        if loss.gamma != 0.0 and vnorm(f.g) > tol:
+
+        def lbfgs(w: np.ndarray, target: float) -> tuple[np.ndarray, int]:
             def stop(intermediate_result: Any) -> None:
-                if f.at(intermediate_result.x) and vnorm(f.g) <= tol:
+                if f.at(intermediate_result.x) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
                     raise StopIteration
 
             res = minimize(f, w, jac=True, method="L-BFGS-B", callback=stop,
                            options={"maxiter": self.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
                                     "maxcor": 20})
-            w = np.array(res.x, dtype=np.float64)
-            iterations = int(res.nit)
+            return np.array(res.x, dtype=np.float64), int(res.nit)
+
+        coarse = _CHORD_START if precondition is not None else 0.0
+        if loss.gamma != 0.0:
+            w, iterations = lbfgs(w, tol)  # to max(tol, coarse ‖∇L_b(w₀)‖) (the first evaluation is at w₀)
+            coarse = 0.0
+            if precondition is not None:
+                if not f.at(w):
+                    f(w)
+                best = vnorm(f.g)
+                if best > tol:
+                    apply = precondition(w)
+                    for _ in range(30):
+                        w_try = w - apply(f.g)
+                        f(w_try)
+                        iterations += 1
+                        g_try = vnorm(f.g)
+                        if not g_try <= 0.5 * best:
+                            break
+                        w, best = w_try, g_try
+                        if best <= tol:
+                            break
+                    if best > tol:  # the chord steps stalled: back to L-BFGS from the best point
+                        w, more = lbfgs(w, tol)
+                        iterations += more
         for _ in range(50):
             if not f.at(w):
                 f(w)
@@ -431,7 +481,22 @@ class CertifiedRemoval:
                        x_norm: float | None = None, cache: NewtonCache | None = None) -> ModelState:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
-        w, iterations, ev = self._solve(X, y, b)
+        precondition = None
+        built: list[bool] = []  # whether the cache's anchor system was formed for this training
+        if cache is not None and self.solver in ("refine", "pcg") and self.loss_.gamma != 0.0:
+
+            def precondition(w_c: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+                # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations and
+                # then the removals (prime_cache keeps it), so it is formed once
+                assert cache is not None
+                cache.reset()
+                build_anchor(self, w_c, X, y, np.ones(n, dtype=bool), cache, with_gram=False)
+                built.append(True)
+                F = cache.factor
+                assert F is not None
+                return lambda r: newton_solve(F, r)
+
+        w, iterations, ev = self._solve(X, y, b, precondition=precondition)
         beta = self._residual_with_allowance(w, X, ev)
         del ev
         if self.noise != "none" and beta > self.budget:
@@ -448,7 +513,7 @@ class CertifiedRemoval:
         state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
                            retrainings=retrainings, train_iterations=iterations)
         if cache is not None:
-            prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram)
+            prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram, anchor_ready=bool(built))
         return state
 
     def prime(self, cache: NewtonCache, state: ModelState, X: np.ndarray, y: np.ndarray,
