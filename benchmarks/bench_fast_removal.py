@@ -153,7 +153,7 @@ def part1(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
     results["paper (Cor.1, c, cholesky)"]["how"] = "= paper bound, refine"
     base = results["paper (Cor.1, c, cholesky)"]["supported"]
     print("retrain = Alg. 2's retraining on the remaining rows (L-BFGS, fresh b, ||X||_2 bound reused); fit = a fit "
-          "from scratch incl. the ||X||_2 bound. Ratios use the (smaller) retraining time.")
+          "from scratch incl. the ||X||_2 bound.")
     print("sk refit = scikit-learn's LogisticRegression (lbfgs, C = 1/(lambda n), no intercept) on the same rows, "
           "timed in the same run: the primary denominator. Lethe's own retraining printed beside it.")
     print(f"{'mode':<28}{'sk refit s':>11}{'retrain s':>10}{'fit s':>7}{'median ms':>11}{'mean ms':>9}{'sk/':>8}"
