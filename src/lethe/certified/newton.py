@@ -582,8 +582,9 @@ def _downdate(cache: NewtonCache, X: np.ndarray, idx: np.ndarray, lam: float, *,
             # S ≥ Σ‖z̃ⱼ‖²: each computed square norm within γ_{d+2}, their sum within γ_{m+1} (non-negative terms)
             S = float(np.sum(np.einsum("ij,ij->i", Z, Z))) * (1.0 + gamma_k(d + 2)) * (1.0 + gamma_k(m + 1))
             cache._fold_rows(Z, S)
-        else:
-            cache.M = dsyrk(-1.0, Z.T, beta=1.0, c=cache.M, trans=0, lower=0, overwrite_c=1)
+        else:  # pcg/refine: M is only a preconditioner (the solve error is measured), single precision will do
+            Z32 = Z.astype(np.float32)
+            cache.M += ssyrk(-1.0, Z32.T, trans=0, lower=0)  # upper triangle, as stored
         cache.s_hat[idx] = 0.0
         idx = idx[:0]
     M = cache.M
