@@ -7,7 +7,8 @@ took 23–25 ms with the inherited pools and 8.7–9.1 ms with one thread (issue
 two threads against 4.3 ms with one. So :meth:`~lethe.certified.mechanism.CertifiedRemoval.train`, ``remove`` and
 ``prime`` run with ``LETHE_BLAS_THREADS`` BLAS threads (default 1) in both pools, and restore the caller's setting
 afterwards; ``LETHE_BLAS_THREADS=inherit`` leaves the threads alone (e.g. under an outer
-``threadpoolctl.threadpool_limits``). Switching costs ~10 µs (one controller, created once).
+``threadpoolctl.threadpool_limits``). Switching costs ~10 µs (one controller, created once); when the pools already
+have that many threads nothing is called.
 """
 
 from __future__ import annotations
@@ -43,5 +44,7 @@ def blas_threads() -> AbstractContextManager[Any]:
     if n is None:
         return nullcontext()
     if _controller is None:
-        _controller = ThreadpoolController()
-    return _controller.limit(limits=n, user_api="blas")
+        _controller = ThreadpoolController().select(user_api="blas")
+    if all(lib.num_threads == n for lib in _controller.lib_controllers):
+        return nullcontext()  # already so: no call into the BLAS libraries at all
+    return _controller.limit(limits=n)
