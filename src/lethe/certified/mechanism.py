@@ -462,7 +462,11 @@ class CertifiedRemoval:
         b = sample_perturbation(d, self.sigma, self.noise, rng)
         precondition = None
         built: list[bool] = []  # whether the cache's anchor system was formed for this training
-        if cache is not None and self.solver in ("refine", "pcg") and self.loss_.gamma != 0.0 and is_dense(X):
+        B = backend_of(X)
+        # the chord steps need the cache's factorised anchor system: formed for pcg/refine on in-memory data that is
+        # not matrix-free (dense, or sparse with few features); chunked and matrix-free data train by L-BFGS alone
+        if (cache is not None and self.solver in ("refine", "pcg") and self.loss_.gamma != 0.0
+                and B.name in ("dense", "sparse") and not B.matrix_free(X)):
 
             def precondition(w_c: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
                 # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations and
@@ -482,7 +486,6 @@ class CertifiedRemoval:
             raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {self.budget:.3g}; "
                                "lower tol.")
         gram = None
-        B = backend_of(X)
         if cache is not None and self.solver == "anchor" and d <= n and not B.matrix_free(X):
             gram = B.gram(X)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
         if x_norm is None or not math.isfinite(x_norm):
