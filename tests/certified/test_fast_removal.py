@@ -815,11 +815,11 @@ def test_a_loss_with_only_the_interval_lipschitz_hook_gets_local_constants():
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_training_with_the_pcg_preconditioner_is_certified_and_keeps_it(seed):
+def test_training_with_the_pcg_preconditioner_is_certified_and_primes_at_w(seed):
     """With a ``pcg`` cache, training hands over from L-BFGS to chord-Newton steps preconditioned by the cache's
     anchor system at an earlier point w_c; the certified training residual dominates the exact one (long double), is
-    within the tolerance plus its rounding allowance, and the anchor system formed at w_c is the one the removals
-    then use (formed once per training)."""
+    within the tolerance plus its rounding allowance, and the removals' anchor system is formed again at the final w
+    (so the cache equals one primed after loading the model: a service reproduces the estimator's bounds)."""
     rng = np.random.default_rng(seed)
     n, d = 400, 12
     X = rng.normal(size=(n, d)) + rng.normal(size=d)  # a common direction: an ill-conditioned Hessian
@@ -830,8 +830,12 @@ def test_training_with_the_pcg_preconditioner_is_certified_and_keeps_it(seed):
     state, _ = mech.train(X, y, random_state=seed, cache=cache)
     exact = norm_ld(grad_ld(state.w, state.b, X, y, mech.lam, "logistic"))
     assert exact <= state.residual_bound <= mech.train_tolerance(n) * (1 + 1e-6)
-    assert cache.refreshes == 1 and cache.w_anchor is not None
-    assert not np.array_equal(cache.w_anchor, state.w)  # formed at w_c, before the chord steps
+    assert cache.refreshes == 2 and cache.w_anchor is not None  # at w_c for the chord steps, then at w
+    np.testing.assert_array_equal(cache.w_anchor, state.w)
+    fresh = NewtonCache()
+    mech.prime(fresh, state, X, y)
+    assert fresh.M is not None and cache.M is not None
+    np.testing.assert_array_equal(fresh.M, cache.M)
     active = np.ones(n, dtype=bool)
     for i in rng.permutation(n)[:5]:
         before = grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")

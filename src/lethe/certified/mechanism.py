@@ -461,7 +461,6 @@ class CertifiedRemoval:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
         precondition = None
-        built: list[bool] = []  # whether the cache's anchor system was formed for this training
         B = backend_of(X)
         # the chord steps need the cache's factorised anchor system: formed for pcg/refine on in-memory data that is
         # not matrix-free (dense, or sparse with few features); chunked and matrix-free data train by L-BFGS alone
@@ -469,12 +468,11 @@ class CertifiedRemoval:
                 and B.name in ("dense", "sparse") and not B.matrix_free(X)):
 
             def precondition(w_c: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-                # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations and
-                # then the removals (prime_cache keeps it), so it is formed once
+                # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations;
+                # prime_cache then forms it again at the final w (the removals' preconditioner, as after a reload)
                 assert cache is not None
                 cache.reset()
                 build_anchor(self, w_c, X, y, np.ones(n, dtype=bool), cache, with_gram=False)
-                built.append(True)
                 F = cache.factor
                 assert F is not None
                 return lambda r: newton_solve(F, r)
@@ -496,7 +494,7 @@ class CertifiedRemoval:
         state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
                            retrainings=retrainings, train_iterations=iterations)
         if cache is not None:
-            prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram, anchor_ready=bool(built))
+            prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram)
         return state
 
     def prime(self, cache: NewtonCache, state: ModelState, X: DataMatrix, y: np.ndarray,

@@ -19,8 +19,6 @@ The names below are re-exported for existing imports (``from lethe.certified.new
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from lethe.certified.anchor import anchor_step
@@ -73,19 +71,14 @@ def compute_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
 
 
 def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, active: np.ndarray,
-                cache: NewtonCache, gram: np.ndarray | None = None, *, anchor_ready: bool = False) -> None:
+                cache: NewtonCache, gram: np.ndarray | None = None) -> None:
     """Prepare ``cache`` for removals from ``state`` (after training), so the first removal is fast.
 
     ``anchor``: builds the anchor system with its Gram matrix (O(n d²)). ``refine``/``pcg``: builds the anchor
-    system (the Hessian at w) and stores the margins; with ``anchor_ready`` the anchor system already in the cache
-    (built by training on the rows ``active`` of X at a point near w, where it preconditioned the last iterations)
-    is kept instead: for these solvers it is only a preconditioner and initial guess (the solve error is measured
-    against the exact Hessian). ``cholesky``: margins only.
+    system (the Hessian at w, also when training left one formed at an earlier point: a cache primed after
+    training and one primed after loading the model are then the same, so a service's removals reproduce the
+    estimator's bounds) and stores the margins. ``cholesky``: margins only.
     """
-    kept: dict[str, Any] | None = None
-    if (anchor_ready and cfg.solver in ("refine", "pcg") and cache.factor is not None and cache.M is not None
-            and cache.s_hat is not None and cache.s_hat.shape == (X.shape[0],)):
-        kept = {k: getattr(cache, k) for k in ("factor", "M", "s_hat", "w_anchor", "fro_M", "eps_M", "tau")}
     cache.reset()
     n_rows, d = X.shape
     check_solver_supports(cfg.solver, X)
@@ -98,10 +91,7 @@ def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         rho = _row_norm_max(cfg, X, cache)
         cache.kind = "exact"
         cache.z, cache.eta = _margins(X, state.w, rho)
-        if kept is not None:
-            for k, v in kept.items():
-                setattr(cache, k, v)
-        elif cfg.solver != "cholesky" and not backend_of(X).matrix_free(X):
+        if cfg.solver != "cholesky" and not backend_of(X).matrix_free(X):
             build_anchor(cfg, state.w, X, y, active, cache, with_gram=False, margins=cache.z)
     if cfg.bound == "tight":
         cache.carry_e = np.zeros(d)
