@@ -145,8 +145,9 @@ def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
 
 
 #: With a preconditioner, L-BFGS hands over to chord-Newton steps once ‖∇L_b‖ ≤ this share of its initial value
-#: (MNIST 3 vs 8: 16 gradient evaluations in all instead of 25; 1e-2 takes 18, 1e-1 15 but leaves a worse
-#: preconditioner for the removals).
+#: (MNIST 3 vs 8, measured before the merge with the data interface: 16 gradient evaluations in all instead of 25;
+#: 1e-2 took 18, 1e-1 15 but then the preconditioner, formed farther from the minimiser, was kept for the removals,
+#: which it no longer is: prime_cache forms it again at the final w).
 _CHORD_START = 3e-2
 
 
