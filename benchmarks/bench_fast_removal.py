@@ -2,22 +2,24 @@
 
 Prints, from one run on this machine (ratios, since these machines are noisy):
 
-1. MNIST 3 vs 8, λ = 1e-3, σ = 10, ε = 1, δ = 1e-4 — for each mode (bound × calibration × solver): the time of
-   Alg. 2's retraining on the remaining rows (L-BFGS from zero with a fresh b; the ‖X‖₂ bound is reused, so this is
-   the smaller and conservative denominator) and of a fit from scratch (incl. the ‖X‖₂ bound), medians of 3, timed
-   right after that mode's removals; median and mean (amortised: includes every refresh and flush) wall time of one
-   single-row ``remove`` call (certificate included), their ratio, test accuracy, and removals supported before
-   the budget forces retraining. "measured": random rows removed one at a time until the first retraining.
-   "extrapolated": the budget would outlast the removals run (for the tight bounds it would outlast the data set),
-   so the count is K (ε′ − β₀)/(β_K − β₀) from the accumulated bound β_K after K removals. Also printed: the
-   floor of the O(d²) mode: the d×d BLAS operations of one anchor removal, timed alone.
+1. MNIST 3 vs 8, λ = 1e-3, σ = 10, ε = 1, δ = 1e-4 — for each mode (bound × calibration × solver): the time of a
+   scikit-learn refit on the remaining rows (``LogisticRegression``, lbfgs, C = 1/(λn), no intercept: the primary
+   denominator, what a user would do instead), of Alg. 2's retraining on the remaining rows (L-BFGS from zero
+   with a fresh b; the ‖X‖₂ bound is reused) and of a fit from scratch (incl. the ‖X‖₂ bound), medians of 3,
+   timed right after that mode's removals; median and mean (amortised: includes every refresh and flush) wall
+   time of one single-row ``remove`` call (certificate included), their ratios, test accuracy, and removals
+   supported before the budget forces retraining. "measured": random rows removed one at a time until the first
+   retraining. "extrapolated": the budget would outlast the removals run (for the tight bounds it would outlast
+   the data set), so the count is K (ε′ − β₀)/(β_K − β₀) from the accumulated bound β_K after K removals. Also
+   printed: the floor of the O(d²) mode: the d×d BLAS operations of one anchor removal, timed alone.
 2. Synthetic n-scaling of the O(d²) `anchor` solver (refresh="never": no data pass after training): median time per
    removal at n and 10 n, with the O(nd) `pcg` solver for contrast.
 3. The best test accuracy at ε = 1, δ = 1e-4 supporting ≥ 1000 removals, for the paper's mode and ours: for each
    λ of a grid, a probe (train at σ_ref, 200 removals) estimates the mean certified step; the smallest σ whose budget
    covers 1000 such steps (× 1.25) is then *verified* by removing 1000 random rows one at a time without a
    retraining (σ × 1.3 and retry otherwise); the test accuracy of that model is reported.
-4. The issue's targets, met or not.
+4. The issue's targets, met or not; ``--quick`` never labels a target met, and a count of removals that was
+   extrapolated is "not verified".
 
 Run: ``python benchmarks/bench_fast_removal.py`` (about 10–15 minutes on 2 cores; ``--quick`` for a smoke run).
 """
@@ -70,6 +72,19 @@ def retrain_seconds(mech: CertifiedRemoval, state: Any, X: np.ndarray, y: np.nda
         mech.train(X[active], y[active], random_state=100 + r)
         fit.append(time.perf_counter() - t0)
     return statistics.median(retrain), statistics.median(fit)
+
+
+def sklearn_refit_seconds(X: np.ndarray, y: np.ndarray, lam: float, reps: int = 3) -> float:
+    """Median of ``reps`` scikit-learn refits on the same rows: ``LogisticRegression`` (lbfgs, C = 1/(λ n),
+    no intercept, its default tolerance) — what a user would do instead of a certified removal."""
+    from sklearn.linear_model import LogisticRegression
+
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        LogisticRegression(C=1.0 / (lam * X.shape[0]), fit_intercept=False, solver="lbfgs", max_iter=10_000).fit(X, y)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
 
 
 def run_removals(mech: CertifiedRemoval, X: np.ndarray, y: np.ndarray, order: np.ndarray, k: int,
@@ -127,6 +142,7 @@ def part1(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
         # retraining from scratch (Alg. 1 with this mode's calibration), timed right after this mode's removals so
         # that both sides of the ratio see the same machine load
         r["retrain"], r["fit"] = retrain_seconds(mech, r["state"], X, y, r["active"], reps=1 if quick else 3)
+        r["sk"] = sklearn_refit_seconds(X[r["active"]], y[r["active"]], REF["lam"], reps=1 if quick else 3)
         r["acc"] = accuracy(r["w0"], Xt, yt)
         if name.startswith("paper (Cor.1"):
             r["how"] = "timing only"
@@ -137,14 +153,17 @@ def part1(X, y, Xt, yt, quick: bool) -> dict[str, dict[str, Any]]:
     results["paper (Cor.1, c, cholesky)"]["how"] = "= paper bound, refine"
     base = results["paper (Cor.1, c, cholesky)"]["supported"]
     print("retrain = Alg. 2's retraining on the remaining rows (L-BFGS, fresh b, ||X||_2 bound reused); fit = a fit "
-          "from scratch incl. the ||X||_2 bound. Ratios use the (smaller) retraining time.")
-    print(f"{'mode':<28}{'retrain s':>10}{'fit s':>7}{'median ms':>11}{'mean ms':>9}{'retrain/':>10}{'retrain/':>10}"
-          f"{'test acc':>9}{'budget':>8}{'removals supported':>36}{'x paper':>9}")
-    print(f"{'':<28}{'':>10}{'':>7}{'':>11}{'':>9}{'median':>10}{'mean':>10}")
+          "from scratch incl. the ||X||_2 bound.")
+    print("sk refit = scikit-learn's LogisticRegression (lbfgs, C = 1/(lambda n), no intercept) on the same rows, "
+          "timed in the same run: the primary denominator. Lethe's own retraining printed beside it.")
+    print(f"{'mode':<28}{'sk refit s':>11}{'retrain s':>10}{'fit s':>7}{'median ms':>11}{'mean ms':>9}{'sk/':>8}"
+          f"{'sk/':>8}{'retrain/':>10}{'test acc':>9}{'budget':>8}{'removals supported':>36}{'x paper':>9}")
+    print(f"{'':<28}{'':>11}{'':>10}{'':>7}{'':>11}{'':>9}{'median':>8}{'mean':>8}{'mean':>10}")
     for name, r in results.items():
-        print(f"{name:<28}{r['retrain']:>10.3f}{r['fit']:>7.2f}{1e3 * r['median']:>11.2f}{1e3 * r['mean']:>9.2f}"
-              f"{r['retrain'] / r['median']:>10.0f}{r['retrain'] / r['mean']:>10.0f}{r['acc']:>9.4f}{r['budget']:>8.3f}"
-              f"{r['supported']:>10d} ({r['how']})".ljust(36 + 75) + f"{r['supported'] / base:>9.1f}")
+        print(f"{name:<28}{r['sk']:>11.3f}{r['retrain']:>10.3f}{r['fit']:>7.2f}{1e3 * r['median']:>11.2f}"
+              f"{1e3 * r['mean']:>9.2f}{r['sk'] / r['median']:>8.0f}{r['sk'] / r['mean']:>8.0f}"
+              f"{r['retrain'] / r['mean']:>10.0f}{r['acc']:>9.4f}{r['budget']:>8.3f}"
+              f"{r['supported']:>10d} ({r['how']})".ljust(36 + 83) + f"{r['supported'] / base:>9.1f}")
     floor = dense_floor(d)
     never = results["anchor O(d2), never"]
     print(f"O(d^2) floor: the d x d BLAS operations of one anchor removal (ssymv, 2 dsymv, 1/32 dsyrk), timed alone: "
@@ -285,7 +304,7 @@ def main() -> None:
     scale = part2(args.quick) if "2" in parts else {}
     best = part3(X, y, Xt, yt, args.quick) if "3" in parts else {}
     print("\n== 4. targets (same machine, same run)")
-    checks = []
+    checks: list[tuple[str, str, bool | str]] = []
     if res:
         checks += part1_checks(res)
     if scale:
@@ -295,7 +314,11 @@ def main() -> None:
             checks.append((f">= 96% test accuracy with >= 1000 removals ({label})",
                            f"{best.get(key, {}).get('acc', math.nan):.4f}", best.get(key, {}).get("acc", 0.0) >= 0.96))
     for what, value, ok in checks:
-        print(f"  [{'met' if ok else 'NOT met'}] {what}: {value}")
+        if args.quick and ok:
+            label = "not verified (--quick)"  # a smoke run never labels a target met
+        else:
+            label = "met" if ok is True else ("NOT met" if ok is False else f"not verified ({ok})")
+        print(f"  [{label}] {what}: {value}")
     if best:
         print(f"  paper mode, best accuracy with >= 1000 removals: {best.get('paper', {}).get('acc', math.nan):.4f}")
     print(f"total benchmark time: {time.perf_counter() - t_start:.0f} s")
@@ -305,19 +328,21 @@ def part1_checks(res: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool]]:
     """The targets that part 1 measures."""
     paper, tight, anchor, one = (res["paper (Cor.1, c, cholesky)"], res["tight + analytic, pcg"],
                                  res["anchor O(d2), never"], res["tight + analytic, onepass"])
-    checks = []
+    checks: list[tuple[str, str, bool | str]] = []
     for label, r in (("tightest mode (pcg)", tight), ("tight onepass mode", one)):
+        more = r["supported"] >= 10 * paper["supported"]
         checks += [
             (f"{label} supports >= 10x the paper's removals",
-             f"{r['supported']} vs {paper['supported']} = {r['supported'] / paper['supported']:.0f}x",
-             r["supported"] >= 10 * paper["supported"]),
-            (f"{label}: removal <= 1/100 of retraining",
-             f"1/{r['retrain'] / r['median']:.0f} (median), 1/{r['retrain'] / r['mean']:.0f} (mean incl. flushes "
-             "and refreshes)", r["retrain"] / r["median"] >= 100)]
-    checks.append(("O(d^2) mode: removal <= 1/1000 of retraining",
-                   f"1/{anchor['retrain'] / anchor['median']:.0f} (median; the d x d operations alone: "
-                   f"1/{anchor['retrain'] / anchor['floor']:.0f})",
-                   anchor["retrain"] / anchor["median"] >= 1000))
+             f"{r['supported']} ({r['how']}) vs {paper['supported']} = {r['supported'] / paper['supported']:.0f}x",
+             more if (r["how"] == "measured" or not more) else "extrapolated"),
+            (f"{label}: removal (mean, incl. flushes and refreshes) <= 1/100 of a scikit-learn refit",
+             f"1/{r['sk'] / r['mean']:.0f} (1/{r['sk'] / r['median']:.0f} median; lethe's own retraining: "
+             f"1/{r['retrain'] / r['mean']:.0f})", r["sk"] / r["mean"] >= 100)]
+    checks.append(("O(d^2) mode: removal <= 1/1000 of a scikit-learn refit",
+                   f"1/{anchor['sk'] / anchor['median']:.0f} (median; the d x d operations alone: "
+                   f"1/{anchor['sk'] / anchor['floor']:.0f}; lethe's own retraining: "
+                   f"1/{anchor['retrain'] / anchor['median']:.0f})",
+                   anchor["sk"] / anchor["median"] >= 1000))
     return checks
 
 

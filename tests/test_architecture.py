@@ -64,10 +64,7 @@ LAYERS: dict[str, int] = {
 
 # Cycles known and being removed elsewhere, each named with the issue that removes it. An allowance that no longer
 # matches a cycle fails the test, so that it is deleted as soon as the cycle is gone.
-TEMPORARY_CYCLE_ALLOWANCES: dict[frozenset[str], str] = {
-    frozenset({"lethe.certified.mechanism", "lethe.certified.newton"}):
-        "issue 14 splits certified/newton.py into one module per solver; remove this allowance after merging it",
-}
+TEMPORARY_CYCLE_ALLOWANCES: dict[frozenset[str], str] = {}
 
 
 def _modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:

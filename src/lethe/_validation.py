@@ -68,9 +68,14 @@ def check_finite_matrix(name: str, X: Any, *, ndim: int = 2) -> np.ndarray:
         raise TypeError(f"{name} must be numeric array-like. Could not convert: {exc}") from exc
     if A.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-D array. Found shape {A.shape}.")
-    if not np.all(np.isfinite(A)):
+    # one pass without an n × d temporary: NaN and ±inf propagate to the sum; only if it is not finite (which huge
+    # finite values can also cause) are the entries examined one by one
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.sum(A))
+    if not math.isfinite(total) and not np.all(np.isfinite(A)):
         bad = np.argwhere(~np.isfinite(A))[0]
-        raise ValueError(f"{name} must contain only finite values. Found {A[tuple(bad)]} at index {tuple(bad)}.")
+        where = tuple(int(i) for i in bad)
+        raise ValueError(f"{name} must contain only finite values. Found {A[where]} at index {where}.")
     return A
 
 

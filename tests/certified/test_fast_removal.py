@@ -685,10 +685,11 @@ def test_shared_float32_copy_is_used_only_when_its_zeroed_rows_are_right():
     assert shared.lookup(X, active, removing=np.array([3]))[0] is X32  # priming for the step that removes row 3
 
 
-def maintained_anchor_property(seed, n, d, fold_every, k):
+def maintained_anchor_property(seed, n, d, fold_every, k, m):
     """Between steps of the ``anchor`` solver, checked against long double: (1) the product with the maintained M
     (stored matrix minus the queued rows, :func:`_mv_maintained`) is within the caller's γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖
-    plus its own bound of the exact X′ᵀdiag(ŝ)X′v + λn′v; (2) the carried h̃ is within h_err of G̃(w − w_a)."""
+    plus its own bound of the exact X′ᵀdiag(ŝ)X′v + λn′v; (2) the carried h̃ is within h_err of G̃(w − w_a).
+    Removals come in batches of ``m`` rows (a batch of ≥ ``fold_every`` rows is folded by one rank-m update)."""
     from lethe.certified.bounds import gamma_k
     from lethe.certified.newton import _mv_maintained
 
@@ -701,8 +702,10 @@ def maintained_anchor_property(seed, n, d, fold_every, k):
     cache = NewtonCache(fold_every=fold_every)
     state, _ = mech.train(X, y, random_state=seed, cache=cache)
     active = np.ones(n, dtype=bool)
-    for i in rng.permutation(n)[:k]:
-        state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache, random_state=seed)
+    order = rng.permutation(n)[: min(k * m, n - 2)]
+    for j in range(0, order.size, m):
+        i = order[j:j + m]
+        state, cert = mech.remove(state, X, y, i, active=active, cache=cache, random_state=seed)
         active[i] = False
         if cert.retrained:
             return
@@ -721,7 +724,7 @@ def maintained_anchor_property(seed, n, d, fold_every, k):
 
 
 MAINTAINED_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(20, 80), d=st.integers(1, 12),
-                       fold_every=st.sampled_from([1, 2, 5, 32]), k=st.integers(1, 12))
+                       fold_every=st.sampled_from([1, 2, 5, 32]), k=st.integers(1, 12), m=st.integers(1, 8))
 test_maintained_anchor_products_within_their_bounds = given(**MAINTAINED_ARGS)(maintained_anchor_property)
 test_maintained_anchor_products_within_their_bounds_slow = pytest.mark.slow(
     settings(max_examples=SLOW)(given(**MAINTAINED_ARGS)(maintained_anchor_property)))
@@ -809,3 +812,35 @@ def test_a_loss_with_only_the_interval_lipschitz_hook_gets_local_constants():
         if isinstance(loss, OnlyOn):
             rems_on = rems
     np.testing.assert_allclose(rems_on, rems, rtol=1e-9)  # the same local constants either way
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_training_with_the_pcg_preconditioner_is_certified_and_primes_at_w(seed):
+    """With a ``pcg`` cache, training hands over from L-BFGS to chord-Newton steps preconditioned by the cache's
+    anchor system at an earlier point w_c; the certified training residual dominates the exact one (long double), is
+    within the tolerance plus its rounding allowance, and the removals' anchor system is formed again at the final w
+    (so the cache equals one primed after loading the model: a service reproduces the estimator's bounds)."""
+    rng = np.random.default_rng(seed)
+    n, d = 400, 12
+    X = rng.normal(size=(n, d)) + rng.normal(size=d)  # a common direction: an ill-conditioned Hessian
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X @ rng.normal(size=d) * 4 + rng.normal(size=n) > 0, 1.0, -1.0)
+    mech = CertifiedRemoval(lam=1e-3, sigma=1.0, bound="tight", calibration="analytic", solver="pcg")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    exact = norm_ld(grad_ld(state.w, state.b, X, y, mech.lam, "logistic"))
+    assert exact <= state.residual_bound <= mech.train_tolerance(n) * (1 + 1e-6)
+    assert cache.refreshes == 2 and cache.w_anchor is not None  # at w_c for the chord steps, then at w
+    np.testing.assert_array_equal(cache.w_anchor, state.w)
+    fresh = NewtonCache()
+    mech.prime(fresh, state, X, y)
+    assert fresh.M is not None and cache.M is not None
+    np.testing.assert_array_equal(fresh.M, cache.M)
+    active = np.ones(n, dtype=bool)
+    for i in rng.permutation(n)[:5]:
+        before = grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")
+        state, cert = mech.remove(state, X, y, [int(i)], active=active, cache=cache)
+        active[i] = False
+        after = grad_ld(state.w, state.b, X[active], y[active], mech.lam, "logistic")
+        assert norm_ld(after - before) <= cert.step_bound
+        assert norm_ld(after) <= state.residual_bound

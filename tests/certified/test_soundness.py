@@ -140,3 +140,32 @@ def test_worst_case_bound_is_reported_but_not_used():
     # Thm 1: 4 γ C² / (λ² (n − 1)) with γ = 1/4, C = 1
     assert cert.worst_case_bound == pytest.approx(4 * 0.25 / (1e-4 * 99))
     assert cert.step_bound < cert.worst_case_bound
+
+
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 300), d=st.integers(1, 40),
+       exp=st.integers(-60, 60), block=st.sampled_from([1, 7, 64, 1024]))
+def test_single_precision_spectral_norm_bound_is_an_upper_bound(seed, n, d, exp, block):
+    """The single-precision Gram bound dominates ‖X‖₂ (the SVD of the same float64 matrix, with a 1e-12 margin
+    for the SVD's own error) for scales far from 1, nearly rank-one, tiny-entried and non-negative matrices and any
+    block size; it stays within 1e-3 of it. Mutation-checked: without the Gram allowance A, or without the
+    float32 conversion term, it fails."""
+    from lethe.certified.bounds import _spectral_single_parts, spectral_norm_upper_bound_single
+
+    d = min(d, n)
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * 2.0**exp
+    kind = rng.uniform()
+    if kind < 0.3:
+        X = np.outer(rng.normal(size=n), rng.normal(size=d)) * 2.0**exp + 1e-9 * X
+    elif kind < 0.4:
+        X[rng.uniform(size=X.shape) < 0.5] *= 1e-30  # entries far below the rest (float32 underflow)
+    elif kind < 0.7:
+        X = np.abs(X)  # non-negative (pixels): the rounding errors of the Gram matrix do not cancel
+    exact = float(np.linalg.svd(X, compute_uv=False)[0])  # backward stable: relative error ~1e-15
+    gram_bound, fro_bound = _spectral_single_parts(X, block)
+    assert gram_bound >= exact * (1 + 1e-12)  # its allowance is >= u32 relative: far above the SVD's error
+    fro_exact = float(np.sqrt(np.sum(X.astype(np.longdouble) ** 2)))  # >= ||X||_2, in long double
+    assert fro_bound >= fro_exact
+    bound = spectral_norm_upper_bound_single(X, block=block)
+    assert bound == min(gram_bound, fro_bound)
+    assert bound <= exact * (1 + 1e-3) + 1e-300

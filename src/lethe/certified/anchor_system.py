@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.linalg.blas import dsyr
+from scipy.linalg.blas import dsyr, ssyrk
 
 from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
@@ -16,10 +16,21 @@ from lethe.certified.bounds import (
 )
 from lethe.certified.cache import NewtonCache
 from lethe.certified.common import RemovalConfig, _row_norm_max
-from lethe.certified.data import DataMatrix, backend_of
+from lethe.certified.data import DataMatrix, backend_of, is_dense
 from lethe.certified.linalg import _dense_pcg, _fro_sym_upper, _mv, cho_solve, precond_factor
 
 U = UNIT_ROUNDOFF
+
+
+def _gram_single(X: np.ndarray, r: np.ndarray, block: int = 2048) -> np.ndarray:
+    """≈ Xᵀ diag(r²) X (upper triangle, float64, Fortran order) from single-precision blocks: for preconditioners
+    only (never inside a certificate)."""
+    d = X.shape[1]
+    M = np.zeros((d, d), order="F")
+    for i in range(0, X.shape[0], block):
+        Zb = (r[i:i + block, None] * X[i:i + block]).astype(np.float32)
+        M += ssyrk(1.0, Zb.T, trans=0, lower=0)
+    return M
 
 
 def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray, active: np.ndarray,
@@ -47,7 +58,13 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     s_act = loss.d2(z if all_rows else z[active], y if all_rows else y[active])
     s_hat = np.zeros(n_rows)
     s_hat[active] = s_act
-    M = B.gram(X, s_hat)  # upper triangle of X′ᵀ diag(ŝ) X′
+    if with_gram is False and cfg.solver in ("refine", "pcg") and loss.gamma != 0.0 and is_dense(X):
+        # M is only the preconditioner and initial guess of the exact-Hessian solvers (their solve error is
+        # measured): a single-precision product (rows ‖xᵢ‖ ≤ 1, ŝ ≤ γ-bounded curvature: no overflow) at half the
+        # time. Dense data only; other backends form it in double precision through the interface.
+        M = _gram_single(X, np.sqrt(s_hat))
+    else:
+        M = B.gram(X, s_hat)  # upper triangle of X′ᵀ diag(ŝ) X′
     M[np.diag_indices(d)] += lam * n_act
     sq = B.row_sq_norms(X)
     fro2 = float(np.sum(sq if all_rows else sq[active]))
@@ -90,8 +107,24 @@ def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *,
     if track and (cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d)):
         cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
         cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
-    M = cache.M
     XR = backend_of(X).take(X, idx)  # only the removed rows are read
+    m = int(idx.size)
+    if m > 1 and (not track or m >= cache.fold_every):
+        # a batch (Eq. 6): one rank-m update instead of m rank-one updates or m/k queue folds (O(m d²) flops at
+        # BLAS-3 speed); with ``track`` the queued rows are folded first and ε_M grows as for a fold of m rows
+        s_b = cache.s_hat[idx]
+        Z = np.ascontiguousarray(np.sqrt(s_b)[:, None] * XR)  # z̃ⱼ = fl(√ŝⱼ) xⱼ, the rows the queue would hold
+        if track:
+            cache.fold_pending()
+            # S ≥ Σ‖z̃ⱼ‖²: each computed square norm within γ_{d+2}, their sum within γ_{m+1} (non-negative terms)
+            S = float(np.sum(np.einsum("ij,ij->i", Z, Z))) * (1.0 + gamma_k(d + 2)) * (1.0 + gamma_k(m + 1))
+            cache._fold_rows(Z, S)
+        else:  # pcg/refine: M is only a preconditioner and initial guess (the solve error is measured)
+            Z32 = Z.astype(np.float32)
+            cache.M += ssyrk(-1.0, Z32.T, trans=0, lower=0)  # upper triangle, as stored
+        cache.s_hat[idx] = 0.0
+        idx, XR = idx[:0], XR[:0]
+    M = cache.M
     for t, j in enumerate(idx):
         sj = float(cache.s_hat[j])
         if sj != 0.0:
@@ -108,7 +141,6 @@ def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *,
                 cache.pend_k += 1
                 cache.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
         cache.s_hat[j] = 0.0
-    m = int(idx.size)
     M[np.diag_indices(d)] -= lam * m
     if track:
         cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))

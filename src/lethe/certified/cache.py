@@ -245,10 +245,18 @@ class NewtonCache:
         k = self.pend_k
         if k == 0 or self.M is None or self.pend_Z is None:
             return
-        self.M = dsyrk(-1.0, self.pend_Z[:k], beta=1.0, c=self.M, trans=1, lower=0, overwrite_c=1)
-        self.eps_M += gamma_k(k + 1) * (self.fro_M + 2.0 * self.eps_M + self.pend_S) + 5 * U * self.pend_S
+        self._fold_rows(self.pend_Z[:k], self.pend_S)
         self.pend_k = 0
         self.pend_S = 0.0
+
+    def _fold_rows(self, Z: np.ndarray, S: float) -> None:
+        """M ← M − ZᵀZ for the k × d rows Z (z̃ = fl(√ŝ) x, S ≥ Σ‖z̃‖²) by one ``dsyrk``, ε_M grown as in
+        :meth:`fold_pending` (the bound holds for any k)."""
+        assert self.M is not None
+        k = Z.shape[0]
+        # Zᵀ is a Fortran-contiguous d × k view of C-contiguous rows: C ← C − (Zᵀ)(Zᵀ)ᵀ without copying the rows
+        self.M = dsyrk(-1.0, Z.T, beta=1.0, c=self.M, trans=0, lower=0, overwrite_c=1)
+        self.eps_M += gamma_k(k + 1) * (self.fro_M + 2.0 * self.eps_M + S) + 5 * U * S
 
     def refactorize(self) -> str:
         """Refactorise the maintained matrix M (O(d³), no data pass) into the preconditioner; returns "factor"."""

@@ -24,7 +24,9 @@ import dask.array as da
 import numpy as np
 from scipy.linalg import eigvalsh
 
+from lethe.certified._limits import matrix_free_min_features
 from lethe.certified.bounds import EPS, UNIT_ROUNDOFF, gamma_k
+from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
 from lethe.losses import Loss
 
 U = UNIT_ROUNDOFF
@@ -126,8 +128,6 @@ class DaskBackend:
         return float(out[0]), out[1:]
 
     def spectral_norm_bound(self, X: da.Array, gram: np.ndarray | None = None) -> float:
-        from lethe.certified.data import collatz_wielandt_bound, frobenius_bound
-
         n, d = (int(v) for v in X.shape)
         if n == 0 or d == 0:
             return 0.0
@@ -178,9 +178,7 @@ class DaskBackend:
         return int(X.shape[1])
 
     def matrix_free(self, X: da.Array) -> bool:
-        from lethe.certified import data
-
-        return int(X.shape[1]) > data.MATRIX_FREE_MIN_FEATURES
+        return int(X.shape[1]) > matrix_free_min_features()
 
     def to_float32(self, X: da.Array) -> da.Array:
         return X.astype(np.float32)

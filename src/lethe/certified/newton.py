@@ -75,7 +75,9 @@ def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     """Prepare ``cache`` for removals from ``state`` (after training), so the first removal is fast.
 
     ``anchor``: builds the anchor system with its Gram matrix (O(n d²)). ``refine``/``pcg``: builds the anchor
-    system (the Hessian at w) and stores the margins. ``cholesky``: stores the margins only.
+    system (the Hessian at w, also when training left one formed at an earlier point: a cache primed after
+    training and one primed after loading the model are then the same, so a service's removals reproduce the
+    estimator's bounds) and stores the margins. ``cholesky``: margins only.
     """
     cache.reset()
     n_rows, d = X.shape
