@@ -41,7 +41,7 @@ from scipy.linalg import cho_factor, cho_solve
 from lethe._rng import check_random_state
 from lethe.certified import objective as obj
 from lethe.certified.data import backend_of
-from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState
+from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, _Evaluation
 
 _BOUND = ("measured gradient residual on D ∪ A after one Newton step + rounding allowance "
           "(as training: Guo et al. 2020, footnote 1; lethe.certified.addition)")
@@ -62,7 +62,8 @@ def add_step(config: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     Xp, yp = X[keep], y[keep]
     H = obj.hessian(w, Xp, yp, loss, lam)
     w_new = w - cho_solve(cho_factor(H), delta)
-    beta = config._residual_with_allowance(w_new, Xp, yp, state.b)
+    # β = ‖fl(∇L_b(w⁻; D ∪ A))‖ + its rounding allowance, measured afresh at w⁻ (the evaluation holds no point yet)
+    beta = config._residual_with_allowance(w_new, Xp, yp, _Evaluation(Xp, yp, loss, lam, state.b))
     return ModelState(w=w_new, b=state.b, n=int(np.count_nonzero(keep)), residual_bound=beta,
                       x_norm_bound=backend_of(Xp).spectral_norm_bound(Xp),
                       removals_since_training=state.removals_since_training, retrainings=state.retrainings,
