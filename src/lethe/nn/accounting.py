@@ -159,7 +159,11 @@ def linear_rdp_epsilon(slope: float, delta: float) -> float:
     .. math:: ε(δ) = \min_{α>1}\; α ε_0 + \log\frac{α-1}{α} - \frac{\log δ + \log α}{α - 1}
 
     (Canonne, Kamath & Steinke 2020, Prop. 12, applied at every order; the minimum is found numerically and any
-    order evaluated is a valid bound, so an imperfect minimiser only loses tightness, never soundness).
+    order evaluated is a valid bound, so an imperfect minimiser only loses tightness, never soundness). Each order
+    is converted by :func:`lethe.privacy.rdp.rdp_to_dp_tight`; the minimum is over the continuum of orders, not a
+    grid (:func:`lethe.privacy.rdp.best_dp_over_orders`). The curve has the shape of a Gaussian mechanism's RDP, but
+    :func:`lethe.privacy.gaussian.analytic_gaussian_epsilon` is *not* a valid substitute: shifted-Rényi bounds only
+    bound the Rényi divergences, not the Gaussian privacy profile.
 
     Parameters
     ----------
