@@ -11,6 +11,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
+from ._data import unit_rows
+
 _SAMPLE_WEIGHT = "sample_weight other than all ones is refused (the certified objective is unweighted)"
 
 
@@ -42,19 +44,8 @@ def test_sklearn_contract(estimator, check):
     check(estimator)
 
 
-def _data(n=300, d=6, seed=0, classes=2):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    if classes == 2:
-        y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1, -1)
-    else:
-        y = np.argmax(X[:, :classes], axis=1)
-    return X, y
-
-
 def test_same_random_state_same_model_and_certificates():
-    X, y = _data()
+    X, y = unit_rows()
     a = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=7).fit(X, y)
     b = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=7).fit(X, y)
     np.testing.assert_array_equal(a.coef_, b.coef_)
@@ -66,7 +57,7 @@ def test_same_random_state_same_model_and_certificates():
 
 
 def test_rows_outside_unit_ball_rejected_with_row_named():
-    X, y = _data()
+    X, y = unit_rows()
     X[17] *= 1.5
     with pytest.raises(ValueError, match="Row 17"):
         CertifiedLogisticRegression().fit(X, y)
@@ -81,13 +72,13 @@ def test_rows_outside_unit_ball_rejected_with_row_named():
     ({"bound": "loose"}, "bound"), ({"calibration": "classical"}, "calibration"), ({"refresh": 0}, "refresh"),
 ])
 def test_bad_parameters_raise_and_name_the_parameter(params, word):
-    X, y = _data()
+    X, y = unit_rows()
     with pytest.raises(ValueError, match=word):
         CertifiedLogisticRegression(**params).fit(X, y)
 
 
 def test_bad_inputs_raise():
-    X, y = _data()
+    X, y = unit_rows()
     Xn = X.copy()
     Xn[3, 2] = np.nan
     with pytest.raises(ValueError, match="NaN"):
@@ -101,7 +92,7 @@ def test_bad_inputs_raise():
 
 
 def test_bad_removals_raise_and_change_nothing():
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     clf.remove([1])
     before = (clf.coef_.copy(), clf.active_.copy(), clf.states_[0].residual_bound, clf.X_.copy())
@@ -117,7 +108,7 @@ def test_bad_removals_raise_and_change_nothing():
 
 
 def test_removed_row_is_zeroed_in_memory():
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     clf.remove([10, 11])
     assert not clf.X_[[10, 11]].any() and not clf.Y_[:, [10, 11]].any()
@@ -125,7 +116,7 @@ def test_removed_row_is_zeroed_in_memory():
 
 
 def test_save_load_roundtrip_owner_only(tmp_path):
-    X, y = _data(classes=3)
+    X, y = unit_rows(classes=3)
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, negative_subsample=1.0, random_state=0).fit(X, y)
     clf.remove([0])
     path = clf.save(tmp_path / "model.npz")
@@ -144,7 +135,7 @@ def test_save_load_roundtrip_owner_only(tmp_path):
 
 
 def test_multiclass_one_vs_all_with_subsampling_removes_only_where_sampled():
-    X, y = _data(n=600, d=8, classes=4)
+    X, y = unit_rows(n=600, d=8, classes=4)
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, negative_subsample=1.0, random_state=3).fit(X, y)
     assert clf.coef_.shape == (4, 8)
     assert clf.score(X, y) > 0.7
@@ -158,7 +149,7 @@ def test_multiclass_one_vs_all_with_subsampling_removes_only_where_sampled():
 
 
 def test_multiclass_joint_budget_forces_retraining():
-    X, y = _data(n=400, d=8, classes=3)
+    X, y = unit_rows(n=400, d=8, classes=3)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.05, random_state=1).fit(X, y)
     rng = np.random.default_rng(0)
     retrained = False
@@ -170,7 +161,7 @@ def test_multiclass_joint_budget_forces_retraining():
 
 
 def test_fit_does_not_alias_or_modify_the_callers_array():
-    X, y = _data()
+    X, y = unit_rows()
     X0 = X.copy()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     clf.remove([5])
@@ -193,7 +184,7 @@ def _removals_until_retraining(clf, X, y, cap=400):
 
 
 def test_tight_mode_supports_more_removals_than_the_paper_mode():
-    X, y = _data(n=400, d=6)
+    X, y = unit_rows(n=400, d=6)
     params = dict(lam=1e-2, sigma=0.2, random_state=0)
     paper = _removals_until_retraining(
         CertifiedLogisticRegression(**params, bound="paper", calibration="paper", solver="cholesky"), X, y)
@@ -203,7 +194,7 @@ def test_tight_mode_supports_more_removals_than_the_paper_mode():
 
 
 def test_one_vs_all_with_anchor_solver_certifies_the_exact_residuals():
-    X, y = _data(n=500, d=8, classes=3)
+    X, y = unit_rows(n=500, d=8, classes=3)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="anchor", random_state=2).fit(X, y)
     rng = np.random.default_rng(1)
     for _ in range(25):
@@ -231,7 +222,7 @@ def test_one_vs_all_onepass_shares_one_float32_copy_and_stays_sound(monkeypatch)
     trusts: it is rebuilt, and every certificate still bounds the exact residual."""
     import lethe.certified.mechanism as mech_module
 
-    X, y = _data(n=500, d=8, classes=4)
+    X, y = unit_rows(n=500, d=8, classes=4)
     X[:, 6] = X[:, 2]  # identical columns: merged in the copy
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="onepass", random_state=2).fit(X, y)
@@ -272,7 +263,7 @@ def test_one_vs_all_onepass_shares_one_float32_copy_and_stays_sound(monkeypatch)
 def test_one_vs_all_onepass_after_loading_primes_once_and_shares_the_copy(tmp_path):
     """After ``load`` every binary model primes at the first removal; models after the first must find the copy the
     first one built (with the removed rows already zeroed) instead of building, and storing, their own."""
-    X, y = _data(n=400, d=8, classes=3)
+    X, y = unit_rows(n=400, d=8, classes=3)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="onepass", refresh="never",
                                       random_state=2).fit(X, y)
     other = CertifiedLogisticRegression.load(clf.save(tmp_path / "m.npz"))
@@ -287,7 +278,7 @@ def test_one_vs_all_onepass_after_loading_primes_once_and_shares_the_copy(tmp_pa
 def test_loading_a_file_without_the_new_parameters_keeps_the_paper_mode(tmp_path):
     from lethe.io import load_npz, save_npz
 
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, bound="paper", calibration="paper", random_state=0)
     path = clf.fit(X, y).save(tmp_path / "m.npz")
     arrays, meta = load_npz(path)
@@ -303,7 +294,7 @@ def test_loading_a_file_without_the_new_parameters_keeps_the_paper_mode(tmp_path
 def test_certificates_are_strict_json():
     import json
 
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     for cert in [clf.fit_certificates_[0], clf.remove([1])]:
         text = json.dumps(cert.to_dict(), allow_nan=False)  # raises on NaN/Infinity

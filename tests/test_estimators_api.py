@@ -15,16 +15,7 @@ from lethe.certified.mechanism import CertifiedRemoval
 from lethe.certified.noise import epsilon_spent
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
-
-def _data(n=300, d=6, seed=0, classes=2):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    if classes == 2:
-        y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1, -1)
-    else:
-        y = np.argmax(X[:, :classes], axis=1)
-    return X, y
+from ._data import unit_rows
 
 
 def _exact_residuals(clf):
@@ -42,7 +33,7 @@ def _exact_residuals(clf):
 @pytest.mark.parametrize("change", [{"sigma": 100.0}, {"lam": 1e-2}, {"epsilon": 5.0}, {"solver": "anchor"},
                                     {"normalize_rows": True}])
 def test_set_params_after_fit_cannot_save_or_remove_under_the_new_parameters(tmp_path, change):
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=1.0, random_state=0).fit(X, y)
     coef = clf.coef_.copy()
     clf.set_params(**change)
@@ -63,7 +54,7 @@ def test_set_params_after_fit_cannot_save_or_remove_under_the_new_parameters(tmp
 
 
 def test_a_refit_after_set_params_trains_under_the_new_parameters_and_certifies_them(tmp_path):
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=1.0, random_state=0).fit(X, y)
     clf.set_params(sigma=100.0).fit(X, y)
     assert clf.trained_params_["sigma"] == 100.0
@@ -76,7 +67,7 @@ def test_a_refit_after_set_params_trains_under_the_new_parameters_and_certifies_
 
 
 def test_random_state_may_change_after_fit():
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     clf.set_params(random_state=5)
     assert clf.remove([1]).residual_bound <= clf.mechanism_.budget
@@ -85,7 +76,7 @@ def test_random_state_may_change_after_fit():
 # -- 1. one-vs-all joint budget ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("noise", ["gaussian", "laplace"])
 def test_one_vs_all_refuses_a_tol_above_its_share_of_the_joint_budget(noise):
-    X, y = _data(n=400, d=8, classes=3)
+    X, y = unit_rows(n=400, d=8, classes=3)
     budget = CertifiedRemoval(lam=1e-3, sigma=0.5, noise=noise, calibration="analytic").budget
     share = budget / 3 if noise == "laplace" else budget / np.sqrt(3)
     for tol in (budget, 1.01 * share):
@@ -96,7 +87,7 @@ def test_one_vs_all_refuses_a_tol_above_its_share_of_the_joint_budget(noise):
 def test_one_vs_all_joint_budget_holds_at_fit_and_after_every_retraining_with_a_large_user_tol():
     """With tol just under ε′/√K every class trains close to its share, and the joint bound must stay ≤ ε′ after the
     fit and after retrainings of several classes; each β_k bounds the exact residual."""
-    X, y = _data(n=400, d=8, classes=3)
+    X, y = unit_rows(n=400, d=8, classes=3)
     budget = CertifiedRemoval(lam=1e-3, sigma=0.05, calibration="analytic").budget
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.05, tol=0.99 * budget / np.sqrt(3), max_iter=3,
                                       random_state=1).fit(X, y)
@@ -118,7 +109,7 @@ def test_one_vs_all_joint_budget_holds_at_fit_and_after_every_retraining_with_a_
 def test_a_fitted_model_refuses_pickle_and_joblib_but_clones_and_copies(tmp_path, est):
     import joblib
 
-    X, y = _data()
+    X, y = unit_rows()
     pickle.dumps(est)  # unfitted: pickles (parallel grid searches send unfitted clones)
     est.fit(X, y.astype(float))
     with pytest.raises(TypeError, match=r"save\(path\)"):
@@ -149,7 +140,7 @@ def test_float32_rows_normalised_in_float32_are_accepted():
 
 
 def test_a_row_norm_just_above_one_is_printed_so():
-    X, y = _data()
+    X, y = unit_rows()
     X[4] *= 1 + 2e-9
     with pytest.raises(ValueError, match=r"Row 4 has norm 1 \+ 2e-09"):
         CertifiedLogisticRegression().fit(X, y)
@@ -159,7 +150,7 @@ def test_a_row_norm_just_above_one_is_printed_so():
 
 
 def test_normalize_rows_does_not_zero_rows_with_huge_entries():
-    X, y = _data()
+    X, y = unit_rows()
     X[7] = X[7] * 1e200
     X[8] = [1e308, -1e308, 1e308, 0, 0, 0]
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, normalize_rows=True, random_state=0).fit(X, y)
@@ -169,7 +160,7 @@ def test_normalize_rows_does_not_zero_rows_with_huge_entries():
 
 
 def test_save_with_a_generator_random_state(tmp_path):
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=np.random.default_rng(3)).fit(X, y)
     other = CertifiedLogisticRegression.load(clf.save(tmp_path / "m.npz"))
     assert other.random_state is None
@@ -178,7 +169,7 @@ def test_save_with_a_generator_random_state(tmp_path):
 
 
 @pytest.mark.parametrize("shape", ["wide", "collinear"])
-def test_linear_regression_defaults_fit_wide_and_collinear_data(shape):
+def test_linear_regression_defaults_fit_wide_and_collinearunit_rows(shape):
     rng = np.random.default_rng(0)
     if shape == "wide":
         X = rng.normal(size=(40, 120))
@@ -195,18 +186,18 @@ def test_linear_regression_defaults_fit_wide_and_collinear_data(shape):
 
 
 def test_removing_a_whole_class_stops_predicting_it():
-    X, y = _data(n=400, d=8, classes=4)
+    X, y = unit_rows(n=400, d=8, classes=4)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, random_state=0).fit(X, y)
     cls2 = np.flatnonzero(y == 2)
     clf.remove(cls2)
     assert not clf.classes_present_[2] and clf.classes_present_.sum() == 3
-    pred = clf.predict(_data(n=2000, d=8, classes=4, seed=9)[0])
+    pred = clf.predict(unit_rows(n=2000, d=8, classes=4, seed=9)[0])
     assert not np.any(pred == 2)
     assert np.allclose(clf.predict_proba(X[:50])[:, 2], 0.0)
 
 
 def test_binary_model_with_one_class_left_predicts_it():
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     clf.remove(np.flatnonzero(y == 1))
     assert np.all(clf.predict(X) == -1)
@@ -216,7 +207,7 @@ def test_binary_model_with_one_class_left_predicts_it():
 # -- 3. removal by key ----------------------------------------------------------------------------------------------
 def test_removal_by_dataframe_index_and_by_sample_ids(tmp_path):
     pd = pytest.importorskip("pandas")
-    X, y = _data()
+    X, y = unit_rows()
     df = pd.DataFrame(X, columns=[f"f{j}" for j in range(6)], index=[f"user-{i}" for i in range(300)])
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(df, y)
     cert = clf.remove(keys=["user-17", "user-40"])
@@ -246,7 +237,7 @@ def test_removal_by_dataframe_index_and_by_sample_ids(tmp_path):
 
 
 def test_sample_weight_other_than_ones_is_refused_clearly():
-    X, y = _data()
+    X, y = unit_rows()
     with pytest.raises(ValueError, match="sample_weight is not supported"):
         CertifiedLogisticRegression().fit(X, y, sample_weight=np.full(300, 2.0))
     CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y, sample_weight=np.ones(300))
@@ -274,7 +265,7 @@ def test_fit_intercept_keeps_rows_in_the_unit_ball_and_certifies_the_exact_resid
 
 
 def test_budget_status_reports_epsilon():
-    X, y = _data(n=400, d=8, classes=3)
+    X, y = unit_rows(n=400, d=8, classes=3)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, random_state=0).fit(X, y)
     for i in range(5):
         clf.remove([i])
@@ -289,6 +280,6 @@ def test_budget_status_reports_epsilon():
 
 
 def test_prediction_does_not_refuse_rows_outside_the_ball():
-    X, y = _data()
+    X, y = unit_rows()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     np.testing.assert_allclose(clf.decision_function(3 * X[:5]), 3 * (X[:5] @ clf.coef_[0]))

@@ -32,12 +32,27 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, An
     if META_KEY in arrays:
         raise ValueError(f"{META_KEY!r} is reserved.")
     meta_bytes = json.dumps({"format_version": FORMAT_VERSION, **meta}, sort_keys=True).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_npz_atomic(path, arrays, meta_bytes, mode=0o600 if secret else 0o644)
+    return path
+
+
+def write_npz_atomic(path: Path, arrays: dict[str, np.ndarray], meta_bytes: bytes, *, mode: int) -> None:
+    """Write ``arrays`` plus the already-encoded metadata ``meta_bytes`` (as ``META_KEY``) to ``path`` atomically.
+
+    The file is a temporary in the same directory, given ``mode`` before any byte is written, fsynced, then renamed
+    over ``path``; on any failure the temporary is removed and ``path`` is untouched. Never pickles (object arrays
+    raise ``TypeError``). The caller chooses the metadata encoding (:func:`save_npz` adds ``format_version``; the
+    curator's artifacts sign theirs with an HMAC, :mod:`lethe.curator.artifacts`).
+    """
+    for key, arr in arrays.items():
+        if np.asarray(arr).dtype == object:
+            raise TypeError(f"Array {key!r} has dtype object, which cannot be saved without pickle.")
     buf = io.BytesIO()
     np.savez(buf, **{META_KEY: np.frombuffer(meta_bytes, dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
     try:
-        os.fchmod(fd, 0o600 if secret else 0o644)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(buf.getvalue())
             f.flush()
@@ -47,7 +62,6 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, An
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
 
 
 def load_npz(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
 
 from lethe.curator import Curator, Settings
 
-REPO = Path(__file__).resolve().parents[2]
+from .._server import start_server, stop_server
+
 PARAMS = {"lam": 1e-2, "sigma": 1.0, "epsilon": 1.0, "delta": 1e-4}
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -71,53 +65,7 @@ def setup(tmp_path: Path) -> Setup:
     return build(tmp_path)
 
 
-# -- a live server ---------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def subprocess_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    return env
-
-
-def start_server(data_dir: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """``lethe serve`` on a free loopback port; waits (bounded) until /healthz answers."""
-    for _attempt in range(3):
-        port = free_port()
-        log = open(data_dir / "logs" / "console-server.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", "lethe.cli", "serve", "--host", "127.0.0.1", "--port",
-                                 str(port), "--data-dir", str(data_dir), "--poll-interval", "0.05",
-                                 "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT,
-                                env=subprocess_env())
-        log.close()
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(400):
-            if proc.poll() is not None:
-                break
-            try:
-                if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                    return url, proc
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        stop_server(proc)
-    raise RuntimeError("the server did not start")
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+# -- a live server (tests/_server.py) -------------------------------------------------------------------------
 
 
 @dataclass
@@ -128,7 +76,7 @@ class Live:
 
 @pytest.fixture
 def live(setup: Setup) -> Iterator[Live]:
-    url, proc = start_server(setup.data_dir)
+    url, proc = start_server(setup.data_dir, log_name="console-server.log")
     try:
         yield Live(url, setup)
     finally:

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -30,9 +24,13 @@ from lethe.curator.store import (
     Token,
 )
 
+from .._server import lethe_cmd as lethe_cmd
+from .._server import start_server as start_server
+from .._server import stop_server as stop_server
+from .._server import subprocess_env as subprocess_env
+
 N, D = 200, 10
 PARAMS = {"lam": 1e-2, "sigma": 1.0, "epsilon": 1.0, "delta": 1e-4}
-REPO = Path(__file__).resolve().parents[2]
 
 
 TABLES = (Dataset, Record, Model, ModelVersion, DeletionRequest, CertificateRow, LedgerEvent, Token)
@@ -83,22 +81,6 @@ def curator(tmp_path: Path, data: Data) -> Iterator[Curator]:
     c.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def lethe_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "lethe.cli", *args]
-
-
-def subprocess_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 @dataclass
 class Server:
     url: str
@@ -109,46 +91,13 @@ class Server:
     bob: str
 
 
-def start_server(data_dir: Path, *extra: str) -> tuple[str, subprocess.Popen[bytes]]:
-    """Start ``lethe serve`` on a free loopback port; wait (bounded) until /healthz answers."""
-    for _attempt in range(3):
-        port = free_port()
-        log = open(data_dir / "logs" / "uvicorn-stdout.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(lethe_cmd("serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
-                                          str(data_dir), "--poll-interval", "0.05", "--log-level", "warning", *extra),
-                                stdout=log, stderr=subprocess.STDOUT, env=subprocess_env())
-        log.close()
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            if proc.poll() is not None:
-                break
-            try:
-                if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                    return url, proc
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        stop_server(proc)
-    raise RuntimeError("the server did not start")
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @pytest.fixture
 def server(tmp_path: Path, curator: Curator) -> Iterator[Server]:
     admin = curator.create_token("ops", "admin")
     alice = curator.create_token("alice", "requester")
     bob = curator.create_token("bob", "requester")
     curator.close()
-    url, proc = start_server(curator.data_dir)
+    url, proc = start_server(curator.data_dir, log_name="uvicorn-stdout.log")
     try:
         yield Server(url, curator.data_dir, proc, admin, alice, bob)
     finally:

@@ -66,6 +66,15 @@ class MechanismAdapter(ABC):
     def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
         """Validate and complete the JSON parameters; raise ``ValueError``/``TypeError`` naming the bad one."""
 
+    @classmethod
+    def _with_defaults(cls, params: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+        """``{**defaults, **params}``; ``ValueError`` naming any key of ``params`` not in ``defaults``."""
+        unknown = sorted(set(params) - set(defaults))
+        if unknown:
+            raise ValueError(f"Unknown parameter(s) for mechanism {cls.name!r}: {unknown}. "
+                             f"Allowed: {list(defaults)}.")
+        return {**defaults, **params}
+
     @abstractmethod
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         """Train on (X, y)."""
@@ -420,11 +429,7 @@ class NoisyGDAdapter(MechanismAdapter):
     def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
         from lethe.noisygd.schedule import convex_schedule
 
-        unknown = sorted(set(params) - set(cls._DEFAULTS))
-        if unknown:
-            raise ValueError(f"Unknown parameter(s) for mechanism {cls.name!r}: {unknown}. "
-                             f"Allowed: {list(cls._DEFAULTS)}.")
-        full = {**cls._DEFAULTS, **params}
+        full = cls._with_defaults(params, cls._DEFAULTS)
         # validate every value now (errors say name, rule and value), on a nominal size
         convex_schedule(lipschitz=1.0, smoothness=0.25, lam=full["lam"], n=100, d=2, r=full["r"], q=full["q"],
                         epsilon_dp=full["epsilon_dp"], epsilon_dd=full["epsilon_dd"])

@@ -46,11 +46,7 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         from lethe.nn.accounting import calibrate_finetune
         from lethe.nn.models import check_spec
 
-        unknown = sorted(set(params) - set(cls._DEFAULTS))
-        if unknown:
-            raise ValueError(f"Unknown parameter(s) for mechanism {cls.name!r}: {unknown}. "
-                             f"Allowed: {list(cls._DEFAULTS)}.")
-        full = {**cls._DEFAULTS, **params}
+        full = cls._with_defaults(params, cls._DEFAULTS)
         full["module"] = check_spec(full["module"])
         calibrate_finetune(full["epsilon"], full["delta"], model_radius=full["model_radius"],
                            grad_clip=full["grad_clip"], lr=full["lr"], weight_decay=full["weight_decay"],

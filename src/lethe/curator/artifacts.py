@@ -32,32 +32,16 @@ from typing import Any
 
 import numpy as np
 
-META_KEY = "__lethe_meta__"  # the same layout as lethe.io's files: arrays plus JSON metadata as uint8 bytes
+from lethe.io import META_KEY, write_npz_atomic  # the same layout as lethe.io's files: arrays + JSON meta as uint8
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    """Write arrays + JSON metadata atomically (temporary file, fsync, rename), mode 0600, without pickle."""
-    import io
-    import tempfile
+    """Write arrays + JSON metadata atomically (temporary file, fsync, rename), mode 0600, without pickle.
 
-    for key, arr in arrays.items():
-        if arr.dtype == object:
-            raise TypeError(f"Array {key!r} has dtype object, which cannot be saved without pickle.")
-    buf = io.BytesIO()
-    meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True, allow_nan=True).encode(), dtype=np.uint8)
-    np.savez(buf, **{META_KEY: meta_arr}, **arrays)  # type: ignore[arg-type]
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    The metadata is encoded here (no ``format_version``, non-finite floats allowed) because it is what the HMAC
+    covers (:func:`canonical_bytes`); the file writing itself is :func:`lethe.io.write_npz_atomic`.
+    """
+    write_npz_atomic(path, arrays, json.dumps(meta, sort_keys=True, allow_nan=True).encode(), mode=0o600)
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -62,6 +62,22 @@ def _contraction(lr: float, weight_decay: float) -> float:
     return rho
 
 
+def _check_step(lr: float, grad_clip: float, model_radius: float,
+                weight_decay: float) -> tuple[float, float, float, float, float]:
+    """Validated (η, C, C₀, λ) and the contraction ρ = 1 − ηλ of one noisy clipped step."""
+    eta = check_positive("lr", lr)
+    c = check_positive("grad_clip", grad_clip)
+    c0 = check_positive("model_radius", model_radius)
+    lam = check_nonnegative("weight_decay", weight_decay)
+    return eta, c, c0, lam, _contraction(eta, lam)
+
+
+def _shift_radius(rho: float, steps: int, model_radius: float, lr: float, grad_clip: float) -> tuple[float, float]:
+    """R = ρ^T·2C₀ + 2ηC·S₁ and S₂ (the two quantities ε₀ = R²/(2σ²S₂) is made of)."""
+    s1, s2 = _geometric_sums(rho, steps)
+    return rho**steps * 2.0 * model_radius + 2.0 * lr * grad_clip * s1, s2
+
+
 def pabi_rdp_slope(*, steps: int, sigma: float, lr: float, grad_clip: float, model_radius: float,
                    weight_decay: float = 0.0) -> float:
     r"""ε₀ of the bound :math:`D_α ≤ α ε_0` (all α > 1) after T noisy clipped steps from the ball of radius C₀.
@@ -95,13 +111,8 @@ def pabi_rdp_slope(*, steps: int, sigma: float, lr: float, grad_clip: float, mod
     """
     t = check_positive_int("steps", steps)
     s = check_positive("sigma", sigma)
-    eta = check_positive("lr", lr)
-    c = check_positive("grad_clip", grad_clip)
-    c0 = check_positive("model_radius", model_radius)
-    lam = check_nonnegative("weight_decay", weight_decay)
-    rho = _contraction(eta, lam)
-    s1, s2 = _geometric_sums(rho, t)
-    r = rho**t * 2.0 * c0 + 2.0 * eta * c * s1
+    eta, c, c0, _, rho = _check_step(lr, grad_clip, model_radius, weight_decay)
+    r, s2 = _shift_radius(rho, t, c0, eta, c)
     return r * r / (2.0 * s * s * s2)
 
 
@@ -148,7 +159,11 @@ def linear_rdp_epsilon(slope: float, delta: float) -> float:
     .. math:: ε(δ) = \min_{α>1}\; α ε_0 + \log\frac{α-1}{α} - \frac{\log δ + \log α}{α - 1}
 
     (Canonne, Kamath & Steinke 2020, Prop. 12, applied at every order; the minimum is found numerically and any
-    order evaluated is a valid bound, so an imperfect minimiser only loses tightness, never soundness).
+    order evaluated is a valid bound, so an imperfect minimiser only loses tightness, never soundness). Each order
+    is converted by :func:`lethe.privacy.rdp.rdp_to_dp_tight`; the minimum is over the continuum of orders, not a
+    grid (:func:`lethe.privacy.rdp.best_dp_over_orders`). The curve has the shape of a Gaussian mechanism's RDP, but
+    :func:`lethe.privacy.gaussian.analytic_gaussian_epsilon` is *not* a valid substitute: shifted-Rényi bounds only
+    bound the Rényi divergences, not the Gaussian privacy profile.
 
     Parameters
     ----------
@@ -305,17 +320,13 @@ def calibrate_finetune(epsilon: float, delta: float, *, model_radius: float, gra
     """
     e = check_positive("epsilon", epsilon)
     d = check_open_unit("delta", delta)
-    c0 = check_positive("model_radius", model_radius)
-    c = check_positive("grad_clip", grad_clip)
-    eta = check_positive("lr", lr)
-    lam = check_nonnegative("weight_decay", weight_decay)
-    rho = _contraction(eta, lam)
+    eta, c, c0, lam, rho = _check_step(lr, grad_clip, model_radius, weight_decay)
     tmax = check_positive_int("max_steps", max_steps)
     slope = linear_rdp_max_slope(e, d)
 
     def sigma_of(t: int) -> float:
-        s1, s2 = _geometric_sums(rho, t)
-        return (rho**t * 2.0 * c0 + 2.0 * eta * c * s1) / math.sqrt(2.0 * s2 * slope)
+        r, s2 = _shift_radius(rho, t, c0, eta, c)
+        return r / math.sqrt(2.0 * s2 * slope)
 
     if steps is not None:
         t_best = check_positive_int("steps", steps)

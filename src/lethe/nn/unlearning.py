@@ -376,9 +376,6 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
         model.train(was_training)
         raise
     return NNUnlearningCertificate(
-        operation="unlearn", theorem=schedule.theorem, epsilon=schedule.epsilon, delta=schedule.delta,
-        epsilon_certified=schedule.epsilon_certified, rdp_slope=schedule.rdp_slope, sigma=schedule.sigma,
-        steps=schedule.steps, lr=schedule.lr, grad_clip=schedule.grad_clip, model_radius=schedule.model_radius,
-        weight_decay=schedule.weight_decay, clipping=mode, batch_size=bb, post_steps=post, post_radius=prad,
+        operation="unlearn", **schedule.to_dict(), clipping=mode, batch_size=bb, post_steps=post, post_radius=prad,
         post_momentum=pmom, n_retained=n, n_removed=removed,
         gradient_evaluations=(schedule.steps + post) * bb)
