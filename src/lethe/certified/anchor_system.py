@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.linalg.blas import dsyr, ssyrk
+from scipy.linalg.blas import dsyr, dsyrk, ssyrk
 
 from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
@@ -119,9 +119,11 @@ def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *,
             # S ≥ Σ‖z̃ⱼ‖²: each computed square norm within γ_{d+2}, their sum within γ_{m+1} (non-negative terms)
             S = float(np.sum(np.einsum("ij,ij->i", Z, Z))) * (1.0 + gamma_k(d + 2)) * (1.0 + gamma_k(m + 1))
             cache._fold_rows(Z, S)
-        else:  # pcg/refine: M is only a preconditioner and initial guess (the solve error is measured)
-            Z32 = Z.astype(np.float32)
-            cache.M += ssyrk(-1.0, Z32.T, trans=0, lower=0)  # upper triangle, as stored
+        else:
+            # pcg/refine: M is only a preconditioner and initial guess (the solve error is measured). In double
+            # precision (i15 used single): a model whose cache was primed at training and one primed after loading
+            # (the service) then take the same steps to within rounding (tests/curator/test_service.py)
+            cache.M = dsyrk(-1.0, Z.T, beta=1.0, c=cache.M, trans=0, lower=0, overwrite_c=1)
         cache.s_hat[idx] = 0.0
         idx, XR = idx[:0], XR[:0]
     M = cache.M
