@@ -156,17 +156,22 @@ def format_norm(v: float) -> str:
     return s
 
 
-def _canonical_csr(X: Any) -> sp.csr_matrix:
-    """A new canonical float64 CSR copy (sorted indices, duplicates summed) with finite stored values."""
+def _canonical_csr(X: Any, name: str = "X", *, copy: bool = True) -> sp.csr_matrix:
+    """A canonical float64 CSR matrix (sorted indices, duplicates summed) with finite stored values: a new copy, or
+    with ``copy=False`` possibly sharing ``X``'s arrays (the one check of sparse input, for the estimators and for
+    :func:`lethe.certified.data.check_data_matrix`)."""
     if X.ndim != 2:
-        raise ValueError(f"X must be a 2-D matrix. Found shape {X.shape}.")
-    A = sp.csr_matrix(X, dtype=np.float64, copy=True)
+        raise ValueError(f"{name} must be a 2-D matrix. Found shape {X.shape}.")
+    try:
+        A = sp.csr_matrix(X, dtype=np.float64, copy=copy)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric sparse matrix. Could not convert: {exc}") from exc
     A.sum_duplicates()
     A.sort_indices()
     if not np.all(np.isfinite(A.data)):
         bad = int(np.flatnonzero(~np.isfinite(A.data))[0])
         row = int(np.searchsorted(A.indptr, bad, side="right") - 1)
-        raise ValueError(f"X must contain only finite values. Found {A.data[bad]} at index "
+        raise ValueError(f"{name} must contain only finite values. Found {A.data[bad]} at index "
                          f"({row}, {int(A.indices[bad])}).")
     return A
 

@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg.blas import dsyrk
 
-from lethe._validation import check_finite_matrix
+from lethe._validation import _canonical_csr, check_finite_matrix
 from lethe.certified._limits import DEFAULT_MATRIX_FREE_MIN_FEATURES, register_matrix_free_min_features
 from lethe.certified.bounds import UNIT_ROUNDOFF, spectral_norm_upper_bound
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
@@ -263,20 +263,7 @@ def check_data_matrix(name: str, X: Any) -> DataMatrix:
     (:func:`lethe.certified.dask_backend.check_dask_matrix`); anything else a finite float64 NumPy array
     (:func:`lethe._validation.check_finite_matrix`)."""
     if sp.issparse(X):
-        if X.ndim != 2:
-            raise ValueError(f"{name} must be a 2-D matrix. Found shape {X.shape}.")
-        try:
-            A = sp.csr_matrix(X, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a numeric sparse matrix. Could not convert: {exc}") from exc
-        A.sum_duplicates()
-        A.sort_indices()
-        if not np.all(np.isfinite(A.data)):
-            bad = int(np.flatnonzero(~np.isfinite(A.data))[0])
-            row = int(np.searchsorted(A.indptr, bad, side="right") - 1)
-            raise ValueError(f"{name} must contain only finite values. Found {A.data[bad]} at index "
-                             f"({row}, {int(A.indices[bad])}).")
-        return A
+        return _canonical_csr(X, name, copy=False)
     if _is_dask(X) or _is_dask_frame(X):
         from lethe.certified.dask_backend import check_dask_matrix
 
