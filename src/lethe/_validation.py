@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+
+def store_init_args(estimator: Any, args: Mapping[str, Any]) -> None:
+    """Keep every argument of ``type(estimator).__init__`` as an attribute of the same name, unchanged.
+
+    scikit-learn's estimator convention: ``__init__`` stores its arguments and does nothing else (no validation, no
+    logic), and ``get_params``/``clone`` read them back by the names in the signature. Every estimator's
+    ``__init__`` calls ``store_init_args(self, locals())`` instead of one assignment per parameter, so the stored
+    attributes and the signature agree by construction.
+    """
+    skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    for name, p in inspect.signature(type(estimator).__init__).parameters.items():
+        if name != "self" and p.kind not in skip:
+            setattr(estimator, name, args[name])
 
 
 def check_real(name: str, value: Any) -> float:

@@ -39,7 +39,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._rng import check_random_state
-from lethe._validation import check_unit_rows, normalize_rows
+from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
 from lethe.certified.newton import SharedFloat32Data
@@ -695,21 +695,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                  normalize_rows: bool = False, negative_subsample: float | None = None,
                  random_state: Any = None, bound: str = "tight", calibration: str = "analytic",
                  refresh: str | int = "auto", fit_intercept: bool = False) -> None:
-        self.lam = lam
-        self.sigma = sigma
-        self.epsilon = epsilon
-        self.delta = delta
-        self.noise = noise
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.bound = bound
-        self.calibration = calibration
-        self.refresh = refresh
-        self.normalize_rows = normalize_rows
-        self.negative_subsample = negative_subsample
-        self.random_state = random_state
-        self.fit_intercept = fit_intercept
+        store_init_args(self, locals())
 
     def fit(self, X: Any, y: Any, sample_ids: Any = None, sample_weight: Any = None) -> CertifiedLogisticRegression:
         """Train (Alg. 1). Returns self; the training certificate(s) are in ``fit_certificates_``.
@@ -973,19 +959,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
                  delta: float = 1e-4, tol: float | None = None, max_iter: int = 2000, solver: str = "anchor",
                  random_state: Any = None, bound: str = "tight", calibration: str = "analytic",
                  refresh: str | int = "auto", fit_intercept: bool = False) -> None:
-        self.lam = lam
-        self.noise = noise
-        self.sigma = sigma
-        self.epsilon = epsilon
-        self.delta = delta
-        self.tol = tol
-        self.max_iter = max_iter
-        self.solver = solver
-        self.bound = bound
-        self.calibration = calibration
-        self.refresh = refresh
-        self.random_state = random_state
-        self.fit_intercept = fit_intercept
+        store_init_args(self, locals())
 
     def fit(self, X: Any, y: Any, sample_ids: Any = None, sample_weight: Any = None) -> CertifiedLinearRegression:
         """Fit by a direct solve (exact up to round-off). ``sample_ids``: record keys for ``remove(keys=...)``

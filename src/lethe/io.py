@@ -11,6 +11,7 @@ import io
 import json
 import os
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,16 @@ import numpy as np
 
 META_KEY = "__lethe_meta__"
 FORMAT_VERSION = 1
+
+
+class JsonRecord:
+    """Mixin for the dataclasses lethe publishes (schedules, certificates, audit results): ``to_dict()`` is
+    :func:`dataclasses.asdict`, a JSON-serialisable dict of the fields (every field is a number, string, bool, None
+    or a list/dict of them)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return asdict(self)  # type: ignore[call-overload]
 
 
 def save_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, secret: bool = True) -> Path:

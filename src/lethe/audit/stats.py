@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from sklearn.metrics import roc_auc_score
 
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_open_unit, check_positive_int
+from lethe.io import JsonRecord
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -49,7 +50,7 @@ def best_threshold(pos: np.ndarray, neg: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class Advantage:
+class Advantage(JsonRecord):
     """An attack's measured advantage with its Clopper–Pearson interval and the counts it rests on."""
 
     advantage: float
@@ -60,10 +61,6 @@ class Advantage:
     n_pos: int
     n_neg: int
     auc: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
 
 def auc(pos: np.ndarray, neg: np.ndarray) -> float:

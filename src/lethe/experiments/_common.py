@@ -8,17 +8,19 @@ import json
 import math
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from lethe.io import JsonRecord
+
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class Profile:
+class Profile(JsonRecord):
     """Sizes of one reproduction run. ``quick`` runs in minutes (tests); ``full`` uses the papers' sizes."""
 
     name: str
@@ -38,10 +40,6 @@ class Profile:
     ngd_epsilon_dds: tuple[float, ...]
     audit: dict[str, Any] = field(default_factory=dict)
     downsample: int = 1  # average-pool MNIST images by this factor (quick: 2, i.e. 14 x 14 pixels)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
 
 QUICK = Profile(

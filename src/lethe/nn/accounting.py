@@ -25,10 +25,10 @@ chain: target (ε, δ), C₀, C, η, λ → (σ, T).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
+from lethe.io import JsonRecord
 from lethe.privacy.rdp import rdp_to_dp_tight
 
 __all__ = [
@@ -242,7 +242,7 @@ def pabi_epsilon(*, steps: int, sigma: float, lr: float, grad_clip: float, model
 
 
 @dataclass(frozen=True)
-class FineTuneSchedule:
+class FineTuneSchedule(JsonRecord):
     """A calibrated noisy clipped fine-tuning schedule and the (ε, δ) it certifies. Frozen; JSON via :meth:`to_dict`.
 
     Attributes
@@ -274,10 +274,6 @@ class FineTuneSchedule:
     model_radius: float
     weight_decay: float
     theorem: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
 
 def calibrate_finetune(epsilon: float, delta: float, *, model_radius: float, grad_clip: float, lr: float,

@@ -11,6 +11,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._rng import RandomState, check_random_state
+from lethe._validation import store_init_args
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune
 from lethe.nn.models import build_module, check_spec
 from lethe.nn.unlearning import NNUnlearningCertificate, train, unlearn
@@ -52,22 +53,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
                  unlearn_steps: int | None = None, batch_size: int = 64, clipping: str = "per_sample",
                  train_epochs: int = 5, train_lr: float = 0.1, post_steps: int = 100, post_lr: float | None = None,
                  post_radius: float | None = 5.0, random_state: RandomState = None) -> None:
-        self.module = module
-        self.epsilon = epsilon
-        self.delta = delta
-        self.model_radius = model_radius
-        self.grad_clip = grad_clip
-        self.lr = lr
-        self.weight_decay = weight_decay
-        self.unlearn_steps = unlearn_steps
-        self.batch_size = batch_size
-        self.clipping = clipping
-        self.train_epochs = train_epochs
-        self.train_lr = train_lr
-        self.post_steps = post_steps
-        self.post_lr = post_lr
-        self.post_radius = post_radius
-        self.random_state = random_state
+        store_init_args(self, locals())
 
     def _schedule(self) -> FineTuneSchedule:
         return calibrate_finetune(self.epsilon, self.delta, model_radius=self.model_radius,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ from torch.func import functional_call, grad, vmap
 
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_choice, check_nonnegative, check_positive, check_positive_int
+from lethe.io import JsonRecord
 from lethe.nn.accounting import FineTuneSchedule
 
 __all__ = [
@@ -211,7 +212,7 @@ def train(model: nn.Module, X: Any, y: Any, *, epochs: int = 1, lr: float = 0.1,
 
 
 @dataclass(frozen=True)
-class NNUnlearningCertificate:
+class NNUnlearningCertificate(JsonRecord):
     """What one noisy fine-tuning removal guarantees, by which theorem, with which numbers, and its cost.
 
     Attributes
@@ -266,10 +267,6 @@ class NNUnlearningCertificate:
     n_retained: int
     n_removed: int
     gradient_evaluations: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
     def to_json(self) -> str:
         """JSON text."""

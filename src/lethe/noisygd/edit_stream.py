@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ import numpy as np
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_finite_matrix, check_positive, check_positive_int
 from lethe.exceptions import LetheError, NotFittedError
-from lethe.io import load_npz, save_npz
+from lethe.io import JsonRecord, load_npz, save_npz
 from lethe.noisygd.algorithm import noisy_gd
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.guarantees import (
@@ -238,7 +238,7 @@ def identity_publish(theta: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class CuratorConfig:
+class CuratorConfig(JsonRecord):
     """Hyperparameters of (A, Ā) and the constants their certificates rely on.
 
     Attributes
@@ -339,10 +339,6 @@ class CuratorConfig:
                     "guarantee='convex' needs init_std**2 = sigma2/(lam(1 - eta*lam/2)) = "
                     f"{rho!r} (Thm G.15). Found {self.init_std**2!r}."
                 )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable dict."""
-        return asdict(self)
 
     @classmethod
     def from_convex_schedule(

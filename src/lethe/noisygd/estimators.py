@@ -22,6 +22,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from lethe._validation import store_init_args
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
@@ -60,12 +61,6 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
         "adaptivity": [Interval(Integral, 0, None, closed="left")],
         "random_state": "no_validation",  # lethe._rng.check_random_state (accepts a numpy Generator)
     }
-
-    def __init__(self, *, fit_intercept: bool, row_norm: str, adaptivity: int, random_state: Any) -> None:
-        self.fit_intercept = fit_intercept
-        self.row_norm = row_norm
-        self.adaptivity = adaptivity
-        self.random_state = random_state
 
     def _augment(self, X: np.ndarray) -> np.ndarray:
         Xu = _rows_to_unit_ball(np.asarray(X, dtype=np.float64), self.row_norm)
@@ -231,14 +226,7 @@ class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
         adaptivity: int = 0,
         random_state: Any = None,
     ) -> None:
-        super().__init__(fit_intercept=fit_intercept, row_norm=row_norm, adaptivity=adaptivity,
-                         random_state=random_state)
-        self.lam = lam
-        self.q = q
-        self.epsilon_dp = epsilon_dp
-        self.epsilon_dd = epsilon_dd
-        self.max_edit_size = max_edit_size
-        self.utility = utility
+        store_init_args(self, locals())
 
     def _make_model(self, p: int, n_classes: int) -> LogisticModel:
         return LogisticModel(p, n_classes)
@@ -322,17 +310,7 @@ class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
         adaptivity: int = 0,
         random_state: Any = None,
     ) -> None:
-        super().__init__(fit_intercept=fit_intercept, row_norm=row_norm, adaptivity=adaptivity,
-                         random_state=random_state)
-        self.n_hidden = n_hidden
-        self.lam = lam
-        self.eta = eta
-        self.n_iter = n_iter
-        self.n_iter_unlearn = n_iter_unlearn
-        self.clip = clip
-        self.q = q
-        self.epsilon_dp = epsilon_dp
-        self.init_scale = init_scale
+        store_init_args(self, locals())
 
     def _make_model(self, p: int, n_classes: int) -> MLPModel:
         return MLPModel(p, int(self.n_hidden), n_classes)
@@ -431,18 +409,7 @@ class NoisyGDBoundedMLPClassifier(_NoisyGDClassifierBase):
         adaptivity: int = 0,
         random_state: Any = None,
     ) -> None:
-        super().__init__(fit_intercept=fit_intercept, row_norm=row_norm, adaptivity=adaptivity,
-                         random_state=random_state)
-        self.n_hidden = n_hidden
-        self.logit_bound = logit_bound
-        self.lam = lam
-        self.q = q
-        self.epsilon_dp = epsilon_dp
-        self.epsilon_dd = epsilon_dd
-        self.max_edit_size = max_edit_size
-        self.n_iter = n_iter
-        self.n_iter_unlearn = n_iter_unlearn
-        self.max_steps = max_steps
+        store_init_args(self, locals())
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
+from lethe.io import JsonRecord
 from lethe.nn.accounting import linear_rdp_epsilon
 
 __all__ = [
@@ -153,7 +153,7 @@ def pnsgd_unlearning_epochs(epsilon: float, delta: float, *, distance: float, c:
 
 
 @dataclass(frozen=True)
-class PNSGDSchedule:
+class PNSGDSchedule(JsonRecord):
     """Hyperparameters of PNSGD learning/unlearning and the per-request guarantee. Frozen; JSON via :meth:`to_dict`.
 
     Attributes
@@ -189,10 +189,6 @@ class PNSGDSchedule:
     steps_first_request: int
     gradient_evaluations_first_request: int
     theorem: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
 
 def pnsgd_schedule(epsilon: float, delta: float, *, n: int, lam: float, sigma: float, eta: float,

@@ -29,10 +29,11 @@ K_A, K_Ā       ``k_learn``,          Noisy-GD iterations of A and Ā
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from lethe._validation import check_nonnegative, check_positive, check_positive_int, check_renyi_order
+from lethe.io import JsonRecord
 from lethe.noisygd.guarantees import _check_steps
 
 __all__ = [
@@ -178,7 +179,7 @@ def convex_excess_risk_bound(*, q: float, lipschitz: float, smoothness: float, l
 
 
 @dataclass(frozen=True)
-class ConvexSchedule:
+class ConvexSchedule(JsonRecord):
     """Hyperparameters of (A, Ā) from Thm 5.1 and the guarantees they imply. Frozen; JSON via :meth:`to_dict`.
 
     Attributes
@@ -223,10 +224,6 @@ class ConvexSchedule:
     epsilon_dd: float
     excess_risk_bound: float | None
     predicted_speedup: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
 
 def convex_schedule(
@@ -384,7 +381,7 @@ def _check_B(B: Any) -> float:
 
 
 @dataclass(frozen=True)
-class NonConvexSchedule:
+class NonConvexSchedule(JsonRecord):
     """Hyperparameters of (A, Ā) from Thm 5.2 (bounded, smooth, possibly non-convex loss). Frozen.
 
     Attributes
@@ -427,10 +424,6 @@ class NonConvexSchedule:
     epsilon_dd: float
     excess_risk_bound: float
     predicted_speedup: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
 
     def check_loss_bound(self, loss_half_range: float) -> None:
         """Raise ``ValueError`` unless sup|ℓ − c| = ``loss_half_range`` ≤ σ² log(B)/4 (Thm 5.2's assumption)."""
