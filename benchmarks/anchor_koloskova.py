@@ -74,6 +74,7 @@ def main() -> None:
     p.add_argument("--train-epochs", type=int, default=10)
     p.add_argument("--unlearn-epochs", type=int, default=1)
     p.add_argument("--only", default="")
+    p.add_argument("--seed", type=int, default=0, help="offsets every PRNG key and loader seed")
     a = p.parse_args()
     _stub_torch()
     sys.path.insert(0, a.repo)
@@ -145,7 +146,7 @@ def main() -> None:
 
     cfg0 = copy.deepcopy(base)
     cfg0["unlearning"] = configs["retrain from scratch (unlearn-epochs of their recipe)"]
-    tr0 = make(cfg0, 0)
+    tr0 = make(cfg0, 10 * a.seed)
     t = time.perf_counter()
     trained = tr0.fit()
     t_train = time.perf_counter() - t
@@ -158,7 +159,7 @@ def main() -> None:
             continue
         cfg = copy.deepcopy(base)
         cfg["unlearning"] = ucfg
-        tr = make(cfg, 1)
+        tr = make(cfg, 10 * a.seed + 1)
         tr.model_dimension = d_params
         t = time.perf_counter()
         state = tr.unlearn(copy.deepcopy(trained))
