@@ -193,7 +193,8 @@ def part_cnn(args: argparse.Namespace) -> None:
           f"MC {cols[1]:.4f} (gap {100 * (cols[1] - mr):+.2f} pp), U0 (GC from an untrained model) {cols[3]:.4f}, "
           f"S (scratch at the same budget) {cols[4]:.4f} (gap {100 * (cols[4] - mr):+.2f} pp)")
     print(f"compute per request: gradient evaluations {cert.gradient_evaluations} vs retraining {retrain_evals} "
-          f"(ratio {cert.gradient_evaluations / retrain_evals:.3f}); median wall time GC {statistics.median(t_u):.2f} s "
+          f"(ratio {cert.gradient_evaluations / retrain_evals:.3f}); median wall time GC "
+          f"{statistics.median(t_u):.2f} s "
           f"vs {statistics.median(t_r):.2f} s (ratio {statistics.median(t_u) / statistics.median(t_r):.3f})")
     Xg, yg = X[removed_all], y[removed_all]
     out = torch.arange(Xt.shape[0])[: max(len(removed_all), 200)]
@@ -250,7 +251,8 @@ def part_convex(args: argparse.Namespace) -> None:
                      ps.gradient_evaluations_first_request, b, ps))
     learn_epochs = 30
     seeds = list(range(args.convex_seeds))
-    print(f"{'schedule':62s} {'steps/request':>14s} {'grad evals':>12s} {'test acc (' + str(len(seeds)) + ' seeds)':>22s}")
+    head = f"test acc ({len(seeds)} seeds)"
+    print(f"{'schedule':62s} {'steps/request':>14s} {'grad evals':>12s} {head:>22s}")
     for name, steps, evals, b, ps in rows:
         accs = []
         for k in seeds:
