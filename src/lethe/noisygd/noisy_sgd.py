@@ -312,7 +312,7 @@ def plan_convex_unlearning(epsilon: float, delta: float, *, n: int, d: int, lam:
     """Per-request schedules of Chien et al.'s PNSGD (the default) and of Chourasia & Shah's Thm 5.1, side by side.
 
     Both use η = 1/(2(λ+β)) and the per-step noise std √(2ησ²) with σ² = 4qL²/(λ ε_dp n²) of Thm 5.1, so they differ
-    only in the bound (and PNSGD in its batches). Measured on MNIST 3 vs 8 (``docs/nn_unlearning.md`` §4): at
+    only in the bound (and PNSGD in its batches). Measured on MNIST 3 vs 8 (``docs/nn_unlearning.md`` §5): at
     (1, 1e-5), r = 10, PNSGD with b = 128 needs 6× fewer per-example gradients per request than Thm 5.1 at the same
     test accuracy (3 seeds), hence the default. ``theorem="thm5.1"`` selects Chourasia & Shah's schedule (run by
     :class:`~lethe.noisygd.estimators.NoisyGDLogisticRegression`; PNSGD by
