@@ -15,6 +15,12 @@ loss-threshold membership advantage (:func:`lethe.audit.stats.advantage`, cross-
 removed records against never-seen test records, for the final unlearned model, a retrained model, the original
 model, and a positive control (the same CNN trained to overfit 500 records for 60 epochs, attacked on those records).
 
+Beside this gradient-clipping run ([GC]) the same requests are served on a second copy by model clipping ([MC],
+:func:`lethe.nn.unlearning.unlearn_model_clip`, same budget); at every retraining the GC unlearning is also applied
+to an untrained model ([U0]) and a model is trained from scratch by the training recipe stopped at the unlearning
+budget ([S]); at the end, training from scratch is measured against the budget (0.1–1.0 × retraining, 3 seeds).
+Why these are compared: ``docs/nn_unlearning.md`` §4.
+
 Part B (``--part convex``). Logistic regression on MNIST 3 vs 8 (rows ‖x‖ = 1, L = 1, β = 1/4, λ = 1e-2). For the same
 (ε, δ) = (1, 1e-5), n, λ, step size η = 1/(2(λ+β)) and per-step noise std √(2ησ²) of Thm 5.1 (ε_dp = 1), the steps per
 deletion request of 10 records under Thm 5.1 (best Rényi order q; (q, ε_dd) converted to (ε, δ) by Canonne et al.
@@ -22,7 +28,7 @@ Prop. 12) and under our PNSGD bound (:mod:`lethe.noisygd.noisy_sgd`) for batch s
 by side with the test accuracy of a model learned and then unlearned under each.
 
 Part C (``--part anchors``) runs Chien et al.'s own code (from a local git mirror) on the same MNIST 3 vs 8 arrays
-beside ours, and says why Koloskova et al.'s code is not run.
+beside ours; Koloskova et al.'s JAX code is run by ``benchmarks/anchor_koloskova.py`` in its own environment.
 
 Figures are printed; nothing is asserted. Run:
 ``OMP_NUM_THREADS=1 python benchmarks/bench_nn_unlearning.py [--part cnn|convex|anchors|all] [--requests 100]
@@ -355,8 +361,8 @@ def part_anchor_chien(args: argparse.Namespace) -> None:
           f"({t_unl:.1f} s/run), mean of {trials} runs")
     print(f"  ours      : learning {args.anchor_epochs} epochs + unlearning {k_ours} epoch(s): test acc "
           f"{np.mean(accs):.4f} ({(time.perf_counter() - t) / trials:.1f} s/run), mean of {trials} runs")
-    print("Koloskova et al.'s code was not run: it needs jax, flax, optax and wandb (none installed here; its trainer "
-          "logs every step to wandb) and loads pretrained checkpoints from its own training runs.")
+    print("Koloskova et al.'s code (JAX) runs in its own virtual environment: benchmarks/anchor_koloskova.py "
+          "(docs/nn_unlearning.md §5, Anchors).")
 
 
 def main() -> None:
