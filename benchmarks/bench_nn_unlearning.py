@@ -15,6 +15,12 @@ loss-threshold membership advantage (:func:`lethe.audit.stats.advantage`, cross-
 removed records against never-seen test records, for the final unlearned model, a retrained model, the original
 model, and a positive control (the same CNN trained to overfit 500 records for 60 epochs, attacked on those records).
 
+Beside this gradient-clipping run ([GC]) the same requests are served on a second copy by model clipping ([MC],
+:func:`lethe.nn.unlearning.unlearn_model_clip`, same budget); at every retraining the GC unlearning is also applied
+to an untrained model ([U0]) and a model is trained from scratch by the training recipe stopped at the unlearning
+budget ([S]); at the end, training from scratch is measured against the budget (0.1–1.0 × retraining, 3 seeds).
+Why these are compared: ``docs/nn_unlearning.md`` §4.
+
 Part B (``--part convex``). Logistic regression on MNIST 3 vs 8 (rows ‖x‖ = 1, L = 1, β = 1/4, λ = 1e-2). For the same
 (ε, δ) = (1, 1e-5), n, λ, step size η = 1/(2(λ+β)) and per-step noise std √(2ησ²) of Thm 5.1 (ε_dp = 1), the steps per
 deletion request of 10 records under Thm 5.1 (best Rényi order q; (q, ε_dd) converted to (ε, δ) by Canonne et al.
@@ -22,7 +28,7 @@ Prop. 12) and under our PNSGD bound (:mod:`lethe.noisygd.noisy_sgd`) for batch s
 by side with the test accuracy of a model learned and then unlearned under each.
 
 Part C (``--part anchors``) runs Chien et al.'s own code (from a local git mirror) on the same MNIST 3 vs 8 arrays
-beside ours, and says why Koloskova et al.'s code is not run.
+beside ours; Koloskova et al.'s JAX code is run by ``benchmarks/anchor_koloskova.py`` in its own environment.
 
 Figures are printed; nothing is asserted. Run:
 ``OMP_NUM_THREADS=1 python benchmarks/bench_nn_unlearning.py [--part cnn|convex|anchors|all] [--requests 100]
@@ -43,9 +49,9 @@ from torch import nn
 
 from lethe.audit.stats import advantage
 from lethe.datasets.mnist import load_mnist, load_mnist_binary
-from lethe.nn.accounting import calibrate_finetune
+from lethe.nn.accounting import calibrate_finetune, calibrate_model_clip
 from lethe.nn.models import build_module
-from lethe.nn.unlearning import train, unlearn
+from lethe.nn.unlearning import train, unlearn, unlearn_model_clip
 from lethe.noisygd.noisy_sgd import pnsgd_logistic, pnsgd_schedule
 from lethe.noisygd.schedule import convex_schedule
 from lethe.privacy.rdp import rdp_to_dp_tight
@@ -66,6 +72,27 @@ def _losses(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> np.ndarray:
 def _mia(model: nn.Module, X_in: torch.Tensor, y_in: torch.Tensor, X_out: torch.Tensor, y_out: torch.Tensor) -> str:
     a = advantage(-_losses(model, X_in, y_in), -_losses(model, X_out, y_out), random_state=0)
     return f"adv {a.advantage:+.3f} [{a.low:+.3f}, {a.high:+.3f}] auc {a.auc:.3f} (n_in {a.n_pos}, n_out {a.n_neg})"
+
+
+def _sgd_steps(model: nn.Module, X: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float, batch_size: int,
+               momentum: float, seed: int) -> nn.Module:
+    """The training recipe (SGD with momentum, batches without replacement) stopped after ``steps`` steps."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    g = np.random.default_rng(seed)
+    n, done = X.shape[0], 0
+    model.train()
+    while done < steps:
+        perm = torch.from_numpy(g.permutation(n))
+        for i in range(0, n - batch_size + 1, batch_size):
+            if done == steps:
+                break
+            idx = perm[i:i + batch_size]
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(X[idx]), y[idx]).backward()
+            opt.step()
+            done += 1
+    model.eval()
+    return model
 
 
 def part_cnn(args: argparse.Namespace) -> None:
@@ -93,22 +120,35 @@ def part_cnn(args: argparse.Namespace) -> None:
     original, t_train = retrain(X, y, args.seed)
     retrain_evals = epochs * args.n_train
     s = calibrate_finetune(1.0, 1e-5, model_radius=args.model_radius, grad_clip=args.grad_clip, lr=args.lr)
-    post_steps = max(0, int(args.budget * retrain_evals / b) - s.steps)
+    mc = calibrate_model_clip(1.0, 1e-5, model_clip=args.mc_clip, lr=args.lr, steps=args.mc_steps)
+    budget_steps = int(args.budget * retrain_evals / b)
+    post_steps = max(0, budget_steps - s.steps)
+    mc_post = max(0, budget_steps - mc.steps)
+    post = {"post_lr": args.post_lr, "post_radius": args.post_radius, "post_momentum": args.post_momentum}
     print(f"MNIST-10 CNN: d = {d} parameters, n_train = {args.n_train}, n_test = {args.n_test}; training: {epochs} "
           f"epochs of SGD (lr {train_lr}, momentum 0.9, batch {b}) = {retrain_evals} per-example gradients, "
           f"{t_train:.1f} s; test accuracy {_acc(original, Xt, yt):.4f}")
-    print(f"unlearning per request (eps, delta) = (1, 1e-5): C0 = {s.model_radius}, C = {s.grad_clip} "
+    print(f"[GC] gradient clipping, per request (eps, delta) = (1, 1e-5): C0 = {s.model_radius}, C = {s.grad_clip} "
           f"(per-sample clipping), lr = {s.lr}, T = {s.steps} noisy steps, sigma = {s.sigma:.4f} per coordinate "
           f"(noise norm per step ~ {s.sigma * math.sqrt(d):.1f}), certified eps = {s.epsilon_certified:.6f}; "
-          f"then projection onto ||theta|| <= {args.post_radius} and {post_steps} plain SGD steps (lr "
+          f"then projection onto ||theta|| <= {args.post_radius} and {post_steps} SGD steps (lr "
           f"{args.post_lr}, momentum {args.post_momentum}) = {(s.steps + post_steps) * b} per-example gradients "
           f"(budget {args.budget} x retraining)")
+    print(f"[MC] model clipping, per request (eps, delta) = (1, 1e-5): C2 = {mc.model_clip}, lr = {mc.lr}, "
+          f"T = {mc.steps} noisy steps, sigma = {mc.sigma:.4f} per coordinate (noise norm per step ~ "
+          f"{mc.sigma * math.sqrt(d):.1f}), certified delta at eps 1 = {mc.delta_certified:.3g}; then the same "
+          f"post-processing with {mc_post} SGD steps = {(mc.steps + mc_post) * b} per-example gradients")
+    print(f"[U0] = [GC] applied to an untrained model (fresh initialisation) instead of the trained one; "
+          f"[S] = training from scratch by the training recipe stopped after {budget_steps} steps "
+          f"({budget_steps * b} per-example gradients, the unlearning budget)")
     model = copy.deepcopy(original)
+    model_mc = copy.deepcopy(original)
     alive = np.arange(args.n_train)
     removed_all: list[int] = []
     acc_u: list[float] = []
+    acc_mc: list[float] = []
     acc_r: list[float] = []
-    paired: list[tuple[float, float]] = []
+    paired: list[tuple[float, float, float, float, float]] = []
     t_u: list[float] = []
     t_r: list[float] = []
     last_retrained = original
@@ -121,44 +161,69 @@ def part_cnn(args: argparse.Namespace) -> None:
         if k == 1:
             probe = copy.deepcopy(model)
             unlearn(probe, Xr, yr, schedule=s, batch_size=b, random_state=rng)
-            noisy_acc = f"  (noisy phase alone: {_acc(probe, Xt, yt):.4f})"
+            probe_mc = copy.deepcopy(model_mc)
+            unlearn_model_clip(probe_mc, Xr, yr, schedule=mc, batch_size=b, random_state=rng)
+            noisy_acc = (f"  (noisy phase alone: GC {_acc(probe, Xt, yt):.4f}, MC {_acc(probe_mc, Xt, yt):.4f})")
         t = time.perf_counter()
-        cert = unlearn(model, Xr, yr, schedule=s, batch_size=b, post_steps=post_steps, post_lr=args.post_lr,
-                       post_radius=args.post_radius, post_momentum=args.post_momentum, n_removed=args.per_request,
-                       random_state=rng)
+        cert = unlearn(model, Xr, yr, schedule=s, batch_size=b, post_steps=post_steps, n_removed=args.per_request,
+                       random_state=rng, **post)
         t_u.append(time.perf_counter() - t)
         acc_u.append(_acc(model, Xt, yt))
-        line = f"request {k:3d}: n = {alive.size}, unlearned acc {acc_u[-1]:.4f} ({t_u[-1]:.2f} s){noisy_acc}"
+        cert_mc = unlearn_model_clip(model_mc, Xr, yr, schedule=mc, batch_size=b, post_steps=mc_post,
+                                     n_removed=args.per_request, random_state=rng, **post)
+        acc_mc.append(_acc(model_mc, Xt, yt))
+        line = (f"request {k:3d}: n = {alive.size}, unlearned acc GC {acc_u[-1]:.4f} ({t_u[-1]:.2f} s), "
+                f"MC {acc_mc[-1]:.4f}{noisy_acc}")
         if k % args.retrain_every == 0 or k == args.requests:
             last_retrained, tr = retrain(Xr, yr, args.seed + k)
             t_r.append(tr)
             acc_r.append(_acc(last_retrained, Xt, yt))
-            paired.append((acc_u[-1], acc_r[-1]))
-            line += f", retrained acc {acc_r[-1]:.4f} ({tr:.2f} s)"
+            u0 = fresh_model(10_000 + k)
+            unlearn(u0, Xr, yr, schedule=s, batch_size=b, post_steps=post_steps, random_state=rng, **post)
+            scratch = _sgd_steps(fresh_model(20_000 + k), Xr, yr, steps=budget_steps, lr=train_lr, batch_size=b,
+                                 momentum=0.9, seed=k)
+            paired.append((acc_u[-1], acc_mc[-1], acc_r[-1], _acc(u0, Xt, yt), _acc(scratch, Xt, yt)))
+            line += (f", retrained acc {acc_r[-1]:.4f} ({tr:.2f} s), U0 {paired[-1][3]:.4f}, "
+                     f"S {paired[-1][4]:.4f}")
         print(line, flush=True)
-    print(f"\nper-request certificate: eps {cert.epsilon}, delta {cert.delta}, sigma {cert.sigma:.4f}, T {cert.steps}, "
-          f"C {cert.grad_clip}, C0 {cert.model_radius}, post_steps {cert.post_steps}, "
-          f"gradient evaluations {cert.gradient_evaluations}")
-    mu, mr = statistics.fmean(acc_u), statistics.fmean(acc_r)
-    pu = statistics.fmean(p[0] for p in paired)
-    print(f"mean test accuracy: unlearned {mu:.4f} over {len(acc_u)} requests; retrained {mr:.4f} over "
-          f"{len(acc_r)} retrainings; on the requests with both: unlearned {pu:.4f} vs retrained {mr:.4f}, gap "
-          f"{100 * (pu - mr):+.2f} pp")
+    print(f"\nper-request certificates: GC eps {cert.epsilon}, delta {cert.delta}, sigma {cert.sigma:.4f}, "
+          f"T {cert.steps}, C {cert.grad_clip}, C0 {cert.model_radius}, post_steps {cert.post_steps}, gradient "
+          f"evaluations {cert.gradient_evaluations}; MC delta {cert_mc.delta_certified:.3g} at eps {cert_mc.epsilon}, "
+          f"sigma {cert_mc.sigma:.4f}, T {cert_mc.steps}, C2 {cert_mc.model_clip}, post_steps {cert_mc.post_steps}, "
+          f"gradient evaluations {cert_mc.gradient_evaluations}")
+    mr = statistics.fmean(acc_r)
+    cols = [statistics.fmean(p[i] for p in paired) for i in range(5)]
+    print(f"mean test accuracy over {len(acc_u)} requests: GC {statistics.fmean(acc_u):.4f}, MC "
+          f"{statistics.fmean(acc_mc):.4f}; retrained {mr:.4f} over {len(acc_r)} retrainings")
+    print(f"on the {len(paired)} requests with a retraining: GC {cols[0]:.4f} (gap {100 * (cols[0] - mr):+.2f} pp), "
+          f"MC {cols[1]:.4f} (gap {100 * (cols[1] - mr):+.2f} pp), U0 (GC from an untrained model) {cols[3]:.4f}, "
+          f"S (scratch at the same budget) {cols[4]:.4f} (gap {100 * (cols[4] - mr):+.2f} pp)")
     print(f"compute per request: gradient evaluations {cert.gradient_evaluations} vs retraining {retrain_evals} "
-          f"(ratio {cert.gradient_evaluations / retrain_evals:.3f}); median wall time {statistics.median(t_u):.2f} s "
+          f"(ratio {cert.gradient_evaluations / retrain_evals:.3f}); median wall time GC "
+          f"{statistics.median(t_u):.2f} s "
           f"vs {statistics.median(t_r):.2f} s (ratio {statistics.median(t_u) / statistics.median(t_r):.3f})")
     Xg, yg = X[removed_all], y[removed_all]
     out = torch.arange(Xt.shape[0])[: max(len(removed_all), 200)]
     print(f"\nmembership advantage (loss threshold) on the {len(removed_all)} removed records vs "
           f"{out.numel()} test records:")
-    print(f"  final unlearned model : {_mia(model, Xg, yg, Xt[out], yt[out])}")
-    print(f"  last retrained model  : {_mia(last_retrained, Xg, yg, Xt[out], yt[out])}")
-    print(f"  original model        : {_mia(original, Xg, yg, Xt[out], yt[out])}")
+    print(f"  final unlearned model GC : {_mia(model, Xg, yg, Xt[out], yt[out])}")
+    print(f"  final unlearned model MC : {_mia(model_mc, Xg, yg, Xt[out], yt[out])}")
+    print(f"  last retrained model     : {_mia(last_retrained, Xg, yg, Xt[out], yt[out])}")
+    print(f"  original model           : {_mia(original, Xg, yg, Xt[out], yt[out])}")
     small = torch.from_numpy(rng.choice(args.n_train, size=500, replace=False))
     overfit = train(fresh_model(7), X[small], y[small], epochs=60, lr=train_lr, batch_size=b, momentum=0.9,
                     random_state=7)
     print(f"  positive control (500 records, 60 epochs; members vs test): "
           f"{_mia(overfit, X[small], y[small], Xt[out], yt[out])}")
+    if args.budget_curve:
+        print("\ntraining from scratch (the training recipe stopped early) on the final retained data, vs budget:")
+        for frac in (0.1, 0.2, 0.3, 0.5, 0.7, 1.0):
+            st = int(frac * retrain_evals / b)
+            accs = [_acc(_sgd_steps(fresh_model(30_000 + j), Xr, yr, steps=st, lr=train_lr, batch_size=b,
+                                    momentum=0.9, seed=j), Xt, yt) for j in range(3)]
+            print(f"  budget {frac:.1f} x retraining ({st} steps): test accuracy "
+                  f"{statistics.fmean(accs):.4f} (3 seeds: {', '.join(f'{a:.4f}' for a in accs)}); gap to the "
+                  f"retrained mean {100 * (statistics.fmean(accs) - mr):+.2f} pp", flush=True)
 
 
 def part_convex(args: argparse.Namespace) -> None:
@@ -191,25 +256,32 @@ def part_convex(args: argparse.Namespace) -> None:
         rows.append((f"Chien et al. PNSGD (ours), batch {b}", ps.steps_first_request,
                      ps.gradient_evaluations_first_request, b, ps))
     learn_epochs = 30
-    rng = np.random.default_rng(args.seed)
-    gone = rng.choice(n, size=r, replace=False)
-    X2, y2 = Xtr.copy(), ytr.copy()
-    X2[gone], y2[gone] = 0.0, 0.0
-    print(f"{'schedule':62s} {'steps/request':>14s} {'grad evals':>12s} {'test acc':>9s}")
+    seeds = list(range(args.convex_seeds))
+    head = f"test acc ({len(seeds)} seeds)"
+    print(f"{'schedule':62s} {'steps/request':>14s} {'grad evals':>12s} {head:>22s}")
     for name, steps, evals, b, ps in rows:
-        if ps is None:  # Noisy-GD = PNSGD with b = n, no projection needed; run it with the same kernel
-            theta = pnsgd_logistic(Xtr, ytr, np.zeros(d), epochs=learn_epochs * 10, eta=eta, lam=lam, sigma=noise,
-                                   batch_size=n, radius=1e12, random_state=1)
-            theta = pnsgd_logistic(X2, y2, theta, epochs=steps, eta=eta, lam=lam, sigma=noise, batch_size=n,
-                                   radius=1e12, random_state=2)
-        else:
-            ep = learn_epochs * 10 if b == n else learn_epochs
-            theta = pnsgd_logistic(Xtr, ytr, np.zeros(d), epochs=ep, eta=eta, lam=lam, sigma=noise, batch_size=b,
-                                   radius=radius, random_state=1)
-            theta = pnsgd_logistic(X2, y2, theta, epochs=ps.epochs_first_request, eta=eta, lam=lam, sigma=noise,
-                                   batch_size=b, radius=radius, random_state=2)
-        acc = float(np.mean(np.sign(Xte @ theta) == yte))
-        print(f"{name:62s} {steps:14d} {evals:12d} {acc:9.4f}")
+        accs = []
+        for k in seeds:
+            rng = np.random.default_rng(args.seed + k)
+            gone = rng.choice(n, size=r, replace=False)
+            X2, y2 = Xtr.copy(), ytr.copy()
+            X2[gone], y2[gone] = 0.0, 0.0
+            s1, s2 = 1 + 10 * k, 2 + 10 * k
+            if ps is None:  # Noisy-GD = PNSGD with b = n, no projection needed; run it with the same kernel
+                theta = pnsgd_logistic(Xtr, ytr, np.zeros(d), epochs=learn_epochs * 10, eta=eta, lam=lam,
+                                       sigma=noise, batch_size=n, radius=1e12, random_state=s1)
+                theta = pnsgd_logistic(X2, y2, theta, epochs=steps, eta=eta, lam=lam, sigma=noise, batch_size=n,
+                                       radius=1e12, random_state=s2)
+            else:
+                ep = learn_epochs * 10 if b == n else learn_epochs
+                theta = pnsgd_logistic(Xtr, ytr, np.zeros(d), epochs=ep, eta=eta, lam=lam, sigma=noise,
+                                       batch_size=b, radius=radius, random_state=s1)
+                theta = pnsgd_logistic(X2, y2, theta, epochs=ps.epochs_first_request, eta=eta, lam=lam,
+                                       sigma=noise, batch_size=b, radius=radius, random_state=s2)
+            accs.append(float(np.mean(np.sign(Xte @ theta) == yte)))
+        sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
+        print(f"{name:62s} {steps:14d} {evals:12d} {statistics.fmean(accs):10.4f} +- {sd:.4f} "
+              f"[{', '.join(f'{a:.4f}' for a in accs)}]", flush=True)
 
 
 def part_anchor_chien(args: argparse.Namespace) -> None:
@@ -289,8 +361,8 @@ def part_anchor_chien(args: argparse.Namespace) -> None:
           f"({t_unl:.1f} s/run), mean of {trials} runs")
     print(f"  ours      : learning {args.anchor_epochs} epochs + unlearning {k_ours} epoch(s): test acc "
           f"{np.mean(accs):.4f} ({(time.perf_counter() - t) / trials:.1f} s/run), mean of {trials} runs")
-    print("Koloskova et al.'s code was not run: it needs jax, flax, optax and wandb (none installed here; its trainer "
-          "logs every step to wandb) and loads pretrained checkpoints from its own training runs.")
+    print("Koloskova et al.'s code (JAX) runs in its own virtual environment: benchmarks/anchor_koloskova.py "
+          "(docs/nn_unlearning.md §5, Anchors).")
 
 
 def main() -> None:
@@ -311,9 +383,13 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--post-radius", type=float, default=10.0)
     p.add_argument("--post-lr", type=float, default=0.05)
-    p.add_argument("--post-momentum", type=float, default=0.0)
+    p.add_argument("--post-momentum", type=float, default=0.9)
+    p.add_argument("--mc-clip", type=float, default=1.0, help="model clipping: C2")
+    p.add_argument("--mc-steps", type=int, default=6, help="model clipping: T (sigma calibrated)")
+    p.add_argument("--budget-curve", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--convex-seeds", type=int, default=3, help="repeats (removed set, learning and unlearning noise)")
     p.add_argument("--quick", action="store_true", help="5 requests, 2000 training images")
     args = p.parse_args()
     if args.quick:

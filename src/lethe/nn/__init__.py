@@ -16,9 +16,13 @@ from typing import Any
 
 from lethe.nn.accounting import (
     FineTuneSchedule,
+    ModelClipSchedule,
     calibrate_finetune,
+    calibrate_model_clip,
     linear_rdp_epsilon,
     linear_rdp_max_slope,
+    model_clip_delta,
+    model_clip_steps,
     pabi_epsilon,
     pabi_rdp_slope,
 )
@@ -30,6 +34,8 @@ _LAZY = {
     "project_model": "lethe.nn.unlearning",
     "train": "lethe.nn.unlearning",
     "unlearn": "lethe.nn.unlearning",
+    "unlearn_model_clip": "lethe.nn.unlearning",
+    "ModelClipCertificate": "lethe.nn.unlearning",
     "NoisyFineTuneClassifier": "lethe.nn.estimators",
 }
 
@@ -44,16 +50,22 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "FineTuneSchedule",
+    "ModelClipCertificate",
+    "ModelClipSchedule",
     "NNUnlearningCertificate",
     "NoisyFineTuneClassifier",
     "calibrate_finetune",
+    "calibrate_model_clip",
     "clipped_gradient",
     "linear_rdp_epsilon",
     "linear_rdp_max_slope",
+    "model_clip_delta",
+    "model_clip_steps",
     "pabi_epsilon",
     "pabi_rdp_slope",
     "per_sample_gradients",
     "project_model",
     "train",
     "unlearn",
+    "unlearn_model_clip",
 ]

@@ -29,13 +29,19 @@ from dataclasses import dataclass
 
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
 from lethe.io import JsonRecord
+from lethe.privacy.gaussian import _log_gaussian_delta
 from lethe.privacy.rdp import rdp_to_dp_tight
 
 __all__ = [
     "FineTuneSchedule",
+    "ModelClipSchedule",
     "calibrate_finetune",
+    "calibrate_model_clip",
     "linear_rdp_epsilon",
     "linear_rdp_max_slope",
+    "model_clip_contraction",
+    "model_clip_delta",
+    "model_clip_steps",
     "pabi_epsilon",
     "pabi_rdp_slope",
 ]
@@ -343,3 +349,172 @@ def calibrate_finetune(epsilon: float, delta: float, *, model_radius: float, gra
         raise RuntimeError(f"calibration failed: certified epsilon {eps_cert!r} exceeds the target {e!r}.")
     return FineTuneSchedule(epsilon=e, delta=d, epsilon_certified=eps_cert, rdp_slope=rdp, sigma=sigma,
                             steps=t_best, lr=eta, grad_clip=c, model_radius=c0, weight_decay=lam, theorem=THEOREM)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model clipping (Koloskova et al. 2025, second variant): θ_{t+1} = Π_{C₂}((1 − ηλ)θ_t − η g_t(θ_t)) + Z_t.
+# ---------------------------------------------------------------------------------------------------------------
+
+MODEL_CLIP_THEOREM = ("Koloskova et al. 2025 (ICML), model-clipping unlearning: hockey-stick (E_gamma) contraction of "
+                      "the projected Gaussian kernel (Asoodeh, Diaz & Calmon 2020, Thm 2: eta_gamma(K) = sup_x,x' "
+                      "E_gamma(K(x)||K(x'))) with gamma' = 1 + (gamma - 1)/delta_t per step; Gaussian E_gamma exact "
+                      "(Balle & Wang 2018, Thm 8)")
+
+_MODEL_CLIP_MARGIN = 1e-9  # relative, per step: float rounding of the product cannot push δ below the true bound
+
+
+def _model_clip_log_step(epsilon: float, log_d: float, sigma: float, model_clip: float) -> float:
+    """log δ_{t+1} from log δ_t (log space: δ_t falls far below the smallest float within a few steps)."""
+    log_em1 = math.log(math.expm1(epsilon))
+    x = log_em1 - log_d
+    eps_t = x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))  # log(1 + (e^ε − 1)/δ_t)
+    return log_d + _log_gaussian_delta(eps_t, 2.0 * model_clip / sigma) + math.log1p(_MODEL_CLIP_MARGIN)
+
+
+def _delta_from_log(log_d: float) -> float:
+    """δ = e^{log δ}, never rounded below the bound: values under 1e-300 are reported as 1e-300."""
+    return min(1.0, max(math.exp(log_d), 1e-300))
+
+
+def model_clip_contraction(epsilon: float, *, sigma: float, model_clip: float) -> float:
+    r"""θ_ε(2C₂/σ): the E_{e^ε}-contraction coefficient of one model-clipping step (Asoodeh et al. 2020, Thm 2).
+
+    The step is the Markov kernel K(x) = N(f(x), σ² I) with f(x) = Π_{C₂}(…) in the ball of radius C₂, so
+    η_γ(K) = sup_{x,x'} E_γ(K(x)‖K(x')) = sup_{‖a−b‖ ≤ 2C₂} E_γ(N(a, σ²I)‖N(b, σ²I)) = δ_Gauss(ε; μ = 2C₂/σ)
+    (the exact Gaussian profile, :func:`lethe.privacy.gaussian.analytic_gaussian_delta`; increasing in μ).
+    Values below 1e-300 are reported as 1e-300 (never below the bound).
+    """
+    e = check_nonnegative("epsilon", epsilon)
+    s = check_positive("sigma", sigma)
+    c2 = check_positive("model_clip", model_clip)
+    return _delta_from_log(_log_gaussian_delta(e, 2.0 * c2 / s))
+
+
+def model_clip_delta(epsilon: float, *, sigma: float, model_clip: float, steps: int,
+                     init_delta: float = 1.0) -> float:
+    r"""δ certified at ε after T model-clipping steps (derivation: ``docs/nn_unlearning.md`` §2b).
+
+    δ₀ = ``init_delta`` (1: nothing is assumed about the two starting models) and, for t < T,
+
+    .. math:: \tilde ε_t = \log\Bigl(1 + \frac{e^ε - 1}{δ_t}\Bigr),\qquad
+              δ_{t+1} = δ_t\,θ_{\tilde ε_t}(2C_2/σ)\,(1 + 10^{-9}),
+
+    where θ_ε(μ) is the Gaussian hockey-stick divergence (:func:`model_clip_contraction`). Each step's bound
+    E_γ(μK‖νK) ≤ E_γ(μ‖ν)·η_{γ'}(K), γ' = 1 + (γ − 1)/E_γ(μ‖ν), is proved in the docs; it is nondecreasing in
+    E_γ(μ‖ν), so any upper bound δ_t may be used in its place.
+
+    Examples
+    --------
+    >>> model_clip_delta(1.0, sigma=1.0, model_clip=0.5, steps=0)
+    1.0
+    >>> model_clip_delta(1.0, sigma=1.0, model_clip=0.5, steps=10) < 1e-5
+    True
+    """
+    e = check_positive("epsilon", epsilon)
+    s = check_positive("sigma", sigma)
+    c2 = check_positive("model_clip", model_clip)
+    t_max = int(check_nonnegative("steps", steps))
+    if t_max != steps:
+        raise ValueError(f"steps must be an integer >= 0. Found {steps!r}.")
+    d = float(init_delta)
+    if not 0.0 < d <= 1.0:
+        raise ValueError(f"init_delta must be in (0, 1]. Found {init_delta!r}.")
+    log_d = math.log(d)
+    for _ in range(t_max):
+        log_d = _model_clip_log_step(e, log_d, s, c2)
+        if log_d < -1e4:  # δ < e^-10000: reported as 1e-300 (an upper bound); stop before the numbers overflow
+            break
+    return _delta_from_log(log_d)
+
+
+def model_clip_steps(epsilon: float, delta: float, *, sigma: float, model_clip: float,
+                     max_steps: int = 1_000_000) -> int:
+    """Fewest steps T with :func:`model_clip_delta` ≤ δ; ``ValueError`` if more than ``max_steps`` are needed."""
+    e = check_positive("epsilon", epsilon)
+    target = check_open_unit("delta", delta)
+    s = check_positive("sigma", sigma)
+    c2 = check_positive("model_clip", model_clip)
+    tmax = check_positive_int("max_steps", max_steps)
+    log_d, log_target = 0.0, math.log(target)
+    for t in range(1, tmax + 1):
+        log_d = _model_clip_log_step(e, log_d, s, c2)
+        if log_d <= log_target:
+            return t
+    raise ValueError(f"model clipping with sigma={sigma!r}, model_clip={model_clip!r} does not reach delta={delta!r} "
+                     f"at epsilon={epsilon!r} within max_steps={max_steps!r}; lower model_clip/sigma.")
+
+
+@dataclass(frozen=True)
+class ModelClipSchedule(JsonRecord):
+    """A calibrated model-clipping schedule (Koloskova et al. 2025) and the (ε, δ) it certifies.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        Target (ε, δ).
+    delta_certified : float
+        δ the schedule certifies at ε (≤ ``delta``).
+    sigma : float
+        Noise standard deviation per coordinate per step.
+    steps : int
+        T.
+    model_clip : float
+        C₂: every step projects the model onto ‖θ‖ ≤ C₂ before the noise is added.
+    lr, weight_decay : float
+        η, λ of the step (they do not enter the bound; any values are certified).
+    theorem : str
+        What the numbers rest on.
+    """
+
+    epsilon: float
+    delta: float
+    delta_certified: float
+    sigma: float
+    steps: int
+    model_clip: float
+    lr: float
+    weight_decay: float
+    theorem: str
+
+
+def calibrate_model_clip(epsilon: float, delta: float, *, model_clip: float, lr: float, weight_decay: float = 0.0,
+                         sigma: float | None = None, steps: int | None = None) -> ModelClipSchedule:
+    r"""σ and T of model-clipping unlearning for a target (ε, δ).
+
+    Exactly one of ``sigma`` (then T = :func:`model_clip_steps`) and ``steps`` (then σ is the smallest value, by
+    bisection to a relative 1e-9 and rounded up, with :func:`model_clip_delta` ≤ δ; δ_T decreases as σ grows)
+    must be given. The certificate is recomputed for the returned (σ, T).
+
+    Examples
+    --------
+    >>> s = calibrate_model_clip(1.0, 1e-5, model_clip=1.0, lr=0.1, steps=20)
+    >>> s.delta_certified <= 1e-5
+    True
+    """
+    e = check_positive("epsilon", epsilon)
+    d = check_open_unit("delta", delta)
+    c2 = check_positive("model_clip", model_clip)
+    eta = check_positive("lr", lr)
+    lam = check_nonnegative("weight_decay", weight_decay)
+    _contraction(eta, lam)
+    if (sigma is None) == (steps is None):
+        raise ValueError("give exactly one of sigma and steps.")
+    if sigma is not None:
+        s = check_positive("sigma", sigma)
+        t = model_clip_steps(e, d, sigma=s, model_clip=c2)
+    else:
+        t = check_positive_int("steps", steps)
+        lo, hi = 1e-300, 2.0 * c2
+        while model_clip_delta(e, sigma=hi, model_clip=c2, steps=t) > d:
+            lo, hi = hi, 2.0 * hi
+            if hi > 1e300:  # pragma: no cover - δ_T → 0 as σ → ∞ for every T ≥ 1
+                raise ValueError("no sigma reaches the target.")
+        while hi - lo > 1e-9 * hi:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if model_clip_delta(e, sigma=mid, model_clip=c2, steps=t) <= d else (mid, hi)
+        s = hi
+    cert = model_clip_delta(e, sigma=s, model_clip=c2, steps=t)
+    if cert > d:  # pragma: no cover - by construction
+        raise RuntimeError(f"calibration failed: certified delta {cert!r} exceeds the target {d!r}.")
+    return ModelClipSchedule(epsilon=e, delta=d, delta_certified=cert, sigma=s, steps=t, model_clip=c2, lr=eta,
+                             weight_decay=lam, theorem=MODEL_CLIP_THEOREM)

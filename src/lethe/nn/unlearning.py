@@ -35,9 +35,10 @@ from torch.func import functional_call, grad, vmap
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_choice, check_nonnegative, check_positive, check_positive_int
 from lethe.io import JsonRecord
-from lethe.nn.accounting import FineTuneSchedule
+from lethe.nn.accounting import FineTuneSchedule, ModelClipSchedule
 
 __all__ = [
+    "ModelClipCertificate",
     "NNUnlearningCertificate",
     "check_module",
     "clipped_gradient",
@@ -46,6 +47,7 @@ __all__ = [
     "project_model",
     "train",
     "unlearn",
+    "unlearn_model_clip",
 ]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -375,4 +377,119 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
     return NNUnlearningCertificate(
         operation="unlearn", **schedule.to_dict(), clipping=mode, batch_size=bb, post_steps=post, post_radius=prad,
         post_momentum=pmom, n_retained=n, n_removed=removed,
+        gradient_evaluations=(schedule.steps + post) * bb)
+
+
+@dataclass(frozen=True)
+class ModelClipCertificate(JsonRecord):
+    """What one model-clipping removal (Koloskova et al. 2025, second variant) guarantees, and its cost.
+
+    Attributes
+    ----------
+    operation : str
+        ``"unlearn_model_clip"``.
+    theorem : str
+        The results the numbers come from.
+    epsilon, delta : float
+        The promise: (ε, δ)-indistinguishable from the same procedure applied to *any* other starting model (in
+        particular one retrained without the removed records), so for every earlier history of requests.
+    delta_certified : float
+        δ the schedule certifies at ε (≤ δ).
+    sigma, steps, model_clip, lr, weight_decay : float / int
+        σ, T, C₂, η, λ used.
+    batch_size, post_steps, post_momentum, n_retained, n_removed, gradient_evaluations
+        As in :class:`NNUnlearningCertificate`.
+    post_radius : float or None
+        Projection radius before the post-processing steps (None: none).
+    """
+
+    operation: str
+    theorem: str
+    epsilon: float
+    delta: float
+    delta_certified: float
+    sigma: float
+    steps: int
+    model_clip: float
+    lr: float
+    weight_decay: float
+    batch_size: int
+    post_steps: int
+    post_radius: float | None
+    post_momentum: float
+    n_retained: int
+    n_removed: int
+    gradient_evaluations: int
+
+    def to_json(self) -> str:
+        """JSON text."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def unlearn_model_clip(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: ModelClipSchedule,
+                       batch_size: int = 64, loss_fn: LossFn = _cross_entropy, post_steps: int = 0,
+                       post_lr: float | None = None, post_radius: float | None = None, post_momentum: float = 0.0,
+                       n_removed: int = 0, random_state: RandomState = None) -> ModelClipCertificate:
+    r"""Unlearn by model clipping (Koloskova et al. 2025), in place.
+
+    T steps :math:`θ ← Π_{C_2}\bigl((1 - ηλ)θ - η\,g(θ)\bigr) + \mathcal N(0, σ^2 I)` on mini-batches of the
+    retained data, g the plain (unclipped) mini-batch gradient — the projection onto ‖θ‖ ≤ C₂ alone bounds the step,
+    so neither gradient clipping nor an initial projection is needed — then the same optional post-processing as
+    :func:`unlearn`. (σ, T, C₂) come from :func:`lethe.nn.accounting.calibrate_model_clip`; the bound is in
+    ``docs/nn_unlearning.md`` §2b. Parameters are restored if anything fails.
+    """
+    check_module(model)
+    if not isinstance(schedule, ModelClipSchedule):
+        raise TypeError("schedule must be a ModelClipSchedule (see calibrate_model_clip). "
+                        f"Found {type(schedule).__name__}.")
+    Xt, yt = _as_tensors(X_retained, y_retained)
+    b = check_positive_int("batch_size", batch_size)
+    post = int(check_nonnegative("post_steps", post_steps))
+    if post != post_steps:
+        raise ValueError(f"post_steps must be an integer >= 0. Found {post_steps!r}.")
+    plr = schedule.lr if post_lr is None else check_positive("post_lr", post_lr)
+    prad = None if post_radius is None else check_positive("post_radius", post_radius)
+    pmom = check_nonnegative("post_momentum", post_momentum)
+    removed = int(check_nonnegative("n_removed", n_removed))
+    rng = check_random_state(random_state)
+    gen = _torch_generator(rng)
+    n = int(Xt.shape[0])
+    bb = min(b, n)
+    backup = [p.detach().clone() for p in model.parameters()]
+    was_training = model.training
+    try:
+        model.eval()
+        params = list(model.parameters())
+        decay = 1.0 - schedule.lr * schedule.weight_decay
+        for _ in range(schedule.steps):
+            idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
+            grads = torch.autograd.grad(loss_fn(model(Xt[idx]), yt[idx]), params)
+            with torch.no_grad():
+                for p, gp in zip(params, grads, strict=True):
+                    p.mul_(decay).add_(gp, alpha=-schedule.lr)
+            project_model(model, schedule.model_clip)
+            with torch.no_grad():
+                for p in params:
+                    p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype), alpha=schedule.sigma)
+        if prad is not None:
+            project_model(model, prad)
+        velocity = [torch.zeros_like(p) for p in params]
+        for _ in range(post):
+            idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
+            grads = torch.autograd.grad(loss_fn(model(Xt[idx]), yt[idx]), params)
+            with torch.no_grad():
+                for p, gp, v in zip(params, grads, velocity, strict=True):
+                    v.mul_(pmom).add_(gp)
+                    p.add_(v, alpha=-plr)
+    except BaseException:
+        with torch.no_grad():
+            for p, saved in zip(model.parameters(), backup, strict=True):
+                p.copy_(saved)
+        model.train(was_training)
+        raise
+    return ModelClipCertificate(
+        operation="unlearn_model_clip", theorem=schedule.theorem, epsilon=schedule.epsilon, delta=schedule.delta,
+        delta_certified=schedule.delta_certified, sigma=schedule.sigma, steps=schedule.steps,
+        model_clip=schedule.model_clip, lr=schedule.lr, weight_decay=schedule.weight_decay, batch_size=bb,
+        post_steps=post, post_radius=prad, post_momentum=pmom, n_retained=n, n_removed=removed,
         gradient_evaluations=(schedule.steps + post) * bb)

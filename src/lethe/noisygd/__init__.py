@@ -26,7 +26,13 @@ from lethe.noisygd.edit_stream import (
     identity_publish,
     interact,
 )
-from lethe.noisygd.estimators import NoisyGDBoundedMLPClassifier, NoisyGDLogisticRegression, NoisyGDMLPClassifier
+from lethe.noisygd.estimators import (
+    NoisyGDBoundedMLPClassifier,
+    NoisyGDLogisticRegression,
+    NoisyGDMLPClassifier,
+    PNSGDCertificate,
+    PNSGDLogisticRegression,
+)
 from lethe.noisygd.guarantees import (
     adaptive_deletion_epsilon,
     deletion_privacy_to_dp,
@@ -51,6 +57,8 @@ from lethe.noisygd.schedule import (
 
 __all__ = [
     "AdaptiveRequester",
+    "PNSGDCertificate",
+    "PNSGDLogisticRegression",
     "BoundedMLPModel",
     "ConvexSchedule",
     "CuratorConfig",
