@@ -27,8 +27,8 @@ from lethe.certified.bounds import (
     evaluation_slack,
     gamma_k,
     remainder_bound_paper,
-    rounding_allowance,
     remainder_bound_tight,
+    rounding_allowance,
     vnorm,
 )
 from lethe.certified.cache import NewtonCache, _Buffers
