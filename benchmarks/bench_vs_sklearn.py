@@ -134,6 +134,9 @@ def removal_part(X: np.ndarray, y: np.ndarray, solver: str, k: int, batch: int, 
             if first_hit is None:
                 first_hit = removed - 1  # removals certified before the budget forced the first retraining
     state_end = state
+    # amortised cost over the first K removals (everything inside the timed calls: re-anchors, measurements,
+    # retrainings), for the long anchor run
+    prefixes = {K: statistics.fmean(times[:K]) for K in (300, 1000, 3000, 6000) if K < len(times)}
     t_retrain, _ = median_time(lambda: mech.retrain(state, X, y, active, np.random.default_rng(7), cache=None),
                                repeats)
     if first_hit is not None:
@@ -183,7 +186,7 @@ def removal_part(X: np.ndarray, y: np.ndarray, solver: str, k: int, batch: int, 
         after.append(time.perf_counter() - t0)
         active[i] = False
     return dict(solver=solver, single=single, amortised=amortised, amortised_verified=amortised_verified,
-                supported=supported, how=how, hits=hits, first=first, remeasures=cache.remeasures,
+                supported=supported, how=how, hits=hits, first=first, remeasures=cache.remeasures, prefixes=prefixes,
                 refreshes=cache.refreshes, beta_end=float(state_end.residual_bound), single_before=statistics.median(
                     warm[1:]),
                 removed=removed, t_retrain=t_retrain, t_batch=t_batch, B=B, batch_step=float(bcert.step_bound),
@@ -228,6 +231,9 @@ def run_dataset(name: str, X: np.ndarray, y: np.ndarray, k: int, batch: int, rep
         print(f"  {r['solver']}: first removal (incl. the deferred setup) {1e3 * r['first']:.1f} ms; anchor builds "
               f"{r['refreshes']}, residual re-measures {r['remeasures']}; bound at the end {r['beta_end']:.3g} "
               f"({r['beta_end'] / r['budget']:.1%} of the budget)")
+        if r["prefixes"]:
+            print("    mean ms over the first K removals (all refreshes and retrainings inside; sklearn refit / it): "
+                  + ", ".join(f"K = {K}: {1e3 * t:.2f} ms ({f['t_sk'] / t:.0f}x)" for K, t in r["prefixes"].items()))
     print("batch of B rows (Eq. 6) from a fresh model after 6 single removals (single ms: the median of the 5 "
           "warm singles before and the 5 after)")
     print(f"  {'solver':<9}{'B':>6}{'batch ms':>10}{'single ms':>10}{'batch/single':>13}{'budget spent':>13}"

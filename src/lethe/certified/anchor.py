@@ -58,7 +58,20 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
              if tight and synced and cache.carry_e is not None else 0.0)
     over = tight and cfg.refresh != "never" and cfg.budget > 0.0 and spent > cache.remeasure_share * cfg.budget
     measured = False
-    if not synced or over or _policy_due(cfg, cache, anchor_cost):
+    measure_cost = 2.0 * cm.data_pass(n_rows, d)
+    if (over and synced and loss.gamma != 0.0 and cfg.refresh == "auto"
+            and cache.excess_cost + measure_cost < anchor_cost):
+        # measure only (two passes, no anchor build): the accounting restarts from the measured residual (§5c);
+        # the anchor's drift stays, so the next measurement comes sooner. The measurements are the rent of the
+        # stale anchor: it is formed again once they cost as much as a build (rent-or-buy, §8)
+        g_meas, g_err = measured_residual(cfg, w, state.b, X, y, active_before)
+        cache.carry_e, cache.carry_err, cache.carry_bound = g_meas, g_err, 0.0
+        cache.remeasures += 1
+        cache.excess_cost += measure_cost
+        measured = True
+        passes += 2.0
+        refreshed = "measure"
+    elif not synced or over or _policy_due(cfg, cache, anchor_cost):
         if not synced:
             cache.reset()
             cache.kind = "anchor"
@@ -153,7 +166,8 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     if cfg.refresh == "auto" and loss.gamma != 0.0 and cfg.budget > 0.0:
         # rent-or-buy: the budget spent on the anchor mismatch, priced at one retraining per budget ε′
         kappa = cm.training(n_rows, d, state.train_iterations) / cfg.budget
-        cache.excess_cost += kappa * (mis + rem if tight else mis)  # tight: a re-anchor recovers both (§5c)
+        if not tight:  # tight mode: a re-anchor recovers the budget spent (§5c); it happens at remeasure_share
+            cache.excess_cost += kappa * mis
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
     return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,

@@ -165,7 +165,9 @@ class NewtonCache:
     remeasure_share : float
         ``anchor`` in tight mode: the anchor is formed again at the current w (one O(n d²) pass, plus two passes
         that *measure* the residual ∇L_b(w; D′) and restart the accounting from it, docs/tighter_bounds.md §5c)
-        as soon as the certified bound exceeds this share of the budget ε′, before a retraining would be forced.
+        as soon as the certified bound exceeds this share of the budget ε′, before a retraining would be forced
+        (with ``refresh="auto"`` this is the only budget-driven re-anchor in tight mode: the budget it recovers is
+        not a rent).
     shared : SharedFloat32Data, optional
         ``onepass``: hold the float32 copy of the data in this object, shared with the caches of other models on
         the same rows (one-vs-all), instead of one copy per cache.

@@ -559,10 +559,11 @@ class CertifiedRemoval:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
         with blas_threads():
             state = self._with_x_norm(state, X)
-            if cache is not None and cache.kind is None and self.solver in ("refine", "pcg"):
+            if cache is not None and cache.kind is None and self.solver in ("refine", "pcg", "anchor"):
                 # a cache never primed (training deferred it, or it was reset): primed now exactly as ``prime``
                 # primes it after training or loading, so a service and the estimator take the same steps
-                # (``anchor``/``onepass`` steps build their anchor system themselves when out of sync)
+                # (``onepass`` steps build their anchor system themselves when out of sync, sharing one float32
+                # copy between the models of a one-vs-all estimator)
                 before = keep.copy()
                 before[idx] = True
                 prime_cache(self, state, X, y, before, cache)
