@@ -253,7 +253,7 @@ def main() -> None:
     ap.add_argument("--n-synth", type=int, default=None, help="rows of the generated problem (default 10^6)")
     ap.add_argument("--removals", type=int, default=None, help="single-row removals per solver")
     ap.add_argument("--anchor-removals", type=int, default=None,
-                    help="single-row removals for anchor (default: n - 982 on MNIST, 12,000 on the generated data)")
+                    help="single-row removals for anchor (default: n - 982 on MNIST, 40,000 on the generated data)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads for every timed call (both libraries)")
     ap.add_argument("--data", default="mnist,synth", help="comma-separated subset of mnist,synth (default both)")
@@ -277,7 +277,7 @@ def main() -> None:
         gc.collect()
     if "synth" in which:
         Xs, ys = synthetic(n_synth, 100)
-        k_anchor = args.anchor_removals or (2000 if args.quick else 12_000)
+        k_anchor = args.anchor_removals or (2000 if args.quick else 40_000)
         res["synth"] = run_dataset(f"generated {n_synth} x 100", Xs, ys, k, 1000, repeats, k_anchor)
     print("\n== targets (issue 15), this run")
     for what, value, ok in targets(res, full=n_synth >= 1_000_000):
