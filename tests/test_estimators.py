@@ -226,10 +226,12 @@ def test_one_vs_all_onepass_shares_one_float32_copy_and_stays_sound(monkeypatch)
     X[:, 6] = X[:, 2]  # identical columns: merged in the copy
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
     clf = CertifiedLogisticRegression(lam=1e-3, sigma=0.5, solver="onepass", random_state=2).fit(X, y)
+    assert all(c.X32 is None for c in clf.caches_)  # the removal machinery is formed by the first removal
+    rng = np.random.default_rng(1)
+    clf.remove([int(rng.choice(np.flatnonzero(clf.active_)))])
     copies = {id(c.X32) for c in clf.caches_}
     assert len(copies) == 1 and clf.caches_[0].X32 is not None and clf.caches_[0].X32.shape[1] == 7
-    rng = np.random.default_rng(1)
-    for _ in range(10):
+    for _ in range(9):
         clf.remove([int(rng.choice(np.flatnonzero(clf.active_)))])
     assert len({id(c.X32) for c in clf.caches_}) == 1
     _check_exact_residuals(clf, X)

@@ -121,11 +121,21 @@ def row_norms(X: Any) -> np.ndarray:
         canonical = sp.isspmatrix_csr(X) and X.dtype == np.float64 and X.has_canonical_format
         return _sparse_row_norms(X if canonical else _canonical_csr(X))[0]
     X = np.asarray(X, dtype=np.float64)
-    m = np.max(np.abs(X), axis=1) if X.shape[1] else np.zeros(X.shape[0])
-    safe = np.where(m > 0, m, 1.0)
-    S = X / safe[:, None]
-    with np.errstate(over="ignore"):
-        return safe * np.sqrt(np.einsum("ij,ij->i", S, S)) * (m > 0)
+    # Unscaled first (one read of X, no n × d temporary): Σⱼ xᵢⱼ² neither overflows nor loses accuracy to
+    # underflow when it lies in [2⁻⁹⁰⁰, 2⁹⁰⁰] (each xᵢⱼ² ≤ the sum, so none overflows; the squares that underflow are
+    # < 2⁻¹⁰²² each, at most d·2⁻¹⁰²² ≪ 2⁻⁹⁰⁰·u in all). Other rows (and non-finite sums) take the scaled rule.
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        sq = np.einsum("ij,ij->i", X, X)
+    out = np.sqrt(sq)
+    odd = ~((sq >= 2.0 ** -900) & (sq <= 2.0 ** 900)) & (sq != 0.0)
+    if odd.any():
+        Xo = X[odd]
+        m = np.max(np.abs(Xo), axis=1) if X.shape[1] else np.zeros(Xo.shape[0])
+        safe = np.where(m > 0, m, 1.0)
+        S = Xo / safe[:, None]
+        with np.errstate(over="ignore"):
+            out[odd] = safe * np.sqrt(np.einsum("ij,ij->i", S, S)) * (m > 0)
+    return out
 
 
 def _sparse_row_norms(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

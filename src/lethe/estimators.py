@@ -747,7 +747,10 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         for k in range(K):
             cache = caches[k]
             if members is None:  # train on X itself so that the cache is keyed to the array kept in X_
-                st, cert = mech.train(X, Y[k], random_state=rng, cache=cache)
+                # the removal machinery (‖X‖₂ bound, the cache's anchor system) is formed by the first removal
+                # (X was validated by _validate_X by the same rules; with an intercept column the mechanism checks)
+                st, cert = mech.train(X, Y[k], random_state=rng, cache=cache, defer_setup=True,
+                                      check_input=bool(params.get("fit_intercept", False)))
             else:
                 st, cert = mech.train(X[members[k]], Y[k][members[k]], random_state=rng)
                 mech.prime(cache, st, X, Y[k], members[k])

@@ -31,6 +31,7 @@ from lethe.certified.common import (
     _row_norm_max,
     _rows_before,
     _x_norm,
+    measured_residual,
 )
 from lethe.certified.data import DataMatrix, backend_of
 from lethe.certified.linalg import _mv, cho_solve
@@ -50,7 +51,27 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     active_before = _rows_before(keep, idx)
     anchor_cost = cm.hessian(n_rows, d) + cm.cholesky(d) + cm.data_pass(n_rows, d)
     synced = cache.matches(X, w, active_before, "anchor") and cache.G is not None
-    if not synced or _policy_due(cfg, cache, anchor_cost):
+    tight = cfg.bound == "tight"
+    # tight mode: the bound before this step; past ``remeasure_share`` of the budget the anchor is formed again
+    # and the residual measured (docs/tighter_bounds.md §5c), instead of letting the budget force a retraining
+    spent = (cache.carry_bound + vnorm(cache.carry_e) + cache.carry_err
+             if tight and synced and cache.carry_e is not None else 0.0)
+    over = tight and cfg.refresh != "never" and cfg.budget > 0.0 and spent > cache.remeasure_share * cfg.budget
+    measured = False
+    measure_cost = 2.0 * cm.data_pass(n_rows, d)
+    if (over and synced and loss.gamma != 0.0 and cfg.refresh == "auto"
+            and cache.excess_cost + measure_cost < anchor_cost):
+        # measure only (two passes, no anchor build): the accounting restarts from the measured residual (§5c);
+        # the anchor's drift stays, so the next measurement comes sooner. The measurements are the rent of the
+        # stale anchor: it is formed again once they cost as much as a build (rent-or-buy, §8)
+        g_meas, g_err = measured_residual(cfg, w, state.b, X, y, active_before)
+        cache.carry_e, cache.carry_err, cache.carry_bound = g_meas, g_err, 0.0
+        cache.remeasures += 1
+        cache.excess_cost += measure_cost
+        measured = True
+        passes += 2.0
+        refreshed = "measure"
+    elif not synced or over or _policy_due(cfg, cache, anchor_cost):
         if not synced:
             cache.reset()
             cache.kind = "anchor"
@@ -58,6 +79,14 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         build_anchor(cfg, w, X, y, active_before, cache, with_gram=True if not synced else None)
         refreshed = "anchor"
         passes += d / 2.0
+        if tight and loss.gamma != 0.0:
+            # restart the vector accounting from the measured residual at w on D (two passes): ē = fl(∇L_b(w; D))
+            # with its rounding allowance, nothing bounded yet (S = 0); the next solve corrects ē (§4)
+            g_meas, g_err = measured_residual(cfg, w, state.b, X, y, active_before)
+            cache.carry_e, cache.carry_err, cache.carry_bound = g_meas, g_err, 0.0
+            cache.remeasures += 1
+            measured = True
+            passes += 2.0
     elif cache.iter_cost >= cm.cholesky(d):
         refreshed = cache.refactorize()
     cache._mark_dirty()
@@ -67,7 +96,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
 
     Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
     delta_norm = vnorm(Delta)
-    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced or measured, d)
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     _downdate(cache, X, idx, lam, track=True)
@@ -137,7 +166,8 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     if cfg.refresh == "auto" and loss.gamma != 0.0 and cfg.budget > 0.0:
         # rent-or-buy: the budget spent on the anchor mismatch, priced at one retraining per budget ε′
         kappa = cm.training(n_rows, d, state.train_iterations) / cfg.budget
-        cache.excess_cost += kappa * mis
+        if not tight:  # tight mode: a re-anchor recovers the budget spent (§5c); it happens at remeasure_share
+            cache.excess_cost += kappa * mis
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
     return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,

@@ -162,6 +162,12 @@ class NewtonCache:
         ``anchor``, ``onepass``: removed rows are subtracted from the anchor matrix M by one rank-k update every
         ``fold_every`` rows (one pass over M instead of one per row); until then products with M subtract them
         explicitly (O(kd)), with their rounding bounded.
+    remeasure_share : float
+        ``anchor`` in tight mode: the anchor is formed again at the current w (one O(n d²) pass, plus two passes
+        that *measure* the residual ∇L_b(w; D′) and restart the accounting from it, docs/tighter_bounds.md §5c)
+        as soon as the certified bound exceeds this share of the budget ε′, before a retraining would be forced
+        (with ``refresh="auto"`` this is the only budget-driven re-anchor in tight mode: the budget it recovers is
+        not a rent).
     shared : SharedFloat32Data, optional
         ``onepass``: hold the float32 copy of the data in this object, shared with the caches of other models on
         the same rows (one-vs-all), instead of one copy per cache.
@@ -170,7 +176,7 @@ class NewtonCache:
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
                  carry_share: float = 1e-2, cost_model: CostModel | None = None, flush_every: int = 16,
                  flush_share: float = 2e-2, margins_every: int = 4, fold_every: int = 32,
-                 shared: SharedFloat32Data | None = None) -> None:
+                 remeasure_share: float = 0.7, shared: SharedFloat32Data | None = None) -> None:
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
@@ -179,6 +185,8 @@ class NewtonCache:
         self.flush_share = flush_share
         self.margins_every = margins_every
         self.fold_every = fold_every
+        self.remeasure_share = remeasure_share
+        self.remeasures = 0  # anchor: residuals measured at re-anchors
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.factor: tuple[np.ndarray, bool | None] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)

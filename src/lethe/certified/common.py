@@ -28,6 +28,7 @@ from lethe.certified.bounds import (
     gamma_k,
     remainder_bound_paper,
     remainder_bound_tight,
+    rounding_allowance,
     vnorm,
 )
 from lethe.certified.cache import NewtonCache, _Buffers
@@ -156,6 +157,31 @@ def _carry_start(cfg: RemovalConfig, state: ModelState, cache: NewtonCache | Non
         cache.carry_err = 0.0
         cache.carry_bound = float(state.residual_bound)
     return cache.carry_e, cache.carry_err, cache.carry_bound
+
+
+def measured_residual(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataMatrix, y: np.ndarray,
+                      active: np.ndarray) -> tuple[np.ndarray, float]:
+    """g̃ = fl(∇L_b(w; D)) on the rows ``active`` of X, and a bound on ‖g̃ − ∇L_b(w; D)‖ (two data passes).
+
+    Computed as training computes its residual β₀ (``objective_grad``: margins, ℓ', Xᵀℓ' + λn w + b, the rows
+    outside D given ℓ' = 0 exactly) with the same rounding allowance (16u(n + d) Σ magnitudes,
+    :func:`~lethe.certified.bounds.rounding_allowance`), its magnitudes taken over all n rows of X (a superset of
+    D), with ‖X‖_F² ≤ n ρ². Used to restart the vector accounting of §4 from a measured residual
+    (docs/tighter_bounds.md §5c): ‖∇L_b(w; D)‖ ≤ ‖g̃‖ + allowance, the same kind of fact as β₀."""
+    loss, lam = cfg.loss_, cfg.lam
+    B = backend_of(X)
+    n_rows, d = X.shape
+    n_act = int(np.count_nonzero(active))
+    d1 = loss.d1(B.matvec(X, w), y)
+    d1[~active] = 0.0
+    g = B.rmatvec(X, d1) + lam * n_act * w
+    g = g + b
+    rho = _row_norm_max(cfg, X, None)
+    fro_sq = n_rows * rho * rho * (1.0 + 4 * U)  # ≥ ‖X‖_F² (rows ‖xᵢ‖ ≤ ρ), no pass
+    fro = math.sqrt(fro_sq)
+    allowance = rounding_allowance(n_rows, d, fro * vnorm(d1), lam * n_act * vnorm(w), vnorm(b),
+                                   float(getattr(loss, "d2_sup", 1.0)) * fro_sq * vnorm(w))
+    return g, allowance
 
 
 def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | None, eps_old: float, S_old: float,

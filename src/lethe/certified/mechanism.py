@@ -48,6 +48,7 @@ from lethe.certified.newton import (
     NewtonCache,
     StepResult,
     build_anchor,
+    check_solver_supports,
     compute_step,
     prime_cache,
 )
@@ -446,23 +447,40 @@ class CertifiedRemoval:
             float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * vnorm(w))
 
     def train(self, X: Any, y: Any, random_state: RandomState = None, *,
-              cache: NewtonCache | None = None) -> tuple[ModelState, Certificate]:
+              cache: NewtonCache | None = None, defer_setup: bool = False,
+              check_input: bool = True) -> tuple[ModelState, Certificate]:
         """Algorithm 1: sample b, minimise L_b(w; D); the solver's residual starts the accumulated bound β.
 
         If a :class:`NewtonCache` is given it is prepared for the configured solver (for ``"anchor"`` this builds
         the anchor system, an O(n d²) pass that later removals then avoid). Returns the new state and a
         ``"train"`` certificate.
+
+        ``defer_setup=True`` (the estimators' fit): the removal machinery — the ‖X‖₂ bound (the state's
+        ``x_norm_bound`` is left NaN) and the cache's anchor system — is not formed here but by the first removal
+        (:meth:`remove`), which pays for it; training then runs L-BFGS alone (no chord steps, which need the
+        cache's factorised Hessian). The training certificate (β₀) is the same measured residual either way.
+
+        ``check_input=False`` skips :meth:`check_data` (finite values, ‖xᵢ‖ ≤ 1, targets): only for data that the
+        caller validated by the same rules and holds as its own copy (the estimators); it applies to dense C-ordered
+        float64 arrays only (other data are checked anyway), and the targets are always checked.
         """
         t0 = time.perf_counter()
-        X, y = self.check_data(X, y)
+        if check_input or not (is_dense(X) and X.dtype == np.float64 and X.flags.c_contiguous):
+            X, y = self.check_data(X, y)
+        else:
+            y = self.loss_.check_targets(np.asarray(y, dtype=np.float64))
+        if defer_setup and cache is not None:
+            check_solver_supports(self.solver, X)  # refuse at fit, not at the first removal
         rng = check_random_state(random_state)
         with blas_threads():
-            state = self._train_checked(X, y, rng, retrainings=0, cache=cache)
+            state = self._train_checked(X, y, rng, retrainings=0, cache=None if defer_setup else cache,
+                                        defer_setup=defer_setup)
         return state, self._certificate("train", state, step=state.residual_bound, retrained=False, removed=(),
                                         worst=math.nan, solve_error=0.0, seconds=time.perf_counter() - t0)
 
     def _train_checked(self, X: DataMatrix, y: np.ndarray, rng: np.random.Generator, retrainings: int, *,
-                       x_norm: float | None = None, cache: NewtonCache | None = None) -> ModelState:
+                       x_norm: float | None = None, cache: NewtonCache | None = None,
+                       defer_setup: bool = False) -> ModelState:
         n, d = X.shape
         b = sample_perturbation(d, self.sigma, self.noise, rng)
         precondition = None
@@ -491,7 +509,9 @@ class CertifiedRemoval:
         gram = None
         if cache is not None and self.solver == "anchor" and d <= n and not B.matrix_free(X):
             gram = B.gram(X)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
-        if x_norm is None or not math.isfinite(x_norm):
+        if defer_setup and (x_norm is None or not math.isfinite(x_norm)):
+            x_norm = math.nan  # formed by the first removal (:meth:`_with_x_norm`)
+        elif x_norm is None or not math.isfinite(x_norm):
             # dense data without a double-precision Gram matrix at hand: a single-precision one (half the time; bound
             # looser by ≈ γ_1024 in single precision, relative to ‖X‖_F²/‖X‖₂²); other backends: their own bound
             x_norm = (spectral_norm_upper_bound_single(X) if is_dense(X) and gram is None and d <= n
@@ -538,6 +558,15 @@ class CertifiedRemoval:
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
         with blas_threads():
+            state = self._with_x_norm(state, X)
+            if cache is not None and cache.kind is None and self.solver in ("refine", "pcg", "anchor"):
+                # a cache never primed (training deferred it, or it was reset): primed now exactly as ``prime``
+                # primes it after training or loading, so a service and the estimator take the same steps
+                # (``onepass`` steps build their anchor system themselves when out of sync, sharing one float32
+                # copy between the models of a one-vs-all estimator)
+                before = keep.copy()
+                before[idx] = True
+                prime_cache(self, state, X, y, before, cache)
             r = compute_step(self, state, X, y, keep, idx, cache)
         beta = state.residual_bound + r.step_bound  # Guo et al.'s induction (triangle inequality over steps)
         if r.accumulated_bound is not None:  # tight accounting with the measured error vector (docs §4)
@@ -546,6 +575,25 @@ class CertifiedRemoval:
                          x_norm_bound=state.x_norm_bound, removals_since_training=state.removals_since_training
                          + idx.size, retrainings=state.retrainings, train_iterations=state.train_iterations)
         return new, r
+
+    def _with_x_norm(self, state: ModelState, X: DataMatrix) -> ModelState:
+        """``state`` with its ‖X‖₂ bound formed now if training deferred it (``train(defer_setup=True)``).
+
+        The bound is computed over *all* rows of X, active or not: a removal's X holds the training rows (removed
+        ones zeroed, or still present), a superset of the current data, and ‖X_S‖₂ ≤ ‖X‖₂ for any subset S of rows
+        (docs/tighter_bounds.md §9). States that carry a bound, or data for which no d × d bound is formed (d > n,
+        matrix-free or chunked data), are returned unchanged (the Frobenius fallback of the bounds applies).
+        """
+        if math.isfinite(state.x_norm_bound):
+            return state
+        B = backend_of(X)
+        n_rows, d = X.shape
+        if d > n_rows or B.matrix_free(X):
+            return state
+        x_norm = spectral_norm_upper_bound_single(X) if is_dense(X) else B.spectral_norm_bound(X)
+        return ModelState(w=state.w, b=state.b, n=state.n, residual_bound=state.residual_bound, x_norm_bound=x_norm,
+                          removals_since_training=state.removals_since_training, retrainings=state.retrainings,
+                          train_iterations=state.train_iterations)
 
     def retrain(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, rng: np.random.Generator,
                 cache: NewtonCache | None = None) -> ModelState:

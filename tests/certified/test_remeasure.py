@@ -1,0 +1,147 @@
+"""The ``anchor`` solver's re-anchor with a measured residual (docs/tighter_bounds.md §5c), checked against long
+double.
+
+* :func:`lethe.certified.common.measured_residual` — g̃ ≈ ∇L_b(w; D) on the active rows and its rounding allowance:
+  ‖g̃ − ∇L_b(w; D)‖ ≤ allowance, the exact gradient computed independently (long double, active rows only);
+* removals whose anchor is re-formed and whose accounting restarts from the measured residual at (almost) every
+  step (``remeasure_share=0``): every step bound dominates the exact increment and every accumulated bound the
+  exact residual;
+* mutation checks: a measured residual that forgets the mask (removed rows counted) or the allowance fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lethe.certified.anchor as anchor_module
+from lethe.certified.common import measured_residual
+from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
+
+SLOW = 2000
+
+
+def grad_ld(w, b, X, y, lam):
+    """∇L_b(w; D) = Σ ℓ'(wᵀxᵢ, yᵢ) xᵢ + λ n w + b in long double, written independently of lethe."""
+    Xl, yl, wl, bl = (np.asarray(a, dtype=np.longdouble) for a in (X, y, w, b))
+    with np.errstate(over="ignore"):
+        d1 = -yl / (1 + np.exp(yl * (Xl @ wl)))
+    return Xl.T @ d1 + np.longdouble(lam) * Xl.shape[0] * wl + bl
+
+
+def norm_ld(g):
+    return float(np.sqrt(np.sum(np.asarray(g, dtype=np.longdouble) ** 2)))
+
+
+def _problem(seed, n, d, w_scale, keep_share):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0) * rng.uniform(1.0, 2.0, size=(n, 1))
+    y = np.where(rng.uniform(size=n) < 0.5, 1.0, -1.0)
+    w = rng.normal(size=d) * w_scale
+    b = rng.normal(size=d) * rng.uniform(0.0, 10.0)
+    active = rng.uniform(size=n) < keep_share
+    active[0] = True
+    return X, y, w, b, active
+
+
+def measured_property(seed, n, d, w_scale, keep_share, lam):
+    X, y, w, b, active = _problem(seed, n, d, w_scale, keep_share)
+    cfg = CertifiedRemoval(lam=lam, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+    g, err = measured_residual(cfg, w, b, X, y, active)
+    exact = grad_ld(w, b, X[active], y[active], lam)
+    assert norm_ld(np.asarray(g, dtype=np.longdouble) - exact) <= err
+
+
+MEASURED_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 200), d=st.integers(1, 30),
+                     w_scale=st.floats(1e-3, 1e3), keep_share=st.floats(0.0, 1.0), lam=st.floats(1e-6, 10.0))
+test_measured_residual_within_its_allowance = given(**MEASURED_ARGS)(measured_property)
+test_measured_residual_within_its_allowance_slow = pytest.mark.slow(
+    settings(max_examples=SLOW)(given(**MEASURED_ARGS)(measured_property)))
+
+
+def _remeasured_run(seed, n, d, lam, batches, zero_removed):
+    """Re-anchor and measure before every step (share 0): the bounds stay upper bounds of the exact quantities."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-3 * X[:, 0])), 1.0, -1.0)
+    mech = CertifiedRemoval(lam=lam, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+    cache = NewtonCache(remeasure_share=0.0)
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    active = np.ones(n, dtype=bool)
+    Xw = X.copy()
+    for m in batches:
+        alive = np.flatnonzero(active)
+        if alive.size - m < 2:
+            break
+        idx = rng.choice(alive, size=m, replace=False)
+        before = grad_ld(state.w, state.b, X[active], y[active], mech.lam)
+        new, cert = mech.remove(state, Xw, y, idx, active=active, cache=cache, random_state=rng)
+        active[idx] = False
+        if zero_removed:
+            Xw[idx] = 0.0
+        after = grad_ld(new.w, new.b, X[active], y[active], mech.lam)
+        if not cert.retrained:
+            assert norm_ld(after - before) <= cert.step_bound
+        assert norm_ld(after) <= new.residual_bound
+        state = new
+    return cache
+
+
+def remeasure_property(seed, n, d, lam, batches, zero_removed):
+    _remeasured_run(seed, n, d, lam, batches, zero_removed)
+
+
+REMEASURE_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(12, 80), d=st.integers(1, 10),
+                      lam=st.floats(1e-4, 1.0), batches=st.lists(st.integers(1, 5), min_size=2, max_size=8),
+                      zero_removed=st.booleans())
+test_remeasured_anchor_steps_stay_sound = given(**REMEASURE_ARGS)(remeasure_property)
+test_remeasured_anchor_steps_stay_sound_slow = pytest.mark.slow(
+    settings(max_examples=SLOW)(given(**REMEASURE_ARGS)(remeasure_property)))
+
+
+def test_remeasure_happens_and_restarts_the_accounting():
+    cache = _remeasured_run(3, 60, 5, 1e-2, [1, 1, 1, 2], False)
+    assert cache.remeasures >= 3
+
+
+# -- mutation checks: a wrong measured residual must be caught ----------------------------------------------------
+
+
+def _unmasked(cfg, w, b, X, y, active):
+    """Wrong: the removed rows' gradients are kept (no mask)."""
+    return measured_residual(cfg, w, b, X, y, np.ones_like(active))
+
+
+def _no_allowance(cfg, w, b, X, y, active):
+    g, _ = measured_residual(cfg, w, b, X, y, active)
+    return g, 0.0
+
+
+def test_mutation_unmasked_residual_fails_the_property():
+    with pytest.raises(AssertionError):
+        for seed in range(20):
+            X, y, w, b, active = _problem(seed, 50, 4, 1.0, 0.5)
+            cfg = CertifiedRemoval(lam=1e-2, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+            g, err = _unmasked(cfg, w, b, X, y, active)
+            assert norm_ld(np.asarray(g, dtype=np.longdouble) - grad_ld(w, b, X[active], y[active], 1e-2)) <= err
+
+
+def test_mutation_without_allowance_fails_the_property():
+    with pytest.raises(AssertionError):
+        for seed in range(200):
+            X, y, w, b, active = _problem(seed, 200, 30, 100.0, 0.9)
+            cfg = CertifiedRemoval(lam=1e-2, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+            g, err = _no_allowance(cfg, w, b, X, y, active)
+            assert norm_ld(np.asarray(g, dtype=np.longdouble) - grad_ld(w, b, X[active], y[active], 1e-2)) <= err
+
+
+def test_mutation_unmasked_residual_in_the_solver_breaks_a_certificate(monkeypatch):
+    """The solver itself with the wrong measurement: some accumulated bound falls below the exact residual."""
+    monkeypatch.setattr(anchor_module, "measured_residual", _unmasked)
+    with pytest.raises(AssertionError):
+        for seed in range(10):
+            remeasure_property(seed, 40, 4, 1e-1, [3, 3, 3, 3], True)
