@@ -181,7 +181,15 @@ def test_one_failing_submission_does_not_fail_its_group(tmp_path: Path, monkeypa
             raise RuntimeError("disk on fire")
         return original(self, s, dataset, key, principal, rid)
 
-    monkeypatch.setattr(Curator, "_submit_in", flaky)
+    group_original = Curator._submit_group_in
+
+    def flaky_group(self: Curator, s: Any, group: list[Any]) -> Any:
+        if any(sub.key == "user-0005" for sub in group):
+            raise RuntimeError("disk on fire")
+        return group_original(self, s, group)
+
+    monkeypatch.setattr(Curator, "_submit_in", flaky)  # a submission made alone
+    monkeypatch.setattr(Curator, "_submit_group_in", flaky_group)  # its group
     jobs: list[Job] = [(ALICE, "people", f"user-{i:04d}", None) for i in range(9)]
     try:
         outcomes, _ = _submit_concurrently(c, jobs)
