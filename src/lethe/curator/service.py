@@ -311,6 +311,11 @@ def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
     return value
 
 
+# what a batch reads of its requests (rows, not ORM objects: a batch of hundreds costs no object loading)
+_REQ_COLUMNS = (DeletionRequest.id, DeletionRequest.record_id, DeletionRequest.status, DeletionRequest.submitted_at)
+_PENDING = InvalidInputError("not answered yet")  # a placeholder in Curator.submit_deletions
+
+
 @dataclass(eq=False)
 class _Submission:
     """One deletion submission waiting in a group commit (:meth:`Curator._join_group`)."""
@@ -444,14 +449,7 @@ class Curator:
         Unknown tokens are not cached (the cache cannot be grown by guessing)."""
         if not isinstance(token, str) or not token or len(token) > 200:
             return None
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        stamp = self._token_stamp()
-        now = time.monotonic()
-        with self._token_mutex:
-            if stamp != self._token_cache_stamp or now - self._token_cache_at > TOKEN_CACHE_SECONDS:
-                self._token_cache.clear()
-                self._token_cache_stamp, self._token_cache_at = stamp, now
-            hit = self._token_cache.get(digest)
+        hit, digest, stamp = self._cached(token)
         if hit is not None:
             return hit
         with self.store.read() as s:
@@ -463,6 +461,23 @@ class Curator:
             if self._token_cache_stamp == stamp:  # not if a revocation happened meanwhile
                 self._token_cache[digest] = principal
         return principal
+
+    def cached_principal(self, token: str) -> Principal | None:
+        """The principal of a token verified recently (see :meth:`authenticate`), else None — without a database
+        read: None means "ask :meth:`authenticate`", not "refused"."""
+        if not isinstance(token, str) or not token or len(token) > 200:
+            return None
+        return self._cached(token)[0]
+
+    def _cached(self, token: str) -> tuple[Principal | None, str, tuple[int, int, int] | None]:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        stamp = self._token_stamp()
+        now = time.monotonic()
+        with self._token_mutex:
+            if stamp != self._token_cache_stamp or now - self._token_cache_at > TOKEN_CACHE_SECONDS:
+                self._token_cache.clear()
+                self._token_cache_stamp, self._token_cache_at = stamp, now
+            return self._token_cache.get(digest), digest, stamp
 
     def _token_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -689,23 +704,67 @@ class Curator:
         the others. A submission returns only after its group's commit. If the group's transaction fails as a
         whole (e.g. the disk is full), every member is retried in a transaction of its own and gets its own answer.
         """
+        sub = self._submission(dataset, key, principal, client_request_id)
+        self._join_group(sub)
+        return self._answer(sub)
+
+    def submit_deletions(self, submissions: list[tuple[str, str, Principal, str | None]]
+                         ) -> list[tuple[dict[str, Any], bool] | Exception]:
+        """Several submissions (dataset, key, principal, client request id) written as one group: each gets
+        the answer :meth:`submit_deletion` would give it — its (view, created), or the exception it would raise —
+        as if they had been made one after the other in this order. For a server's intake thread, which collects
+        the submissions that arrive while the previous group commits."""
+        out: list[tuple[dict[str, Any], bool] | Exception] = []
+        group: list[_Submission] = []
+        for dataset, key, principal, crid in submissions:
+            try:
+                group.append(self._submission(dataset, key, principal, crid))
+            except CuratorError as exc:
+                out.append(exc)
+                continue
+            out.append(_PENDING)
+        if group:
+            with self._group_mutex:  # take the lead as a group of its own (queued behind any threads' group)
+                self._group_queue.extend(group)
+                lead = not self._group_busy
+                self._group_busy = True
+            if lead:
+                self._lead_group(group[0])
+            else:
+                for sub in group:
+                    sub.done.wait()
+                    if sub.lead:
+                        self._lead_group(sub)
+        answers = iter(group)
+        for i, o in enumerate(out):
+            if o is _PENDING:
+                try:
+                    out[i] = self._answer(next(answers))
+                except Exception as exc:  # noqa: BLE001 - the caller answers each submission with its own error
+                    out[i] = exc
+        return out
+
+    @staticmethod
+    def _submission(dataset: str, key: str, principal: Principal, client_request_id: str | None) -> _Submission:
         _check_name("dataset", dataset)
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
             raise InvalidInputError(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters.")
         _check_unicode("key", key)
         if client_request_id is not None:
             _check_name("request_id", client_request_id)
-        sub = _Submission(dataset, key, principal, client_request_id)
-        self._join_group(sub)
+        return _Submission(dataset, key, principal, client_request_id)
+
+    def _answer(self, sub: _Submission) -> tuple[dict[str, Any], bool]:
+        """A submission's answer once its group is done (submitted alone if the group failed as a whole)."""
         if sub.alone:
-            view, created = self._submit_alone(dataset, key, principal, client_request_id)
+            view, created = self._submit_alone(sub.dataset, sub.key, sub.principal, sub.client_request_id)
         elif sub.error is not None:
             raise sub.error
         else:
             assert sub.result is not None
             view, created = sub.result
         if created:
-            log.info("request %s submitted (dataset %s)", view["id"], dataset)
+            log.info("request %s submitted (dataset %s)", view["id"], sub.dataset)
         return view, created
 
     def _join_group(self, sub: _Submission) -> None:
@@ -722,6 +781,10 @@ class Curator:
             sub.done.wait()
             if not sub.lead:
                 return
+        self._lead_group(sub)
+
+    def _lead_group(self, sub: _Submission) -> None:
+        """As the leader ``sub``: commit everything queued, then hand the lead on (see :meth:`_join_group`)."""
         with self._group_mutex:
             group, self._group_queue = self._group_queue, []
         try:
@@ -1242,24 +1305,25 @@ class Curator:
         return results
 
     def _next_batch(self, force: bool) -> tuple[int, list[str]] | None:
+        """The next due batch: (dataset id, request ids, oldest first), or None. Reads per dataset the count and the
+        oldest submission of its pending requests, then the ids of one batch (O(batch), not O(pending))."""
         now = utcnow()
         with self.store.read() as s:
-            rows = s.execute(select(DeletionRequest.dataset_id, DeletionRequest.id, DeletionRequest.submitted_at)
-                             .where(DeletionRequest.status == "pending")
-                             .order_by(DeletionRequest.submitted_at, DeletionRequest.id)).all()
-        by_ds: dict[int, list[tuple[str, Any]]] = {}
-        for ds_id, rid, at in rows:
-            by_ds.setdefault(ds_id, []).append((rid, at))
-        faulty = self._faulty_datasets() if by_ds else set()
-        for ds_id, reqs in by_ds.items():
-            if ds_id in faulty:  # an artifact fault: requests wait (pending) until an operator repairs the model
-                continue
-            oldest = as_utc(reqs[0][1])
-            waited = (now - oldest).total_seconds() if oldest is not None else math.inf
-            size = min(self.settings.batch_size, self._batch_caps.get(ds_id, self.settings.batch_size))
-            if force or len(reqs) >= size or waited >= self.settings.max_delay:
-                # everything that arrived together goes in one batch (Eq. 6), up to the size the budget allows
-                return ds_id, [rid for rid, _ in reqs[:size]]
+            queues = s.execute(select(DeletionRequest.dataset_id, func.count(), func.min(DeletionRequest.submitted_at))
+                               .where(DeletionRequest.status == "pending").group_by(DeletionRequest.dataset_id)
+                               .order_by(func.min(DeletionRequest.submitted_at))).all()
+            faulty = self._faulty_datasets() if queues else set()
+            for ds_id, count, first in queues:
+                if ds_id in faulty:  # an artifact fault: requests wait (pending) until an operator repairs the model
+                    continue
+                oldest = as_utc(first)
+                waited = (now - oldest).total_seconds() if oldest is not None else math.inf
+                size = min(self.settings.batch_size, self._batch_caps.get(ds_id, self.settings.batch_size))
+                if force or count >= size or waited >= self.settings.max_delay:
+                    # everything that arrived together goes in one batch (Eq. 6), up to the size the budget allows
+                    return ds_id, list(s.scalars(select(DeletionRequest.id).where(
+                        DeletionRequest.status == "pending", DeletionRequest.dataset_id == ds_id)
+                        .order_by(DeletionRequest.submitted_at, DeletionRequest.id).limit(size)))
         return None
 
     def _faulty_datasets(self) -> set[int]:
@@ -1367,7 +1431,7 @@ class Curator:
             assert ds is not None
             ds_name, d = ds.name, ds.n_features
             plane = s.get(DataPlane, dataset_id)
-            by_id = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            by_id = {r.id: r for r in s.execute(select(*_REQ_COLUMNS).where(DeletionRequest.id.in_(request_ids)))}
             reqs = [by_id.get(rid) for rid in request_ids]
             rec_ids = [int(r.record_id) for r in reqs if r is not None and r.record_id is not None]
             present = set(s.scalars(select(Record.id).where(Record.id.in_(rec_ids)))) if rec_ids else set()
@@ -1467,7 +1531,7 @@ class Curator:
         versions: dict[str, int] = {}
         with self.store.write() as s, s.begin():
             # validate: nothing moved since the snapshot (the lock makes this a safety net)
-            rows = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            rows = {r.id: r for r in s.execute(select(*_REQ_COLUMNS).where(DeletionRequest.id.in_(request_ids)))}
             reqs = [rows.get(rid) for rid in request_ids]
             if any(r is None or r.status != "pending" for r in reqs):
                 raise RuntimeError(f"batch {batch_id}: a request is no longer pending")
