@@ -173,6 +173,16 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
+def db_size(db: str) -> float:
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(db)
+    with eng.connect() as c:
+        size = float(c.execute(text("SELECT pg_database_size(current_database())")).scalar() or 0)
+    eng.dispose()
+    return size / 2**20
+
+
 # -- load -----------------------------------------------------------------------------------------------------------
 class _Conn:
     """One keep-alive HTTP/1.1 connection on raw asyncio streams: the cheapest client Python offers (httpx costs
@@ -247,7 +257,7 @@ async def submit_all(url: str, token: str, dataset: str, keys: list[str], client
                 s = time.perf_counter()
                 try:
                     status, data = await asyncio.wait_for(conn.post("/v1/deletions", body), 30)
-                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+                except (TimeoutError, OSError, asyncio.IncompleteReadError):
                     errors += 1
                     await conn.close()
                     continue
@@ -390,35 +400,47 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
         "versions": budget.get("version"),
         "peak RSS MB": rss / 2**20, "raw features MB": n_records * d * 8 / 2**20,
         "RSS / raw": rss / (n_records * d * 8),
-        "database MB": (du(data_dir / "lethe.db") + du(data_dir / "lethe.db-wal")) / 2**20 if not db else float("nan"),
+        "database MB": (du(data_dir / "lethe.db") + du(data_dir / "lethe.db-wal")) / 2**20 if not db else db_size(db),
         "data plane MB": du(data_dir / "data") / 2**20,
     }
 
 
 def batch_cost(root: Path, src: Path, n: int, params: dict[str, Any], batch: int, repeats: int,
-               db: str | None) -> dict[str, float]:
-    """Median seconds per processed batch of ``batch`` requests on a store of n records (in this process)."""
+               db: str | None, solvers: list[str]) -> dict[str, dict[str, float]]:
+    """Per solver: median seconds per processed batch of ``batch`` requests on a store of n records (in this
+    process; one ingest, one model per solver trained, measured and dropped in turn)."""
     from lethe.curator import Curator, Settings
 
     data_dir = root / f"scale-{n}"
+    if db:
+        from sqlalchemy import create_engine, text
+
+        eng = create_engine(db)
+        with eng.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public;"))
+        eng.dispose()
     lethe(data_dir, db, "dataset", "add", "s", str(src), "--key", "key", "--label", "label")
-    lethe(data_dir, db, "train", "s", "clf", *param_args(params))
     c = Curator(data_dir, database_url=db, settings=Settings(batch_size=batch, budget_share=1.0))
     rng = np.random.default_rng(2)
-    keys = iter(f"k{i}" for i in rng.choice(n, size=batch * (repeats + 1), replace=False))
-    times = []
+    keys = iter(f"k{i}" for i in rng.choice(n, size=batch * (repeats + 1) * len(solvers), replace=False))
+    out: dict[str, dict[str, float]] = {}
     try:
-        for _ in range(repeats + 1):
-            for _ in range(batch):
-                c.submit_deletion("s", next(keys))
-            t = time.perf_counter()
-            c.process_pending(force=True)
-            times.append(time.perf_counter() - t)
+        for solver in solvers:
+            c.train("s", f"clf-{solver}", params={**params, "solver": solver})
+            times = []
+            for _ in range(repeats + 1):
+                for _ in range(batch):
+                    c.submit_deletion("s", next(keys))
+                t = time.perf_counter()
+                c.process_pending(force=True)
+                times.append(time.perf_counter() - t)
+            c.drop_model(f"clf-{solver}")
+            out[solver] = {"first batch (rebuild) s": times[0], "batch median s": float(np.median(times[1:])),
+                           "per deletion ms": 1e3 * float(np.median(times[1:])) / batch}
     finally:
         c.close()
     shutil.rmtree(data_dir, ignore_errors=True)
-    return {"first batch (rebuild) s": times[0], "batch median s": float(np.median(times[1:])),
-            "per deletion ms": 1e3 * float(np.median(times[1:])) / batch}
+    return out
 
 
 def show(table: dict[str, dict[str, Any]]) -> None:
@@ -448,6 +470,8 @@ def main() -> None:
     ap.add_argument("--scale-n", type=int, nargs="*", default=None, help="n for the batch-cost comparison")
     ap.add_argument("--scale-batch", type=int, default=64)
     ap.add_argument("--scale-repeats", type=int, default=5)
+    ap.add_argument("--scale-solvers", nargs="*", default=None,
+                    help="solvers for the batch-cost comparison (default: the default solver, pcg, and anchor)")
     ap.add_argument("--database-url", default=None, help="postgresql+psycopg://... (wiped!) instead of SQLite")
     ap.add_argument("--skip", nargs="*", default=[], choices=["adult", "synthetic", "scale"])
     ap.add_argument("--workdir", default=None)
@@ -457,8 +481,12 @@ def main() -> None:
         params["solver"] = args.solver
     root = Path(args.workdir or tempfile.mkdtemp(prefix="lethe-bench-"))
     root.mkdir(parents=True, exist_ok=True)
+    import importlib.util
+
+    fast = {m: importlib.util.find_spec(m) is not None for m in ("uvloop", "httptools")}
     print(f"workdir {root}; params {params}; database {'SQLite' if not args.database_url else 'PostgreSQL'}; "
-          f"clients {args.clients}; max batch {args.batch_size}", flush=True)
+          f"clients {args.clients}; max batch {args.batch_size}; uvicorn extras {fast}; cpus {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     table: dict[str, dict[str, Any]] = {}
     try:
         table["client floor"] = client_floor(args.requests, args.clients, args.time_cap)
@@ -475,8 +503,9 @@ def main() -> None:
                                          n_records=rows, d=n)
             del d
             show(table)
-        if "synthetic" not in args.skip:
+        if "synthetic" not in args.skip or "scale" not in args.skip:
             src = synthetic(root / "synthetic.npz", args.n)
+        if "synthetic" not in args.skip:
             label = f"synthetic {args.n:.0e}"
             table[label] = run_service("synthetic", root, src, key="key", label="label", normalize="none",
                                        params=params, requests=args.requests, clients=args.clients,
@@ -485,18 +514,22 @@ def main() -> None:
             shutil.rmtree(root / "synthetic", ignore_errors=True)
             show(table)
         if "scale" not in args.skip:
-            scale: dict[str, dict[str, Any]] = {}
+            solvers = args.scale_solvers or [args.solver or "pcg", "anchor"]
+            per: dict[str, dict[str, dict[str, Any]]] = {sv: {} for sv in dict.fromkeys(solvers)}
             for n in args.scale_n or [max(args.n // 10, 1000), args.n]:
                 src = root / "synthetic.npz" if n == args.n and (root / "synthetic.npz").exists() else \
                     synthetic(root / f"scale-{n}.npz", n)
-                scale[f"n={n:.0e}"] = batch_cost(root, src, n, params, args.scale_batch, args.scale_repeats,
-                                                 args.database_url)
-            names = list(scale)
-            if len(names) == 2:
-                a, b = scale[names[0]], scale[names[1]]
-                scale[f"ratio {names[1]}/{names[0]}"] = {k: b[k] / a[k] for k in a}
-            print(f"\ncost per batch of {args.scale_batch} deletions (median of {args.scale_repeats})")
-            show(scale)
+                for sv, row in batch_cost(root, src, n, params, args.scale_batch, args.scale_repeats,
+                                          args.database_url, list(per)).items():
+                    per[sv][f"n={n:.0e}"] = row
+            for sv, scale in per.items():
+                names = list(scale)
+                if len(names) == 2:
+                    a, b = scale[names[0]], scale[names[1]]
+                    scale[f"ratio {names[1]}/{names[0]}"] = {k: b[k] / a[k] for k in a}
+                print(f"\ncost per batch of {args.scale_batch} deletions (median of {args.scale_repeats}), "
+                      f"solver={sv}{' (the default)' if sv == 'pcg' and not args.solver else ''}")
+                show(scale)
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)

@@ -1520,7 +1520,7 @@ class Curator:
         # 4. destroy superseded versions (their secret state), erase the records' values and purge the database;
         #    one transaction records all of it (each write waits its turn behind the submissions)
         olds = self._destroy_superseded(record=False)
-        self.purge(erase={dataset_id: rows} if rows is not None else {}, attempts=3, destroyed=olds)
+        self.purge(erase={dataset_id: rows}, attempts=3, destroyed=olds)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
 
@@ -1681,9 +1681,11 @@ class Curator:
         2. Database. SQLite: rows were deleted with ``secure_delete=ON`` (their cells and freed pages are overwritten
            with zeros); ``wal_checkpoint(TRUNCATE)`` copies the changed pages back and truncates the WAL, whose old
            frames still held the records — work proportional to the pages changed since the last checkpoint, not to
-           the database. PostgreSQL: ``VACUUM FULL`` of the records table (old WAL segments are the server's; see the
-           operating guide). Returns False (purge stays pending, retried later) if readers kept the WAL busy; the
-           erasure of step 1 is recorded either way.
+           the database. PostgreSQL: nothing, for datasets with a data plane and hashed keys (the server never
+           received a plain key or value of theirs: the records table holds the keys' HMAC digests, which the
+           requests keep anyway); ``VACUUM FULL`` of the records table for datasets of older stores (old WAL
+           segments are the server's; see the operating guide). Returns False (purge stays pending, retried
+           later) if readers kept the WAL busy; the erasure of step 1 is recorded either way.
 
         ``destroyed``: superseded versions whose artifacts were destroyed, marked so in the same transaction.
         """
@@ -1709,8 +1711,12 @@ class Curator:
             finally:
                 raw.close()
         else:
-            with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-                c.exec_driver_sql("VACUUM FULL records")
+            # datasets registered with hashed keys and a data plane never sent a plain key or value to the server:
+            # nothing of theirs is left in its pages or WAL to purge (O(1)); only older datasets need the table
+            # rewritten, O(table)
+            if self._plain_in_database(None if erase is None else list(erase)):
+                with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                    c.exec_driver_sql("VACUUM FULL records")
             done = True
         if done or erase != {} or destroyed:
             with self.store.write() as s, s.begin():
@@ -1728,6 +1734,17 @@ class Curator:
         if not done:
             log.warning("purge incomplete: readers kept the WAL busy; will retry")
         return done
+
+    def _plain_in_database(self, dataset_ids: list[int] | None) -> bool:
+        """True if one of these datasets (None: any) keeps plain keys or values in the records table (a store from
+        before the data plane or the hashed keys)."""
+        with self.store.read() as s:
+            q = select(Dataset.id, Dataset.feature_names)
+            if dataset_ids is not None:
+                q = q.where(Dataset.id.in_(dataset_ids))
+            rows = s.execute(q).all()
+            planes = set(s.scalars(select(DataPlane.dataset_id)))
+        return any(ds_id not in planes or (names or {}).get("keys") != KEYS_HASHED for ds_id, names in rows)
 
     def recover(self) -> dict[str, int]:
         """Finish what a crash interrupted (takes the processing lock). See :meth:`_recover_locked`."""
