@@ -183,11 +183,12 @@ def test_no_plain_key_or_value_reaches_postgres(tmp_path):
     rng = np.random.default_rng(5)
     n, d = 60, 4
     X = rng.normal(size=(n, d))
+    X /= 1.5 * np.linalg.norm(X, axis=1, keepdims=True)
     with open(tmp_path / "p.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["user_id", *[f"f{j}" for j in range(d)], "label"])
         for i in range(n):
-            w.writerow([f"{tag}-{i}", *map(repr, X[i]), 1 if X[i, 0] > 0 else -1])
+            w.writerow([f"{tag}-{i}", *(repr(float(v)) for v in X[i]), 1 if X[i, 0] > 0 else -1])
     c = Curator(tmp_path / "data", database_url=URL)
     try:
         c.register_dataset("people", tmp_path / "p.csv", key="user_id", label="label")
