@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))  # the in-process Curator (batch cost) is this checkout's, like the server's
 FEATURES = 100
 
 
@@ -412,6 +413,7 @@ def batch_cost(root: Path, src: Path, n: int, params: dict[str, Any], batch: int
     from lethe.curator import Curator, Settings
 
     data_dir = root / f"scale-{n}"
+    shutil.rmtree(data_dir, ignore_errors=True)  # a previous run's
     if db:
         from sqlalchemy import create_engine, text
 
