@@ -449,12 +449,13 @@ def show(table: dict[str, dict[str, Any]]) -> None:
     names = list(table)
     rows = list(dict.fromkeys(k for v in table.values() for k in v))
     width = max(len(r) for r in rows) + 2
-    print("".ljust(width) + "".join(n.rjust(18) for n in names))
+    cols = [max(18, len(n) + 2) for n in names]
+    print("".ljust(width) + "".join(n.rjust(c) for n, c in zip(names, cols, strict=True)))
     for r in rows:
         cells = []
-        for n in names:
+        for n, c in zip(names, cols, strict=True):
             v = table[n].get(r, "")
-            cells.append((f"{v:.4g}" if isinstance(v, float) else str(v)).rjust(18))
+            cells.append((f"{v:.4g}" if isinstance(v, float) else str(v)).rjust(c))
         print(r.ljust(width) + "".join(cells))
 
 
