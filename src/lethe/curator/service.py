@@ -1678,14 +1678,14 @@ class Curator:
         1. Data plane: the removed rows are overwritten with zeros in place and fsynced
            (:meth:`lethe.curator.dataplane.MatrixStore.erase_rows`): ``erase`` maps dataset ids to the rows a batch
            removed (O(d) per row); without it (recovery) every removed row of every dataset is erased again.
-        2. Database. SQLite: rows were deleted with ``secure_delete=ON`` (their cells and freed pages are overwritten
-           with zeros); ``wal_checkpoint(TRUNCATE)`` copies the changed pages back and truncates the WAL, whose old
-           frames still held the records — work proportional to the pages changed since the last checkpoint, not to
-           the database. PostgreSQL: nothing, for datasets with a data plane and hashed keys (the server never
-           received a plain key or value of theirs: the records table holds the keys' HMAC digests, which the
-           requests keep anyway); ``VACUUM FULL`` of the records table for datasets of older stores (old WAL
-           segments are the server's; see the operating guide). Returns False (purge stays pending, retried
-           later) if readers kept the WAL busy; the erasure of step 1 is recorded either way.
+        2. Database: nothing, for datasets with a data plane and hashed keys — the database never received a plain
+           key or value of theirs (the records table holds the keys' HMAC digests, which the requests keep anyway;
+           SQLite zeroes deleted rows in its pages, ``secure_delete=ON``). Datasets of older stores (plain keys or
+           values in the records table): SQLite ``wal_checkpoint(TRUNCATE)`` copies the changed pages back and
+           truncates the WAL, whose old frames still held the records — work proportional to the pages changed
+           since the last checkpoint; PostgreSQL ``VACUUM FULL`` of the records table (old WAL segments are the
+           server's; see the operating guide). Returns False (purge stays pending, retried later) if readers kept
+           the WAL busy; the erasure of step 1 is recorded either way.
 
         ``destroyed``: superseded versions whose artifacts were destroyed, marked so in the same transaction.
         """
@@ -1698,7 +1698,12 @@ class Curator:
                     if plane is not None and rows is not None:
                         self.matrices.erase_rows(plane, rows)
         done = False
-        if self.store.is_sqlite:
+        # datasets registered with hashed keys and a data plane never wrote a plain key or value to the database:
+        # nothing of theirs is left in its pages or WAL to purge; only older datasets need the database purged
+        plain = self._plain_in_database(None if erase is None else list(erase))
+        if self.store.is_sqlite and not plain:
+            done = True  # no checkpoint: it would block the submissions' writes for nothing (WAL auto-checkpoints)
+        elif self.store.is_sqlite:
             raw = self.store.raw_sqlite()
             try:
                 con = raw.driver_connection
@@ -1711,10 +1716,7 @@ class Curator:
             finally:
                 raw.close()
         else:
-            # datasets registered with hashed keys and a data plane never sent a plain key or value to the server:
-            # nothing of theirs is left in its pages or WAL to purge (O(1)); only older datasets need the table
-            # rewritten, O(table)
-            if self._plain_in_database(None if erase is None else list(erase)):
+            if plain:  # O(table)
                 with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
                     c.exec_driver_sql("VACUUM FULL records")
             done = True
@@ -1725,7 +1727,7 @@ class Curator:
                 if done or erase != {}:
                     add_event(s, "purge" if done else "erased",
                               {"database": "sqlite" if self.store.is_sqlite else "other"})
-        if done and self.store.is_sqlite:  # the event just written sits in the WAL; it holds no deleted data
+        if done and self.store.is_sqlite and plain:  # the event just written sits in the WAL; no deleted data
             raw = self.store.raw_sqlite()
             try:
                 raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
