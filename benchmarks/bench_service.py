@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -48,6 +49,7 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))  # the in-process Curator (batch cost) is this checkout's, like the server's
 FEATURES = 100
 
 
@@ -172,11 +174,71 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
+def db_size(db: str) -> float:
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(db)
+    with eng.connect() as c:
+        size = float(c.execute(text("SELECT pg_database_size(current_database())")).scalar() or 0)
+    eng.dispose()
+    return size / 2**20
+
+
 # -- load -----------------------------------------------------------------------------------------------------------
+class _Conn:
+    """One keep-alive HTTP/1.1 connection on raw asyncio streams: the cheapest client Python offers (httpx costs
+    several times more CPU per request, and on 2 shared cores the client's CPU is the server's loss)."""
+
+    def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
+        self.host, self.port = host, port
+        self.head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": f"{host}:{port}", **headers}.items())
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(f"POST {path} HTTP/1.1\r\n{self.head}Content-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length, close, chunked = 0, False, False
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            k, v = k.lower(), v.strip().lower()
+            if k == "content-length":
+                length = int(v)
+            elif k == "connection" and v == "close":
+                close = True
+            elif k == "transfer-encoding" and v == "chunked":
+                chunked = True
+        if chunked:
+            parts = []
+            while (size := int((await self.reader.readuntil(b"\r\n"))[:-2].split(b";")[0], 16)) > 0:
+                parts.append(await self.reader.readexactly(size))
+                await self.reader.readexactly(2)
+            await self.reader.readuntil(b"\r\n")
+            data = b"".join(parts)
+        else:
+            data = await self.reader.readexactly(length)
+        if close:
+            await self.close()
+        return status, data
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+
 async def submit_all(url: str, token: str, dataset: str, keys: list[str], clients: int,
                      time_cap: float) -> tuple[list[str], list[float], float, int]:
-    import httpx
-
+    """Submit a deletion per key through ``clients`` keep-alive connections (bounded by ``time_cap``)."""
+    host, port = url.removeprefix("http://").split(":")
     queue: asyncio.Queue[str] = asyncio.Queue()
     for k in keys:
         queue.put_nowait(k)
@@ -185,27 +247,70 @@ async def submit_all(url: str, token: str, dataset: str, keys: list[str], client
     errors = 0
     t0 = time.perf_counter()
     deadline = t0 + time_cap
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30,
-                                 limits=limits) as client:
-        async def one() -> None:
-            nonlocal errors
+
+    async def one() -> None:
+        nonlocal errors
+        conn = _Conn(host, int(port), {"Authorization": f"Bearer {token}"})
+        try:
             while not queue.empty() and time.perf_counter() < deadline:
                 k = queue.get_nowait()
+                body = json.dumps({"dataset": dataset, "key": k}).encode()
                 s = time.perf_counter()
                 try:
-                    r = await client.post("/v1/deletions", json={"dataset": dataset, "key": k})
-                except httpx.HTTPError:
+                    status, data = await asyncio.wait_for(conn.post("/v1/deletions", body), 30)
+                except (TimeoutError, OSError, asyncio.IncompleteReadError):
                     errors += 1
+                    await conn.close()
                     continue
                 lat.append(time.perf_counter() - s)
-                if r.status_code in (200, 202):
-                    ids.append(r.json()["id"])
+                if status in (200, 202):
+                    ids.append(json.loads(data)["id"])
                 else:
                     errors += 1
+        finally:
+            await conn.close()
 
-        await asyncio.gather(*(one() for _ in range(clients)))
+    await asyncio.gather(*(one() for _ in range(clients)))
     return ids, lat, time.perf_counter() - t0, errors
+
+
+FLOOR_SERVER = """
+import sys, uvicorn
+BODY = b'{"id":"00000000-0000-0000-0000-000000000000","status":"pending"}'
+async def app(scope, receive, send):
+    while True:
+        m = await receive()
+        if not m.get("more_body"):
+            break
+    await send({"type": "http.response.start", "status": 202, "headers": [(b"content-type", b"application/json"),
+                                                                   (b"content-length", str(len(BODY)).encode())]})
+    await send({"type": "http.response.body", "body": BODY})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", lifespan="off")
+"""
+
+
+def client_floor(requests: int, clients: int, time_cap: float) -> dict[str, Any]:
+    """The same client against a trivial endpoint under the same uvicorn (no FastAPI, no database): the most this
+    machine's two cores give to submissions through this client and this HTTP server."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, str(port)], env=env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(400):
+            try:
+                httpx.post(url + "/", timeout=1.0)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        keys = [f"k{i}" for i in range(requests)]
+        ids, lat, elapsed, errors = asyncio.run(submit_all(url, "x", "floor", keys, clients, time_cap))
+    finally:
+        stop(proc)
+    return {"requests": len(ids), "submit errors": errors, "submissions/s": len(ids) / elapsed,
+            "submit p50 ms": 1e3 * pct(lat, 50), "submit p95 ms": 1e3 * pct(lat, 95),
+            "submit p99 ms": 1e3 * pct(lat, 99)}
 
 
 async def collect(url: str, token: str, ids: list[str], time_cap: float) -> list[dict[str, Any]]:
@@ -296,47 +401,61 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
         "versions": budget.get("version"),
         "peak RSS MB": rss / 2**20, "raw features MB": n_records * d * 8 / 2**20,
         "RSS / raw": rss / (n_records * d * 8),
-        "database MB": (du(data_dir / "lethe.db") + du(data_dir / "lethe.db-wal")) / 2**20 if not db else float("nan"),
+        "database MB": (du(data_dir / "lethe.db") + du(data_dir / "lethe.db-wal")) / 2**20 if not db else db_size(db),
         "data plane MB": du(data_dir / "data") / 2**20,
     }
 
 
 def batch_cost(root: Path, src: Path, n: int, params: dict[str, Any], batch: int, repeats: int,
-               db: str | None) -> dict[str, float]:
-    """Median seconds per processed batch of ``batch`` requests on a store of n records (in this process)."""
+               db: str | None, solvers: list[str]) -> dict[str, dict[str, float]]:
+    """Per solver: median seconds per processed batch of ``batch`` requests on a store of n records (in this
+    process; one ingest, one model per solver trained, measured and dropped in turn)."""
     from lethe.curator import Curator, Settings
 
     data_dir = root / f"scale-{n}"
+    shutil.rmtree(data_dir, ignore_errors=True)  # a previous run's
+    if db:
+        from sqlalchemy import create_engine, text
+
+        eng = create_engine(db)
+        with eng.begin() as conn:
+            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public;"))
+        eng.dispose()
     lethe(data_dir, db, "dataset", "add", "s", str(src), "--key", "key", "--label", "label")
-    lethe(data_dir, db, "train", "s", "clf", *param_args(params))
     c = Curator(data_dir, database_url=db, settings=Settings(batch_size=batch, budget_share=1.0))
     rng = np.random.default_rng(2)
-    keys = iter(f"k{i}" for i in rng.choice(n, size=batch * (repeats + 1), replace=False))
-    times = []
+    keys = iter(f"k{i}" for i in rng.choice(n, size=batch * (repeats + 1) * len(solvers), replace=False))
+    out: dict[str, dict[str, float]] = {}
     try:
-        for _ in range(repeats + 1):
-            for _ in range(batch):
-                c.submit_deletion("s", next(keys))
-            t = time.perf_counter()
-            c.process_pending(force=True)
-            times.append(time.perf_counter() - t)
+        for solver in solvers:
+            c.train("s", f"clf-{solver}", params={**params, "solver": solver})
+            times = []
+            for _ in range(repeats + 1):
+                for _ in range(batch):
+                    c.submit_deletion("s", next(keys))
+                t = time.perf_counter()
+                c.process_pending(force=True)
+                times.append(time.perf_counter() - t)
+            c.drop_model(f"clf-{solver}")
+            out[solver] = {"first batch (rebuild) s": times[0], "batch median s": float(np.median(times[1:])),
+                           "per deletion ms": 1e3 * float(np.median(times[1:])) / batch}
     finally:
         c.close()
     shutil.rmtree(data_dir, ignore_errors=True)
-    return {"first batch (rebuild) s": times[0], "batch median s": float(np.median(times[1:])),
-            "per deletion ms": 1e3 * float(np.median(times[1:])) / batch}
+    return out
 
 
 def show(table: dict[str, dict[str, Any]]) -> None:
     names = list(table)
     rows = list(dict.fromkeys(k for v in table.values() for k in v))
     width = max(len(r) for r in rows) + 2
-    print("".ljust(width) + "".join(n.rjust(18) for n in names))
+    cols = [max(18, len(n) + 2) for n in names]
+    print("".ljust(width) + "".join(n.rjust(c) for n, c in zip(names, cols, strict=True)))
     for r in rows:
         cells = []
-        for n in names:
+        for n, c in zip(names, cols, strict=True):
             v = table[n].get(r, "")
-            cells.append((f"{v:.4g}" if isinstance(v, float) else str(v)).rjust(18))
+            cells.append((f"{v:.4g}" if isinstance(v, float) else str(v)).rjust(c))
         print(r.ljust(width) + "".join(cells))
 
 
@@ -354,6 +473,8 @@ def main() -> None:
     ap.add_argument("--scale-n", type=int, nargs="*", default=None, help="n for the batch-cost comparison")
     ap.add_argument("--scale-batch", type=int, default=64)
     ap.add_argument("--scale-repeats", type=int, default=5)
+    ap.add_argument("--scale-solvers", nargs="*", default=None,
+                    help="solvers for the batch-cost comparison (default: the default solver, pcg, and anchor)")
     ap.add_argument("--database-url", default=None, help="postgresql+psycopg://... (wiped!) instead of SQLite")
     ap.add_argument("--skip", nargs="*", default=[], choices=["adult", "synthetic", "scale"])
     ap.add_argument("--workdir", default=None)
@@ -363,10 +484,16 @@ def main() -> None:
         params["solver"] = args.solver
     root = Path(args.workdir or tempfile.mkdtemp(prefix="lethe-bench-"))
     root.mkdir(parents=True, exist_ok=True)
+    import importlib.util
+
+    fast = {m: importlib.util.find_spec(m) is not None for m in ("uvloop", "httptools")}
     print(f"workdir {root}; params {params}; database {'SQLite' if not args.database_url else 'PostgreSQL'}; "
-          f"clients {args.clients}; max batch {args.batch_size}", flush=True)
+          f"clients {args.clients}; max batch {args.batch_size}; uvicorn extras {fast}; cpus {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
     table: dict[str, dict[str, Any]] = {}
     try:
+        table["client floor"] = client_floor(args.requests, args.clients, args.time_cap)
+        show(table)
         if "adult" not in args.skip:
             src = adult(root / "adult.csv", root / "wheels")
             import pandas as pd
@@ -379,8 +506,9 @@ def main() -> None:
                                          n_records=rows, d=n)
             del d
             show(table)
-        if "synthetic" not in args.skip:
+        if "synthetic" not in args.skip or "scale" not in args.skip:
             src = synthetic(root / "synthetic.npz", args.n)
+        if "synthetic" not in args.skip:
             label = f"synthetic {args.n:.0e}"
             table[label] = run_service("synthetic", root, src, key="key", label="label", normalize="none",
                                        params=params, requests=args.requests, clients=args.clients,
@@ -389,18 +517,22 @@ def main() -> None:
             shutil.rmtree(root / "synthetic", ignore_errors=True)
             show(table)
         if "scale" not in args.skip:
-            scale: dict[str, dict[str, Any]] = {}
+            solvers = args.scale_solvers or [args.solver or "pcg", "anchor"]
+            per: dict[str, dict[str, dict[str, Any]]] = {sv: {} for sv in dict.fromkeys(solvers)}
             for n in args.scale_n or [max(args.n // 10, 1000), args.n]:
                 src = root / "synthetic.npz" if n == args.n and (root / "synthetic.npz").exists() else \
                     synthetic(root / f"scale-{n}.npz", n)
-                scale[f"n={n:.0e}"] = batch_cost(root, src, n, params, args.scale_batch, args.scale_repeats,
-                                                 args.database_url)
-            names = list(scale)
-            if len(names) == 2:
-                a, b = scale[names[0]], scale[names[1]]
-                scale[f"ratio {names[1]}/{names[0]}"] = {k: b[k] / a[k] for k in a}
-            print(f"\ncost per batch of {args.scale_batch} deletions (median of {args.scale_repeats})")
-            show(scale)
+                for sv, row in batch_cost(root, src, n, params, args.scale_batch, args.scale_repeats,
+                                          args.database_url, list(per)).items():
+                    per[sv][f"n={n:.0e}"] = row
+            for sv, scale in per.items():
+                names = list(scale)
+                if len(names) == 2:
+                    a, b = scale[names[0]], scale[names[1]]
+                    scale[f"ratio {names[1]}/{names[0]}"] = {k: b[k] / a[k] for k in a}
+                print(f"\ncost per batch of {args.scale_batch} deletions (median of {args.scale_repeats}), "
+                      f"solver={sv}{' (the default)' if sv == 'pcg' and not args.solver else ''}")
+                show(scale)
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
-from lethe.curator import Curator
+from lethe.curator import Curator, Principal
 from lethe.curator.public import CERTIFICATE_FIELDS, REQUESTER_CERTIFICATE_FIELDS
+from lethe.curator.store import Token
 
 from .conftest import Data, Server, snapshot
 
@@ -221,3 +224,29 @@ def test_metrics_endpoint_is_prometheus_for_admins(server: Server) -> None:
         r = admin.get("/metrics")
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
         assert 'lethe_requests{status="done"}' in r.text and "lethe_model_budget_used_ratio" in r.text
+
+
+def test_token_cache_follows_revocation_by_another_process(tmp_path: Path) -> None:
+    """Verified tokens are cached (no database read per request), and a revocation by another process on the same
+    data directory (here: a second Curator) is seen by the next check, through the token stamp. Without the stamp
+    the cache would keep accepting the revoked token (the mutation check at the end)."""
+    server = Curator(tmp_path / "d")
+    other = Curator(tmp_path / "d")
+    try:
+        token = server.create_token("alice", "requester")
+        assert server.authenticate(token) == Principal("alice", "requester")
+        assert server.cached_principal(token) == Principal("alice", "requester")  # cached now
+        other.revoke_token("alice")
+        assert server.cached_principal(token) is None
+        assert server.authenticate(token) is None
+        assert server.authenticate("lethe_not-a-token") is None and server.cached_principal("lethe_x") is None
+        # mutation check: a revocation that does not replace the stamp goes unseen while the entry is cached
+        token2 = server.create_token("bob", "requester")
+        assert server.authenticate(token2) is not None
+        with other.store.write() as s, s.begin():
+            s.execute(update(Token).where(Token.name == "bob").values(revoked=True))
+        assert server.authenticate(token2) is not None  # stale (at most TOKEN_CACHE_SECONDS)
+        assert other.authenticate(token2) is None
+    finally:
+        server.close()
+        other.close()

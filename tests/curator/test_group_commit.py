@@ -181,7 +181,15 @@ def test_one_failing_submission_does_not_fail_its_group(tmp_path: Path, monkeypa
             raise RuntimeError("disk on fire")
         return original(self, s, dataset, key, principal, rid)
 
-    monkeypatch.setattr(Curator, "_submit_in", flaky)
+    group_original = Curator._submit_group_in
+
+    def flaky_group(self: Curator, s: Any, group: list[Any]) -> Any:
+        if any(sub.key == "user-0005" for sub in group):
+            raise RuntimeError("disk on fire")
+        return group_original(self, s, group)
+
+    monkeypatch.setattr(Curator, "_submit_in", flaky)  # a submission made alone
+    monkeypatch.setattr(Curator, "_submit_group_in", flaky_group)  # its group
     jobs: list[Job] = [(ALICE, "people", f"user-{i:04d}", None) for i in range(9)]
     try:
         outcomes, _ = _submit_concurrently(c, jobs)
@@ -194,3 +202,27 @@ def test_one_failing_submission_does_not_fail_its_group(tmp_path: Path, monkeypa
             assert s.scalar(select(func.count()).select_from(DeletionRequest)) == 8
     finally:
         c.close()
+
+
+def test_submit_deletions_answers_as_serial(tmp_path: Path, backend: str | None) -> None:
+    """The API server's intake path (``Curator.submit_deletions``: one group, set-wise reads, one multi-row insert)
+    answers the 65 submissions exactly as the same submissions made one by one, in the same order, on a fresh store;
+    one ledger event per created request."""
+    data = make_data(tmp_path / "data.csv")
+    jobs = _jobs()
+    c = _curator(tmp_path / "grouped", data.csv, backend)
+    try:
+        raw = c.submit_deletions([(ds, key, p, rid) for p, ds, key, rid in jobs])
+        grouped = [("error", o) if isinstance(o, Exception) else ("ok", o) for o in raw]
+        with c.store.read() as s:
+            n_events = s.scalar(select(func.count()).select_from(LedgerEvent)
+                                .where(LedgerEvent.kind == "request_submitted"))
+        assert n_events == sum(1 for kind, o in grouped if kind == "ok" and o[1])
+    finally:
+        c.close()
+    serial = _curator(tmp_path / "serial", data.csv, None)
+    try:
+        replay = [_outcome(serial, job) for job in jobs]
+    finally:
+        serial.close()
+    assert _normalise(grouped) == _normalise(replay)

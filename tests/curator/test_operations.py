@@ -53,6 +53,7 @@ def test_full_disk_is_507_for_the_api_and_clear_for_the_cli(curator: Curator, mo
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     token = curator.create_token("alice", "requester")
     monkeypatch.setattr(Curator, "submit_deletion", _full)
+    monkeypatch.setattr(Curator, "submit_deletions", _full)  # the API server's intake
     with TestClient(create_app(curator, run_worker=False)) as client:
         r = client.post("/v1/deletions", json={"dataset": "people", "key": "user-0001"},
                         headers={"Authorization": f"Bearer {token}"})

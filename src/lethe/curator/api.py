@@ -12,11 +12,14 @@ retry), or a fault the operator must repair.
 """
 
 
+import asyncio
 import contextlib
 import json
 import logging
 import math
 import os
+import queue
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
@@ -27,6 +30,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import OperationalError
+from starlette.concurrency import run_in_threadpool
 
 import lethe
 from lethe.curator.service import (
@@ -237,6 +241,69 @@ class _Unauthorized(Exception):
         self.detail = detail
 
 
+class SubmissionIntake:
+    """Deletion submissions from the event loop to one intake thread, which writes them in groups.
+
+    The endpoint awaits a future instead of holding a thread-pool thread: the intake thread takes every submission
+    queued while its previous group committed and writes them as one group (:meth:`Curator.submit_deletions`: one
+    transaction, one fsync), then settles each future on the loop. The answers are those of the submissions made one
+    after the other in arrival order; an answer is sent only after its group committed.
+    """
+
+    def __init__(self, curator: Curator, max_group: int = 512) -> None:
+        self.curator = curator
+        self.max_group = max_group
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="lethe-intake", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    async def submit(self, dataset: str, key: str, principal: Principal,
+                     request_id: str | None) -> tuple[dict[str, Any], bool]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[dict[str, Any], bool]] = loop.create_future()
+        self._queue.put(((dataset, key, principal, request_id), loop, fut))
+        return await fut
+
+    @staticmethod
+    def _settle(fut: asyncio.Future[Any], outcome: Any) -> None:
+        if fut.done():  # the client went away
+            return
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            items = [item]
+            while len(items) < self.max_group:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                items.append(nxt)
+            try:
+                outcomes: list[Any] = self.curator.submit_deletions([it[0] for it in items])
+            except Exception as exc:  # noqa: BLE001 - every waiting request gets the error (the handlers map it)
+                outcomes = [exc] * len(items)
+            for (_sub, loop, fut), outcome in zip(items, outcomes, strict=True):
+                with contextlib.suppress(RuntimeError):  # the loop closed (shutdown)
+                    loop.call_soon_threadsafe(self._settle, fut, outcome)
+
+
 def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int | None = None) -> FastAPI:
     """The FastAPI application over ``curator``; with ``run_worker`` a background worker thread processes requests.
 
@@ -257,12 +324,15 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
         worker = BackgroundWorker(curator) if run_worker else None
         if worker is not None:
             worker.start()
+        intake.start()
         try:
             yield
         finally:
+            intake.stop()
             if worker is not None:
                 worker.stop()
 
+    intake = SubmissionIntake(curator)
     app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan,
                   description="Deletion requests end to end: durable requests, certified removal, certificates, "
                               "purge. See docs/curator.md.")
@@ -294,15 +364,18 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
                                            "has been notified."}, status_code=507)
         return JSONResponse({"detail": "The server's storage is unavailable; nothing was changed."}, status_code=503)
 
-    def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:  # noqa: B008
+    async def principal(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:  # noqa: B008
+        # async: a cached token is checked on the loop (a stat and a dict look-up); a database read goes to a thread
         if creds is None or creds.scheme.lower() != "bearer":
             raise _Unauthorized("Missing bearer token: send 'Authorization: Bearer <token>'.")
-        p = curator.authenticate(creds.credentials)
+        p = curator.cached_principal(creds.credentials)
+        if p is None:
+            p = await run_in_threadpool(curator.authenticate, creds.credentials)
         if p is None:
             raise _Unauthorized("Unknown or revoked token.")
         return p
 
-    def admin(p: Principal = Depends(principal)) -> Principal:  # noqa: B008
+    async def admin(p: Principal = Depends(principal)) -> Principal:  # noqa: B008
         if not p.is_admin:
             raise PermissionDeniedError(f"This needs the admin scope. Found scope {p.scope!r}.")
         return p
@@ -326,10 +399,9 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
 
     @app.post("/v1/deletions", response_model=RequestOut, status_code=202, responses={200: {"model": RequestOut},
               **ERRORS}, tags=["deletions"])
-    def submit_deletion(body: DeletionIn, p: Caller) -> Any:
+    async def submit_deletion(body: DeletionIn, p: Caller) -> Any:
         """Submit a deletion request. 202 once it is durably recorded; 200 for an idempotent repeat."""
-        view, created = curator.submit_deletion(body.dataset, body.key, principal=p,
-                                                client_request_id=body.request_id)
+        view, created = await intake.submit(body.dataset, body.key, p, body.request_id)
         return JSONResponse(RequestOut(**view).model_dump(), status_code=202 if created else 200)
 
     @app.get("/v1/deletions", response_model=RequestPage, responses=ERRORS, tags=["deletions"])
@@ -462,4 +534,4 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "create_app", "render_metrics"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "SubmissionIntake", "create_app", "render_metrics"]

@@ -70,11 +70,14 @@ log = logging.getLogger("lethe.curator")
 
 SCOPES = ("admin", "requester")
 REQUEST_STATUSES = ("pending", "done", "failed")
+KEYS_HASHED = "hmac-sha256"  # Dataset.feature_names["keys"]: the records table holds key digests, not keys
 DROPPED_PREFIX = "~dropped~"  # a dropped dataset's row keeps this name (requests and certificates refer to it)
 NORMALIZE = ("none", "rows")
 LOCK_FILE = "processing.lock"
 SECRETS_DIR = "secrets"
 LOG_DIR = "logs"
+TOKEN_STAMP = "tokens.stamp"
+TOKEN_CACHE_SECONDS = 5.0  # longest a verified token stays cached without a look at the database
 
 
 # -- errors (the HTTP API maps them to status codes) ----------------------------------------------------------------
@@ -308,6 +311,11 @@ def _check_name(kind: str, value: Any, max_len: int = 200) -> str:
     return value
 
 
+# what a batch reads of its requests (rows, not ORM objects: a batch of hundreds costs no object loading)
+_REQ_COLUMNS = (DeletionRequest.id, DeletionRequest.record_id, DeletionRequest.status, DeletionRequest.submitted_at)
+_PENDING = InvalidInputError("not answered yet")  # a placeholder in Curator.submit_deletions
+
+
 @dataclass(eq=False)
 class _Submission:
     """One deletion submission waiting in a group commit (:meth:`Curator._join_group`)."""
@@ -368,6 +376,10 @@ class Curator:
         self._group_queue: list[_Submission] = []
         self._group_busy = False
         self._pepper = self._load_pepper()
+        self._token_mutex = threading.Lock()
+        self._token_cache: dict[str, Principal] = {}  # sha256 of a verified token -> its principal
+        self._token_cache_stamp: tuple[int, int, int] | None = None
+        self._token_cache_at = -math.inf
         self._public_cache: dict[int, Artifact] = {}
         self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
         self._logged_faults: tuple[Any, ...] = ()
@@ -408,6 +420,7 @@ class Curator:
                 raise ConflictError(f"A token named {name!r} already exists.")
             s.add(Token(name=name, digest=hashlib.sha256(token.encode()).hexdigest(), scope=scope, created_at=utcnow()))
             add_event(s, "token_created", {"name": name, "scope": scope})
+        self._touch_token_stamp()
         return token
 
     def revoke_token(self, name: str) -> None:
@@ -418,6 +431,7 @@ class Curator:
                 raise NotFoundError(f"No token named {name!r}.")
             tok.revoked = True
             add_event(s, "token_revoked", {"name": name})
+        self._touch_token_stamp()
 
     def list_tokens(self) -> list[dict[str, Any]]:
         """Names, scopes and states of the tokens (never the tokens)."""
@@ -426,15 +440,65 @@ class Curator:
                     for t in s.scalars(select(Token).order_by(Token.id))]
 
     def authenticate(self, token: str) -> Principal | None:
-        """The principal of a valid, unrevoked token, else None (constant-time comparison of digests)."""
+        """The principal of a valid, unrevoked token, else None (constant-time comparison of digests).
+
+        Verified tokens are cached in memory (digest → principal), so a request costs no database read. The cache
+        is dropped whenever the token stamp (``secrets/tokens.stamp``, replaced by every token creation and
+        revocation of any process on this data directory, after its commit) changes, and at the latest after
+        ``TOKEN_CACHE_SECONDS`` (a revocation made behind lethe's back, in SQL, takes effect within that time).
+        Unknown tokens are not cached (the cache cannot be grown by guessing)."""
         if not isinstance(token, str) or not token or len(token) > 200:
             return None
-        digest = hashlib.sha256(token.encode()).hexdigest()
+        hit, digest, stamp = self._cached(token)
+        if hit is not None:
+            return hit
         with self.store.read() as s:
             tok = s.scalar(select(Token).where(Token.digest == digest))
             if tok is None or tok.revoked or not hmac.compare_digest(tok.digest, digest):
                 return None
-            return Principal(tok.name, tok.scope)
+            principal = Principal(tok.name, tok.scope)
+        with self._token_mutex:
+            if self._token_cache_stamp == stamp:  # not if a revocation happened meanwhile
+                self._token_cache[digest] = principal
+        return principal
+
+    def cached_principal(self, token: str) -> Principal | None:
+        """The principal of a token verified recently (see :meth:`authenticate`), else None — without a database
+        read: None means "ask :meth:`authenticate`", not "refused"."""
+        if not isinstance(token, str) or not token or len(token) > 200:
+            return None
+        return self._cached(token)[0]
+
+    def _cached(self, token: str) -> tuple[Principal | None, str, tuple[int, int, int] | None]:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        stamp = self._token_stamp()
+        now = time.monotonic()
+        with self._token_mutex:
+            if stamp != self._token_cache_stamp or now - self._token_cache_at > TOKEN_CACHE_SECONDS:
+                self._token_cache.clear()
+                self._token_cache_stamp, self._token_cache_at = stamp, now
+            return self._token_cache.get(digest), digest, stamp
+
+    def _token_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.data_dir / SECRETS_DIR / TOKEN_STAMP)
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _touch_token_stamp(self) -> None:
+        """Replace the token stamp (a new inode each time): every process's token cache is dropped."""
+        path = self.data_dir / SECRETS_DIR / TOKEN_STAMP
+        tmp = path.with_name(f"{TOKEN_STAMP}.{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, uuid.uuid4().bytes)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        with self._token_mutex:
+            self._token_cache.clear()
+            self._token_cache_stamp = (-1, -1, -1)  # matches no stamp: a check in flight caches nothing
 
     # -- datasets ---------------------------------------------------------------------------------------------------
     def register_dataset(self, name: str, path: str | Path, *, key: str, label: str,
@@ -461,7 +525,7 @@ class Curator:
             if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
                 raise ConflictError(f"A dataset named {name!r} already exists.")
         # the values go to the data plane (fixed-width files, one row per record); the database keeps the keys
-        schema: dict[str, Any] = {"names": table.feature_names}
+        schema: dict[str, Any] = {"names": table.feature_names, "keys": KEYS_HASHED}
         if table.label_classes is not None:
             schema["label_classes"] = table.label_classes
         if table.categories is not None:
@@ -484,10 +548,13 @@ class Curator:
                 s.flush()
                 base = int(s.scalar(select(func.max(Record.id))) or 0) + 1  # record id of row 0 (row = id - base)
                 chunk = 50_000
+                # the records table holds each key's keyed digest (the one its deletion request will hold), never
+                # the key: no plain key or value of this dataset reaches the database, its WAL or a dead tuple
                 with tqdm(total=n, desc=f"import {name}", unit="rec", disable=not progress) as bar:
                     for start in range(0, n, chunk):
                         stop = min(start + chunk, n)
-                        s.execute(insert(Record), [{"id": base + i, "dataset_id": ds.id, "key": table.keys[i],
+                        s.execute(insert(Record), [{"id": base + i, "dataset_id": ds.id,
+                                                    "key": self.key_digest(ds.id, table.keys[i]),
                                                     "features": b"", "label": 0.0} for i in range(start, stop)])
                         bar.update(stop - start)
                 s.add(DataPlane(dataset_id=ds.id, features_path=fpath, labels_path=lpath, row_base=base, n_rows=n,
@@ -637,23 +704,67 @@ class Curator:
         the others. A submission returns only after its group's commit. If the group's transaction fails as a
         whole (e.g. the disk is full), every member is retried in a transaction of its own and gets its own answer.
         """
+        sub = self._submission(dataset, key, principal, client_request_id)
+        self._join_group(sub)
+        return self._answer(sub)
+
+    def submit_deletions(self, submissions: list[tuple[str, str, Principal, str | None]]
+                         ) -> list[tuple[dict[str, Any], bool] | Exception]:
+        """Several submissions (dataset, key, principal, client request id) written as one group: each gets
+        the answer :meth:`submit_deletion` would give it — its (view, created), or the exception it would raise —
+        as if they had been made one after the other in this order. For a server's intake thread, which collects
+        the submissions that arrive while the previous group commits."""
+        out: list[tuple[dict[str, Any], bool] | Exception] = []
+        group: list[_Submission] = []
+        for dataset, key, principal, crid in submissions:
+            try:
+                group.append(self._submission(dataset, key, principal, crid))
+            except CuratorError as exc:
+                out.append(exc)
+                continue
+            out.append(_PENDING)
+        if group:
+            with self._group_mutex:  # take the lead as a group of its own (queued behind any threads' group)
+                self._group_queue.extend(group)
+                lead = not self._group_busy
+                self._group_busy = True
+            if lead:
+                self._lead_group(group[0])
+            else:
+                for sub in group:
+                    sub.done.wait()
+                    if sub.lead:
+                        self._lead_group(sub)
+        answers = iter(group)
+        for i, o in enumerate(out):
+            if o is _PENDING:
+                try:
+                    out[i] = self._answer(next(answers))
+                except Exception as exc:  # noqa: BLE001 - the caller answers each submission with its own error
+                    out[i] = exc
+        return out
+
+    @staticmethod
+    def _submission(dataset: str, key: str, principal: Principal, client_request_id: str | None) -> _Submission:
         _check_name("dataset", dataset)
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
             raise InvalidInputError(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters.")
         _check_unicode("key", key)
         if client_request_id is not None:
             _check_name("request_id", client_request_id)
-        sub = _Submission(dataset, key, principal, client_request_id)
-        self._join_group(sub)
+        return _Submission(dataset, key, principal, client_request_id)
+
+    def _answer(self, sub: _Submission) -> tuple[dict[str, Any], bool]:
+        """A submission's answer once its group is done (submitted alone if the group failed as a whole)."""
         if sub.alone:
-            view, created = self._submit_alone(dataset, key, principal, client_request_id)
+            view, created = self._submit_alone(sub.dataset, sub.key, sub.principal, sub.client_request_id)
         elif sub.error is not None:
             raise sub.error
         else:
             assert sub.result is not None
             view, created = sub.result
         if created:
-            log.info("request %s submitted (dataset %s)", view["id"], dataset)
+            log.info("request %s submitted (dataset %s)", view["id"], sub.dataset)
         return view, created
 
     def _join_group(self, sub: _Submission) -> None:
@@ -670,6 +781,10 @@ class Curator:
             sub.done.wait()
             if not sub.lead:
                 return
+        self._lead_group(sub)
+
+    def _lead_group(self, sub: _Submission) -> None:
+        """As the leader ``sub``: commit everything queued, then hand the lead on (see :meth:`_join_group`)."""
         with self._group_mutex:
             group, self._group_queue = self._group_queue, []
         try:
@@ -689,9 +804,120 @@ class Curator:
                     self._group_busy = False
 
     def _commit_group(self, group: list[_Submission]) -> None:
-        """Write a group of submissions in one transaction, one savepoint each; set each member's outcome only
-        after the commit. Any error other than a submission's own answer (a :class:`CuratorError`) aborts the
-        group: its members are then retried alone by their callers (``alone``)."""
+        """Write a group of submissions in one transaction; set each member's outcome only after the commit.
+
+        The group is answered set-wise (:meth:`_submit_group_in`: a few queries and one multi-row insert per group,
+        not per submission). If a unique constraint refuses the insert — a submission of another process won a race
+        between our reads and our insert — the transaction is rolled back and the group is written again one
+        savepoint per submission (:meth:`_commit_group_serially`), each answered from the winner's committed state.
+        Any error other than a submission's own answer (a :class:`CuratorError`) aborts the group: its members are
+        then retried alone by their callers (``alone``)."""
+        outcomes: list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]] | None
+        try:
+            with self.store.write() as s, s.begin():
+                outcomes = self._submit_group_in(s, group)
+        except IntegrityError:
+            outcomes = None
+        except Exception:
+            log.warning("a group of %d deletion submissions failed as a whole; each is retried alone", len(group),
+                        exc_info=True)
+            return
+        if outcomes is None:
+            outcomes = self._commit_group_serially(group)
+            if outcomes is None:
+                return
+        for sub, (result, error) in zip(group, outcomes, strict=True):
+            sub.result, sub.error = result, error
+        if any(result is not None and result[1] for result, _ in outcomes):
+            self.work_available.set()
+
+    def _submit_group_in(self, s: Any, group: list[_Submission]
+                         ) -> list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]]:
+        """The answers to a group of submissions within the write transaction ``s``, each the answer
+        :meth:`_submit_in` gives when the group's submissions are made one after the other in arrival order.
+
+        Set-wise: one query each for the datasets, the requests reusing a client request id, the live requests of
+        the keys and the records; then the decisions in arrival order (a submission sees the requests created by the
+        earlier ones of its group); then one multi-row insert of the new requests and one of their ledger events."""
+        names = {sub.dataset for sub in group}
+        datasets = {ds.name: ds for ds in s.scalars(select(Dataset).where(Dataset.name.in_(names)))
+                    if not ds.name.startswith(DROPPED_PREFIX)}
+        digests = [self.key_digest(datasets[sub.dataset].id, sub.key) if sub.dataset in datasets else ""
+                   for sub in group]
+        by_crid: dict[tuple[str, str], DeletionRequest] = {}
+        crids = [(sub.principal.name, sub.client_request_id) for sub in group if sub.client_request_id is not None]
+        if crids:
+            for r in s.scalars(select(DeletionRequest).where(
+                    DeletionRequest.requester.in_({p for p, _ in crids}),
+                    DeletionRequest.client_request_id.in_({c for _, c in crids}))):
+                by_crid[(r.requester, str(r.client_request_id))] = r
+        ds_ids = {ds.id for ds in datasets.values()}
+        live: dict[tuple[int, str], DeletionRequest] = {}
+        records: dict[tuple[int, str], int] = {}
+        if ds_ids:
+            for r in s.scalars(select(DeletionRequest).where(
+                    DeletionRequest.dataset_id.in_(ds_ids), DeletionRequest.key_digest.in_(set(digests)),
+                    DeletionRequest.status != "failed")):
+                live[(r.dataset_id, r.key_digest)] = r
+            lookup = {self._record_key(datasets[sub.dataset], sub.key, dg)
+                      for sub, dg in zip(group, digests, strict=True) if sub.dataset in datasets}
+            for rid, ds_id, k in s.execute(select(Record.id, Record.dataset_id, Record.key).where(
+                    Record.dataset_id.in_(ds_ids), Record.key.in_(lookup))):
+                records[(ds_id, k)] = rid
+        outcomes: list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]] = []
+        rows: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
+        in_group: set[str] = set()  # ids of the requests this group creates (no certificate can name them yet)
+        for sub, digest in zip(group, digests, strict=True):
+            p, crid = sub.principal, sub.client_request_id
+            try:
+                ds = datasets.get(sub.dataset)
+                if ds is None:
+                    raise NotFoundError(f"Unknown dataset {sub.dataset!r}.")
+                if crid is not None:
+                    prev = by_crid.get((p.name, crid))
+                    if prev is not None:
+                        if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, digest):
+                            outcomes.append(((self._request_view(s, prev, p, new=prev.id in in_group), False), None))
+                            continue
+                        raise ConflictError(f"request_id {crid!r} was already used for a different deletion "
+                                            "request.")
+                earlier = live.get((ds.id, digest))
+                if earlier is not None:
+                    if crid is not None and earlier.requester == p.name and earlier.client_request_id == crid:
+                        # the same submission committed concurrently between our two reads (READ COMMITTED)
+                        outcomes.append(((self._request_view(s, earlier, p, new=earlier.id in in_group), False),
+                                         None))
+                        continue
+                    self._refuse_repeat(earlier, p, sub.dataset)
+                record_id = records.get((ds.id, self._record_key(ds, sub.key, digest)))
+                if record_id is None:
+                    raise NotFoundError(f"Unknown key {sub.key!r} in dataset {sub.dataset!r}.")
+                req = DeletionRequest(id=str(uuid.uuid4()), requester=p.name, client_request_id=crid,
+                                      dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
+                                      attempts=0, submitted_at=utcnow())
+                rows.append({c: getattr(req, c) for c in ("id", "requester", "client_request_id", "dataset_id",
+                                                         "record_id", "key_digest", "status", "attempts",
+                                                         "submitted_at")})
+                payload = check_payload({"dataset": sub.dataset, "requester": p.name})
+                events.append({"at": req.submitted_at, "kind": "request_submitted", "payload": payload,
+                               "model_id": None, "version_id": None, "request_id": req.id})
+                in_group.add(req.id)
+                live[(ds.id, digest)] = req
+                if crid is not None:
+                    by_crid[(p.name, crid)] = req
+                outcomes.append(((self._request_view(s, req, p, new=True), True), None))
+            except CuratorError as exc:
+                outcomes.append((None, exc))
+        if rows:
+            s.execute(insert(DeletionRequest), rows)  # the unique constraints fire here (IntegrityError: see above)
+            s.execute(insert(LedgerEvent), events)
+        return outcomes
+
+    def _commit_group_serially(self, group: list[_Submission]
+                               ) -> list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]] | None:
+        """A group in one transaction, one savepoint per submission (after a race with another process); None if
+        the transaction failed as a whole."""
         outcomes: list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]] = []
         try:
             with self.store.write() as s, s.begin():
@@ -715,11 +941,25 @@ class Curator:
         except Exception:
             log.warning("a group of %d deletion submissions failed as a whole; each is retried alone", len(group),
                         exc_info=True)
-            return
-        for sub, (result, error) in zip(group, outcomes, strict=True):
-            sub.result, sub.error = result, error
-        if any(result is not None and result[1] for result, _ in outcomes):
-            self.work_available.set()
+            return None
+        return outcomes
+
+    @staticmethod
+    def _record_key(ds: Dataset, key: str, digest: str) -> str:
+        """What the records table holds for ``key``: its keyed digest (datasets registered with hashed keys: no
+        plain key is ever written to the database) or the key itself (older stores)."""
+        return digest if ds.feature_names.get("keys") == KEYS_HASHED else key
+
+    @staticmethod
+    def _refuse_repeat(earlier: DeletionRequest, principal: Principal, dataset: str) -> None:
+        """Refuse a submission whose key has a live request ``earlier`` (naming it only to its requester or an
+        admin; another requester learns only that the key is taken care of, not whether pending or done)."""
+        if principal.is_admin or earlier.requester == principal.name:
+            ref = f" (request {earlier.id})"
+            if earlier.status == "pending":
+                raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending{ref}.")
+            raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
+        raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
 
     def _submit_alone(self, dataset: str, key: str, principal: Principal,
                       client_request_id: str | None) -> tuple[dict[str, Any], bool]:
@@ -759,16 +999,9 @@ class Curator:
                     and earlier.client_request_id == client_request_id):
                 # the same submission committed concurrently between our two reads (READ COMMITTED)
                 return self._request_view(s, earlier, principal), False
-            if principal.is_admin or earlier.requester == principal.name:
-                ref = f" (request {earlier.id})"
-                if earlier.status == "pending":
-                    raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already "
-                                        f"pending{ref}.")
-                raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
-            # another requester's request: say no more than that the key is taken care of (not which request,
-            # not whether it is pending or done)
-            raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
-        record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id, Record.key == key))
+            self._refuse_repeat(earlier, principal, dataset)
+        record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id,
+                                                     Record.key == self._record_key(ds, key, digest)))
         if record_id is None:
             raise NotFoundError(f"Unknown key {key!r} in dataset {dataset!r}.")
         req = DeletionRequest(id=str(uuid.uuid4()), requester=principal.name, client_request_id=client_request_id,
@@ -1072,24 +1305,25 @@ class Curator:
         return results
 
     def _next_batch(self, force: bool) -> tuple[int, list[str]] | None:
+        """The next due batch: (dataset id, request ids, oldest first), or None. Reads per dataset the count and the
+        oldest submission of its pending requests, then the ids of one batch (O(batch), not O(pending))."""
         now = utcnow()
         with self.store.read() as s:
-            rows = s.execute(select(DeletionRequest.dataset_id, DeletionRequest.id, DeletionRequest.submitted_at)
-                             .where(DeletionRequest.status == "pending")
-                             .order_by(DeletionRequest.submitted_at, DeletionRequest.id)).all()
-        by_ds: dict[int, list[tuple[str, Any]]] = {}
-        for ds_id, rid, at in rows:
-            by_ds.setdefault(ds_id, []).append((rid, at))
-        faulty = self._faulty_datasets() if by_ds else set()
-        for ds_id, reqs in by_ds.items():
-            if ds_id in faulty:  # an artifact fault: requests wait (pending) until an operator repairs the model
-                continue
-            oldest = as_utc(reqs[0][1])
-            waited = (now - oldest).total_seconds() if oldest is not None else math.inf
-            size = min(self.settings.batch_size, self._batch_caps.get(ds_id, self.settings.batch_size))
-            if force or len(reqs) >= size or waited >= self.settings.max_delay:
-                # everything that arrived together goes in one batch (Eq. 6), up to the size the budget allows
-                return ds_id, [rid for rid, _ in reqs[:size]]
+            queues = s.execute(select(DeletionRequest.dataset_id, func.count(), func.min(DeletionRequest.submitted_at))
+                               .where(DeletionRequest.status == "pending").group_by(DeletionRequest.dataset_id)
+                               .order_by(func.min(DeletionRequest.submitted_at))).all()
+            faulty = self._faulty_datasets() if queues else set()
+            for ds_id, count, first in queues:
+                if ds_id in faulty:  # an artifact fault: requests wait (pending) until an operator repairs the model
+                    continue
+                oldest = as_utc(first)
+                waited = (now - oldest).total_seconds() if oldest is not None else math.inf
+                size = min(self.settings.batch_size, self._batch_caps.get(ds_id, self.settings.batch_size))
+                if force or count >= size or waited >= self.settings.max_delay:
+                    # everything that arrived together goes in one batch (Eq. 6), up to the size the budget allows
+                    return ds_id, list(s.scalars(select(DeletionRequest.id).where(
+                        DeletionRequest.status == "pending", DeletionRequest.dataset_id == ds_id)
+                        .order_by(DeletionRequest.submitted_at, DeletionRequest.id).limit(size)))
         return None
 
     def _faulty_datasets(self) -> set[int]:
@@ -1197,7 +1431,7 @@ class Curator:
             assert ds is not None
             ds_name, d = ds.name, ds.n_features
             plane = s.get(DataPlane, dataset_id)
-            by_id = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            by_id = {r.id: r for r in s.execute(select(*_REQ_COLUMNS).where(DeletionRequest.id.in_(request_ids)))}
             reqs = [by_id.get(rid) for rid in request_ids]
             rec_ids = [int(r.record_id) for r in reqs if r is not None and r.record_id is not None]
             present = set(s.scalars(select(Record.id).where(Record.id.in_(rec_ids)))) if rec_ids else set()
@@ -1286,7 +1520,7 @@ class Curator:
         # 4. destroy superseded versions (their secret state), erase the records' values and purge the database;
         #    one transaction records all of it (each write waits its turn behind the submissions)
         olds = self._destroy_superseded(record=False)
-        self.purge(erase={dataset_id: rows} if rows is not None else {}, attempts=3, destroyed=olds)
+        self.purge(erase={dataset_id: rows}, attempts=3, destroyed=olds)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
 
@@ -1297,7 +1531,7 @@ class Curator:
         versions: dict[str, int] = {}
         with self.store.write() as s, s.begin():
             # validate: nothing moved since the snapshot (the lock makes this a safety net)
-            rows = {r.id: r for r in s.scalars(select(DeletionRequest).where(DeletionRequest.id.in_(request_ids)))}
+            rows = {r.id: r for r in s.execute(select(*_REQ_COLUMNS).where(DeletionRequest.id.in_(request_ids)))}
             reqs = [rows.get(rid) for rid in request_ids]
             if any(r is None or r.status != "pending" for r in reqs):
                 raise RuntimeError(f"batch {batch_id}: a request is no longer pending")
@@ -1444,12 +1678,14 @@ class Curator:
         1. Data plane: the removed rows are overwritten with zeros in place and fsynced
            (:meth:`lethe.curator.dataplane.MatrixStore.erase_rows`): ``erase`` maps dataset ids to the rows a batch
            removed (O(d) per row); without it (recovery) every removed row of every dataset is erased again.
-        2. Database. SQLite: rows were deleted with ``secure_delete=ON`` (their cells and freed pages are overwritten
-           with zeros); ``wal_checkpoint(TRUNCATE)`` copies the changed pages back and truncates the WAL, whose old
-           frames still held the records — work proportional to the pages changed since the last checkpoint, not to
-           the database. PostgreSQL: ``VACUUM FULL`` of the records table (old WAL segments are the server's; see the
-           operating guide). Returns False (purge stays pending, retried later) if readers kept the WAL busy; the
-           erasure of step 1 is recorded either way.
+        2. Database: nothing, for datasets with a data plane and hashed keys — the database never received a plain
+           key or value of theirs (the records table holds the keys' HMAC digests, which the requests keep anyway;
+           SQLite zeroes deleted rows in its pages, ``secure_delete=ON``). Datasets of older stores (plain keys or
+           values in the records table): SQLite ``wal_checkpoint(TRUNCATE)`` copies the changed pages back and
+           truncates the WAL, whose old frames still held the records — work proportional to the pages changed
+           since the last checkpoint; PostgreSQL ``VACUUM FULL`` of the records table (old WAL segments are the
+           server's; see the operating guide). Returns False (purge stays pending, retried later) if readers kept
+           the WAL busy; the erasure of step 1 is recorded either way.
 
         ``destroyed``: superseded versions whose artifacts were destroyed, marked so in the same transaction.
         """
@@ -1462,7 +1698,12 @@ class Curator:
                     if plane is not None and rows is not None:
                         self.matrices.erase_rows(plane, rows)
         done = False
-        if self.store.is_sqlite:
+        # datasets registered with hashed keys and a data plane never wrote a plain key or value to the database:
+        # nothing of theirs is left in its pages or WAL to purge; only older datasets need the database purged
+        plain = self._plain_in_database(None if erase is None else list(erase))
+        if self.store.is_sqlite and not plain:
+            done = True  # no checkpoint: it would block the submissions' writes for nothing (WAL auto-checkpoints)
+        elif self.store.is_sqlite:
             raw = self.store.raw_sqlite()
             try:
                 con = raw.driver_connection
@@ -1475,8 +1716,9 @@ class Curator:
             finally:
                 raw.close()
         else:
-            with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-                c.exec_driver_sql("VACUUM FULL records")
+            if plain:  # O(table)
+                with self.store.write_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                    c.exec_driver_sql("VACUUM FULL records")
             done = True
         if done or erase != {} or destroyed:
             with self.store.write() as s, s.begin():
@@ -1485,7 +1727,7 @@ class Curator:
                 if done or erase != {}:
                     add_event(s, "purge" if done else "erased",
                               {"database": "sqlite" if self.store.is_sqlite else "other"})
-        if done and self.store.is_sqlite:  # the event just written sits in the WAL; it holds no deleted data
+        if done and self.store.is_sqlite and plain:  # the event just written sits in the WAL; no deleted data
             raw = self.store.raw_sqlite()
             try:
                 raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -1494,6 +1736,17 @@ class Curator:
         if not done:
             log.warning("purge incomplete: readers kept the WAL busy; will retry")
         return done
+
+    def _plain_in_database(self, dataset_ids: list[int] | None) -> bool:
+        """True if one of these datasets (None: any) keeps plain keys or values in the records table (a store from
+        before the data plane or the hashed keys)."""
+        with self.store.read() as s:
+            q = select(Dataset.id, Dataset.feature_names)
+            if dataset_ids is not None:
+                q = q.where(Dataset.id.in_(dataset_ids))
+            rows = s.execute(q).all()
+            planes = set(s.scalars(select(DataPlane.dataset_id)))
+        return any(ds_id not in planes or (names or {}).get("keys") != KEYS_HASHED for ds_id, names in rows)
 
     def recover(self) -> dict[str, int]:
         """Finish what a crash interrupted (takes the processing lock). See :meth:`_recover_locked`."""
