@@ -66,7 +66,9 @@ def test_certificates_hold_on_a_dask_cluster(client, solver, bound):
     cache = NewtonCache()
     state, _ = mech.train(A, y, random_state=0, cache=cache)
     ref, _ = mech.train(X, y, random_state=0)
-    np.testing.assert_allclose(state.w, ref.w, rtol=1e-6, atol=1e-9)
+    # Dask trains by Newton steps from one fused pass each, the dense path by L-BFGS: both to the same tolerance
+    np.testing.assert_allclose(state.w, ref.w, rtol=1e-4, atol=1e-6)
+    assert exact_logistic_residual(state.w, state.b, X, y, mech.lam) <= state.residual_bound  # β₀ (fused gradient)
     rng = np.random.default_rng(1)
     active = np.ones(240, dtype=bool)
     for m in (1, 3):
@@ -134,7 +136,7 @@ def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(clie
     A = da.from_zarr(path, chunks=(64, 4))
     est = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(A, y)
     ref = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(X, y)
-    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-6)  # Newton (Dask) vs L-BFGS (dense)
     np.testing.assert_array_equal(est.predict(A), est.predict(X))
     cert = est.remove([7, 100])
     assert not np.any(da.from_zarr(path)[[7, 100]].compute())  # erased in the store
