@@ -145,8 +145,36 @@ def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(clie
     assert exact_logistic_residual(st.w, st.b, X[act], y[act], est.lam) <= st.residual_bound == cert.residual_bound
     with pytest.raises(TypeError, match="cannot be saved with its data"):
         est.save(tmp_path / "m.npz")
-    with pytest.raises(TypeError, match=r"must be exactly da.from_zarr"):
-        CertifiedLogisticRegression(lam=1e-2, random_state=0).fit(A * 1.0, y)
+    # any other Dask array is copied once into a Zarr store of the estimator's own, whose rows removal erases
+    other = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(A * 1.0, y)
+    assert backend_of(other.X_) is DASK and other.X_ is not A
+    other.remove([3])
+    assert not np.any(other.X_[3].compute()) and np.array_equal(A[3].compute(), X[3])  # the source is untouched
+
+
+def test_estimator_on_a_dask_dataframe_never_converts_it_to_numpy(client, monkeypatch):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    from lethe.estimators import CertifiedLogisticRegression
+
+    X, y = random_problem(11, 150, 4, 3.0)
+    frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcd"), index=np.arange(1000, 1150)), npartitions=3)
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the Dask DataFrame was converted to NumPy")
+
+    monkeypatch.setattr(type(frame), "__array__", refuse)
+    monkeypatch.setattr(type(frame), "compute", refuse)
+    est = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(frame, y)
+    ref = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="anchor", random_state=0).fit(X, y)
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+    assert backend_of(est.X_) is DASK
+    np.testing.assert_array_equal(est.predict(frame), ref.predict(X))
+    cert = est.remove(keys=[1007])  # the frame's index names the records
+    assert not np.any(est.X_[7].compute())
+    st = est.states_[0]
+    act = est.active_
+    assert exact_logistic_residual(st.w, st.b, X[act], y[act], est.lam) <= st.residual_bound == cert.residual_bound
 
 
 def test_parquet_through_a_dask_dataframe(client, tmp_path):

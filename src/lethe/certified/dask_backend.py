@@ -297,9 +297,14 @@ class DaskBackend:
         read the zeros); any other Dask array is refused (it cannot be overwritten in place). The mechanisms never
         need this: they take the active-row mask."""
         store = _zarr_source(X)
-        if store is None or bool(getattr(store, "read_only", False)):
+        if store is None:
             raise TypeError("The rows of this Dask array cannot be erased: it must be da.from_zarr of a writable "
                             "Zarr store (then the removed rows are overwritten with zeros in the store).")
+        if bool(getattr(store, "read_only", False)):
+            # a store opened read-only belongs to its writer, which erases the rows itself once the removal is
+            # committed (the curator's Zarr plane: lethe.curator.dask_plane.erase_rows); estimators copy read-only
+            # input into a store of their own (own_zarr_copy), so theirs are always writable
+            return
         rows = np.unique(np.asarray(rows))
         _STATS.clear()  # every array over this store now reads other values
         _NEWTON.clear()
@@ -322,6 +327,26 @@ def from_dataframe(df: Any) -> da.Array:
     return df.to_dask_array(lengths=True)
 
 
+def own_zarr_copy(X: da.Array, directory: str | None = None, zarr_chunk_rows: int = 4096) -> da.Array:
+    """A copy of X in a new Zarr store of its own (written on the cluster, chunk by chunk: nothing is gathered), as
+    ``da.from_zarr`` with X's row chunks: the Dask counterpart of the dense path's own copy, whose removed rows can
+    then be erased in place. Small Zarr chunks (``zarr_chunk_rows`` rows): an erasure or a removal reads and
+    rewrites only the removed rows' chunks. The store lives in ``directory`` (default: ``$LETHE_DASK_STORE_DIR``,
+    else the system's temporary directory; a multi-machine cluster needs a directory every worker shares) and is
+    deleted when the returned array is garbage-collected."""
+    import os
+    import shutil
+    import tempfile
+
+    base = directory or os.environ.get("LETHE_DASK_STORE_DIR") or None
+    path = tempfile.mkdtemp(prefix="lethe-data-", suffix=".zarr", dir=base)
+    rows = max(1, min(int(zarr_chunk_rows), max(int(c) for c in X.chunks[0]) if X.chunks[0] else 1))
+    X.rechunk((rows, -1)).to_zarr(path, overwrite=True)
+    out = da.from_zarr(path, chunks=(X.chunks[0], X.shape[1]))
+    weakref.finalize(out, shutil.rmtree, path, True)
+    return out
+
+
 def check_dask_matrix(name: str, X: Any) -> da.Array:
     """A float64 Dask matrix chunked by rows only (columns rechunked into one block), all values finite (one
     distributed pass). A Dask DataFrame is converted by :func:`from_dataframe`."""
@@ -342,4 +367,4 @@ def check_dask_matrix(name: str, X: Any) -> da.Array:
 
 DASK = DaskBackend()
 
-__all__ = ["DASK", "DaskBackend", "check_dask_matrix", "from_dataframe"]
+__all__ = ["DASK", "DaskBackend", "check_dask_matrix", "from_dataframe", "own_zarr_copy"]
