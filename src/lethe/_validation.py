@@ -105,11 +105,17 @@ def row_norms(X: Any) -> np.ndarray:
         canonical = sp.isspmatrix_csr(X) and X.dtype == np.float64 and X.has_canonical_format
         return _sparse_row_norms(X if canonical else _canonical_csr(X))[0]
     X = np.asarray(X, dtype=np.float64)
-    m = np.max(np.abs(X), axis=1) if X.shape[1] else np.zeros(X.shape[0])
-    safe = np.where(m > 0, m, 1.0)
-    S = X / safe[:, None]
-    with np.errstate(over="ignore"):
-        return safe * np.sqrt(np.einsum("ij,ij->i", S, S)) * (m > 0)
+    n, d = X.shape
+    out = np.empty(n)
+    block = max(1, (8 << 20) // (8 * max(d, 1)))  # rows per block: |X| and X/m are one block, not two n × d copies
+    for start in range(0, n, block):
+        B = X[start:start + block]
+        m = np.max(np.abs(B), axis=1) if d else np.zeros(B.shape[0])
+        safe = np.where(m > 0, m, 1.0)
+        S = B / safe[:, None]
+        with np.errstate(over="ignore"):
+            out[start:start + block] = safe * np.sqrt(np.einsum("ij,ij->i", S, S)) * (m > 0)
+    return out
 
 
 def _sparse_row_norms(X: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

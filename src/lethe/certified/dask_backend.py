@@ -149,7 +149,7 @@ def _vector_parts(vec: np.ndarray, chunks: tuple[int, ...]) -> list[Any]:
     except (ImportError, ValueError):
         return _split(vec, chunks)
     vec = np.ascontiguousarray(vec, dtype=np.float64)
-    key = (id(client), hashlib.blake2b(memoryview(vec).cast("B"), digest_size=16).digest(), tuple(chunks))
+    key = (id(client), hashlib.blake2b(vec.view(np.uint8).data, digest_size=16).digest(), tuple(chunks))
     got = _SCATTERED.get(key)
     if got is None:
         if len(_SCATTERED) >= 4:
@@ -226,7 +226,7 @@ class DaskBackend:
         if st is not None:
             return np.array(st["gram"], order="F")
         last = _newton_of(X) if s is not None else None
-        if last is not None and last[2].shape == np.shape(s) and np.array_equal(last[2], s):
+        if last is not None and s is not None and last[2].shape == s.shape and np.array_equal(last[2], s):
             return np.array(last[3], order="F")
         blocks = self._rows(X)
         ss = [None] * len(blocks) if s is None else _split(s, X.chunks[0])

@@ -194,7 +194,7 @@ class _Evaluation:
             lgrad = B.rmatvec(X, d1)
             self.d1_norm = vnorm(d1)
         elif self.fused:
-            lsum, lgrad, self.H, d1sq = B.newton_pass(X, self.y, w, loss)  # value, gradient and Hessian: one pass
+            lsum, lgrad, self.H, d1sq = B.newton_pass(X, self.y, w, loss)  # type: ignore[attr-defined]  # one pass
             self.d1_norm = math.sqrt(d1sq) * (1.0 + gamma_k(n + 2))  # ≥ ‖ℓ'‖ (a sum of n squares, then a root)
         else:
             lsum, lgrad = B.loss_pass(X, self.y, w, loss)
