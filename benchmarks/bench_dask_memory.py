@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--removals", type=int, default=100)
     ap.add_argument("--solvers", default="pcg,anchor,onepass")
     ap.add_argument("--src", default=None, help="other lethe sources to measure side by side")
+    ap.add_argument("--variants", default="float64,float32,estimator",
+                    help="which lines per solver: mechanism on float64 / float32 input, estimator (float64)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--solver", default="pcg", help=argparse.SUPPRESS)
     ap.add_argument("--estimator", action="store_true", help=argparse.SUPPRESS)
@@ -101,7 +103,8 @@ def main() -> None:
     print(f"dense path, {args.rows} x {args.features}, {args.removals} removals; one fresh process per line")
     for solver in args.solvers.split(","):
         for label, src in srcs:
-            for extra in ([], ["--float32"], ["--estimator"]):
+            chosen = {"float64": [], "float32": ["--float32"], "estimator": ["--estimator"]}
+            for extra in (chosen[v] for v in args.variants.split(",")):
                 env = dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
                 subprocess.run([sys.executable, __file__, "--child", "--solver", solver, "--rows", str(args.rows),
                                 "--features", str(args.features), "--removals", str(args.removals), "--label", label,

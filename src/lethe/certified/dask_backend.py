@@ -79,6 +79,10 @@ def _chunk_newton(x: np.ndarray, y: np.ndarray, w: np.ndarray,
     return head, _chunk_gram(x, s), z, s
 
 
+def _select_rows(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x[m])
+
+
 def _add_pairs(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return a[0] + b[0], a[1] + b[1]
 
@@ -200,10 +204,17 @@ class DaskBackend:
         step of training per pass (d × d per task, summed in a tree). The gradient is computed as
         ``objective_grad`` computes it (per-row dot products of d terms, then a summation tree over the rows), so
         the rounding allowance of β₀ applies to it; the Hessian (upper triangle = full, symmetric) only steers."""
-        parts = [dask.delayed(_chunk_newton, nout=2)(xb, yb, w, loss)
-                 for xb, yb in zip(self._rows(X), _vector_parts(y, X.chunks[0]), strict=True)]
-        (head, H), zs, ss = dask.compute(_tree_sum([p[:2] for p in parts], _add_pairs), [p[2] for p in parts],
-                                         [p[3] for p in parts])
+        def run(yparts: list[Any]) -> Any:
+            parts = [dask.delayed(_chunk_newton, nout=4)(xb, yb, w, loss)
+                     for xb, yb in zip(self._rows(X), yparts, strict=True)]
+            return dask.compute(_tree_sum([p[:2] for p in parts], _add_pairs), [p[2] for p in parts],
+                                [p[3] for p in parts])
+
+        try:
+            (head, H), zs, ss = run(_vector_parts(y, X.chunks[0]))
+        except Exception:  # scattered labels lost with a restarted worker: send them with the tasks instead
+            _SCATTERED.clear()
+            (head, H), zs, ss = run(_split(y, X.chunks[0]))
         key = id(X)
         _NEWTON[key] = (weakref.ref(X, lambda _r: _NEWTON.pop(key, None)),
                         (np.array(w, dtype=np.float64, copy=True), np.concatenate(zs), np.concatenate(ss), H))
@@ -288,9 +299,18 @@ class DaskBackend:
         return np.ascontiguousarray(out)
 
     def subset(self, X: da.Array, mask: np.ndarray) -> da.Array:
-        # a boolean mask: each chunk's task carries only its own slice of the mask (an integer index of n′ rows
-        # would be embedded in every task and exhaust small workers)
-        return X[np.asarray(mask, dtype=bool)]
+        """The rows where ``mask`` holds, chunk by chunk: each task selects from its own chunk with its own slice of
+        the mask (``X[mask]`` let Dask plan a shuffle that moved rows between workers and exhausted small ones; an
+        integer index of n′ rows would be embedded in every task)."""
+        mask = np.asarray(mask, dtype=bool)
+        d = int(X.shape[1])
+        parts = []
+        for xb, mb in zip(self._rows(X), _split(mask, X.chunks[0]), strict=True):
+            k = int(np.count_nonzero(mb))
+            if k:
+                sel = xb if k == mb.size else dask.delayed(_select_rows)(xb, mb)
+                parts.append(da.from_delayed(sel, shape=(k, d), dtype=X.dtype))
+        return da.concatenate(parts, axis=0) if parts else X[:0]
 
     def zero_rows(self, X: da.Array, rows: np.ndarray) -> None:
         """Erase the rows in X's Zarr store (X must be exactly ``da.from_zarr`` of a writable store: later passes
