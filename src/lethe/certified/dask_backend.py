@@ -108,6 +108,13 @@ _STATS: dict[int, tuple[weakref.ref[da.Array], dict[str, Any]]] = {}
 _NEWTON: dict[int, tuple[weakref.ref[da.Array], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
 
 
+def forget_cached_passes() -> None:
+    """Drop every memoised pass result (stats, last Newton pass): call after writing a store by other means than
+    :meth:`DaskBackend.zero_rows` (e.g. the curator's in-place erasure), so no later call reads values of before."""
+    _STATS.clear()
+    _NEWTON.clear()
+
+
 def _newton_of(X: da.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     entry = _NEWTON.get(id(X))
     return entry[1] if entry is not None and entry[0]() is X else None
@@ -387,4 +394,4 @@ def check_dask_matrix(name: str, X: Any) -> da.Array:
 
 DASK = DaskBackend()
 
-__all__ = ["DASK", "DaskBackend", "check_dask_matrix", "from_dataframe", "own_zarr_copy"]
+__all__ = ["DASK", "DaskBackend", "check_dask_matrix", "forget_cached_passes", "from_dataframe", "own_zarr_copy"]

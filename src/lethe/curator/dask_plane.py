@@ -170,6 +170,7 @@ def erase_rows(path: Path, rows: np.ndarray) -> int:
                          "its rows cannot be erased in place.")
     rows = np.unique(np.asarray(rows, dtype=np.int64))
     C, d = layout
+    from lethe.certified.dask_backend import forget_cached_passes
     zeros = bytes(8 * d)
     for k in np.unique(rows // C).tolist():
         chunk = path / "c" / str(k) / "0"
@@ -183,6 +184,7 @@ def erase_rows(path: Path, rows: np.ndarray) -> int:
             os.fsync(fd)
         finally:
             os.close(fd)
+    forget_cached_passes()  # memoised passes of arrays over this store hold the values of before
     return int(rows.size)
 
 
