@@ -62,10 +62,15 @@ def _is_dask(X: Any) -> bool:
     return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
 
 
+def _is_dask_frame(X: Any) -> bool:
+    """A Dask DataFrame: turned into a Dask array by ``to_dask_array(lengths=True)`` (never into NumPy)."""
+    return type(X).__module__.startswith("dask.") and hasattr(X, "to_dask_array")
+
+
 def _validate(est: BaseEstimator, X: Any, y: Any = "no_validation", **kw: Any) -> Any:
     """sklearn's ``validate_data`` accepting CSR; a Dask array is validated lazily by the data interface (one
     distributed pass) and never gathered: only ``n_features_in_`` is set (on fit) or checked (on predict)."""
-    if not _is_dask(X):
+    if not (_is_dask(X) or _is_dask_frame(X)):
         return validate_data(est, X, y, accept_sparse="csr", **kw)
     Xd = check_data_matrix("X", X)
     if kw.get("reset", True):
@@ -90,14 +95,14 @@ def _margins(X: Any, W: np.ndarray) -> np.ndarray:
 
 def _own_copy(X: Any) -> Any:
     """Our own float64 copy of validated training data (removal zeroes rows of it): C-ordered dense or CSR. A Dask
-    array is not copied: it must be ``da.from_zarr`` of a writable store, whose removed rows are erased in place."""
+    array that is exactly ``da.from_zarr`` of a store is not copied: a writable store has its removed rows erased in
+    place; a store opened read-only is its writer's to erase (e.g. the curator's Zarr plane, erased once a removal is
+    published). Any other Dask array (a Dask DataFrame's columns, a computed array) is copied once into a Zarr store
+    of our own on disk, written chunk by chunk on the cluster (``own_zarr_copy``), whose rows removal then erases."""
     if _is_dask(X):
-        from lethe.certified.dask_backend import _zarr_source
+        from lethe.certified.dask_backend import _zarr_source, own_zarr_copy
 
-        if _zarr_source(X) is None:
-            raise TypeError("A Dask array X must be exactly da.from_zarr(...) of a writable Zarr store: removal "
-                            "erases the removed rows in the store (a data set of that size is not copied).")
-        return X
+        return X if _zarr_source(X) is not None else own_zarr_copy(X)
     if sp.issparse(X):
         return check_data_matrix("X", sp.csr_matrix(X, dtype=np.float64, copy=True))
     return np.array(X, dtype=np.float64, order="C", copy=True)
@@ -258,7 +263,7 @@ class _CertifiedLinearBase(BaseEstimator):
         intercept column, under ``params`` (default: the parameters the model was trained under). Returns X, or
         (X, y) when ``y`` is given."""
         p = params if params is not None else getattr(self, "trained_params_", None) or self._current_params()
-        if _is_dask(X):
+        if _is_dask(X) or _is_dask_frame(X):
             return self._validate_dask(X, y, reset=reset, params=p)
         if y is not _NO_Y:
             X, y = validate_data(self, X, y, reset=reset, y_numeric=self._loss == "squared", accept_sparse="csr")
@@ -299,6 +304,9 @@ class _CertifiedLinearBase(BaseEstimator):
     def _keys_from(self, X: Any, sample_ids: Any) -> np.ndarray | None:
         if sample_ids is not None:
             return _check_keys(sample_ids, _n_rows(X))
+        if _is_dask_frame(X):  # a Dask DataFrame: its index (computed: n keys, not the data) names the records
+            index = np.asarray(X.index.compute())
+            return _check_keys(index, index.shape[0])
         if hasattr(X, "columns") and hasattr(X, "index"):  # a DataFrame: its index names the records
             return _check_keys(np.asarray(X.index), _n_rows(X))
         return None

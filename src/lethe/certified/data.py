@@ -54,7 +54,7 @@ MATRIX_FREE_MIN_FEATURES = DEFAULT_MATRIX_FREE_MIN_FEATURES
 U = UNIT_ROUNDOFF
 
 #: Work space of the dense weighted Gram matrix: rows are scaled and accumulated in blocks of this many bytes.
-GRAM_BLOCK_BYTES = 32 * 2**20
+GRAM_BLOCK_BYTES = 8 * 2**20
 
 
 @runtime_checkable
@@ -131,11 +131,15 @@ class DenseBackend:
         if s is None:
             return np.asfortranarray(dsyrk(1.0, X.T, trans=0, lower=0))
         n, d = X.shape
-        block = max(256, GRAM_BLOCK_BYTES // (8 * max(d, 1)))
+        block = min(n, max(256, GRAM_BLOCK_BYTES // (8 * max(d, 1))))
         M = np.zeros((d, d), order="F")
+        buf = np.empty((block, d))  # the one scaled block, reused (a fresh product per block kept two alive)
+        root = np.empty(block)
         for start in range(0, n, block):
-            Zt = (np.sqrt(s[start:start + block])[:, None] * X[start:start + block]).T
-            M = dsyrk(1.0, Zt, beta=1.0, c=M, trans=0, lower=0, overwrite_c=1)
+            m = min(block, n - start)
+            np.sqrt(s[start:start + m], out=root[:m])
+            Z = np.multiply(X[start:start + m], root[:m, None], out=buf[:m])
+            M = dsyrk(1.0, Z.T, beta=1.0, c=M, trans=0, lower=0, overwrite_c=1)
         return np.asfortranarray(M)
 
     def diag_gram(self, X: np.ndarray, s: np.ndarray) -> np.ndarray:

@@ -40,7 +40,13 @@ from lethe._validation import (
 )
 from lethe.certified import objective as obj
 from lethe.certified._threads import blas_threads
-from lethe.certified.bounds import ROW_NORM_TOLERANCE, rounding_allowance, spectral_norm_upper_bound_single, vnorm
+from lethe.certified.bounds import (
+    ROW_NORM_TOLERANCE,
+    gamma_k,
+    rounding_allowance,
+    spectral_norm_upper_bound_single,
+    vnorm,
+)
 from lethe.certified.data import DataMatrix, backend_of, check_data_matrix, is_dense
 from lethe.certified.newton import (
     BOUNDS,
@@ -169,6 +175,11 @@ class _Evaluation:
         self.X, self.y, self.loss, self.lam, self.b = X, y, loss, lam, b
         self.B = backend_of(X)
         self.exact_ops = self.B.name in ("dense", "sparse")
+        # chunked data with a one-pass Newton kernel (Dask): each evaluation also returns the loss Hessian, and its
+        # gradient is computed as objective_grad computes it (reused for β₀ like exact_ops)
+        self.fused = not self.exact_ops and hasattr(self.B, "newton_pass")
+        self.H: np.ndarray | None = None
+        self.val = math.inf
         self.x: np.ndarray | None = None
         self.g = np.zeros(X.shape[1])
         self.g0_norm = math.inf  # ‖gradient‖ at the first point evaluated
@@ -183,13 +194,16 @@ class _Evaluation:
             d1 = loss.d1(z, self.y)
             lgrad = B.rmatvec(X, d1)
             self.d1_norm = vnorm(d1)
+        elif self.fused:
+            lsum, lgrad, self.H, d1sq = B.newton_pass(X, self.y, w, loss)  # type: ignore[attr-defined]  # one pass
+            self.d1_norm = math.sqrt(d1sq) * (1.0 + gamma_k(n + 2))  # ≥ ‖ℓ'‖ (a sum of n squares, then a root)
         else:
             lsum, lgrad = B.loss_pass(X, self.y, w, loss)
             self.d1_norm = math.inf  # not computed: β₀ recomputes it
         val = lsum + 0.5 * lam * n * float(w @ w) + float(self.b @ w)
         g = lgrad + lam * n * w
         g = g + self.b
-        self.g = g
+        self.g, self.val = g, val
         if self.x is None:
             self.g0_norm = vnorm(g)
         self.x = np.array(w, dtype=np.float64, copy=True)
@@ -392,7 +406,7 @@ class CertifiedRemoval:
             return np.array(res.x, dtype=np.float64), int(res.nit)
 
         coarse = _CHORD_START if precondition is not None else 0.0
-        if loss.gamma != 0.0:
+        if loss.gamma != 0.0 and not f.fused:  # fused passes: Newton from the start (one pass per step)
             w, iterations = lbfgs(w, tol)  # to max(tol, coarse ‖∇L_b(w₀)‖) (the first evaluation is at w₀)
             coarse = 0.0
             if precondition is not None:
@@ -414,12 +428,22 @@ class CertifiedRemoval:
                     if best > tol:  # the chord steps stalled: back to L-BFGS from the best point
                         w, more = lbfgs(w, tol)
                         iterations += more
+        prev: tuple[np.ndarray, float] | None = None
         for _ in range(50):
             if not f.at(w):
                 f(w)
             if vnorm(f.g) <= tol:
                 return w, max(iterations, 1), f
-            H = obj.hessian(w, X, y, loss, lam)
+            if f.fused and prev is not None and not f.val <= prev[1]:  # the full step went uphill: halve it
+                w = 0.5 * (prev[0] + w)
+                iterations += 1
+                continue
+            if f.fused and f.H is not None:
+                H = f.H.copy()
+                H[np.diag_indices(d)] += lam * n
+            else:
+                H = obj.hessian(w, X, y, loss, lam)
+            prev = (w, f.val)
             w = w - cho_solve(cho_factor(H), f.g)
             iterations += 1
         if not f.at(w):
@@ -436,7 +460,7 @@ class CertifiedRemoval:
         gradient and ‖ℓ'(Xw)‖ are computed again here."""
         n, d = X.shape
         B = backend_of(X)
-        if ev.exact_ops and ev.at(w):
+        if (ev.exact_ops or ev.fused) and ev.at(w):
             g, d1_norm = ev.g, ev.d1_norm
         else:
             g = obj.objective_grad(w, X, y, self.loss_, self.lam, ev.b)

@@ -32,6 +32,9 @@ def _common() -> argparse.ArgumentParser:
                         f"{DEFAULT_DATA_DIR}")
     g.add_argument("--database-url", default=os.environ.get("LETHE_DATABASE_URL"),
                    help="SQLAlchemy URL; default $LETHE_DATABASE_URL or SQLite in the data directory")
+    g.add_argument("--dask-address", default=os.environ.get("LETHE_DASK_ADDRESS"),
+                   help="Dask scheduler (e.g. tcp://10.0.0.5:8786) that datasets kept in Zarr compute on; default "
+                        "$LETHE_DASK_ADDRESS, else a LocalCluster on 127.0.0.1 started when one is needed")
     return p
 
 
@@ -48,7 +51,11 @@ def _processing() -> argparse.ArgumentParser:
 
 
 def _curator(args: argparse.Namespace) -> Curator:
+    from lethe.curator import dask_plane
     from lethe.curator.service import Curator, Settings
+
+    if getattr(args, "dask_address", None):
+        dask_plane.configure(args.dask_address)
 
     settings = Settings(batch_size=getattr(args, "batch_size", 256), max_delay=getattr(args, "max_delay", 0.0),
                         poll_interval=getattr(args, "poll_interval", 0.5))
@@ -102,7 +109,8 @@ def _dataset_add(args: argparse.Namespace) -> int:
     categorical = [f for f in args.categorical.split(",") if f] if args.categorical else None
     _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
                               normalize=args.normalize, progress=_progress() or args.progress,
-                              header=not args.no_header, categorical=categorical, file_format=args.format))
+                              header=not args.no_header, categorical=categorical, file_format=args.format,
+                              store=args.store))
     return 0
 
 
@@ -328,6 +336,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="CSV: the first line is data; name columns by position (--key 0 --label 5)")
     p.add_argument("--categorical", help="comma-separated feature columns to one-hot encode (col=value columns)")
     p.add_argument("--format", choices=("csv", "parquet", "npz"), help="file format (default: from the suffix)")
+    p.add_argument("--store", choices=("files", "zarr"), default="files",
+                   help="keep the features in fixed-width files (default) or in a Zarr store computed on a Dask "
+                        "cluster (see --dask-address)")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
     p.set_defaults(func=_guard(_dataset_add))
     p = dsub.add_parser("drop", parents=[common], help="delete a dataset's records (its models must be dropped first)")

@@ -328,6 +328,13 @@ def destroy_file(path: Path) -> bool:
     On copy-on-write or journaling file systems and SSDs the old blocks may survive on the device; the
     file system no longer exposes them. See ``docs/curator.md`` (operating guide) for disk-level measures.
     """
+    if Path(path).is_dir():  # a Zarr store: every file of it, then the directories
+        found = False
+        for dirpath, _dirs, files in os.walk(path, topdown=False):
+            for f in files:
+                found = destroy_file(Path(dirpath) / f) or found
+            os.rmdir(dirpath)
+        return found
     try:
         fd = os.open(path, os.O_WRONLY)
     except FileNotFoundError:

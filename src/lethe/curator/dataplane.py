@@ -35,6 +35,14 @@ from sqlalchemy.orm import Mapped, mapped_column
 from lethe.curator.store import Base
 
 DATA_DIR = "data"
+#: Where a dataset's features are kept: fixed-width files, or a Zarr store computed on a Dask cluster.
+STORES = ("files", "zarr")
+
+
+def _is_zarr(relpath: str) -> bool:
+    return str(relpath).endswith(".zarr")
+
+
 FEATURES_SUFFIX = ".features"
 LABELS_SUFFIX = ".labels"
 
@@ -101,12 +109,20 @@ class MatrixStore:
             os.close(fd)
         os.replace(tmp, path)
 
-    def write(self, X: np.ndarray, y: np.ndarray) -> tuple[str, str]:
-        """Write a new pair of files; return their paths relative to the data directory."""
+    def write(self, X: np.ndarray, y: np.ndarray, store: str = "files") -> tuple[str, str]:
+        """Write a new pair of files; return their paths relative to the data directory. ``store="zarr"``: the
+        features go to a Zarr store instead (:mod:`lethe.curator.dask_plane`)."""
+        if store not in STORES:
+            raise ValueError(f"store must be one of {STORES}. Found {store!r}.")
         name = uuid.uuid4().hex
         root = self._dir()
         fpath, lpath = root / (name + FEATURES_SUFFIX), root / (name + LABELS_SUFFIX)
-        self._write(fpath, np.asarray(X, dtype=np.float64))
+        if store == "zarr":
+            from lethe.curator import dask_plane
+
+            fpath = dask_plane.write_features(root, name, X)
+        else:
+            self._write(fpath, np.asarray(X, dtype=np.float64))
         self._write(lpath, np.asarray(y, dtype=np.float64).reshape(-1, 1))
         _fsync_dir(root)
         return str(fpath.relative_to(self.data_dir)), str(lpath.relative_to(self.data_dir))
@@ -114,6 +130,11 @@ class MatrixStore:
     def open(self, plane: DataPlane) -> tuple[np.ndarray, np.ndarray]:
         """(X, y) of a plane: X a copy-on-write memory map (N × d), y read into memory (N,)."""
         n, d = int(plane.n_rows), int(plane.n_features)
+        if _is_zarr(plane.features_path):  # a Dask array over the read-only store, on the configured cluster
+            from lethe.curator import dask_plane
+
+            y = np.fromfile(self.resolve(plane.labels_path), dtype="<f8", count=n)
+            return dask_plane.open_features(self.resolve(plane.features_path), n, d), y.astype(np.float64)
         X = np.memmap(self.resolve(plane.features_path), dtype="<f8", mode="c", shape=(n, d))
         y = np.fromfile(self.resolve(plane.labels_path), dtype="<f8", count=n)
         return X, y.astype(np.float64)
@@ -127,6 +148,11 @@ class MatrixStore:
         if rows[0] < 0 or rows[-1] >= int(plane.n_rows):
             raise ValueError(f"rows must be in [0, {plane.n_rows}). Found {int(rows[0])}..{int(rows[-1])}.")
         for relpath, width in ((plane.features_path, d), (plane.labels_path, 1)):
+            if _is_zarr(relpath):
+                from lethe.curator import dask_plane
+
+                dask_plane.erase_rows(self.resolve(relpath), rows)
+                continue
             zeros = bytes(8 * width)
             fd = os.open(self.resolve(relpath), os.O_WRONLY)
             try:
@@ -141,7 +167,8 @@ class MatrixStore:
         """Every file under the data-plane directory (relative paths), including a crashed registration's."""
         if not self.root.exists():
             return []
-        return sorted(str(p.relative_to(self.data_dir)) for p in self.root.iterdir() if p.is_file())
+        return sorted(str(p.relative_to(self.data_dir)) for p in self.root.iterdir()
+                      if p.is_file() or _is_zarr(p.name))  # a Zarr store is one entry (a directory)
 
 
-__all__ = ["DataPlane", "DataView", "MatrixStore"]
+__all__ = ["STORES", "DataPlane", "DataView", "MatrixStore"]

@@ -44,7 +44,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from lethe._rng import RandomState, check_random_state
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore, destroy_file
-from lethe.curator.dataplane import DataPlane, DataView, MatrixStore
+from lethe.curator.dask_plane import active_rows
+from lethe.curator.dataplane import STORES, DataPlane, DataView, MatrixStore
 from lethe.curator.public import check_payload, public_certificate, public_error, requester_error
 from lethe.curator.store import (
     DB_FILENAME,
@@ -504,8 +505,11 @@ class Curator:
     def register_dataset(self, name: str, path: str | Path, *, key: str, label: str,
                          features: list[str] | None = None, normalize: str = "none",
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
-                         file_format: str | None = None) -> dict[str, Any]:
+                         file_format: str | None = None, store: str = "files") -> dict[str, Any]:
         """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
+
+        ``store``: ``"files"`` (fixed-width files) or ``"zarr"`` (a Zarr store computed on a Dask cluster,
+        :mod:`lethe.curator.dask_plane`).
 
         ``header``, ``categorical`` (one-hot encoded columns), ``file_format``: see
         :func:`lethe.curator.tables.read_table`. String labels are mapped to 0, 1, ... (sorted); the classes and
@@ -517,6 +521,8 @@ class Curator:
             raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
         if normalize not in NORMALIZE:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
+        if store not in STORES:
+            raise InvalidInputError(f"store must be one of {STORES}. Found {store!r}.")
         table = read_table(path, key=key, label=label, features=features, header=header, categorical=categorical,
                            file_format=file_format)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
@@ -537,7 +543,7 @@ class Curator:
         elif y_stored.dtype.kind != "f":
             values, codes = np.unique(y_stored, return_inverse=True)
             classes, y_stored = [str(v) for v in values], codes.astype(np.float64)
-        fpath, lpath = self.matrices.write(X, y_stored)
+        fpath, lpath = self.matrices.write(X, y_stored, store=store)
         try:
             with self.store.write() as s, s.begin():
                 if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
@@ -614,7 +620,7 @@ class Curator:
         view, _plane, ids = self._data_view(s, dataset_id, n_features)
         if bool(np.all(view.active)):
             return ids, view.X, view.y
-        return ids[view.active], np.asarray(view.X[view.active]), view.y[view.active]
+        return ids[view.active], active_rows(view.X, view.active), view.y[view.active]
 
     # -- training ---------------------------------------------------------------------------------------------------
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
@@ -1490,7 +1496,7 @@ class Curator:
                     ids = row_ids[view.active]
                     pos = {int(r): i for i, r in enumerate(ids)}
                     indices = np.array([pos[int(r)] for r in record_ids], dtype=np.int64)
-                    X = view.X if bool(np.all(view.active)) else np.asarray(view.X[view.active])
+                    X = view.X if bool(np.all(view.active)) else active_rows(view.X, view.active)
                     artifact = self.artifacts.load(old.artifact, old.sha256, binding)
                     new_art, cert = adapter.remove(artifact, X, view.y[view.active], indices, rng)
                 relpath, sha = self.artifacts.save(new_art, binding)
