@@ -21,9 +21,10 @@ runs in the model's dtype, and its rounding (≈ 1e-7 ‖θ‖ in float32) is no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -283,6 +284,77 @@ class NNUnlearningCertificate(JsonRecord):
         return cls(**d)
 
 
+
+@contextlib.contextmanager
+def _restored_on_failure(model: nn.Module) -> Iterator[None]:
+    """Put ``model`` in eval mode for an unlearning run; if anything fails, restore its parameters and mode."""
+    backup = [p.detach().clone() for p in model.parameters()]
+    was_training = model.training
+    try:
+        model.eval()
+        yield
+    except BaseException:
+        with torch.no_grad():
+            for p, saved in zip(model.parameters(), backup, strict=True):
+                p.copy_(saved)
+        model.train(was_training)
+        raise
+
+
+@dataclass
+class _Run:
+    """The checked arguments shared by :func:`unlearn` and :func:`unlearn_model_clip`: retained data, batch size,
+    post-processing, and the randomness (a numpy Generator for batches, a torch Generator for noise)."""
+
+    Xt: torch.Tensor
+    yt: torch.Tensor
+    n: int
+    bb: int
+    post: int
+    plr: float
+    prad: float | None
+    pmom: float
+    removed: int
+    rng: np.random.Generator
+    gen: torch.Generator
+
+    @classmethod
+    def check(cls, X_retained: Any, y_retained: Any, *, lr: float, batch_size: int, post_steps: int,
+              post_lr: float | None, post_radius: float | None, post_momentum: float, n_removed: int,
+              random_state: RandomState) -> _Run:
+        Xt, yt = _as_tensors(X_retained, y_retained)
+        b = check_positive_int("batch_size", batch_size)
+        post = int(check_nonnegative("post_steps", post_steps))
+        if post != post_steps:
+            raise ValueError(f"post_steps must be an integer >= 0. Found {post_steps!r}.")
+        plr = lr if post_lr is None else check_positive("post_lr", post_lr)
+        prad = None if post_radius is None else check_positive("post_radius", post_radius)
+        pmom = check_nonnegative("post_momentum", post_momentum)
+        removed = int(check_nonnegative("n_removed", n_removed))
+        rng = check_random_state(random_state)
+        gen = _torch_generator(rng)
+        n = int(Xt.shape[0])
+        return cls(Xt, yt, n, min(b, n), post, plr, prad, pmom, removed, rng, gen)
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A mini-batch of the retained rows, drawn without replacement."""
+        idx = torch.from_numpy(self.rng.choice(self.n, size=self.bb, replace=False))
+        return self.Xt[idx], self.yt[idx]
+
+    def post_process(self, model: nn.Module, params: Sequence[torch.Tensor], loss_fn: LossFn) -> None:
+        """The optional projection onto ``post_radius`` and plain (momentum) SGD steps on the retained data."""
+        if self.prad is not None:
+            project_model(model, self.prad)
+        velocity = [torch.zeros_like(p) for p in params]
+        for _ in range(self.post):
+            Xb, yb = self.batch()
+            grads = torch.autograd.grad(loss_fn(model(Xb), yb), params)
+            with torch.no_grad():
+                for p, gp, v in zip(params, grads, velocity, strict=True):
+                    v.mul_(self.pmom).add_(gp)
+                    p.add_(v, alpha=-self.plr)
+
+
 def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: FineTuneSchedule,
             batch_size: int = 64, clipping: str = "per_sample", loss_fn: LossFn = _cross_entropy,
             post_steps: int = 0, post_lr: float | None = None, post_radius: float | None = None,
@@ -329,55 +401,26 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
     if not isinstance(schedule, FineTuneSchedule):
         raise TypeError("schedule must be a FineTuneSchedule (see calibrate_finetune). "
                         f"Found {type(schedule).__name__}.")
-    Xt, yt = _as_tensors(X_retained, y_retained)
-    b = check_positive_int("batch_size", batch_size)
     mode = check_choice("clipping", clipping, ("per_sample", "batch"))
-    post = int(check_nonnegative("post_steps", post_steps))
-    if post != post_steps:
-        raise ValueError(f"post_steps must be an integer >= 0. Found {post_steps!r}.")
-    plr = schedule.lr if post_lr is None else check_positive("post_lr", post_lr)
-    prad = None if post_radius is None else check_positive("post_radius", post_radius)
-    pmom = check_nonnegative("post_momentum", post_momentum)
-    removed = int(check_nonnegative("n_removed", n_removed))
-    rng = check_random_state(random_state)
-    gen = _torch_generator(rng)
-    n = int(Xt.shape[0])
-    bb = min(b, n)
-    backup = [p.detach().clone() for p in model.parameters()]
-    was_training = model.training
-    try:
-        model.eval()
+    run = _Run.check(X_retained, y_retained, lr=schedule.lr, batch_size=batch_size, post_steps=post_steps,
+                     post_lr=post_lr, post_radius=post_radius, post_momentum=post_momentum, n_removed=n_removed,
+                     random_state=random_state)
+    with _restored_on_failure(model):
         params = list(model.parameters())
         project_model(model, schedule.model_radius)
         decay = 1.0 - schedule.lr * schedule.weight_decay
         for _ in range(schedule.steps):
-            idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
-            g = clipped_gradient(model, Xt[idx], yt[idx], schedule.grad_clip, clipping=mode, loss_fn=loss_fn)
+            Xb, yb = run.batch()
+            g = clipped_gradient(model, Xb, yb, schedule.grad_clip, clipping=mode, loss_fn=loss_fn)
             with torch.no_grad():
                 for p, gp in zip(params, g, strict=True):
-                    noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
+                    noise = torch.randn(p.shape, generator=run.gen, dtype=p.dtype)
                     p.mul_(decay).add_(gp, alpha=-schedule.lr).add_(noise, alpha=schedule.sigma)
-        if prad is not None:
-            project_model(model, prad)
-        velocity = [torch.zeros_like(p) for p in params]
-        for _ in range(post):
-            idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
-            loss = loss_fn(model(Xt[idx]), yt[idx])
-            grads = torch.autograd.grad(loss, params)
-            with torch.no_grad():
-                for p, gp, v in zip(params, grads, velocity, strict=True):
-                    v.mul_(pmom).add_(gp)
-                    p.add_(v, alpha=-plr)
-    except BaseException:
-        with torch.no_grad():
-            for p, saved in zip(model.parameters(), backup, strict=True):
-                p.copy_(saved)
-        model.train(was_training)
-        raise
+        run.post_process(model, params, loss_fn)
     return NNUnlearningCertificate(
-        operation="unlearn", **schedule.to_dict(), clipping=mode, batch_size=bb, post_steps=post, post_radius=prad,
-        post_momentum=pmom, n_retained=n, n_removed=removed,
-        gradient_evaluations=(schedule.steps + post) * bb)
+        operation="unlearn", **schedule.to_dict(), clipping=mode, batch_size=run.bb, post_steps=run.post,
+        post_radius=run.prad, post_momentum=run.pmom, n_retained=run.n, n_removed=run.removed,
+        gradient_evaluations=(schedule.steps + run.post) * run.bb)
 
 
 @dataclass(frozen=True)
@@ -442,54 +485,26 @@ def unlearn_model_clip(model: nn.Module, X_retained: Any, y_retained: Any, *, sc
     if not isinstance(schedule, ModelClipSchedule):
         raise TypeError("schedule must be a ModelClipSchedule (see calibrate_model_clip). "
                         f"Found {type(schedule).__name__}.")
-    Xt, yt = _as_tensors(X_retained, y_retained)
-    b = check_positive_int("batch_size", batch_size)
-    post = int(check_nonnegative("post_steps", post_steps))
-    if post != post_steps:
-        raise ValueError(f"post_steps must be an integer >= 0. Found {post_steps!r}.")
-    plr = schedule.lr if post_lr is None else check_positive("post_lr", post_lr)
-    prad = None if post_radius is None else check_positive("post_radius", post_radius)
-    pmom = check_nonnegative("post_momentum", post_momentum)
-    removed = int(check_nonnegative("n_removed", n_removed))
-    rng = check_random_state(random_state)
-    gen = _torch_generator(rng)
-    n = int(Xt.shape[0])
-    bb = min(b, n)
-    backup = [p.detach().clone() for p in model.parameters()]
-    was_training = model.training
-    try:
-        model.eval()
+    run = _Run.check(X_retained, y_retained, lr=schedule.lr, batch_size=batch_size, post_steps=post_steps,
+                     post_lr=post_lr, post_radius=post_radius, post_momentum=post_momentum, n_removed=n_removed,
+                     random_state=random_state)
+    with _restored_on_failure(model):
         params = list(model.parameters())
         decay = 1.0 - schedule.lr * schedule.weight_decay
         for _ in range(schedule.steps):
-            idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
-            grads = torch.autograd.grad(loss_fn(model(Xt[idx]), yt[idx]), params)
+            Xb, yb = run.batch()
+            grads = torch.autograd.grad(loss_fn(model(Xb), yb), params)
             with torch.no_grad():
                 for p, gp in zip(params, grads, strict=True):
                     p.mul_(decay).add_(gp, alpha=-schedule.lr)
             project_model(model, schedule.model_clip)
             with torch.no_grad():
                 for p in params:
-                    p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype), alpha=schedule.sigma)
-        if prad is not None:
-            project_model(model, prad)
-        velocity = [torch.zeros_like(p) for p in params]
-        for _ in range(post):
-            idx = torch.from_numpy(rng.choice(n, size=bb, replace=False))
-            grads = torch.autograd.grad(loss_fn(model(Xt[idx]), yt[idx]), params)
-            with torch.no_grad():
-                for p, gp, v in zip(params, grads, velocity, strict=True):
-                    v.mul_(pmom).add_(gp)
-                    p.add_(v, alpha=-plr)
-    except BaseException:
-        with torch.no_grad():
-            for p, saved in zip(model.parameters(), backup, strict=True):
-                p.copy_(saved)
-        model.train(was_training)
-        raise
+                    p.add_(torch.randn(p.shape, generator=run.gen, dtype=p.dtype), alpha=schedule.sigma)
+        run.post_process(model, params, loss_fn)
     return ModelClipCertificate(
         operation="unlearn_model_clip", theorem=schedule.theorem, epsilon=schedule.epsilon, delta=schedule.delta,
         delta_certified=schedule.delta_certified, sigma=schedule.sigma, steps=schedule.steps,
-        model_clip=schedule.model_clip, lr=schedule.lr, weight_decay=schedule.weight_decay, batch_size=bb,
-        post_steps=post, post_radius=prad, post_momentum=pmom, n_retained=n, n_removed=removed,
-        gradient_evaluations=(schedule.steps + post) * bb)
+        model_clip=schedule.model_clip, lr=schedule.lr, weight_decay=schedule.weight_decay, batch_size=run.bb,
+        post_steps=run.post, post_radius=run.prad, post_momentum=run.pmom, n_retained=run.n, n_removed=run.removed,
+        gradient_evaluations=(schedule.steps + run.post) * run.bb)
