@@ -383,3 +383,35 @@ def test_noisy_gd_mechanism_through_the_service(tmp_path: Path, data: Data) -> N
     assert c.predict("ngd", data.X[:4].tolist())["version"] == 2
     with pytest.raises(InvalidInputError, match="Unknown parameter"):
         c.train("people", "bad", mechanism="noisy-gd", params={"sigma": 1.0})
+
+
+def test_worker_never_waits_on_a_progress_bar_lock_held_by_a_dead_process(curator: Curator) -> None:
+    # tqdm's constructor takes tqdm.get_lock() even when disabled; that lock is a multiprocessing RLock shared with
+    # forked processes, so a worker SIGKILLed while holding it hung every later batch (found in test_crash). The
+    # unattended path must not touch it: hold the lock from another thread and process a batch.
+    import threading
+
+    from tqdm import tqdm
+
+    lock = tqdm.get_lock()
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            held.set()
+            release.wait(120)
+
+    t = threading.Thread(target=holder, daemon=True)
+    t.start()
+    assert held.wait(10)
+    results: list[object] = []
+    try:
+        curator.submit_deletion("people", "user-0003")
+        worker = threading.Thread(target=lambda: results.extend(curator.process_pending(force=True)), daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "process_pending blocked on tqdm's lock"
+    finally:
+        release.set()
+        t.join(10)
+    assert [r.status for r in results] == ["done"]  # type: ignore[attr-defined]

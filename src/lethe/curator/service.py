@@ -82,6 +82,35 @@ TOKEN_CACHE_SECONDS = 5.0  # longest a verified token stays cached without a loo
 
 
 # -- errors (the HTTP API maps them to status codes) ----------------------------------------------------------------
+
+class _NoBar:
+    """The stand-in for a progress bar where none is shown."""
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: float = 1) -> None:
+        return None
+
+
+def _progress_bar(progress: bool, **kwargs: Any) -> Any:
+    """A tqdm bar if ``progress``, else a no-op one.
+
+    tqdm's constructor takes ``tqdm.get_lock()`` even when the bar is disabled, and that lock is a
+    ``multiprocessing`` RLock shared with every process forked after it was made. A worker killed (SIGKILL, OOM)
+    while holding it would leave every other process of the service hanging at its next bar, so the unattended
+    paths (the worker, the server) never construct one.
+    """
+    if not progress:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(**kwargs)
+
+
 class CuratorError(LetheError, ValueError):
     """A request the curator refuses; nothing was changed."""
 
@@ -514,8 +543,6 @@ class Curator:
         ``header``, ``categorical`` (one-hot encoded columns), ``file_format``: see
         :func:`lethe.curator.tables.read_table`. String labels are mapped to 0, 1, ... (sorted); the classes and
         categories are kept with the dataset (``dataset_info``)."""
-        from tqdm import tqdm
-
         _check_name("dataset name", name)
         if name.startswith(DROPPED_PREFIX):
             raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
@@ -556,7 +583,7 @@ class Curator:
                 chunk = 50_000
                 # the records table holds each key's keyed digest (the one its deletion request will hold), never
                 # the key: no plain key or value of this dataset reaches the database, its WAL or a dead tuple
-                with tqdm(total=n, desc=f"import {name}", unit="rec", disable=not progress) as bar:
+                with _progress_bar(progress, total=n, desc=f"import {name}", unit="rec") as bar:
                     for start in range(0, n, chunk):
                         stop = min(start + chunk, n)
                         s.execute(insert(Record), [{"id": base + i, "dataset_id": ds.id,
@@ -630,15 +657,13 @@ class Curator:
 
         ``random_state`` seeds the secret perturbation: use it in tests only (a known seed reveals b).
         """
-        from tqdm import tqdm
-
         _check_name("model name", model)
         try:
             adapter = get_adapter(mechanism, params)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         rng = check_random_state(random_state)
-        with self.lock.hold(), tqdm(total=3, desc=f"train {model}", disable=not progress) as bar:
+        with self.lock.hold(), _progress_bar(progress, total=3, desc=f"train {model}") as bar:
             self._recover_locked()
             with self.store.read() as s:
                 ds = self._dataset(s, dataset)
@@ -1291,13 +1316,11 @@ class Curator:
         fails on is split, and each part has its own result; ``max_batches`` counts the batches taken from the
         queue, not their parts).
         """
-        from tqdm import tqdm
-
         results: list[BatchResult] = []
         taken = 0
         with self.lock.hold(lock_timeout):
             self._recover_locked()
-            with tqdm(desc="forget", unit="req", disable=not progress) as bar:
+            with _progress_bar(progress, desc="forget", unit="req") as bar:
                 while max_batches is None or taken < max_batches:
                     batch = self._next_batch(force)
                     if batch is None:
