@@ -38,7 +38,7 @@ def _forget(c: Curator, keys: list[str]) -> list[dict]:
     return [c.request_certificates(v["id"])[0]["certificate"] for v in views]
 
 
-@pytest.mark.parametrize("solver", ["pcg", "onepass"])
+@pytest.mark.parametrize("solver", ["pcg", "onepass", "anchor"])
 def test_service_supports_as_many_removals_as_the_estimator(tmp_path: Path, data: Data, solver: str) -> None:
     """Same data, parameters and seed: the service retrains at the same removal as the estimator, with the same
     certified bounds before it (the estimators' defaults: tight bound, analytic calibration)."""
@@ -60,7 +60,8 @@ def test_service_supports_as_many_removals_as_the_estimator(tmp_path: Path, data
             break
         assert cs["residual_bound"] == ce.residual_bound and cs["bound_mode"] == "tight"
         assert cs["calibration"] == "analytic" and cs["solver"] == solver
-    assert first["estimator"] is not None and first["estimator"] >= 10, first
+    # anchor's mismatch bound is the loosest of the three: it retrains sooner on this small problem
+    assert first["estimator"] is not None and first["estimator"] >= (5 if solver == "anchor" else 10), first
     assert first["service"] == first["estimator"], first
     c.close()
 
