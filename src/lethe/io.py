@@ -30,6 +30,10 @@ class JsonRecord:
         """A JSON-serialisable dict."""
         return asdict(self)  # type: ignore[call-overload]
 
+    def to_json(self) -> str:
+        """:meth:`to_dict` as JSON text (keys sorted)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
 
 def save_npz(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, secret: bool = True) -> Path:
     """Write ``arrays`` and JSON-serialisable ``meta`` to ``path`` atomically; mode 0600 when ``secret``.

@@ -22,7 +22,6 @@ runs in the model's dtype, and its rounding (≈ 1e-7 ‖θ‖ in float32) is no
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
@@ -271,10 +270,6 @@ class NNUnlearningCertificate(JsonRecord):
     n_removed: int
     gradient_evaluations: int
 
-    def to_json(self) -> str:
-        """JSON text."""
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NNUnlearningCertificate:
         """Inverse of :meth:`to_dict`; raises ``ValueError`` on missing or unknown keys."""
@@ -463,10 +458,6 @@ class ModelClipCertificate(JsonRecord):
     n_retained: int
     n_removed: int
     gradient_evaluations: int
-
-    def to_json(self) -> str:
-        """JSON text."""
-        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 def unlearn_model_clip(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: ModelClipSchedule,
