@@ -127,7 +127,7 @@ def row_norms(X: Any) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         sq = np.einsum("ij,ij->i", X, X)
     out = np.sqrt(sq)
-    odd = ~((sq >= 2.0 ** -900) & (sq <= 2.0 ** 900)) & (sq != 0.0)
+    odd = ~((sq >= 2.0 ** -900) & (sq <= 2.0 ** 900))  # a zero sum may hide nonzero entries whose squares underflow
     if odd.any():
         Xo = X[odd]
         m = np.max(np.abs(Xo), axis=1) if X.shape[1] else np.zeros(Xo.shape[0])
