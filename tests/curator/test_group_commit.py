@@ -226,3 +226,37 @@ def test_submit_deletions_answers_as_serial(tmp_path: Path, backend: str | None)
     finally:
         serial.close()
     assert _normalise(grouped) == _normalise(replay)
+
+
+def test_a_failed_group_logs_no_record_detail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """A group that fails as a whole is logged by the exception's type only: its message (here standing for a
+    database error's SQL parameters) names the group's records."""
+    data = make_data(tmp_path / "data.csv")
+    c = _curator(tmp_path / "c", data.csv, None)
+    group_original = Curator._submit_group_in
+
+    def failing_group(self: Curator, s: Any, group: list[Any]) -> Any:
+        if len(group) > 1:
+            raise RuntimeError("row 17, key user-0003")
+        return group_original(self, s, group)
+
+    monkeypatch.setattr(Curator, "_submit_group_in", failing_group)
+    try:
+        with caplog.at_level("DEBUG", logger="lethe"):
+            _submit_concurrently(c, [(ALICE, "people", f"user-{i:04d}", None) for i in range(9)])
+        assert "failed as a whole (RuntimeError)" in caplog.text
+        assert "user-0003" not in caplog.text and "row 17" not in caplog.text
+    finally:
+        c.close()
+
+
+def test_database_errors_carry_no_statement_parameters(tmp_path: Path) -> None:
+    data = make_data(tmp_path / "data.csv")
+    c = _curator(tmp_path / "c", data.csv, None)
+    try:
+        with pytest.raises(Exception) as info, c.store.write_engine.begin() as conn:
+            conn.execute(text("INSERT INTO no_such_table (x) VALUES (:v)"), {"v": "secret-key-0042"})
+        assert "secret-key-0042" not in str(info.value)
+    finally:
+        c.close()

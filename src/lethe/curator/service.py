@@ -83,6 +83,14 @@ TOKEN_CACHE_SECONDS = 5.0  # longest a verified token stays cached without a loo
 
 # -- errors (the HTTP API maps them to status codes) ----------------------------------------------------------------
 
+
+def _log_group_failure(size: int, exc: BaseException) -> None:
+    """Log that a group of submissions failed as a whole, naming only the exception's type: its message or
+    traceback (a database error's SQL parameters) can carry the group's record positions and key digests, which no
+    log line may (``lethe.curator.public``)."""
+    log.warning("a group of %d deletion submissions failed as a whole (%s); each is retried alone", size,
+                type(exc).__name__)
+
 class _NoBar:
     """The stand-in for a progress bar where none is shown."""
 
@@ -849,9 +857,8 @@ class Curator:
                 outcomes = self._submit_group_in(s, group)
         except IntegrityError:
             outcomes = None
-        except Exception:
-            log.warning("a group of %d deletion submissions failed as a whole; each is retried alone", len(group),
-                        exc_info=True)
+        except Exception as exc:
+            _log_group_failure(len(group), exc)
             return
         if outcomes is None:
             outcomes = self._commit_group_serially(group)
@@ -969,9 +976,8 @@ class Curator:
                             outcome = (None, exc)
                             break
                     outcomes.append(outcome)
-        except Exception:
-            log.warning("a group of %d deletion submissions failed as a whole; each is retried alone", len(group),
-                        exc_info=True)
+        except Exception as exc:
+            _log_group_failure(len(group), exc)
             return None
         return outcomes
 

@@ -314,7 +314,9 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        kwargs: dict[str, Any] = {"future": True}
+        # hide_parameters: a database error's text never carries the statement's values (record positions, key
+        # digests, requester names), wherever it is logged or shown
+        kwargs: dict[str, Any] = {"future": True, "hide_parameters": True}
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         self.write_engine = create_engine(url, **kwargs)
