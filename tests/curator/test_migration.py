@@ -1,6 +1,6 @@
-"""Schema upgrade 1 → 2 through Alembic (lethe.curator.migrations): legacy duplicates closed, stored certificates
+"""Schema upgrades 1 → 2 → 3 through Alembic (lethe.curator.migrations): legacy duplicates closed, stored certificates
 rewritten without row positions, the unique constraint on live requests in place; a store from a newer lethe is
-refused; reopening is idempotent."""
+refused; reopening is idempotent; version 3 adds the console's request indexes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from lethe.curator import Curator
+from lethe.curator.store import CONSOLE_INDEXES
 
 
 def test_upgrade_from_version_1(curator: Curator) -> None:
@@ -38,8 +39,8 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
         with c.store.read_engine.connect() as conn:
             raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
                                {"r": view["id"]}).scalar()
-            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "2"
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "3"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
         assert "removed_indices" not in json.loads(raw) and "seconds" not in json.loads(raw)
         assert c.request_status("dup-1")["status"] == "failed"
         assert c.request_status(pending["id"])["status"] == "pending"
@@ -55,7 +56,7 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
 
 def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
     with curator.store.read_engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
     data_dir = curator.data_dir
     curator.close()
     Curator(data_dir).close()  # reopening changes nothing
@@ -65,3 +66,32 @@ def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
     c.close()
     with pytest.raises(Exception, match="schema version 99"):
         Curator(data_dir)
+
+
+def _request_indexes(c: Curator) -> set[str]:
+    with c.store.read_engine.connect() as conn:
+        return set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                     "AND tbl_name = 'deletion_requests'")).scalars())
+
+
+def test_upgrade_from_version_2_adds_the_console_indexes(curator: Curator) -> None:
+    wanted = {name for name, _ in CONSOLE_INDEXES}
+    assert wanted <= _request_indexes(curator)  # a new store has them without the console
+    view, _ = curator.submit_deletion("people", "user-0001")
+    with curator.store.write_engine.begin() as conn:  # make it look like a version-2 store
+        for name in wanted:
+            conn.execute(text(f"DROP INDEX {name}"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
+        conn.execute(text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
+    assert not wanted & _request_indexes(curator)
+    data_dir = curator.data_dir
+    curator.close()
+    c = Curator(data_dir)
+    try:
+        assert wanted <= _request_indexes(c)
+        with c.store.read_engine.connect() as conn:
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "3"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        assert c.request_status(view["id"])["status"] == "pending"  # nothing else changed
+    finally:
+        c.close()

@@ -48,8 +48,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 from lethe.curator.public import check_payload, public_certificate, public_error
 
-SCHEMA_VERSION = 2
-REVISIONS = {1: "0001", 2: "0002"}  # meta.schema_version -> Alembic revision (lethe.curator.migrations)
+SCHEMA_VERSION = 3
+REVISIONS = {1: "0001", 2: "0002", 3: "0003"}  # meta.schema_version -> Alembic revision (lethe.curator.migrations)
+
+# (name, columns): composite indexes on ``deletion_requests`` for the console's keyset pagination under each filter
+# of its Requests page (schema version 3; created by migration 0003 on older stores).
+CONSOLE_INDEXES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ix_console_req_time", ("submitted_at", "id")),
+    ("ix_console_req_status_time", ("status", "submitted_at", "id")),
+    ("ix_console_req_requester_time", ("requester", "submitted_at", "id")),
+    ("ix_console_req_dataset_time", ("dataset_id", "submitted_at", "id")),
+    ("ix_console_req_client_id", ("client_request_id",)),
+)
 DB_FILENAME = "lethe.db"
 
 
@@ -169,6 +179,7 @@ class DeletionRequest(Base):
         # submissions cannot both be accepted (PostgreSQL's READ COMMITTED lets two check-then-insert run at once)
         Index("uq_live_request_key", "dataset_id", "key_digest", unique=True,
               sqlite_where=text("status != 'failed'"), postgresql_where=text("status != 'failed'")),
+        *(Index(name, *cols) for name, cols in CONSOLE_INDEXES),
     )
 
     @validates("error")
@@ -425,6 +436,16 @@ def migrate_1_to_2(connection: Any) -> None:
             ix.create(connection, checkfirst=True)
 
 
+def migrate_2_to_3(connection: Any) -> None:
+    """Schema 2 → 3 (Alembic revision 0003): the console's composite indexes on ``deletion_requests``
+    (:data:`CONSOLE_INDEXES`), which version 2 created when the console started. Idempotent (``checkfirst``)."""
+    names = {name for name, _ in CONSOLE_INDEXES}
+    table: Any = DeletionRequest.__table__
+    for ix in table.indexes:
+        if ix.name in names:
+            ix.create(connection, checkfirst=True)
+
+
 def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,
               version_id: int | None = None, request_id: str | None = None) -> LedgerEvent:
     """Append one ledger event (validated JSON-serialisable first: a bad payload records nothing)."""
@@ -437,6 +458,6 @@ def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None
 
 
 __all__ = [
-    "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation", "Meta", "Model",
-    "ModelVersion", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
+    "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation",
+    "Meta", "Model", "ModelVersion", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
 ]

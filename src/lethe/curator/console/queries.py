@@ -9,8 +9,9 @@ and times — never the key (the store keeps only its HMAC digest, which is neve
 Certificates are reduced to a fixed list of public fields by :mod:`lethe.curator.console.certificate`.
 
 Keyset pagination: requests are listed newest first by ``(submitted_at, id)``; a cursor is the last row's pair.
-:func:`ensure_indexes` creates the composite indexes that make every filter of the Requests page an index range
-scan (measured by ``benchmarks/bench_console.py`` on 10⁶ requests).
+The store's schema (version 3, :data:`lethe.curator.store.CONSOLE_INDEXES`) has the composite indexes that make
+every filter of the Requests page an index range scan (measured by ``benchmarks/bench_console.py`` on 10⁶
+requests).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, text, tuple_
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from lethe.curator.store import (
+    CONSOLE_INDEXES,
     CertificateRow,
     Dataset,
     DeletionRequest,
@@ -45,30 +46,9 @@ log = logging.getLogger("lethe.curator.console")
 
 STATUSES = ("pending", "done", "failed")
 
-# (name, columns): composite indexes for keyset pagination under each filter of the Requests page.
-INDEXES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ix_console_req_time", ("submitted_at", "id")),
-    ("ix_console_req_status_time", ("status", "submitted_at", "id")),
-    ("ix_console_req_requester_time", ("requester", "submitted_at", "id")),
-    ("ix_console_req_dataset_time", ("dataset_id", "submitted_at", "id")),
-    ("ix_console_req_client_id", ("client_request_id",)),
-)
-
-
-def ensure_indexes(store: Any) -> bool:
-    """Create the console's indexes on ``deletion_requests`` if missing (idempotent; SQLite and PostgreSQL).
-
-    Returns False (and logs a warning) if the database refused, e.g. a read-only store: pages still work, slower.
-    """
-    try:
-        with store.write_engine.begin() as conn:
-            for name, cols in INDEXES:
-                conn.execute(text(f"CREATE INDEX IF NOT EXISTS {name} ON deletion_requests ({', '.join(cols)})"))
-    except DBAPIError as exc:
-        log.warning("console: could not create the request indexes (%s); the Requests page will be slower",
-                    type(exc).__name__)
-        return False
-    return True
+# (name, columns): the store's composite indexes for keyset pagination under each filter of the Requests page
+# (created with the schema: migration 0003 for older stores).
+INDEXES = CONSOLE_INDEXES
 
 
 # -- cursors -----------------------------------------------------------------------------------------------------------
@@ -385,7 +365,7 @@ def sqlite_triggers(s: Session) -> set[str]:
 
 __all__ = [
     "CHECKPOINT", "GENESIS", "HOLDOUT_ACCURACY", "HOLDOUT_SET", "INDEXES", "STATUSES", "RequestFilter",
-    "RequestPage", "append_event", "certificates_of", "datasets", "decode_cursor", "encode_cursor", "ensure_indexes",
+    "RequestPage", "append_event", "certificates_of", "datasets", "decode_cursor", "encode_cursor",
     "get_request", "holdout_accuracies", "holdout_assignments", "iter_chain", "ledger_bounds", "ledger_kinds",
     "ledger_page", "list_requests", "model_versions", "models", "published_versions", "sqlite_triggers",
     "status_counts", "superseded_versions", "token_active", "version_artifact",

@@ -82,7 +82,6 @@ def console_router(curator: Curator) -> APIRouter:
             evaluator.stop()
 
     router = APIRouter(prefix=PREFIX, include_in_schema=False, lifespan=lifespan)
-    Q.ensure_indexes(curator.store)
 
     # -- helpers -------------------------------------------------------------------------------------------------------
     def render(request: Request, name: str, status: int = 200, sess: auth.Session | None = None,
