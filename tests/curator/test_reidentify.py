@@ -209,3 +209,42 @@ def test_log_tracebacks_withhold_exception_messages(tmp_path: Path) -> None:
         remove()
     text = (tmp_path / "logs" / "t.log").read_text()
     assert "ValueError (message withheld" in text and "173" not in text
+
+
+def test_worker_failures_reach_every_log_handler_without_their_message(curator: Curator,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker logs a failed warm-up or batch by the exception's type and frames only, for every handler — an
+    application's own logging set-up included, not only the curator's scrubbing log file: a mechanism's message can
+    name row positions and a key."""
+    import logging
+
+    from lethe.curator import run_worker
+
+    secret = "indices must be distinct. Found 17 more than once (key user-0003)"
+
+    def fail(*_a: Any, **_k: Any) -> Any:
+        raise ValueError(secret)
+
+    monkeypatch.setattr(Curator, "warm_up", fail)
+    monkeypatch.setattr(Curator, "process_pending", fail)
+    seen: list[str] = []
+
+    class Keep(logging.Handler):  # a plain handler, with logging's default formatter (tracebacks and all)
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(logging.Formatter().format(record))
+
+    handler = Keep(level=logging.DEBUG)
+    logger = logging.getLogger("lethe")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with pytest.raises(ValueError):
+            run_worker(curator, once=True, drain=True)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    text = "\n".join(seen)
+    assert "Found 17" not in text and "user-0003" not in text
+    assert "warm-up failed (ValueError" in text and "processing failed; will retry (ValueError" in text
+    assert "in fail" in text  # the frames are kept for the operator

@@ -23,8 +23,10 @@ Two views exist:
 
 from __future__ import annotations
 
+import logging
 import math
 import re
+import traceback
 from typing import Any
 
 #: Certificate fields kept in storage and shown to operators (admin). Scalars only (lists of strings for
@@ -120,6 +122,20 @@ def requester_error(error: str | None) -> str | None:
     return pub
 
 
+def log_failure(logger: logging.Logger, what: str, exc: BaseException, *, level: int = logging.ERROR) -> None:
+    """Log that ``what`` failed with ``exc``, naming the exception's type and its traceback's frames but never its
+    message (nor its chained exceptions' messages).
+
+    ``logger.exception`` would hand every handler — an application's own logging set-up included — the message,
+    which a mechanism may have written with row positions ("indices must be distinct. Found 17 ...") and a database
+    error with its statement's values; the curator's own log file scrubs it (``_ScrubbingFormatter``), other
+    handlers would not. This formats the record itself, so every handler receives the scrubbed text.
+    """
+    frames = "".join(traceback.format_tb(exc.__traceback__)) if exc.__traceback__ is not None else ""
+    logger.log(level, "%s (%s; message withheld: it may name records)\nTraceback (most recent call last):\n%s",
+               what, type(exc).__name__, frames.rstrip("\n"))
+
+
 def check_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """Refuse ledger payloads with keys that would carry positions, raw values or keys; scrub ``error`` texts.
 
@@ -146,4 +162,4 @@ def check_payload(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["CERTIFICATE_FIELDS", "FORBIDDEN_PAYLOAD_KEYS", "REQUESTER_CERTIFICATE_FIELDS", "WITHHELD",
-           "check_payload", "public_certificate", "public_error", "requester_error"]
+           "check_payload", "log_failure", "public_certificate", "public_error", "requester_error"]

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 
 from lethe.curator.adapters import available_mechanisms, get_adapter
+from lethe.curator.public import log_failure
 from lethe.curator.service import BusyError, Curator
 
 log = logging.getLogger("lethe.curator.worker")
@@ -36,8 +37,8 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
     curator.recover()
     try:
         curator.warm_up()  # the models' solver state, built once now rather than in the first batch
-    except Exception:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
-        log.exception("worker: warm-up failed")
+    except Exception as exc:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
+        log_failure(log, "worker: warm-up failed", exc)
     if on_ready is not None:
         on_ready()
     batches = 0
@@ -47,8 +48,8 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
             batches += len(results)
         except BusyError:
             results = []
-        except Exception:  # keep serving: the batch's transaction rolled back; it is retried on the next poll
-            log.exception("worker: processing failed; will retry")
+        except Exception as exc:  # keep serving: the batch's transaction rolled back; it is retried on the next poll
+            log_failure(log, "worker: processing failed; will retry", exc)
             results = []
             if once:
                 raise
@@ -76,8 +77,8 @@ class BackgroundWorker:
     def _run(self) -> None:
         try:
             run_worker(self.curator, stop=self.stop_event)
-        except Exception:
-            log.exception("worker thread stopped")
+        except Exception as exc:
+            log_failure(log, "worker thread stopped", exc)
 
     def start(self) -> None:
         self.thread.start()
