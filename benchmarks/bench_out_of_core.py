@@ -20,9 +20,11 @@ One run, side by side:
    peak RSS): fit, removals, refit.
 
 Quick check: ``python benchmarks/bench_out_of_core.py --rows 2000000 --dense-rows 200000``. The target:
-``nice -n 19 python benchmarks/bench_out_of_core.py --sigma 50`` (3 × 10⁷ rows; over an hour on the 2-core machine).
-At 3 × 10⁷ rows β₀'s rounding allowance (16 u (n + d) Σ magnitudes, growing as n²) is ~7: with the default σ = 10
-(budget 3.14) the training certificate is refused (measured; docs/backends.md), so the target needs σ ≳ 25.
+``nice -n 19 python benchmarks/bench_out_of_core.py`` (3 × 10⁷ rows; generate the store once with
+``python benchmarks/_ooc_data.py --rows 30000000 --path P`` and pass ``--path P --reuse --keep``). β₀'s rounding
+allowance sums over the backend's summation length (largest chunk + #chunks − 1 for Dask, docs/tighter_bounds.md
+§0a); with the former 16 u (n + d) Σ magnitudes it was 7.17 at this size and the default σ = 10 (budget 3.14) refused
+the training certificate.
 """
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ def gradient_rounding_allowance(*, sum_terms: int, dot_terms: int, n: int, d: in
       + 2 D1_EVAL_ULPS u F D + 2 F a √n   ℓ' evaluated at the computed margins (relative error; a = D1_EVAL_ABS)
       + s₂ F (γ_k F W + k η √n)        the margins' errors |fl(xᵢᵀw) − xᵢᵀw| ≤ γ_k ‖xᵢ‖‖w‖ (+ underflow) through ℓ'
       + η n √d                         products xᵢⱼd̃ᵢ that underflow (outside Higham's model)
-      + γ_{d+2} G                      the computed norm ‖g̃‖ (≤ its exact norm up to γ_{d+2})
+      + γ_{d+2} G + √(d η)             the computed norm ‖g̃‖ (relative error γ_{d+2}; squares that underflow)
 
     times :func:`evaluation_slack`. Parameters: ``sum_terms`` S ≥ the roundings any product xᵢⱼd̃ᵢ passes through in
     fl(Xᵀd̃) (the backend's ``sum_terms``: n dense, the largest column count sparse, largest chunk + #chunks − 1
@@ -225,7 +225,7 @@ def gradient_rounding_allowance(*, sum_terms: int, dot_terms: int, n: int, d: in
              + 2.0 * D1_EVAL_ULPS * UNIT_ROUNDOFF * fro * d1_norm + 2.0 * fro * D1_EVAL_ABS * rt_n
              + d2_sup * fro * (gamma_k(k) * fro * w_norm + k * eta * rt_n)
              + eta * n * math.sqrt(d)
-             + gamma_k(d + 2) * g_norm)
+             + gamma_k(d + 2) * g_norm + math.sqrt(d * eta))
     return total * evaluation_slack(8)
 
 
