@@ -178,6 +178,64 @@ def rounding_allowance(n: int, d: int, *magnitudes: float) -> float:
     return 16.0 * EPS * (n + d) * float(sum(abs(m) for m in magnitudes))
 
 
+#: Largest absolute error of one rounded product or quotient that underflows (gradual underflow, round to nearest:
+#: half the smallest subnormal, bounded here by the smallest subnormal itself).
+UNDERFLOW_ERROR = 2.0**-1074
+
+#: Relative error of one evaluation of a loss derivative ℓ'(z) at a float z, as a multiple of u: the logistic
+#: loss's −y·expit(−yz) (exp within 1 ulp, one addition, one division: < 4u), the squared loss's 2(z − y) (one
+#: subtraction: u). A new loss must meet it (docs/tighter_bounds.md §0a).
+D1_EVAL_ULPS = 8
+#: Absolute error allowed on top of :data:`D1_EVAL_ULPS` for values below the normal range: an expit whose exp
+#: overflows returns 0 for a true value below e^{−709.78} < 2⁻¹⁰²², and subnormal results lose ≤ 2⁻¹⁰⁷⁴.
+D1_EVAL_ABS = 2.0**-1021
+
+
+def gradient_rounding_allowance(*, sum_terms: int, dot_terms: int, n: int, d: int, fro: float, d1_norm: float,
+                                reg_norm: float, b_norm: float, d2_sup: float, w_norm: float,
+                                g_norm: float) -> float:
+    """A bound on ‖g̃ − ∇L_b(w; D)‖ for g̃ = fl(fl(Xᵀ d̃) + fl(fl(λn)·w)) + b, d̃ = fl(ℓ'(fl(Xw))), plus the rounding
+    of ‖g̃‖ itself: the allowance added to a measured gradient norm (β₀ of training, the anchor's re-measure).
+    Derivation: docs/tighter_bounds.md §0a (Higham 2002, §3.1: a sum whose every term passes through at most K
+    roundings — its own product and the additions on its way to the result, in ANY order or tree — is within
+    γ_K Σ|terms| of the exact sum). With every input an upper bound of the quantity named:
+
+        γ_K (F D + R + B)              the sum Xᵀd̃ + λn w + b, K = max(S + 2, 4)
+      + 2 D1_EVAL_ULPS u F D + 2 F a √n   ℓ' evaluated at the computed margins (relative error; a = D1_EVAL_ABS)
+      + s₂ F (γ_k F W + k η √n)        the margins' errors |fl(xᵢᵀw) − xᵢᵀw| ≤ γ_k ‖xᵢ‖‖w‖ (+ underflow) through ℓ'
+      + η n √d                         products xᵢⱼd̃ᵢ that underflow (outside Higham's model)
+      + γ_{d+2} G + √(d η)             the computed norm ‖g̃‖ (relative error γ_{d+2}; squares that underflow)
+
+    times :func:`evaluation_slack`. Parameters: ``sum_terms`` S ≥ the roundings any product xᵢⱼd̃ᵢ passes through in
+    fl(Xᵀd̃) (the backend's ``sum_terms``: n dense, the largest column count sparse, largest chunk + #chunks − 1
+    chunked); ``dot_terms`` k ≥ the products in one margin; F ≥ ‖X‖_F; D ≥ ‖d̃‖; R ≥ λn‖w‖; B ≥ ‖b‖; s₂ ≥ sup ℓ'';
+    W ≥ ‖w‖; G = the computed ‖g̃‖. Monotone in every input.
+
+    >>> a = gradient_rounding_allowance(sum_terms=1000, dot_terms=10, n=1000, d=10, fro=30.0, d1_norm=10.0,
+    ...                                 reg_norm=1.0, b_norm=1.0, d2_sup=0.25, w_norm=5.0, g_norm=1.0)
+    >>> 3.5e-11 < a < 3.6e-11  # ≈ γ_1002 · 302
+    True
+    """
+    S = max(int(sum_terms), 1)
+    K = max(S + 2, 4)
+    k = max(int(dot_terms), 1)
+    eta = UNDERFLOW_ERROR
+    rt_n = math.sqrt(n)
+    total = (gamma_k(K) * (fro * d1_norm + reg_norm + b_norm)
+             + 2.0 * D1_EVAL_ULPS * UNIT_ROUNDOFF * fro * d1_norm + 2.0 * fro * D1_EVAL_ABS * rt_n
+             + d2_sup * fro * (gamma_k(k) * fro * w_norm + k * eta * rt_n)
+             + eta * n * math.sqrt(d)
+             + gamma_k(d + 2) * g_norm + math.sqrt(d * eta))
+    return total * evaluation_slack(8)
+
+
+def inflate_norm(computed: float, terms: int) -> float:
+    """An upper bound on the exact 2-norm of a vector of ``terms`` floats from its computed norm
+    (:func:`vnorm`: relative error ≤ γ_{terms+2}; a root of a sum of squares, whose squares that underflow lose at
+    most η each, hence √(terms·η) on the root): computed·(1 + 2γ_{terms+2}) + √(terms·η)."""
+    return computed * (1.0 + 2.0 * gamma_k(terms + 2)) + math.sqrt(max(terms, 1) * UNDERFLOW_ERROR)
+
+
 def vnorm(x: np.ndarray) -> float:
     """‖x‖₂ of a vector without underflow or overflow: BLAS ``dnrm2`` (a scaled algorithm in the reference BLAS and
     OpenBLAS), recomputed as s √((x/s)·(x/s)) with s = max|xᵢ| when the result is below 1e-100 or not finite, so

@@ -26,9 +26,10 @@ from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
     evaluation_slack,
     gamma_k,
+    gradient_rounding_allowance,
+    inflate_norm,
     remainder_bound_paper,
     remainder_bound_tight,
-    rounding_allowance,
     vnorm,
 )
 from lethe.certified.cache import NewtonCache, _Buffers
@@ -92,7 +93,9 @@ def _row_norm_max(cfg: RemovalConfig, X: DataMatrix, cache: NewtonCache | None) 
     if cache is not None and cache.row_norm_max is not None:
         return cache.row_norm_max
     sq = backend_of(X).row_sq_norms(X)
-    rho = math.sqrt(float(np.max(sq, initial=0.0))) * (1.0 + 4.0 * U * X.shape[1]) + 1e-300
+    # squares that underflow lose ≤ 2⁻¹⁰⁷⁵ each (a row of entries below 1e-154 can sum to 0): + √(d 2⁻¹⁰⁷⁴)
+    rho = (math.sqrt(float(np.max(sq, initial=0.0))) * (1.0 + 4.0 * U * X.shape[1])
+           + 2.0 * math.sqrt(X.shape[1] * 2.0**-1074))
     if cache is not None:
         cache.row_norm_max = rho
     return rho
@@ -164,9 +167,10 @@ def measured_residual(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataM
     """g̃ = fl(∇L_b(w; D)) on the rows ``active`` of X, and a bound on ‖g̃ − ∇L_b(w; D)‖ (two data passes).
 
     Computed as training computes its residual β₀ (``objective_grad``: margins, ℓ', Xᵀℓ' + λn w + b, the rows
-    outside D given ℓ' = 0 exactly) with the same rounding allowance (16u(n + d) Σ magnitudes,
-    :func:`~lethe.certified.bounds.rounding_allowance`), its magnitudes taken over all n rows of X (a superset of
-    D), with ‖X‖_F² ≤ n ρ². Used to restart the vector accounting of §4 from a measured residual
+    outside D given ℓ' = 0 exactly) with the same rounding allowance
+    (:func:`~lethe.certified.bounds.gradient_rounding_allowance` with the backend's summation length S,
+    docs/tighter_bounds.md §0a), its magnitudes taken over all n rows of X (a superset of D), with ‖X‖_F² ≤ n ρ².
+    Used to restart the vector accounting of §4 from a measured residual
     (docs/tighter_bounds.md §5c): ‖∇L_b(w; D)‖ ≤ ‖g̃‖ + allowance, the same kind of fact as β₀."""
     loss, lam = cfg.loss_, cfg.lam
     B = backend_of(X)
@@ -178,9 +182,13 @@ def measured_residual(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataM
     g = g + b
     rho = _row_norm_max(cfg, X, None)
     fro_sq = n_rows * rho * rho * (1.0 + 4 * U)  # ≥ ‖X‖_F² (rows ‖xᵢ‖ ≤ ρ), no pass
-    fro = math.sqrt(fro_sq)
-    allowance = rounding_allowance(n_rows, d, fro * vnorm(d1), lam * n_act * vnorm(w), vnorm(b),
-                                   float(getattr(loss, "d2_sup", 1.0)) * fro_sq * vnorm(w))
+    fro = math.sqrt(fro_sq) * (1.0 + 2 * U)
+    w_norm = inflate_norm(vnorm(w), d)
+    allowance = gradient_rounding_allowance(
+        sum_terms=B.sum_terms(X), dot_terms=B.dot_terms(X), n=n_rows, d=d, fro=fro,
+        d1_norm=inflate_norm(vnorm(d1), n_rows), reg_norm=lam * n_act * w_norm * (1.0 + 4 * U),
+        b_norm=inflate_norm(vnorm(b), d), d2_sup=float(getattr(loss, "d2_sup", 1.0)), w_norm=w_norm,
+        g_norm=vnorm(g))
     return g, allowance
 
 

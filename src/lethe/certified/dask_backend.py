@@ -12,6 +12,8 @@ all; ``"pcg"``/``"refine"`` make two passes per Hessian-vector product.
 Rounding: each entry of X v is one dot product of d terms (the chunks split rows, never columns: ``check_data_matrix``
 rechunks the columns into one block); Xᵀ g and Xᵀ diag(s) X sum per-chunk partial sums, which is one summation tree
 over the n rows, so the bounds of :mod:`lethe.certified.data` hold unchanged (Higham 2002, §3.1: γ_k for any order).
+For Xᵀg a product passes through at most (largest chunk) + #chunks − 1 roundings in that tree
+(:meth:`DaskBackend.sum_terms`), which is what the gradient's rounding allowance uses.
 """
 
 from __future__ import annotations
@@ -339,6 +341,19 @@ class DaskBackend:
 
     def dot_terms(self, X: da.Array) -> int:
         return int(X.shape[1])
+
+    def sum_terms(self, X: da.Array) -> int:
+        """Xᵀg (``rmatvec``; the gradient of ``newton_pass``/``loss_pass``) is one BLAS product per row chunk —
+        each partial entry a dot product of at most m_max = max chunk rows terms — and then the sum of the #chunks
+        partials (``_tree_sum``, but any order would do): a product passes through ≤ m_max roundings in its chunk
+        and ≤ #chunks − 1 additions after, so S = m_max + #chunks − 1 (docs/tighter_bounds.md §0a); never more than
+        n (empty chunks add exact zeros). Only for X chunked by rows alone (``check_data_matrix`` makes it so);
+        otherwise n."""
+        n = int(X.shape[0])
+        rows = tuple(int(c) for c in X.chunks[0])
+        if len(X.chunks[1]) != 1 or not rows:
+            return max(n, 1)
+        return max(min(n, max(rows) + len(rows) - 1), 1)
 
     def matrix_free(self, X: da.Array) -> bool:
         return int(X.shape[1]) > matrix_free_min_features()

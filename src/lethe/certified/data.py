@@ -12,13 +12,15 @@ A backend is stateless: its methods take the data matrix as their first argument
 caches of :mod:`lethe.certified.cache` (a weak reference), exactly as before.
 
 Rounding (Higham 2002, §3.1, any summation order or tree, with or without fused multiply-add; γ_k = k u/(1 − k u),
-u = 2⁻⁵³; ρ ≥ maxᵢ ‖xᵢ‖; ``k = dot_terms(X)`` ≤ d the number of products in one entry of X v):
+u = 2⁻⁵³; ρ ≥ maxᵢ ‖xᵢ‖; ``k = dot_terms(X)`` ≤ d the number of products in one entry of X v; ``S = sum_terms(X)``
+≤ n the number of roundings any product passes through in Xᵀg: n dense, the largest column count for CSR, the
+largest chunk + #chunks − 1 for chunked data, docs/tighter_bounds.md §0a):
 
 ========================  ======================================================================================
 operation                 error bound of the computed value (exact-arithmetic quantity on the right)
 ========================  ======================================================================================
 ``matvec(X, v)``          |fl(Xv)ᵢ − xᵢᵀv| ≤ γ_k Σⱼ|xᵢⱼ vⱼ| ≤ γ_k ρ ‖v‖ per entry
-``rmatvec(X, g)``         ‖fl(Xᵀg) − Xᵀg‖₂ ≤ γ_n ‖ |X|ᵀ|g| ‖₂ ≤ γ_n ‖X‖_F ‖g‖ (a chunked sum is one summation tree)
+``rmatvec(X, g)``         ‖fl(Xᵀg) − Xᵀg‖₂ ≤ γ_S ‖ |X|ᵀ|g| ‖₂ ≤ γ_S ‖X‖_F ‖g‖, S = ``sum_terms(X)`` ≤ n
 ``gram(X, s)``            ‖fl(Xᵀ diag(s) X) − Xᵀ diag(s) X‖_F ≤ (γ_{n+2} + 6u) max s ‖X‖_F² (s ≥ 0)
 ``row_sq_norms(X)``       |fl(‖xᵢ‖²) − ‖xᵢ‖²| ≤ γ_k ‖xᵢ‖²
 ``frobenius_sq(X)``       |fl(‖X‖_F²) − ‖X‖_F²| ≤ γ_{nd} ‖X‖_F²
@@ -96,6 +98,12 @@ class DataBackend(Protocol):
     def dot_terms(self, X: DataMatrix) -> int:
         """k: an upper bound on the number of products in one entry of X v (d for dense rows)."""
 
+    def sum_terms(self, X: DataMatrix) -> int:
+        """S: an upper bound on the roundings any one product xᵢⱼgᵢ passes through in fl(Xᵀg) — its multiplication
+        and the additions on its way to the result, in whatever order the kernel adds (n for dense rows; the
+        largest column count for CSR; the largest chunk + #chunks − 1 for chunked data). fl(Xᵀg) is then within
+        γ_S |X|ᵀ|g| entrywise (Higham 2002, §3.1; docs/tighter_bounds.md §0a)."""
+
     def matrix_free(self, X: DataMatrix) -> bool:
         """Whether solvers must avoid d × d matrices for this X."""
 
@@ -166,6 +174,10 @@ class DenseBackend:
     def dot_terms(self, X: np.ndarray) -> int:
         return int(X.shape[1])
 
+    def sum_terms(self, X: np.ndarray) -> int:
+        # BLAS gemv: each entry of Xᵀg is a dot product of n terms, in an order (and blocking) of the BLAS's choosing
+        return max(int(X.shape[0]), 1)
+
     def matrix_free(self, X: np.ndarray) -> bool:
         return False
 
@@ -225,6 +237,13 @@ class SparseBackend:
 
     def dot_terms(self, X: sp.csr_matrix) -> int:
         return max(int(np.max(np.diff(X.indptr), initial=0)), 1)
+
+    def sum_terms(self, X: sp.csr_matrix) -> int:
+        # entry j of Xᵀg sums the products of column j's stored entries only (whatever the kernel's order; a kernel
+        # that also multiplied the implicit zeros would add exact zeros, which round nothing): the largest number of
+        # stored entries in a column, ≤ n
+        counts = np.bincount(np.asarray(X.indices), minlength=int(X.shape[1]))
+        return max(int(np.max(counts, initial=0)), 1)
 
     def matrix_free(self, X: sp.csr_matrix) -> bool:
         return int(X.shape[1]) > MATRIX_FREE_MIN_FEATURES

@@ -42,8 +42,11 @@ from lethe.certified import objective as obj
 from lethe.certified._threads import blas_threads
 from lethe.certified.bounds import (
     ROW_NORM_TOLERANCE,
+    UNDERFLOW_ERROR,
+    UNIT_ROUNDOFF,
     gamma_k,
-    rounding_allowance,
+    gradient_rounding_allowance,
+    inflate_norm,
     spectral_norm_upper_bound_single,
     vnorm,
 )
@@ -465,10 +468,14 @@ class CertifiedRemoval:
         else:
             g = obj.objective_grad(w, X, y, self.loss_, self.lam, ev.b)
             d1_norm = vnorm(self.loss_.d1(B.matvec(X, w), y))
-        fro = math.sqrt(B.frobenius_sq(X))
-        return vnorm(g) + rounding_allowance(
-            n, d, fro * d1_norm, self.lam * n * vnorm(w), vnorm(ev.b),
-            float(getattr(self.loss_, "d2_sup", 1.0)) * fro * fro * vnorm(w))
+        # ‖X‖_F² as computed: a sum of n d squares (γ_{nd}), squares that underflow losing ≤ η each
+        fro = math.sqrt(B.frobenius_sq(X) * (1.0 + 2.0 * gamma_k(n * d + 1)) + n * d * UNDERFLOW_ERROR)
+        g_norm, w_norm = vnorm(g), inflate_norm(vnorm(w), d)
+        return g_norm + gradient_rounding_allowance(
+            sum_terms=B.sum_terms(X), dot_terms=B.dot_terms(X), n=n, d=d, fro=fro,
+            d1_norm=inflate_norm(d1_norm, n), reg_norm=self.lam * n * w_norm * (1.0 + 4.0 * UNIT_ROUNDOFF),
+            b_norm=inflate_norm(vnorm(ev.b), d), d2_sup=float(getattr(self.loss_, "d2_sup", 1.0)), w_norm=w_norm,
+            g_norm=g_norm)
 
     def train(self, X: Any, y: Any, random_state: RandomState = None, *,
               cache: NewtonCache | None = None, defer_setup: bool = False,
