@@ -162,7 +162,7 @@ _CHORD_START = 3e-2
 
 #: Bytes of X per block of the blocked evaluation (:class:`_Evaluation`): a block stays in a 1–2 MB L2 cache between
 #: its two products.
-_EVAL_BLOCK_BYTES = 1 << 20
+_EVAL_BLOCK_BYTES = 2 << 20
 _EVAL_BLOCK_MIN_ROWS = 64
 
 #: The L-BFGS preconditioner (:func:`_lbfgs_preconditioner`): rows of the subsample, and the spread of the subsampled
@@ -175,19 +175,21 @@ _PRECOND_SPREAD = 2.0
 def _lbfgs_preconditioner(X: DataMatrix, y: np.ndarray, loss: Loss, lam: float) -> np.ndarray | None:
     """An upper-triangular R with RᵀR = a subsampled Hessian at w = 0, (n/m) Σ_{i∈S} ℓ''(0, yᵢ) xᵢxᵢᵀ + λ n I over m
     = :data:`_PRECOND_ROWS` evenly spaced rows S (no random draw), for L-BFGS in the variables R w — or None where it
-    does not pay: data not a dense array, d² > 64 n (the O(d³) factorisation would cost more than the passes it
-    saves), or a nearly isotropic subsampled Hessian (eigenvalue spread below :data:`_PRECOND_SPREAD`, where plain
-    L-BFGS is already well conditioned). MNIST 3 vs 8: 12 gradient evaluations instead of 24 to the default tol.
+    does not pay: data neither a dense array nor a CSR matrix in memory, or d² > 64 n (the O(d³) factorisation would
+    cost more than the passes it saves). A nearly isotropic subsampled Hessian (eigenvalue spread below
+    :data:`_PRECOND_SPREAD`) gets the scalar factor √(tr H/d) I instead: it only sets the scale of the first step.
+    MNIST 3 vs 8: 11 gradient evaluations instead of 24 to the default tol; 10⁶ × 100 (scalar): 7 instead of 9.
 
     Only the optimiser's path depends on it: training stops on ‖∇L_b(w)‖ and β₀ is measured at the final w."""
-    if not (is_dense(X) and backend_of(X).name == "dense"):
+    B = backend_of(X)
+    if B.name not in ("dense", "sparse"):
         return None
     n, d = X.shape
     if d < 2 or d * d > 64 * n:
         return None
     m = min(n, _PRECOND_ROWS)
     k = n // m
-    Xs = np.asarray(X[0:k * m:k], dtype=np.float64)
+    Xs = B.take(X, np.arange(0, k * m, k))
     s = np.asarray(loss.d2(np.zeros(Xs.shape[0]), np.asarray(y[0:k * m:k], dtype=np.float64)), dtype=np.float64)
     if not np.all(s >= 0.0):
         return None
