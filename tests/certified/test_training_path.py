@@ -96,3 +96,39 @@ def test_preconditioner_is_chosen_by_the_spread_of_the_subsampled_hessian():
     R_iso = mechanism._lbfgs_preconditioner(iso, y, loss, 1e-3)
     assert R_iso is not None and np.count_nonzero(R_iso - np.diag(np.diag(R_iso))) == 0
     assert mechanism._lbfgs_preconditioner(iso[:5], y[:5], loss, 1e-3) is None  # d² > 64 n
+
+
+@pytest.mark.parametrize("d", [3, 17])
+def test_first_anchor_removal_forms_one_gram_for_the_spectral_bound_and_the_anchor(d, monkeypatch):
+    """The first removal after a deferred fit forms fl(XᵀX) once: the ‖X‖₂ bound (an upper bound on the exact
+    largest singular value, computed here in long double by the power method on XᵀX to convergence, plus the
+    float64 SVD) and the anchor's Gram matrix come from it; no single-precision Gram matrix is formed."""
+    from lethe.certified import data as data_module
+
+    rng = np.random.default_rng(d)
+    X, y = random_problem(d, 300, d, 3.0)
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver="anchor", bound="tight", calibration="analytic")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=0, cache=cache, defer_setup=True)
+    calls = []
+    original_gram = data_module.DenseBackend.gram
+
+    def counting_gram(self, X, s=None):
+        calls.append(s is None)
+        return original_gram(self, X, s)
+
+    monkeypatch.setattr(data_module.DenseBackend, "gram", counting_gram)
+    monkeypatch.setattr(mechanism, "spectral_norm_upper_bound_single",
+                        lambda X: pytest.fail("a second (single-precision) Gram matrix was formed"))
+    active = np.ones(X.shape[0], dtype=bool)
+    state, _ = mech.remove(state, X, y, [int(rng.integers(300))], active=active, cache=cache, check_input=False)
+    assert calls.count(True) == 1  # one unweighted Gram matrix (the weighted one is the anchor Hessian)
+    G = np.asarray(X, dtype=np.longdouble).T @ np.asarray(X, dtype=np.longdouble)
+    v = np.ones(d, dtype=np.longdouble)
+    for _ in range(2000):
+        v = G @ v
+        v /= np.sqrt(np.sum(v * v))
+    sigma_max = float(np.sqrt(v @ G @ v))
+    assert sigma_max <= state.x_norm_bound
+    assert np.linalg.norm(X, 2) <= state.x_norm_bound
+    assert state.x_norm_bound <= np.linalg.norm(X, 2) * (1 + 1e-8)  # and it is tight

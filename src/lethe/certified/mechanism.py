@@ -694,15 +694,15 @@ class CertifiedRemoval:
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
         with blas_threads():
-            state = self._with_x_norm(state, X)
+            before = keep.copy()
+            before[idx] = True
             if cache is not None and cache.kind is None and self.solver in ("refine", "pcg", "anchor"):
                 # a cache never primed (training deferred it, or it was reset): primed now exactly as ``prime``
                 # primes it after training or loading, so a service and the estimator take the same steps
                 # (``onepass`` steps build their anchor system themselves when out of sync, sharing one float32
                 # copy between the models of a one-vs-all estimator)
-                before = keep.copy()
-                before[idx] = True
                 prime_cache(self, state, X, y, before, cache)
+            state = self._with_x_norm(state, X, cache, before)
             r = compute_step(self, state, X, y, keep, idx, cache)
         beta = state.residual_bound + r.step_bound  # Guo et al.'s induction (triangle inequality over steps)
         if r.accumulated_bound is not None:  # tight accounting with the measured error vector (docs §4)
@@ -712,13 +712,20 @@ class CertifiedRemoval:
                          + idx.size, retrainings=state.retrainings, train_iterations=state.train_iterations)
         return new, r
 
-    def _with_x_norm(self, state: ModelState, X: DataMatrix) -> ModelState:
+    def _with_x_norm(self, state: ModelState, X: DataMatrix, cache: NewtonCache | None = None,
+                     active: np.ndarray | None = None) -> ModelState:
         """``state`` with its ‖X‖₂ bound formed now if training deferred it (``train(defer_setup=True)``).
 
         The bound is computed over *all* rows of X, active or not: a removal's X holds the training rows (removed
         ones zeroed, or still present), a superset of the current data, and ‖X_S‖₂ ≤ ‖X‖₂ for any subset S of rows
         (docs/tighter_bounds.md §9). States that carry a bound, or data for which no d × d bound is formed (d > n,
         matrix-free or chunked data), are returned unchanged (the Frobenius fallback of the bounds applies).
+
+        An ``anchor`` cache synced to (w, ``active``) with every row of dense X active holds G̃ = fl(XᵀX) over all
+        rows (its Gram matrix, formed when it was primed; never downdated): the bound is then computed from it
+        (:func:`~lethe.certified.bounds.spectral_norm_upper_bound` with ``gram``, whose allowance covers the
+        product's rounding, as training without deferral shares it) instead of forming a second, single-precision
+        Gram matrix. Estimator and service prime the same cache from the same data, so both get the same bound.
         """
         if math.isfinite(state.x_norm_bound):
             return state
@@ -726,7 +733,11 @@ class CertifiedRemoval:
         n_rows, d = X.shape
         if d > n_rows or B.matrix_free(X):
             return state
-        x_norm = spectral_norm_upper_bound_single(X) if is_dense(X) else B.spectral_norm_bound(X)
+        if (cache is not None and active is not None and cache.kind == "anchor" and cache.G is not None
+                and is_dense(X) and bool(np.all(active)) and cache.matches(X, state.w, active, "anchor")):
+            x_norm = B.spectral_norm_bound(X, gram=cache.G)
+        else:
+            x_norm = spectral_norm_upper_bound_single(X) if is_dense(X) else B.spectral_norm_bound(X)
         return ModelState(w=state.w, b=state.b, n=state.n, residual_bound=state.residual_bound, x_norm_bound=x_norm,
                           removals_since_training=state.removals_since_training, retrainings=state.retrainings,
                           train_iterations=state.train_iterations)
