@@ -197,6 +197,10 @@ def test_sparse_and_dense_give_the_same_model():
     mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver="pcg", bound="tight", calibration="analytic")
     s_dense, _ = mech.train(X, y, random_state=0)
     s_sparse, _ = mech.train(sp.csr_matrix(X), y, random_state=0)
-    np.testing.assert_allclose(s_sparse.w, s_dense.w, rtol=1e-6, atol=1e-9)
+    # the optimiser's paths differ (dense data: blocked evaluations and the preconditioned L-BFGS): both are within
+    # their certified residuals of the one minimiser of the λn-strongly convex L_b (the same b: same random_state)
+    np.testing.assert_array_equal(s_sparse.b, s_dense.b)
+    gap = np.linalg.norm(s_sparse.w - s_dense.w)
+    assert gap <= (s_sparse.residual_bound + s_dense.residual_bound) / (mech.lam * X.shape[0])
     assert s_sparse.x_norm_bound >= np.linalg.norm(X, 2)
     assert math.isclose(s_sparse.x_norm_bound, np.linalg.norm(X, 2), rel_tol=1e-6)  # X ≥ 0: Collatz is tight

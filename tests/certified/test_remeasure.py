@@ -145,3 +145,82 @@ def test_mutation_unmasked_residual_in_the_solver_breaks_a_certificate(monkeypat
     with pytest.raises(AssertionError):
         for seed in range(10):
             remeasure_property(seed, 40, 4, 1e-1, [3, 3, 3, 3], True)
+
+
+# -- §5d: a step over budget from a stale anchor is taken again from a fresh one before retraining ----------------
+
+
+def _retry_run(seed, n, d, lam, sigma, batches, zero_removed):
+    """Default policy (measure at 70 % of the budget, rent-or-buy re-anchors) with a small budget, so that steps from
+    stale anchors go over it and are retried from a fresh anchor: every step bound and accumulated bound stays above
+    the exact quantity (long double)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-4 * X[:, 0])), 1.0, -1.0)
+    mech = CertifiedRemoval(lam=lam, sigma=sigma, bound="tight", calibration="analytic", solver="anchor")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    active = np.ones(n, dtype=bool)
+    Xw = X.copy()
+    for m in batches:
+        alive = np.flatnonzero(active)
+        if alive.size - m < 2:
+            break
+        idx = rng.choice(alive, size=m, replace=False)
+        before = grad_ld(state.w, state.b, X[active], y[active], mech.lam)
+        new, cert = mech.remove(state, Xw, y, idx, active=active, cache=cache, random_state=rng)
+        active[idx] = False
+        if zero_removed:
+            Xw[idx] = 0.0
+        after = grad_ld(new.w, new.b, X[active], y[active], mech.lam)
+        if not cert.retrained:
+            assert norm_ld(after - before) <= cert.step_bound
+        assert norm_ld(after) <= new.residual_bound <= mech.budget
+        state = new
+    return cache
+
+
+def retry_property(seed, n, d, lam, sigma, batches, zero_removed):
+    _retry_run(seed, n, d, lam, sigma, batches, zero_removed)
+
+
+RETRY_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(20, 80), d=st.integers(1, 8),
+                  lam=st.floats(1e-3, 1e-1), sigma=st.floats(0.05, 2.0),
+                  batches=st.lists(st.integers(1, 3), min_size=4, max_size=30), zero_removed=st.booleans())
+test_retried_anchor_steps_stay_sound = given(**RETRY_ARGS)(retry_property)
+test_retried_anchor_steps_stay_sound_slow = pytest.mark.slow(
+    settings(max_examples=SLOW)(given(**RETRY_ARGS)(retry_property)))
+
+
+def test_retry_happens_instead_of_a_retraining():
+    retries = sum(_retry_run(seed, 60, 4, 1e-2, 0.3, [1] * 40, True).reanchor_retries for seed in range(6))
+    assert retries > 0
+
+
+def test_mutation_retry_without_a_fresh_anchor_breaks_a_certificate(monkeypatch):
+    """A retry that moves the anchor point to w without forming M̃ there (the mismatch of the stale M̃ is then not
+    bounded, and the first attempt's downdate of the rows is applied a second time): some bound falls below the
+    exact quantity."""
+    original_step, original_build = anchor_module.anchor_step, anchor_module.build_anchor
+    in_retry = []
+
+    def step(*args, _reanchor=False, **kw):
+        in_retry.append(_reanchor)
+        try:
+            return original_step(*args, _reanchor=_reanchor, **kw)
+        finally:
+            in_retry.pop()
+
+    def build(cfg, w, X, y, active, cache, **kw):
+        if in_retry and in_retry[-1]:  # claims an anchor at w (no drift left) but keeps the stale M̃
+            cache.w_anchor = np.array(w, copy=True)
+            cache.h_G, cache.h_err = np.zeros_like(w), 0.0
+            return None
+        return original_build(cfg, w, X, y, active, cache, **kw)
+
+    monkeypatch.setattr(anchor_module, "anchor_step", step)
+    monkeypatch.setattr(anchor_module, "build_anchor", build)
+    with pytest.raises(AssertionError):
+        for seed in range(40):
+            _retry_run(seed, 60, 4, 1e-2, 0.3, [1] * 40, True)

@@ -60,8 +60,12 @@ def test_service_supports_as_many_removals_as_the_estimator(tmp_path: Path, data
             break
         assert cs["residual_bound"] == ce.residual_bound and cs["bound_mode"] == "tight"
         assert cs["calibration"] == "analytic" and cs["solver"] == solver
-    # anchor's mismatch bound is the loosest of the three: it retrains sooner on this small problem
-    assert first["estimator"] is not None and first["estimator"] >= (5 if solver == "anchor" else 10), first
+    if solver == "anchor":
+        # a step over budget from a stale anchor is taken again from a fresh one before retraining
+        # (docs/tighter_bounds.md §5d): the 80 removals may need no retraining; the loop compared every bound
+        assert first["estimator"] is None or first["estimator"] >= 5, first
+    else:
+        assert first["estimator"] is not None and first["estimator"] >= 10, first
     assert first["service"] == first["estimator"], first
     c.close()
 

@@ -41,8 +41,12 @@ U = UNIT_ROUNDOFF
 
 
 def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
-                idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
-    """Newton-type step with the maintained anchor Hessian, certified without a pass over the data."""
+                idx: np.ndarray, cache: NewtonCache | None, *, _reanchor: bool = False) -> StepResult:
+    """Newton-type step with the maintained anchor Hessian, certified without a pass over the data.
+
+    Tight mode with ``refresh="auto"``: a step from a stale anchor whose bound would push the accumulated bound over
+    the budget is taken again from an anchor formed at w (and the residual measured, §5c) before the mechanism
+    falls back to a retraining (``_reanchor``: that second attempt; docs/tighter_bounds.md §5d)."""
     loss, lam, w = cfg.loss_, cfg.lam, state.w
     n_rows, d = X.shape
     n_new, m = int(np.count_nonzero(keep)), int(idx.size)
@@ -50,7 +54,9 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     cm, passes, refreshed = cache.cost_model, 0.0, ""
     active_before = _rows_before(keep, idx)
     anchor_cost = cm.hessian(n_rows, d) + cm.cholesky(d) + cm.data_pass(n_rows, d)
-    synced = cache.matches(X, w, active_before, "anchor") and cache.G is not None
+    # the second attempt: the first one (from a cache synced to (w, rows before)) advanced the cache; what it
+    # changed — M, its queue and factor, h̃, the carried accounting — is formed again below, G̃ was not changed
+    synced = _reanchor or (cache.matches(X, w, active_before, "anchor") and cache.G is not None)
     tight = cfg.bound == "tight"
     # tight mode: the bound before this step; past ``remeasure_share`` of the budget the anchor is formed again
     # and the residual measured (docs/tighter_bounds.md §5c), instead of letting the budget force a retraining
@@ -59,7 +65,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     over = tight and cfg.refresh != "never" and cfg.budget > 0.0 and spent > cache.remeasure_share * cfg.budget
     measured = False
     measure_cost = 2.0 * cm.data_pass(n_rows, d)
-    if (over and synced and loss.gamma != 0.0 and cfg.refresh == "auto"
+    if (over and synced and not _reanchor and loss.gamma != 0.0 and cfg.refresh == "auto"
             and cache.excess_cost + measure_cost < anchor_cost):
         # measure only (two passes, no anchor build): the accounting restarts from the measured residual (§5c);
         # the anchor's drift stays, so the next measurement comes sooner. The measurements are the rent of the
@@ -71,7 +77,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         measured = True
         passes += 2.0
         refreshed = "measure"
-    elif not synced or over or _policy_due(cfg, cache, anchor_cost):
+    elif not synced or over or _reanchor or _policy_due(cfg, cache, anchor_cost):
         if not synced:
             cache.reset()
             cache.kind = "anchor"
@@ -168,6 +174,13 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         kappa = cm.training(n_rows, d, state.train_iterations) / cfg.budget
         if not tight:  # tight mode: a re-anchor recovers the budget spent (§5c); it happens at remeasure_share
             cache.excess_cost += kappa * mis
+    if (tight and synced and not _reanchor and refreshed != "anchor" and cfg.refresh == "auto"
+            and loss.gamma != 0.0 and cfg.budget > 0.0 and dw_norm > 0.0
+            and min(state.residual_bound + step, math.inf if acc is None else acc) > cfg.budget):
+        # over budget from a stale anchor: its mismatch term (first order in the drift w − w_a) is what a fresh
+        # anchor removes; take the step again from one before the mechanism retrains (§5d)
+        cache.reanchor_retries += 1
+        return anchor_step(cfg, state, X, y, keep, idx, cache, _reanchor=True)
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
     return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,

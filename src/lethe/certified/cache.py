@@ -187,6 +187,7 @@ class NewtonCache:
         self.fold_every = fold_every
         self.remeasure_share = remeasure_share
         self.remeasures = 0  # anchor: residuals measured at re-anchors
+        self.reanchor_retries = 0  # anchor: steps taken again from a fresh anchor instead of retraining (§5d)
         self.cost_model = cost_model if cost_model is not None else CostModel()
         self.factor: tuple[np.ndarray, bool | None] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)

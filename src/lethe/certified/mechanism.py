@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve, cholesky, solve_triangular
+from scipy.linalg.blas import dsyrk
 from scipy.optimize import minimize
 
 from lethe._rng import RandomState, check_random_state
@@ -162,22 +163,79 @@ def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
 #: which it no longer is: prime_cache forms it again at the final w).
 _CHORD_START = 3e-2
 
+#: Bytes of X per block of the blocked evaluation (:class:`_Evaluation`): a block stays in a 1–2 MB L2 cache between
+#: its two products.
+_EVAL_BLOCK_BYTES = 2 << 20
+_EVAL_BLOCK_MIN_ROWS = 64
+
+#: The L-BFGS preconditioner (:func:`_lbfgs_preconditioner`): rows of the subsample, and the spread of the subsampled
+#: Hessian's eigenvalues, (‖H‖_F²/d) / (tr H / d)², from which it is used (1 for a multiple of I: MNIST 3 vs 8 ≈ 26,
+#: normalised Gaussian rows ≈ 1.1, where plain L-BFGS needs 9 evaluations and the preconditioned one 12–14).
+_PRECOND_ROWS = 512
+_PRECOND_SPREAD = 2.0
+
+
+def _lbfgs_preconditioner(X: DataMatrix, y: np.ndarray, loss: Loss, lam: float) -> np.ndarray | None:
+    """An upper-triangular R with RᵀR = a subsampled Hessian at w = 0, (n/m) Σ_{i∈S} ℓ''(0, yᵢ) xᵢxᵢᵀ + λ n I over m
+    = :data:`_PRECOND_ROWS` evenly spaced rows S (no random draw), for L-BFGS in the variables R w — or None where it
+    does not pay: data neither a dense array nor a CSR matrix in memory, or d² > 64 n (the O(d³) factorisation would
+    cost more than the passes it saves). A nearly isotropic subsampled Hessian (eigenvalue spread below
+    :data:`_PRECOND_SPREAD`) gets the scalar factor √(tr H/d) I instead: it only sets the scale of the first step.
+    MNIST 3 vs 8: 11 gradient evaluations instead of 24 to the default tol; 10⁶ × 100 (scalar): 7 instead of 9.
+
+    Only the optimiser's path depends on it: training stops on ‖∇L_b(w)‖ and β₀ is measured at the final w."""
+    B = backend_of(X)
+    if B.name not in ("dense", "sparse"):
+        return None
+    n, d = X.shape
+    if d < 2 or d * d > 64 * n:
+        return None
+    m = min(n, _PRECOND_ROWS)
+    k = n // m
+    Xs = B.take(X, np.arange(0, k * m, k))
+    s = np.asarray(loss.d2(np.zeros(Xs.shape[0]), np.asarray(y[0:k * m:k], dtype=np.float64)), dtype=np.float64)
+    if not np.all(s >= 0.0):
+        return None
+    Z = Xs * np.sqrt(s)[:, None]
+    H = dsyrk(n / Xs.shape[0], Z.T, trans=0, lower=0)  # the upper triangle (all that cholesky reads)
+    H[np.diag_indices(d)] += lam * n
+    mean = float(np.trace(H)) / d
+    if not (mean > 0.0 and math.isfinite(mean)):
+        return None
+    upper = np.triu(H)
+    spread = (2.0 * float(np.sum(upper * upper)) - float(np.sum(np.diag(H) ** 2))) / d / (mean * mean)
+    if not spread >= _PRECOND_SPREAD:
+        return math.sqrt(mean) * np.eye(d)
+    try:
+        return np.asarray(cholesky(H, lower=False, check_finite=False), dtype=np.float64)
+    except LinAlgError:
+        return None
+
 
 class _Evaluation:
     """L_b(w; D) and ∇L_b(w; D) = Xᵀℓ'(Xw) + λnw + b (the optimiser's objective), read through the data interface,
     remembering its last point, gradient and ‖ℓ'(Xw)‖: L-BFGS evaluates its accepted point last, so the certified
     training residual reuses that gradient instead of recomputing it.
 
-    Dense and sparse data: one ``matvec`` and one ``rmatvec``, the same operations as
-    :func:`~lethe.certified.objective.objective_grad` (``exact_ops``: the rounding allowance of β₀ applies to the
-    stored gradient). Other backends (chunked Dask data) use the backend's one-pass ``loss_pass`` (one map-reduce
-    instead of two); its gradient steers the optimiser only, and β₀ is computed again by ``objective_grad``.
+    Sparse data: one ``matvec`` and one ``rmatvec``, the operations of
+    :func:`~lethe.certified.objective.objective_grad`. Dense C-ordered float64 arrays: the same products in one
+    pass over X, block by block (``blocked``: blocks of :data:`_EVAL_BLOCK_BYTES`, which stay in cache between the
+    block's z_B = X_B w and its X_Bᵀ ℓ'(z_B), so X is read from memory once per evaluation instead of twice — 35 %
+    less time at 10⁶ × 100). Each zᵢ is the same d-term dot product, ℓ'(z) the same elementwise map, and each
+    gradient entry Σᵢ x_ij ℓ'(zᵢ) is still a sum of the same n products, accumulated in another order; the rounding
+    allowance of β₀ (:func:`~lethe.certified.bounds.rounding_allowance`, Higham's γ bound, which holds for any
+    summation order) therefore applies to the stored gradient in both cases (``exact_ops``). Other backends
+    (chunked Dask data) use the backend's one-pass ``loss_pass`` (one map-reduce instead of two); its gradient
+    steers the optimiser only, and β₀ is computed again by ``objective_grad``.
     """
 
     def __init__(self, X: DataMatrix, y: np.ndarray, loss: Loss, lam: float, b: np.ndarray) -> None:
         self.X, self.y, self.loss, self.lam, self.b = X, y, loss, lam, b
         self.B = backend_of(X)
         self.exact_ops = self.B.name in ("dense", "sparse")
+        self.blocked = (self.B.name == "dense" and isinstance(X, np.ndarray) and X.dtype == np.float64
+                        and X.flags.c_contiguous and X.ndim == 2)
+        self.rows = max(_EVAL_BLOCK_MIN_ROWS, _EVAL_BLOCK_BYTES // (8 * max(X.shape[1], 1)))
         # chunked data with a one-pass Newton kernel (Dask): each evaluation also returns the loss Hessian, and its
         # gradient is computed as objective_grad computes it (reused for β₀ like exact_ops)
         self.fused = not self.exact_ops and hasattr(self.B, "newton_pass")
@@ -191,7 +249,9 @@ class _Evaluation:
     def __call__(self, w: np.ndarray) -> tuple[float, np.ndarray]:
         X, B, loss, lam = self.X, self.B, self.loss, self.lam
         n = X.shape[0]
-        if self.exact_ops:
+        if self.blocked:
+            lsum, lgrad = self._blocked_pass(w)
+        elif self.exact_ops:
             z = B.matvec(X, w)
             lsum = float(np.sum(loss.value(z, self.y)))
             d1 = loss.d1(z, self.y)
@@ -211,6 +271,26 @@ class _Evaluation:
             self.g0_norm = vnorm(g)
         self.x = np.array(w, dtype=np.float64, copy=True)
         return val, g.copy()  # the optimiser's own copy: the stored gradient stays as computed
+
+    def _blocked_pass(self, w: np.ndarray) -> tuple[float, np.ndarray]:
+        """(Σᵢ ℓ(zᵢ, yᵢ), Xᵀℓ'(z)) with z = Xw, in one pass over the rows of X block by block (see the class
+        docstring); ``d1_norm`` = ‖ℓ'(z)‖ of the whole vector, as the unblocked evaluation computes it."""
+        X, y, loss = self.X, self.y, self.loss
+        n, d = X.shape
+        d1 = np.empty(n)
+        lgrad = np.zeros(d)
+        lsum = 0.0
+        step = self.rows
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            Xb = X[start:stop]
+            zb = Xb @ w
+            yb = y[start:stop]
+            lsum += float(np.sum(loss.value(zb, yb)))
+            d1[start:stop] = loss.d1(zb, yb)
+            lgrad += Xb.T @ d1[start:stop]
+        self.d1_norm = vnorm(d1)
+        return lsum, lgrad
 
     def at(self, w: np.ndarray) -> bool:
         """Whether the last evaluation was at exactly w."""
@@ -398,15 +478,47 @@ class CertifiedRemoval:
         f = _Evaluation(X, y, loss, lam, b)
         iterations = 0
 
+        R = _lbfgs_preconditioner(X, y, loss, lam) if loss.gamma != 0.0 and not f.fused else None
+
         def lbfgs(w: np.ndarray, target: float) -> tuple[np.ndarray, int]:
-            def stop(intermediate_result: Any) -> None:
-                if f.at(intermediate_result.x) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
+            if R is None:
+                def stop(intermediate_result: Any) -> None:
+                    if f.at(intermediate_result.x) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
+                        raise StopIteration
+
+                res = minimize(f, w, jac=True, method="L-BFGS-B", callback=stop,
+                               options={"maxiter": self.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
+                                        "maxcor": 20})
+                return np.array(res.x, dtype=np.float64), int(res.nit)
+            # preconditioned: L-BFGS in v = R w / c (RᵀR ≈ the Hessian at 0), with c = ‖R⁻ᵀ∇L_b(w)‖ so that its
+            # first, unit-length step is the approximate Newton step −(RᵀR)⁻¹∇L_b(w); the stopping rule is on
+            # ‖∇L_b(w)‖ itself, as above
+            val0, g0 = f(w)
+            c = vnorm(solve_triangular(R, g0, trans="T", check_finite=False))
+            Rc = R / c if c > 0.0 and math.isfinite(c) else R
+
+            def to_w(v: np.ndarray) -> np.ndarray:
+                return np.asarray(solve_triangular(Rc, v, check_finite=False), dtype=np.float64)
+
+            def to_v_grad(g: np.ndarray) -> np.ndarray:
+                return np.asarray(solve_triangular(Rc, g, trans="T", check_finite=False), dtype=np.float64)
+
+            v0 = Rc @ w
+            first = (v0.copy(), val0, to_v_grad(g0))
+
+            def fv(v: np.ndarray) -> tuple[float, np.ndarray]:
+                if np.array_equal(v, first[0]):  # the point evaluated above (w), not evaluated again
+                    return first[1], first[2].copy()
+                val, g = f(to_w(v))
+                return val, to_v_grad(g)
+
+            def stop_v(intermediate_result: Any) -> None:
+                if f.at(to_w(intermediate_result.x)) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
                     raise StopIteration
 
-            res = minimize(f, w, jac=True, method="L-BFGS-B", callback=stop,
-                           options={"maxiter": self.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
-                                    "maxcor": 20})
-            return np.array(res.x, dtype=np.float64), int(res.nit)
+            res = minimize(fv, v0, jac=True, method="L-BFGS-B", callback=stop_v,
+                           options={"maxiter": self.max_iter, "gtol": 0.0, "ftol": 0.0, "maxcor": 20})
+            return to_w(np.asarray(res.x, dtype=np.float64)), int(res.nit)
 
         coarse = _CHORD_START if precondition is not None else 0.0
         if loss.gamma != 0.0 and not f.fused:  # fused passes: Newton from the start (one pass per step)
@@ -589,15 +701,15 @@ class CertifiedRemoval:
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
         with blas_threads():
-            state = self._with_x_norm(state, X)
+            before = keep.copy()
+            before[idx] = True
             if cache is not None and cache.kind is None and self.solver in ("refine", "pcg", "anchor"):
                 # a cache never primed (training deferred it, or it was reset): primed now exactly as ``prime``
                 # primes it after training or loading, so a service and the estimator take the same steps
                 # (``onepass`` steps build their anchor system themselves when out of sync, sharing one float32
                 # copy between the models of a one-vs-all estimator)
-                before = keep.copy()
-                before[idx] = True
                 prime_cache(self, state, X, y, before, cache)
+            state = self._with_x_norm(state, X, cache, before)
             r = compute_step(self, state, X, y, keep, idx, cache)
         beta = state.residual_bound + r.step_bound  # Guo et al.'s induction (triangle inequality over steps)
         if r.accumulated_bound is not None:  # tight accounting with the measured error vector (docs §4)
@@ -607,13 +719,20 @@ class CertifiedRemoval:
                          + idx.size, retrainings=state.retrainings, train_iterations=state.train_iterations)
         return new, r
 
-    def _with_x_norm(self, state: ModelState, X: DataMatrix) -> ModelState:
+    def _with_x_norm(self, state: ModelState, X: DataMatrix, cache: NewtonCache | None = None,
+                     active: np.ndarray | None = None) -> ModelState:
         """``state`` with its ‖X‖₂ bound formed now if training deferred it (``train(defer_setup=True)``).
 
         The bound is computed over *all* rows of X, active or not: a removal's X holds the training rows (removed
         ones zeroed, or still present), a superset of the current data, and ‖X_S‖₂ ≤ ‖X‖₂ for any subset S of rows
         (docs/tighter_bounds.md §9). States that carry a bound, or data for which no d × d bound is formed (d > n,
         matrix-free or chunked data), are returned unchanged (the Frobenius fallback of the bounds applies).
+
+        An ``anchor`` cache synced to (w, ``active``) with every row of dense X active holds G̃ = fl(XᵀX) over all
+        rows (its Gram matrix, formed when it was primed; never downdated): the bound is then computed from it
+        (:func:`~lethe.certified.bounds.spectral_norm_upper_bound` with ``gram``, whose allowance covers the
+        product's rounding, as training without deferral shares it) instead of forming a second, single-precision
+        Gram matrix. Estimator and service prime the same cache from the same data, so both get the same bound.
         """
         if math.isfinite(state.x_norm_bound):
             return state
@@ -621,7 +740,11 @@ class CertifiedRemoval:
         n_rows, d = X.shape
         if d > n_rows or B.matrix_free(X):
             return state
-        x_norm = spectral_norm_upper_bound_single(X) if is_dense(X) else B.spectral_norm_bound(X)
+        if (cache is not None and active is not None and cache.kind == "anchor" and cache.G is not None
+                and is_dense(X) and bool(np.all(active)) and cache.matches(X, state.w, active, "anchor")):
+            x_norm = B.spectral_norm_bound(X, gram=cache.G)
+        else:
+            x_norm = spectral_norm_upper_bound_single(X) if is_dense(X) else B.spectral_norm_bound(X)
         return ModelState(w=state.w, b=state.b, n=state.n, residual_bound=state.residual_bound, x_norm_bound=x_norm,
                           removals_since_training=state.removals_since_training, retrainings=state.retrainings,
                           train_iterations=state.train_iterations)
