@@ -363,3 +363,31 @@ def test_margin_term_is_needed(kind):
     dist = _distance(g, exact)
     assert dist <= err - _reference_slack(mag)
     assert dist > err_without
+
+
+def test_dask_gradient_is_per_chunk_blas_then_a_sum_of_the_partials():
+    """The structure ``DaskBackend.sum_terms`` assumes, bit for bit: rmatvec and the Newton pass's gradient are one
+    ``x.T @ g`` per row chunk and then additions of the partials (here the backend's pairwise order)."""
+    from lethe.losses import get_loss
+
+    rng = np.random.default_rng(5)
+    n, d = 97, 4
+    X = rng.normal(size=(n, d)) / 3.0
+    chunks = [13, 40, 7, 22, 15]
+    A = da.from_array(X, chunks=(tuple(chunks), d))
+    g = rng.normal(size=n)
+    edges = np.cumsum([0, *chunks])
+    parts = [X[edges[k]:edges[k + 1]].T @ g[edges[k]:edges[k + 1]] for k in range(len(chunks))]
+    while len(parts) > 1:
+        parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(dask_backend.DASK.rmatvec(A, g), parts[0])
+        loss = get_loss("logistic")
+        y = np.where(rng.uniform(size=n) < 0.5, 1.0, -1.0)
+        w = rng.normal(size=d)
+        _, grad, _, _ = dask_backend.DASK.newton_pass(A, y, w, loss)
+    d1 = loss.d1(X @ w, y)
+    parts = [X[edges[k]:edges[k + 1]].T @ d1[edges[k]:edges[k + 1]] for k in range(len(chunks))]
+    while len(parts) > 1:
+        parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
+    np.testing.assert_array_equal(grad, parts[0])
