@@ -11,8 +11,8 @@ arithmetic, for the dense, sparse and chunked (Dask) backends:
   losses, adversarial magnitudes (row and column scales over 10¹⁵, sparse rows, ‖w‖ up to 10³, and a "near-ulp"
   construction whose sequential sum loses almost u at every addition);
 * mutation checks: a summation length of the largest chunk only (ignoring the additions of the chunk partials)
-  fails the lemma and the gradient bound on a chunked sum added left to right, and an allowance of 0 fails for every
-  backend.
+  fails the lemma and the gradient bound on a chunked sum added left to right; the margin term removed fails a case
+  whose whole error is the margins' rounding; an allowance of 0 fails for every backend.
 """
 
 from __future__ import annotations
@@ -281,12 +281,12 @@ def test_mutation_summation_length_of_the_largest_chunk_only_fails_the_lemma():
 
 def test_mutation_summation_length_of_the_largest_chunk_only_fails_the_gradient_bound():
     """The same through ``measured_residual``: with DaskBackend.sum_terms = the largest chunk, the exact gradient
-    falls outside the allowance (n = 2000 rows of one chunk each: the sum loses ≈ 2000 u, the mutated allowance
-    is ≈ 20 u ‖X‖_F ‖ℓ'‖ ≈ 20 u √2000)."""
-    dist, err, mag = _near_ulp_measured("dask-fold", 2000)
+    falls outside the allowance (n = 1200 rows of one chunk each: the sum loses ≈ 1200 u, the mutated allowance
+    is ≈ 20 u ‖X‖_F ‖ℓ'‖ ≈ 20 u √1200)."""
+    dist, err, mag = _near_ulp_measured("dask-fold", 1200)
     assert dist <= err - _reference_slack(mag)
     with mock.patch.object(dask_backend.DaskBackend, "sum_terms", lambda self, X: max(X.chunks[0])):
-        dist, err, mag = _near_ulp_measured("dask-fold", 2000)
+        dist, err, mag = _near_ulp_measured("dask-fold", 1200)
     assert dist > err
 
 
@@ -325,3 +325,69 @@ def test_loss_derivatives_meet_the_evaluation_error_the_allowance_assumes(loss):
         zm, ym = mpmath.mpf(float(zi)), mpmath.mpf(float(yi))
         exact = -ym / (1 + mpmath.exp(ym * zm)) if loss == "logistic" else 2 * (zm - ym)
         assert abs(mpmath.mpf(float(gi)) - exact) <= D1_EVAL_ULPS * UNIT_ROUNDOFF * abs(exact) + D1_EVAL_ABS
+
+
+def _margin_only_case(n):
+    """Squared loss, identical rows (one feature x), targets y = fl(x w): the computed ℓ' = 2(fl(xw) − y) is exactly
+    0, while the exact ℓ' = 2(xw − fl(xw)) is the margin's rounding error, the same in every row — so the whole
+    gradient error is the margin term of §0a, added up coherently over the rows. (x, w) chosen among a few seeds for
+    a large relative rounding error of the product."""
+    rng = np.random.default_rng(11)
+    best = None
+    for _ in range(200):
+        x, w = float(rng.uniform(0.5, 1.0)), float(rng.uniform(100.0, 1000.0))
+        err = abs(Fraction(x) * Fraction(w) - Fraction(x * w)) / (Fraction(x) * Fraction(w))
+        if best is None or err > best[0]:
+            best = (err, x, w)
+    _, x, w = best
+    X = np.full((n, 1), x)
+    y = np.full(n, x * w)
+    return X, y, np.array([w])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_margin_term_is_needed(kind):
+    """Mutation check for the margin term: without it (sup ℓ'' taken as 0) the allowance falls below the error of
+    this case; with it the bound holds."""
+    X, y, w = _margin_only_case(64)
+    lam = 1e-12
+    b = np.zeros(1)
+    Xk = _as_kind(X, kind, [8] * 8)
+    cfg = CertifiedRemoval(loss="squared", lam=lam, sigma=1.0, bound="tight", calibration="analytic",
+                           solver="anchor")
+    with _kind_context(kind):
+        g, err = measured_residual(cfg, w, b, Xk, y, np.ones(64, dtype=bool))
+        with mock.patch.object(type(cfg.loss_), "d2_sup", 0.0):
+            _, err_without = measured_residual(cfg, w, b, Xk, y, np.ones(64, dtype=bool))
+    exact, mag = exact_gradient(w, b, X, y, lam, "squared")
+    dist = _distance(g, exact)
+    assert dist <= err - _reference_slack(mag)
+    assert dist > err_without
+
+
+def test_dask_gradient_is_per_chunk_blas_then_a_sum_of_the_partials():
+    """The structure ``DaskBackend.sum_terms`` assumes, bit for bit: rmatvec and the Newton pass's gradient are one
+    ``x.T @ g`` per row chunk and then additions of the partials (here the backend's pairwise order)."""
+    from lethe.losses import get_loss
+
+    rng = np.random.default_rng(5)
+    n, d = 97, 4
+    X = rng.normal(size=(n, d)) / 3.0
+    chunks = [13, 40, 7, 22, 15]
+    A = da.from_array(X, chunks=(tuple(chunks), d))
+    g = rng.normal(size=n)
+    edges = np.cumsum([0, *chunks])
+    parts = [X[edges[k]:edges[k + 1]].T @ g[edges[k]:edges[k + 1]] for k in range(len(chunks))]
+    while len(parts) > 1:
+        parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(dask_backend.DASK.rmatvec(A, g), parts[0])
+        loss = get_loss("logistic")
+        y = np.where(rng.uniform(size=n) < 0.5, 1.0, -1.0)
+        w = rng.normal(size=d)
+        _, grad, _, _ = dask_backend.DASK.newton_pass(A, y, w, loss)
+    d1 = loss.d1(X @ w, y)
+    parts = [X[edges[k]:edges[k + 1]].T @ d1[edges[k]:edges[k + 1]] for k in range(len(chunks))]
+    while len(parts) > 1:
+        parts = [parts[k] + parts[k + 1] if k + 1 < len(parts) else parts[k] for k in range(0, len(parts), 2)]
+    np.testing.assert_array_equal(grad, parts[0])

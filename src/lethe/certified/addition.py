@@ -11,9 +11,10 @@ regulariser λn′/2‖w‖²) and H′ = ∇²L(w; D′) (the Hessian on all n�
 Certificate. β⁺ = ‖fl(∇L_b(w⁺; D′))‖ + the rounding allowance of that evaluation
 (:meth:`CertifiedRemoval._residual_with_allowance`, the same rule that certifies training, Guo et al. 2020,
 footnote 1). **Claim:** ‖∇L_b(w⁺; D′)‖ ≤ β⁺. **Proof:** the computed gradient differs from the exact one by at most
-the allowance (Higham 2002, §3.1: every entry of Xᵀℓ′(Xw) + λn′w + b is a sum of at most n′ + 2 terms; the
-allowance bounds the accumulated error of these sums in the 2-norm, see
-:func:`lethe.certified.bounds.rounding_allowance`), and the triangle inequality gives the exact norm ≤ computed
+the allowance (Higham 2002, §3.1: every entry of Xᵀℓ′(Xw) + λn′w + b is a sum whose terms pass through at most
+S + 2 roundings, S ≤ n′ the backend's summation length; the allowance bounds the accumulated error of these sums
+and of the margins in the 2-norm, see :func:`lethe.certified.bounds.gradient_rounding_allowance` and
+docs/tighter_bounds.md §0a), and the triangle inequality gives the exact norm ≤ computed
 norm + allowance. ∎ So w⁺ is the exact minimiser of
 L_b(·; D′) − u′ᵀ(·) with ‖u′‖ ≤ β⁺, and while β⁺ ≤ ε′ Guo et al. 2020, Thm 2–3 make it (ε, δ)-indistinguishable from
 a model trained on D′ from scratch — the same certificate as training on D′ with this b. When β⁺ > ε′ the model is

@@ -173,7 +173,9 @@ def rounding_allowance(n: int, d: int, *magnitudes: float) -> float:
     """A floating-point allowance for a computed norm of a sum of n·d terms: 16 u (n + d) Σ magnitudes.
 
     Standard error analysis of dot products (Higham 2002, §3.1): |fl(Σ aᵢ) − Σ aᵢ| ≤ γ_k Σ |aᵢ|, γ_k ≈ k u.
-    Added to computed residual norms so that a certificate never rests on round-off in lethe's favour.
+    The measured gradients (β₀, the anchor's re-measure) use :func:`gradient_rounding_allowance` instead, which is
+    derived term by term and charges each sum its own length (docs/tighter_bounds.md §0a); this coarser rule, whose
+    magnitudes grow with n so that it grows as n², is kept for callers of the name.
     """
     return 16.0 * EPS * (n + d) * float(sum(abs(m) for m in magnitudes))
 
