@@ -278,10 +278,11 @@ class _Evaluation:
         lgrad = np.zeros(d)
         lsum = 0.0
         step = self.rows
+        at_zero = not np.any(w)  # the first evaluation: z = X·0 = 0 exactly (finite X), without reading X for it
         for start in range(0, n, step):
             stop = min(n, start + step)
             Xb = X[start:stop]
-            zb = Xb @ w
+            zb = np.zeros(stop - start) if at_zero else Xb @ w
             yb = y[start:stop]
             lsum += float(np.sum(loss.value(zb, yb)))
             d1[start:stop] = loss.d1(zb, yb)
