@@ -169,17 +169,6 @@ def worst_case_bound(gamma: float, grad_bound: float | None, lam: float, n_remai
     return 4.0 * gamma * m * m * grad_bound**2 / (lam * lam * n_remaining)
 
 
-def rounding_allowance(n: int, d: int, *magnitudes: float) -> float:
-    """A floating-point allowance for a computed norm of a sum of n·d terms: 16 u (n + d) Σ magnitudes.
-
-    Standard error analysis of dot products (Higham 2002, §3.1): |fl(Σ aᵢ) − Σ aᵢ| ≤ γ_k Σ |aᵢ|, γ_k ≈ k u.
-    The measured gradients (β₀, the anchor's re-measure) use :func:`gradient_rounding_allowance` instead, which is
-    derived term by term and charges each sum its own length (docs/tighter_bounds.md §0a); this coarser rule, whose
-    magnitudes grow with n so that it grows as n², is kept for callers of the name.
-    """
-    return 16.0 * EPS * (n + d) * float(sum(abs(m) for m in magnitudes))
-
-
 #: Largest absolute error of one rounded product or quotient that underflows (gradual underflow, round to nearest:
 #: half the smallest subnormal, bounded here by the smallest subnormal itself).
 UNDERFLOW_ERROR = 2.0**-1074

@@ -223,9 +223,11 @@ class _Evaluation:
     pass over X, block by block (``blocked``: blocks of :data:`_EVAL_BLOCK_BYTES`, which stay in cache between the
     block's z_B = X_B w and its X_Bᵀ ℓ'(z_B), so X is read from memory once per evaluation instead of twice — 35 %
     less time at 10⁶ × 100). Each zᵢ is the same d-term dot product, ℓ'(z) the same elementwise map, and each
-    gradient entry Σᵢ x_ij ℓ'(zᵢ) is still a sum of the same n products, accumulated in another order; the rounding
-    allowance of β₀ (:func:`~lethe.certified.bounds.rounding_allowance`, Higham's γ bound, which holds for any
-    summation order) therefore applies to the stored gradient in both cases (``exact_ops``). Other backends
+    gradient entry Σᵢ x_ij ℓ'(zᵢ) is still a sum of the same n products, accumulated in another order: a product
+    passes through at most m (its block of m rows) + ⌈n/m⌉ − 1 (the running sum over blocks) ≤ n roundings, the
+    dense backend's ``sum_terms``; the rounding allowance of β₀
+    (:func:`~lethe.certified.bounds.gradient_rounding_allowance`, Higham's γ bound, which holds for any summation
+    order) therefore applies to the stored gradient in both cases (``exact_ops``). Other backends
     (chunked Dask data) use the backend's one-pass ``loss_pass`` (one map-reduce instead of two); its gradient
     steers the optimiser only, and β₀ is computed again by ``objective_grad``.
     """
