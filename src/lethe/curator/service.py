@@ -65,6 +65,7 @@ from lethe.curator.store import (
     utcnow,
 )
 from lethe.curator.tables import MAX_KEY_LENGTH, normalize_rows, read_table
+from lethe.curator.wakeup import WakeSender, read_state
 from lethe.exceptions import LetheError
 
 log = logging.getLogger("lethe.curator")
@@ -410,6 +411,7 @@ class Curator:
         self._warm: dict[int, Any] = {}  # model id -> WarmModel (solver state kept between batches)
         self._batch_caps: dict[int, int] = {}  # dataset id -> batch size the budget allows (see _budget_cap)
         self.work_available = threading.Event()  # set when a request is committed: wakes an embedded worker
+        self._wake = WakeSender(self.data_dir)  # ... and a worker process, through <data_dir>/worker.sock
         self._group_mutex = threading.Lock()  # group commit of submissions (see _join_group)
         self._group_queue: list[_Submission] = []
         self._group_busy = False
@@ -424,7 +426,14 @@ class Curator:
 
     def close(self) -> None:
         """Release database connections."""
+        self._wake.close()
         self.store.dispose()
+
+    def _notify_work(self) -> None:
+        """A request was committed: wake a worker thread of this process and a worker process on this data
+        directory (:mod:`lethe.curator.wakeup`)."""
+        self.work_available.set()
+        self._wake.send()
 
     # -- secrets ----------------------------------------------------------------------------------------------------
     def _load_pepper(self) -> bytes:
@@ -444,7 +453,7 @@ class Curator:
 
     def key_digest(self, dataset_id: int, key: str) -> str:
         """HMAC-SHA256 of (dataset, key) under the secret pepper: how a request refers to its key."""
-        return hmac.new(self._pepper, f"{dataset_id}\x00{key}".encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self._pepper, f"{dataset_id}\x00{key}".encode(), "sha256").hex()
 
     # -- tokens -----------------------------------------------------------------------------------------------------
     def create_token(self, name: str, scope: str) -> str:
@@ -588,16 +597,12 @@ class Curator:
                 s.add(ds)
                 s.flush()
                 base = int(s.scalar(select(func.max(Record.id))) or 0) + 1  # record id of row 0 (row = id - base)
-                chunk = 50_000
                 # the records table holds each key's keyed digest (the one its deletion request will hold), never
                 # the key: no plain key or value of this dataset reaches the database, its WAL or a dead tuple
+                ds_id, digest = ds.id, self.key_digest
                 with _progress_bar(progress, total=n, desc=f"import {name}", unit="rec") as bar:
-                    for start in range(0, n, chunk):
-                        stop = min(start + chunk, n)
-                        s.execute(insert(Record), [{"id": base + i, "dataset_id": ds.id,
-                                                    "key": self.key_digest(ds.id, table.keys[i]),
-                                                    "features": b"", "label": 0.0} for i in range(start, stop)])
-                        bar.update(stop - start)
+                    rows = ((base + i, ds_id, digest(ds_id, k)) for i, k in enumerate(table.keys))
+                    self.store.insert_records(s, rows, on_chunk=bar.update)
                 s.add(DataPlane(dataset_id=ds.id, features_path=fpath, labels_path=lpath, row_base=base, n_rows=n,
                                 n_features=d, label_classes=None if classes is None else {"classes": classes}))
                 add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize})
@@ -867,7 +872,7 @@ class Curator:
         for sub, (result, error) in zip(group, outcomes, strict=True):
             sub.result, sub.error = result, error
         if any(result is not None and result[1] for result, _ in outcomes):
-            self.work_available.set()
+            self._notify_work()
 
     def _submit_group_in(self, s: Any, group: list[_Submission]
                          ) -> list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]]:
@@ -1006,7 +1011,7 @@ class Curator:
                 with self.store.write() as s, s.begin():
                     view, created = self._submit_in(s, dataset, key, principal, client_request_id)
                 if created:
-                    self.work_available.set()
+                    self._notify_work()
                 return view, created
             except IntegrityError:
                 # a concurrent submission won the race (a unique constraint refused ours; nothing was written):
@@ -1422,6 +1427,10 @@ class Curator:
                 log.info("model %s: solver state built from version %d", name, v.number)
         return len(todo)
 
+    def warm_state(self) -> tuple[tuple[int, Any], ...]:
+        """(model id, version id) of every model whose solver state this process keeps."""
+        return tuple(sorted((mid, getattr(w, "version_id", None)) for mid, w in self._warm.items()))
+
     def _drop_warm(self, model_ids: Any) -> None:
         for mid in model_ids:
             self._warm.pop(mid, None)
@@ -1549,6 +1558,7 @@ class Curator:
         for model_id, vid in new_ids.items():
             if model_id in self._warm:
                 self._warm[model_id].version_id = vid
+        self._seed_verified(new, new_ids)
         self._budget_cap(dataset_id, len(request_ids), [item[4] for item in new])
         log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
                  ds_name, versions)
@@ -1558,6 +1568,25 @@ class Curator:
         self.purge(erase={dataset_id: rows}, attempts=3, destroyed=olds)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
+
+    def _seed_verified(self, new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]],
+                       new_ids: dict[int, int]) -> None:
+        """Record the artifacts this process has just written and published as verified (:meth:`verify_models`).
+
+        The next batch then does not read, hash and authenticate again a file whose bytes this process wrote and
+        hashed itself (its checksum is the one recorded in the version row). The record is the file's stamp
+        (version, checksum, mtime, size, inode): a file changed afterwards — edited, replaced, truncated — no
+        longer matches it and is verified in full before the next batch, as before.
+        """
+        for model_id, _name, _mech, _old, _cert, relpath, sha, _summary in new:
+            vid = new_ids.get(model_id)
+            if vid is None:
+                continue
+            try:
+                st = os.stat(self.data_dir / relpath)
+            except OSError:
+                continue
+            self._verified[vid] = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _publish(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
                  new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]],
@@ -1954,10 +1983,14 @@ class Curator:
             oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
                               .where(DeletionRequest.status == "pending"))
         faults = self.verify_models()
+        worker = read_state(self.data_dir)  # a worker process's own report (lethe.curator.wakeup)
+        warm = len(self._warm) or (int(worker.get("warm_models", 0)) if worker is not None else 0)
         return {"data_dir": str(self.data_dir), "database": self._safe_url(), "healthy": not faults,
                 "faults": faults, "datasets": datasets, "models": models,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
-                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(), "warm_models": len(self._warm),
+                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(), "warm_models": warm,
+                "worker_process": None if worker is None else
+                {k: worker.get(k) for k in ("pid", "started_at", "ready", "warm_models")},
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
 
     def metrics(self) -> dict[str, Any]:
