@@ -209,3 +209,30 @@ def test_log_tracebacks_withhold_exception_messages(tmp_path: Path) -> None:
         remove()
     text = (tmp_path / "logs" / "t.log").read_text()
     assert "ValueError (message withheld" in text and "173" not in text
+
+
+@pytest.mark.parametrize("models", [1, 0])
+def test_stored_certificates_hold_only_allow_listed_fields(tmp_path: Path, models: int) -> None:
+    """The certificates table, read with plain SQL (not through the ORM or a view), holds only the allow-listed
+    fields: batches are published with bulk inserts, which do not run the ORM's validator — the curator reduces
+    the certificate itself. (The mechanism's certificate carries timings and solver diagnostics: ``seconds``,
+    ``solve_error``, ``remainder_bound``, ``iterations``, ...; they were stored before this test existed.)"""
+    from sqlalchemy import text
+
+    from lethe.curator.public import CERTIFICATE_FIELDS
+
+    data = make_data(tmp_path / "data.csv")
+    c = Curator(tmp_path / "d", settings=Settings(batch_size=4))
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    if models:
+        c.train("people", "clf", params=PARAMS, random_state=0)
+    for k in data.keys[:6]:
+        c.submit_deletion("people", k)
+    c.process_pending(force=True)
+    with c.store.read() as s:
+        stored = [json.loads(row[0]) if isinstance(row[0], str) else row[0]
+                  for row in s.execute(text("SELECT certificate FROM certificates WHERE kind != 'train'"))]
+    c.close()
+    assert len(stored) == 6
+    for cert in stored:
+        assert cert and set(cert) <= set(CERTIFICATE_FIELDS), sorted(set(cert) - set(CERTIFICATE_FIELDS))

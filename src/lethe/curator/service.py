@@ -1622,7 +1622,9 @@ class Curator:
                 m.current_version_id = v.id
                 add_event(s, "version_published", {"batch_id": batch_id, "number": v.number, "parent": old.id},
                           model_id=model_id, version_id=v.id)
-                published.append((model_id, old, v, mech, cert))
+                # stored reduced to the allow-listed fields (no timings or solver diagnostics): the bulk insert
+                # below does not run the ORM's validator on CertificateRow.certificate
+                published.append((model_id, old, v, mech, public_certificate(cert)))
                 versions[name] = v.number
                 if new_ids is not None:
                     new_ids[model_id] = v.id
@@ -1631,6 +1633,7 @@ class Curator:
             certs: list[dict[str, Any]] = []
             events: list[dict[str, Any]] = []
             record_ids: list[int] = []
+            done_payload = check_payload({"batch_id": batch_id})
             for req in reqs:
                 assert req is not None
                 if req.record_id is None:
@@ -1646,11 +1649,12 @@ class Curator:
                     certs.append({"id": str(uuid.uuid4()), "kind": "deletion", "request_id": req.id,
                                   "model_id": None, "old_version_id": None, "new_version_id": None,
                                   "batch_id": batch_id, "mechanism": None,
-                                  "certificate": {"operation": "delete", "guarantee": "raw record deleted; no "
-                                                  "model had been trained on this dataset",
-                                                  "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
+                                  "certificate": public_certificate(
+                                      {"operation": "delete", "guarantee": "raw record deleted; no model had been "
+                                       "trained on this dataset", "epsilon": 0.0, "delta": 0.0,
+                                       "n_removed": len(reqs)}),
                                   "submitted_at": req.submitted_at, "created_at": now})
-                events.append({"kind": "request_done", "payload": {"batch_id": batch_id}, "model_id": None,
+                events.append({"kind": "request_done", "payload": done_payload, "model_id": None,
                                "version_id": None, "request_id": req.id, "at": now})
             gone: Any = s.execute(delete(Record).where(Record.id.in_(record_ids)))
             if gone.rowcount != len(record_ids):
@@ -1658,8 +1662,11 @@ class Curator:
             s.execute(update(DeletionRequest).where(DeletionRequest.id.in_(request_ids))
                       .values(record_id=None, status="done", processed_at=now)
                       .execution_options(synchronize_session=False))
-            s.execute(insert(CertificateRow), certs)
-            s.execute(insert(LedgerEvent), events)
+            # Core executemany: no ORM work while this transaction holds the write lock the submissions wait for
+            cert_table: Any = CertificateRow.__table__
+            ledger_table: Any = LedgerEvent.__table__
+            s.execute(insert(cert_table), certs)
+            s.execute(insert(ledger_table), events)
             add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": ds_name, "count": len(reqs)})
         return versions
 
