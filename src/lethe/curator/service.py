@@ -1566,6 +1566,10 @@ class Curator:
         #    one transaction records all of it (each write waits its turn behind the submissions)
         olds = self._destroy_superseded(record=False)
         self.purge(erase={dataset_id: rows}, attempts=3, destroyed=olds)
+        try:  # the WAL's pages into the database file here, not in a submission's commit (Store.defer_checkpoints)
+            self.store.checkpoint()
+        except OperationalError:  # busy or locked: the next batch checkpoints
+            pass
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
 

@@ -328,6 +328,13 @@ class Store:
             mutex = _serialize_writers(self.write_engine)  # registered first: held before BEGIN IMMEDIATE
             _configure_sqlite(self.write_engine, immediate=True, mutex=mutex)
             _configure_sqlite(self.read_engine, immediate=False)
+        self.autocheckpoint = True  # see defer_checkpoints
+        if self.is_sqlite:
+            @event.listens_for(self.write_engine, "connect")
+            def _checkpoints(dbapi_connection: Any, connection_record: Any) -> None:
+                if not self.autocheckpoint:
+                    dbapi_connection.execute("PRAGMA wal_autocheckpoint = 0")
+
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
@@ -381,6 +388,31 @@ class Store:
         self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             self.read_engine.dispose()
+
+    def defer_checkpoints(self) -> None:
+        """SQLite: this process's commits no longer checkpoint the WAL themselves (``wal_autocheckpoint = 0``).
+
+        For the API server while a worker process runs: SQLite checkpoints in whichever connection's commit finds
+        the WAL over 1,000 pages, and a checkpoint copies pages into the database file and fsyncs it — hundreds of
+        milliseconds on a busy disk, spent inside a submission group's commit. The worker checkpoints instead
+        (:meth:`checkpoint`, after every batch; its own commits keep auto-checkpointing)."""
+        if self.is_sqlite and self.autocheckpoint:
+            self.autocheckpoint = False
+            self.write_engine.dispose()  # pooled connections were opened with the default; new ones get 0
+
+    def checkpoint(self) -> bool:
+        """SQLite: ``PRAGMA wal_checkpoint(PASSIVE)`` — copy what the WAL holds into the database file without
+        waiting for readers or blocking writers. Returns True if every frame was copied (else: a reader holds an
+        older snapshot; the next checkpoint continues)."""
+        if not self.is_sqlite:
+            return True
+        raw = self.write_engine.raw_connection()
+        try:
+            con: Any = raw.driver_connection
+            busy, log_frames, done = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            raw.close()
+        return bool(busy == 0 and log_frames == done)
 
     def insert_records(self, s: Session, rows: Iterable[tuple[int, int, str]], *,
                        on_chunk: Callable[[int], None] | None = None, chunk: int = 100_000) -> int:

@@ -19,6 +19,7 @@ and polls every ``--poll-interval`` seconds in any case.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -63,6 +64,8 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
         curator.warm_up()  # the models' solver state, built once now rather than in the first batch
     except Exception:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
         log.exception("worker: warm-up failed")
+    gc.collect()  # what exists now (imports, the warm models) is never traversed again by a full collection,
+    gc.freeze()   # whose pauses would otherwise fall inside a batch's transaction (the submissions wait for it)
     if on_ready is not None:
         on_ready()
     warm_seen = curator.warm_state()
