@@ -355,6 +355,24 @@ _REQ_COLUMNS = (DeletionRequest.id, DeletionRequest.record_id, DeletionRequest.s
 _PENDING = InvalidInputError("not answered yet")  # a placeholder in Curator.submit_deletions
 
 
+@dataclass(eq=False, slots=True)
+class _NewRequest:
+    """A request a submission group creates, as later members of the group and its answer see it (the attributes
+    of :class:`DeletionRequest` they read, without the ORM's instrumentation)."""
+
+    id: str
+    requester: str
+    client_request_id: str | None
+    dataset_id: int
+    record_id: int
+    key_digest: str
+    status: str
+    attempts: int
+    submitted_at: Any
+    error: str | None = None
+    processed_at: Any = None
+
+
 @dataclass(eq=False)
 class _Submission:
     """One deletion submission waiting in a group commit (:meth:`Curator._join_group`)."""
@@ -887,7 +905,7 @@ class Curator:
                     if not ds.name.startswith(DROPPED_PREFIX)}
         digests = [self.key_digest(datasets[sub.dataset].id, sub.key) if sub.dataset in datasets else ""
                    for sub in group]
-        by_crid: dict[tuple[str, str], DeletionRequest] = {}
+        by_crid: dict[tuple[str, str], DeletionRequest | _NewRequest] = {}
         crids = [(sub.principal.name, sub.client_request_id) for sub in group if sub.client_request_id is not None]
         if crids:
             for r in s.scalars(select(DeletionRequest).where(
@@ -895,7 +913,7 @@ class Curator:
                     DeletionRequest.client_request_id.in_({c for _, c in crids}))):
                 by_crid[(r.requester, str(r.client_request_id))] = r
         ds_ids = {ds.id for ds in datasets.values()}
-        live: dict[tuple[int, str], DeletionRequest] = {}
+        live: dict[tuple[int, str], DeletionRequest | _NewRequest] = {}
         records: dict[tuple[int, str], int] = {}
         if ds_ids:
             for r in s.scalars(select(DeletionRequest).where(
@@ -936,12 +954,11 @@ class Curator:
                 record_id = records.get((ds.id, self._record_key(ds, sub.key, digest)))
                 if record_id is None:
                     raise NotFoundError(f"Unknown key {sub.key!r} in dataset {sub.dataset!r}.")
-                req = DeletionRequest(id=str(uuid.uuid4()), requester=p.name, client_request_id=crid,
-                                      dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
-                                      attempts=0, submitted_at=utcnow())
-                rows.append({c: getattr(req, c) for c in ("id", "requester", "client_request_id", "dataset_id",
-                                                         "record_id", "key_digest", "status", "attempts",
-                                                         "submitted_at")})
+                row = {"id": str(uuid.uuid4()), "requester": p.name, "client_request_id": crid,
+                       "dataset_id": ds.id, "record_id": record_id, "key_digest": digest, "status": "pending",
+                       "attempts": 0, "submitted_at": utcnow()}
+                rows.append(row)
+                req = _NewRequest(**row)  # not an ORM instance: the group is inserted in bulk below
                 payload = check_payload({"dataset": sub.dataset, "requester": p.name})
                 events.append({"at": req.submitted_at, "kind": "request_submitted", "payload": payload,
                                "model_id": None, "version_id": None, "request_id": req.id})
@@ -953,8 +970,12 @@ class Curator:
             except CuratorError as exc:
                 outcomes.append((None, exc))
         if rows:
-            s.execute(insert(DeletionRequest), rows)  # the unique constraints fire here (IntegrityError: see above)
-            s.execute(insert(LedgerEvent), events)
+            # Core executemany (the ORM's bulk path costs more Python than the statements; the GIL is the event
+            # loop's): the unique constraints fire here (IntegrityError: see _commit_group)
+            request_table: Any = DeletionRequest.__table__
+            ledger_table: Any = LedgerEvent.__table__
+            s.execute(insert(request_table), rows)
+            s.execute(insert(ledger_table), events)
         return outcomes
 
     def _commit_group_serially(self, group: list[_Submission]
@@ -993,7 +1014,7 @@ class Curator:
         return digest if ds.feature_names.get("keys") == KEYS_HASHED else key
 
     @staticmethod
-    def _refuse_repeat(earlier: DeletionRequest, principal: Principal, dataset: str) -> None:
+    def _refuse_repeat(earlier: DeletionRequest | _NewRequest, principal: Principal, dataset: str) -> None:
         """Refuse a submission whose key has a live request ``earlier`` (naming it only to its requester or an
         admin; another requester learns only that the key is taken care of, not whether pending or done)."""
         if principal.is_admin or earlier.requester == principal.name:
@@ -1055,7 +1076,7 @@ class Curator:
                   request_id=req.id)
         return self._request_view(s, req, principal, new=True), True
 
-    def _request_view(self, s: Any, req: DeletionRequest, principal: Principal = CLI_PRINCIPAL, *,
+    def _request_view(self, s: Any, req: DeletionRequest | _NewRequest, principal: Principal = CLI_PRINCIPAL, *,
                       new: bool = False) -> dict[str, Any]:
         """A request as its requester or an admin sees it: never the key, nor anything of the other requests of its
         batch; errors reduced to what may be shown (:mod:`lethe.curator.public`). ``new``: created in this
