@@ -352,6 +352,7 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
     import httpx
 
     data_dir = root / name
+    shutil.rmtree(data_dir, ignore_errors=True)  # a previous run's (--workdir)
     if db:
         from sqlalchemy import create_engine, text
 
