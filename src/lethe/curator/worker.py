@@ -172,8 +172,10 @@ class WorkerProcess:
         env.pop("LETHE_DASK_ADDRESS", None)
         if dask_plane.configured_address() is not None:
             env["LETHE_DASK_ADDRESS"] = str(dask_plane.configured_address())
-        src = str(Path(__file__).resolve().parents[2])  # the child imports this lethe, whatever its sys.path
-        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        src = Path(__file__).resolve().parents[2]  # a source checkout: the child imports this lethe too
+        if src.name not in ("site-packages", "dist-packages"):  # (an installed one is found anyway; putting
+            old = env.get("PYTHONPATH")                        # site-packages first could shadow the stdlib)
+            env["PYTHONPATH"] = str(src) + (os.pathsep + old if old else "")
         return env
 
     def start(self) -> None:
