@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from lethe.curator import Curator
+from lethe.curator.store import REVISIONS, SCHEMA_VERSION
 
 
 def test_upgrade_from_version_1(curator: Curator) -> None:
@@ -38,8 +39,9 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
         with c.store.read_engine.connect() as conn:
             raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
                                {"r": view["id"]}).scalar()
-            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "2"
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == str(
+                SCHEMA_VERSION)
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
         assert "removed_indices" not in json.loads(raw) and "seconds" not in json.loads(raw)
         assert c.request_status("dup-1")["status"] == "failed"
         assert c.request_status(pending["id"])["status"] == "pending"
@@ -55,7 +57,7 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
 
 def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
     with curator.store.read_engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
     data_dir = curator.data_dir
     curator.close()
     Curator(data_dir).close()  # reopening changes nothing
@@ -65,3 +67,29 @@ def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
     c.close()
     with pytest.raises(Exception, match="schema version 99"):
         Curator(data_dir)
+
+
+def test_upgrade_from_version_2_reduces_stored_certificates(curator: Curator) -> None:
+    """Version 2 stores written by the bulk publication kept solver diagnostics in their certificates; the upgrade
+    to version 3 rewrites them to the allow-listed fields."""
+    from lethe.curator.public import CERTIFICATE_FIELDS
+
+    view, _ = curator.submit_deletion("people", "user-0001")
+    curator.process_pending(force=True)
+    with curator.store.write_engine.begin() as conn:  # as a version-2 store of the affected commits left it
+        conn.execute(text("UPDATE certificates SET certificate = json_set(certificate, '$.solve_error', 0.001, "
+                          "'$.seconds', 0.5, '$.remainder_bound', 0.01) WHERE request_id = :r"), {"r": view["id"]})
+        conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
+        conn.execute(text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
+    data_dir = curator.data_dir
+    curator.close()
+    c = Curator(data_dir)
+    try:
+        with c.store.read_engine.connect() as conn:
+            raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
+                               {"r": view["id"]}).scalar()
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        cert = json.loads(raw)
+        assert cert and set(cert) <= set(CERTIFICATE_FIELDS) and "budget" in cert
+    finally:
+        c.close()

@@ -51,8 +51,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 from lethe.curator.public import check_payload, public_certificate, public_error
 
-SCHEMA_VERSION = 2
-REVISIONS = {1: "0001", 2: "0002"}  # meta.schema_version -> Alembic revision (lethe.curator.migrations)
+SCHEMA_VERSION = 3
+REVISIONS = {1: "0001", 2: "0002", 3: "0003"}  # meta.schema_version -> Alembic revision (lethe.curator.migrations)
 DB_FILENAME = "lethe.db"
 
 
@@ -502,6 +502,20 @@ def migrate_1_to_2(connection: Any) -> None:
     for ix in table.indexes:
         if ix.name == "uq_live_request_key":
             ix.create(connection, checkfirst=True)
+
+
+def migrate_2_to_3(connection: Any) -> None:
+    """Schema 2 → 3 (Alembic revision 0003): stored certificates reduced to their publishable fields (batches
+    published with bulk inserts had bypassed the validator and kept the mechanism's timings and solver
+    diagnostics). One pass over the certificates table."""
+    from sqlalchemy import select
+
+    with Session(connection) as s:
+        for cert in s.scalars(select(CertificateRow)):
+            cleaned = public_certificate(cert.certificate)
+            if cleaned != cert.certificate:
+                cert.certificate = cleaned
+        s.flush()
 
 
 def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,
