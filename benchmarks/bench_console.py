@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lethe.curator import Curator  # noqa: E402
 from lethe.curator.console import queries as Q  # noqa: E402
-from lethe.curator.store import migrate_2_to_3  # noqa: E402
+from lethe.curator.store import migrate_3_to_4  # noqa: E402
 
 
 def generate(data_dir: Path, n: int, seed: int = 0) -> tuple[Curator, dict[str, str]]:
@@ -143,7 +143,7 @@ def main() -> None:
                     results.setdefault(label, []).append(median_ms(lambda fn=fn: fn(s), reps))
         # the whole page through the app (session, query, template), indexes restored
         with c.store.write_engine.begin() as conn:
-            migrate_2_to_3(conn)  # what the schema upgrade does: recreate them
+            migrate_3_to_4(conn)  # what the schema upgrade does: recreate them
         from fastapi.testclient import TestClient
 
         from lethe.curator.api import create_app

@@ -125,12 +125,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data_dir: Path, db: str | None, batch_size: int) -> tuple[str, subprocess.Popen[bytes]]:
+def start_server(data_dir: Path, db: str | None, batch_size: int,
+                 worker: str = "process") -> tuple[str, subprocess.Popen[bytes]]:
     import httpx
 
     port = free_port()
     cmd = [sys.executable, "-m", "lethe.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir",
-           str(data_dir), "--batch-size", str(batch_size), "--poll-interval", "0.05", "--log-level", "warning"]
+           str(data_dir), "--batch-size", str(batch_size), "--poll-interval", "0.05", "--log-level", "warning",
+           "--worker", worker]
     if db:
         cmd += ["--database-url", db]
     log = open(data_dir / "logs" / "bench-server.log", "ab")  # noqa: SIM115 - closed below
@@ -305,10 +307,12 @@ def client_floor(requests: int, clients: int, time_cap: float) -> dict[str, Any]
             except httpx.TransportError:
                 time.sleep(0.05)
         keys = [f"k{i}" for i in range(requests)]
+        load = os.getloadavg()[0]
         ids, lat, elapsed, errors = asyncio.run(submit_all(url, "x", "floor", keys, clients, time_cap))
     finally:
         stop(proc)
-    return {"requests": len(ids), "submit errors": errors, "submissions/s": len(ids) / elapsed,
+    return {"load avg: ingest / submit / end": f"- / {load:.1f} / {os.getloadavg()[0]:.1f}",
+            "requests": len(ids), "submit errors": errors, "submissions/s": len(ids) / elapsed,
             "submit p50 ms": 1e3 * pct(lat, 50), "submit p95 ms": 1e3 * pct(lat, 95),
             "submit p99 ms": 1e3 * pct(lat, 99)}
 
@@ -344,10 +348,11 @@ def pct(a: list[float], q: float) -> float:
 
 def run_service(name: str, root: Path, src: Path, *, key: str, label: str, normalize: str, params: dict[str, Any],
                 requests: int, clients: int, time_cap: float, batch_size: int, db: str | None,
-                n_records: int, d: int) -> dict[str, Any]:
+                n_records: int, d: int, worker: str = "process") -> dict[str, Any]:
     import httpx
 
     data_dir = root / name
+    shutil.rmtree(data_dir, ignore_errors=True)  # a previous run's (--workdir)
     if db:
         from sqlalchemy import create_engine, text
 
@@ -355,6 +360,7 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
         with eng.begin() as c:
             c.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public;"))
         eng.dispose()
+    loads = [os.getloadavg()[0]]  # the machine is shared: the 1-minute load average at ingest, submission, end
     t = time.perf_counter()
     lethe(data_dir, db, "dataset", "add", name, str(src), "--key", key, "--label", label, "--normalize", normalize)
     ingest = time.perf_counter() - t
@@ -365,7 +371,7 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
     app = lethe(data_dir, db, "token", "create", "app", "--scope", "requester").strip()
     print(f"{name}: ingest {ingest:.1f} s, train {train:.1f} s", flush=True)
     t = time.perf_counter()
-    url, proc = start_server(data_dir, db, batch_size)
+    url, proc = start_server(data_dir, db, batch_size, worker)
     try:
         for _ in range(2400):  # wait (bounded) until the worker has built the model's solver state
             st = httpx.get(url + "/v1/status", headers={"Authorization": f"Bearer {admin}"}, timeout=30).json()
@@ -377,12 +383,17 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
         rng = np.random.default_rng(1)
         prefix = "k" if name.startswith("synthetic") else "adult-"
         keys = [f"{prefix}{i}" for i in rng.choice(n_records, size=min(requests, n_records - 10), replace=False)]
+        loads.append(os.getloadavg()[0])
         ids, lat, elapsed, errors = asyncio.run(submit_all(url, app, name, keys, clients, time_cap))
         print(f"{name}: {len(ids)} submitted in {elapsed:.1f} s ({errors} errors)", flush=True)
         views = asyncio.run(collect(url, admin, ids, max(120.0, time_cap * 4)))
+        loads.append(os.getloadavg()[0])
         budget = httpx.get(url + "/v1/models/clf/budget", headers={"Authorization": f"Bearer {admin}"},
                            timeout=30).json()
         rss = peak_rss(proc.pid)
+        wp = httpx.get(url + "/v1/status", headers={"Authorization": f"Bearer {admin}"},
+                       timeout=30).json().get("worker_process")
+        rss_worker = peak_rss(int(wp["pid"])) if wp else 0  # the worker process holds the data and the model
     finally:
         stop(proc)
     done = [v for v in views if v.get("status") == "done"]
@@ -391,6 +402,7 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
     s2p = [float(v["seconds_to_publication"]) for v in done]
     span = (max(pub) - min(sub)) if pub else float("nan")
     return {
+        "load avg: ingest / submit / end": " / ".join(f"{x:.1f}" for x in loads), "worker": worker,
         "records": n_records, "features": d, "ingest s": ingest, "train s": train, "start + warm-up s": warm,
         "requests": len(ids), "submit errors": errors, "done": len(done),
         "submissions/s": len(ids) / elapsed, "submit p50 ms": 1e3 * pct(lat, 50), "submit p95 ms": 1e3 * pct(lat, 95),
@@ -399,8 +411,9 @@ def run_service(name: str, root: Path, src: Path, *, key: str, label: str, norma
         "submit->publication p50 s": pct(s2p, 50), "submit->publication p99 s": pct(s2p, 99),
         "retrainings": budget.get("retrainings"), "budget left": budget.get("budget_left"),
         "versions": budget.get("version"),
-        "peak RSS MB": rss / 2**20, "raw features MB": n_records * d * 8 / 2**20,
-        "RSS / raw": rss / (n_records * d * 8),
+        "peak RSS MB (server + worker)": (rss + rss_worker) / 2**20, "peak RSS server / worker MB":
+            f"{rss / 2**20:.0f} / {rss_worker / 2**20:.0f}", "raw features MB": n_records * d * 8 / 2**20,
+        "RSS / raw": (rss + rss_worker) / (n_records * d * 8),
         "database MB": (du(data_dir / "lethe.db") + du(data_dir / "lethe.db-wal")) / 2**20 if not db else db_size(db),
         "data plane MB": du(data_dir / "data") / 2**20,
     }
@@ -476,6 +489,8 @@ def main() -> None:
     ap.add_argument("--scale-solvers", nargs="*", default=None,
                     help="solvers for the batch-cost comparison (default: the default solver, pcg, and anchor)")
     ap.add_argument("--database-url", default=None, help="postgresql+psycopg://... (wiped!) instead of SQLite")
+    ap.add_argument("--worker", choices=("process", "thread"), default="process",
+                    help="lethe serve --worker: the worker as a child process (the default) or a server thread")
     ap.add_argument("--skip", nargs="*", default=[], choices=["adult", "synthetic", "scale"])
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
@@ -503,7 +518,7 @@ def main() -> None:
             table["Adult"] = run_service("adult", root, src, key="person", label="income", normalize="rows",
                                          params=params, requests=args.adult_requests, clients=args.clients,
                                          time_cap=args.time_cap, batch_size=args.batch_size, db=args.database_url,
-                                         n_records=rows, d=n)
+                                         n_records=rows, d=n, worker=args.worker)
             del d
             show(table)
         if "synthetic" not in args.skip or "scale" not in args.skip:
@@ -513,7 +528,7 @@ def main() -> None:
             table[label] = run_service("synthetic", root, src, key="key", label="label", normalize="none",
                                        params=params, requests=args.requests, clients=args.clients,
                                        time_cap=args.time_cap, batch_size=args.batch_size, db=args.database_url,
-                                       n_records=args.n, d=FEATURES)
+                                       n_records=args.n, d=FEATURES, worker=args.worker)
             shutil.rmtree(root / "synthetic", ignore_errors=True)
             show(table)
         if "scale" not in args.skip:

@@ -273,7 +273,7 @@ def test_requests_page_rejects_bad_filters(cur: Curator, setup: Setup) -> None:
 
 
 def test_indexes_are_created(cur: Curator) -> None:
-    with cur.store.read() as s:  # part of the store's schema (version 3): no console start needed
+    with cur.store.read() as s:  # part of the store's schema (version 4): no console start needed
         names = set(s.scalars(text("SELECT name FROM sqlite_master WHERE type='index' "
                                    "AND tbl_name='deletion_requests'")))
         plan = " ".join(str(r[-1]) for r in s.execute(text(

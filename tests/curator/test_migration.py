@@ -1,6 +1,6 @@
-"""Schema upgrades 1 → 2 → 3 through Alembic (lethe.curator.migrations): legacy duplicates closed, stored certificates
+"""Schema upgrade 1 → 2 through Alembic (lethe.curator.migrations): legacy duplicates closed, stored certificates
 rewritten without row positions, the unique constraint on live requests in place; a store from a newer lethe is
-refused; reopening is idempotent; version 3 adds the console's request indexes."""
+refused; reopening is idempotent."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from lethe.curator import Curator
-from lethe.curator.store import CONSOLE_INDEXES
+from lethe.curator.store import CONSOLE_INDEXES, REVISIONS, SCHEMA_VERSION
 
 
 def test_upgrade_from_version_1(curator: Curator) -> None:
@@ -39,8 +39,9 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
         with c.store.read_engine.connect() as conn:
             raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
                                {"r": view["id"]}).scalar()
-            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "3"
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == str(
+                SCHEMA_VERSION)
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
         assert "removed_indices" not in json.loads(raw) and "seconds" not in json.loads(raw)
         assert c.request_status("dup-1")["status"] == "failed"
         assert c.request_status(pending["id"])["status"] == "pending"
@@ -56,7 +57,7 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
 
 def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
     with curator.store.read_engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
     data_dir = curator.data_dir
     curator.close()
     Curator(data_dir).close()  # reopening changes nothing
@@ -68,21 +69,47 @@ def test_new_store_is_stamped_and_newer_store_refused(curator: Curator) -> None:
         Curator(data_dir)
 
 
+def test_upgrade_from_version_2_reduces_stored_certificates(curator: Curator) -> None:
+    """Version 2 stores written by the bulk publication kept solver diagnostics in their certificates; the upgrade
+    to version 3 rewrites them to the allow-listed fields."""
+    from lethe.curator.public import CERTIFICATE_FIELDS
+
+    view, _ = curator.submit_deletion("people", "user-0001")
+    curator.process_pending(force=True)
+    with curator.store.write_engine.begin() as conn:  # as a version-2 store of the affected commits left it
+        conn.execute(text("UPDATE certificates SET certificate = json_set(certificate, '$.solve_error', 0.001, "
+                          "'$.seconds', 0.5, '$.remainder_bound', 0.01) WHERE request_id = :r"), {"r": view["id"]})
+        conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
+        conn.execute(text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
+    data_dir = curator.data_dir
+    curator.close()
+    c = Curator(data_dir)
+    try:
+        with c.store.read_engine.connect() as conn:
+            raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
+                               {"r": view["id"]}).scalar()
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
+        cert = json.loads(raw)
+        assert cert and set(cert) <= set(CERTIFICATE_FIELDS) and "budget" in cert
+    finally:
+        c.close()
+
+
 def _request_indexes(c: Curator) -> set[str]:
     with c.store.read_engine.connect() as conn:
         return set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index' "
                                      "AND tbl_name = 'deletion_requests'")).scalars())
 
 
-def test_upgrade_from_version_2_adds_the_console_indexes(curator: Curator) -> None:
+def test_upgrade_from_version_3_adds_the_console_indexes(curator: Curator) -> None:
     wanted = {name for name, _ in CONSOLE_INDEXES}
     assert wanted <= _request_indexes(curator)  # a new store has them without the console
     view, _ = curator.submit_deletion("people", "user-0001")
-    with curator.store.write_engine.begin() as conn:  # make it look like a version-2 store
+    with curator.store.write_engine.begin() as conn:  # make it look like a version-3 store
         for name in wanted:
             conn.execute(text(f"DROP INDEX {name}"))
-        conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
-        conn.execute(text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0003'"))
+        conn.execute(text("UPDATE meta SET value = '3' WHERE key = 'schema_version'"))
     assert not wanted & _request_indexes(curator)
     data_dir = curator.data_dir
     curator.close()
@@ -90,8 +117,8 @@ def test_upgrade_from_version_2_adds_the_console_indexes(curator: Curator) -> No
     try:
         assert wanted <= _request_indexes(c)
         with c.store.read_engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "3"
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "4"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
         assert c.request_status(view["id"])["status"] == "pending"  # nothing else changed
     finally:
         c.close()

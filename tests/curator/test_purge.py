@@ -32,9 +32,10 @@ def patterns(key: str, x: list[float]) -> dict[str, bytes]:
 
 
 def scan(root: Path, pats: dict[str, bytes]) -> dict[str, list[str]]:
-    """Which patterns occur in which files under ``root`` (every file, whatever its name)."""
+    """Which patterns occur in which files under ``root`` (every regular file, whatever its name; a worker's
+    wake-up socket holds no bytes and cannot be read)."""
     found: dict[str, list[str]] = {}
-    files = [Path(d) / f for d, _, fs in os.walk(root) for f in fs]
+    files = [Path(d) / f for d, _, fs in os.walk(root) for f in fs if (Path(d) / f).is_file()]
     assert files
     for path in files:
         blob = path.read_bytes()

@@ -248,3 +248,30 @@ def test_worker_failures_reach_every_log_handler_without_their_message(curator: 
     assert "Found 17" not in text and "user-0003" not in text
     assert "warm-up failed (ValueError" in text and "processing failed; will retry (ValueError" in text
     assert "in fail" in text  # the frames are kept for the operator
+
+
+@pytest.mark.parametrize("models", [1, 0])
+def test_stored_certificates_hold_only_allow_listed_fields(tmp_path: Path, models: int) -> None:
+    """The certificates table, read with plain SQL (not through the ORM or a view), holds only the allow-listed
+    fields: batches are published with bulk inserts, which do not run the ORM's validator — the curator reduces
+    the certificate itself. (The mechanism's certificate carries timings and solver diagnostics: ``seconds``,
+    ``solve_error``, ``remainder_bound``, ``iterations``, ...; they were stored before this test existed.)"""
+    from sqlalchemy import text
+
+    from lethe.curator.public import CERTIFICATE_FIELDS
+
+    data = make_data(tmp_path / "data.csv")
+    c = Curator(tmp_path / "d", settings=Settings(batch_size=4))
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    if models:
+        c.train("people", "clf", params=PARAMS, random_state=0)
+    for k in data.keys[:6]:
+        c.submit_deletion("people", k)
+    c.process_pending(force=True)
+    with c.store.read() as s:
+        stored = [json.loads(row[0]) if isinstance(row[0], str) else row[0]
+                  for row in s.execute(text("SELECT certificate FROM certificates WHERE kind != 'train'"))]
+    c.close()
+    assert len(stored) == 6
+    for cert in stored:
+        assert cert and set(cert) <= set(CERTIFICATE_FIELDS), sorted(set(cert) - set(CERTIFICATE_FIELDS))

@@ -12,13 +12,44 @@ def _handler(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``audit`` subcommand (heavy imports happen in the handler)."""
-    from lethe.experiments.audit import build_parser
+class _LazyAuditParser(argparse.ArgumentParser):
+    """The ``audit`` subcommand's parser, whose options are added when it is first used (parsing or help): they
+    live in :mod:`lethe.experiments.audit`, whose import (SciPy, scikit-learn) took seconds from every other
+    command — ``lethe worker`` and ``lethe dataset add`` included — when it happened while the parser was built."""
 
-    p = subparsers.add_parser("audit", help="membership-inference audit of certified removal and Noisy-GD",
-                              description="Loss-threshold and (offline and online) LiRA attacks telling removed and "
-                                          "retained training points from never-seen ones, with confidence "
-                                          "intervals, next to the guarantees' bounds.")
-    build_parser(p)
+    _built = False
+
+    def _build(self) -> None:
+        if not self._built:
+            self._built = True
+            from lethe.cli import _show_defaults
+            from lethe.experiments.audit import build_parser
+
+            build_parser(self)
+            _show_defaults(self)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._build()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._build()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._build()
+        return super().format_usage()
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``audit`` subcommand (its options and heavy imports are loaded when it is used)."""
+    parser_class = subparsers._parser_class
+    subparsers._parser_class = _LazyAuditParser
+    try:
+        p = subparsers.add_parser("audit", help="membership-inference audit of certified removal and Noisy-GD",
+                                  description="Loss-threshold and (offline and online) LiRA attacks telling removed "
+                                              "and retained training points from never-seen ones, with confidence "
+                                              "intervals, next to the guarantees' bounds.")
+    finally:
+        subparsers._parser_class = parser_class
     p.set_defaults(func=_handler)

@@ -57,8 +57,11 @@ def _curator(args: argparse.Namespace) -> Curator:
     if getattr(args, "dask_address", None):
         dask_plane.configure(args.dask_address)
 
+    defaults = Settings()
     settings = Settings(batch_size=getattr(args, "batch_size", 256), max_delay=getattr(args, "max_delay", 0.0),
-                        poll_interval=getattr(args, "poll_interval", 0.5))
+                        poll_interval=getattr(args, "poll_interval", 0.5),
+                        max_attempts=getattr(args, "max_attempts", None) or defaults.max_attempts,
+                        budget_share=getattr(args, "budget_share", None) or defaults.budget_share)
     return Curator(args.data_dir, database_url=args.database_url, settings=settings)
 
 
@@ -287,7 +290,7 @@ def _serve(args: argparse.Namespace) -> int:
     c = _curator(args)
     remove_log = configure_file_logging(c.data_dir, "server")
     try:
-        app = create_app(c, run_worker=not args.no_worker, max_body_bytes=args.max_body_bytes)
+        app = create_app(c, run_worker="none" if args.no_worker else args.worker, max_body_bytes=args.max_body_bytes)
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=True)
     finally:
         remove_log()
@@ -296,21 +299,44 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from lethe.curator.service import configure_file_logging
+    from lethe.curator import wakeup
+    from lethe.curator.service import configure_file_logging, utcnow
     from lethe.curator.worker import run_worker
 
     c = _curator(args)
     remove_log = configure_file_logging(c.data_dir, "worker")
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous_int = None
+    if args.parent_pid is not None:  # started by `lethe serve`: Ctrl-C reaches the server, which stops us in turn
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if os.getppid() != args.parent_pid:  # the server died before we got here
+            return 0
+    listener = wakeup.WakeListener(c.data_dir) if not args.once else None
+    pid, started, ready_flag = os.getpid(), utcnow().isoformat(), [False]
 
     def ready() -> None:
+        ready_flag[0] = True
         print("ready", flush=True)
 
+    def state() -> None:
+        try:
+            wakeup.write_state(c.data_dir, {"pid": pid, "started_at": started, "ready": ready_flag[0],
+                                            "warm_models": len(c.warm_state())})
+        except OSError:  # the state is informational; a full disk is reported by the batches themselves
+            pass
+
     try:
-        n = run_worker(c, once=args.once, drain=args.drain, stop=stop, on_ready=ready, progress=args.progress)
+        n = run_worker(c, once=args.once, drain=args.drain, stop=stop, on_ready=ready, progress=args.progress,
+                       wait=listener.wait if listener is not None else None, parent_pid=args.parent_pid,
+                       on_state=state if not args.once else None)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
+        if listener is not None:
+            listener.close()
+            wakeup.clear_state(c.data_dir, pid)
         remove_log()
         c.close()
     print(f"processed {n} batch(es)", flush=True)
@@ -431,10 +457,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("name")
     p.set_defaults(func=_guard(_token_revoke))
 
-    p = sub.add_parser("serve", parents=[common, proc], help="run the HTTP API (with a worker thread)")
+    p = sub.add_parser("serve", parents=[common, proc], help="run the HTTP API (and a worker process)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--no-worker", action="store_true", help="do not process requests in this process")
+    p.add_argument("--worker", choices=("process", "thread", "none"),
+                   default=os.environ.get("LETHE_WORKER", "process"),
+                   help="'process' (default; $LETHE_WORKER): start and supervise a `lethe worker` child process; "
+                        "'thread': process requests in a thread of the server; 'none': no processing here (run "
+                        "`lethe worker` yourself)")
+    p.add_argument("--no-worker", action="store_true", help="the same as --worker none")
     p.add_argument("--max-body-bytes", type=int, default=int(os.environ.get("LETHE_MAX_BODY_BYTES", 4 * 1024 * 1024)),
                    help="largest request body accepted; larger ones get 413 before parsing and authentication "
                         "(default $LETHE_MAX_BODY_BYTES or 4 MiB)")
@@ -445,6 +476,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--once", action="store_true", help="process what is due, then exit")
     p.add_argument("--drain", action="store_true", help="treat every pending request as due")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--max-attempts", type=int, default=None,
+                   help="a request the mechanism fails on this many times alone is marked failed (default 3)")
+    p.add_argument("--budget-share", type=float, default=None,
+                   help="the budget share a batch's extrapolated remainder may spend (default 0.02; 1 disables)")
+    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)  # set by `lethe serve`
     p.set_defaults(func=_guard(_worker))
 
 

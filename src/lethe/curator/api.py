@@ -14,6 +14,7 @@ retry), or a fault the operator must repair.
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -33,6 +34,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 import lethe
+from lethe.curator.adapters import available_mechanisms, get_adapter
 from lethe.curator.service import (
     BusyError,
     Curator,
@@ -41,7 +43,7 @@ from lethe.curator.service import (
     Principal,
     storage_message,
 )
-from lethe.curator.worker import BackgroundWorker
+from lethe.curator.worker import BackgroundWorker, WorkerProcess
 
 log = logging.getLogger("lethe.curator.api")
 
@@ -304,14 +306,25 @@ class SubmissionIntake:
                     loop.call_soon_threadsafe(self._settle, fut, outcome)
 
 
-def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int | None = None) -> FastAPI:
-    """The FastAPI application over ``curator``; with ``run_worker`` a background worker thread processes requests.
+WORKER_MODES = ("process", "thread", "none")
+
+
+def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_bytes: int | None = None) -> FastAPI:
+    """The FastAPI application over ``curator``.
+
+    ``run_worker``: who processes the requests while the application runs — ``"process"`` (or ``True``, the
+    default): a supervised ``lethe worker`` child process on the same data directory, database and settings
+    (:class:`~lethe.curator.worker.WorkerProcess`); ``"thread"``: a thread of this process
+    (:class:`~lethe.curator.worker.BackgroundWorker`); ``"none"`` (or ``False``): nobody here (run ``lethe worker``).
 
     ``max_body_bytes``: the largest request body accepted (default ``$LETHE_MAX_BODY_BYTES`` or 4 MiB); larger
     bodies get 413 before they are parsed or the token is checked.
     """
     if max_body_bytes is None:
         max_body_bytes = int(os.environ.get("LETHE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    mode = ("process" if run_worker else "none") if isinstance(run_worker, bool) else run_worker
+    if mode not in WORKER_MODES:
+        raise ValueError(f"run_worker must be True, False or one of {WORKER_MODES}. Found {run_worker!r}.")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -321,10 +334,23 @@ def create_app(curator: Curator, *, run_worker: bool = True, max_body_bytes: int
             curator.recover()
         except BusyError:  # another process holds the lock: it recovers (every processing entry point does) first
             log.warning("recovery skipped at start: another process is processing %s", curator.data_dir)
-        worker = BackgroundWorker(curator) if run_worker else None
+        if mode != "thread":  # the worker (a process) checkpoints SQLite's WAL; submissions' commits do not
+            curator.store.defer_checkpoints()
+        worker: BackgroundWorker | WorkerProcess | None = (
+            WorkerProcess(curator) if mode == "process" else BackgroundWorker(curator) if mode == "thread" else None)
         if worker is not None:
             worker.start()
         intake.start()
+        # the interpreter's objects so far (imports, the application) move to the permanent generation: a full
+        # collection no longer traverses them — with SciPy, SQLAlchemy and FastAPI loaded that took 0.1-0.2 s, during
+        # which the event loop answered nobody (the submissions' p99). What the first requests would import lazily
+        # (the mechanisms' modules, through a model check) is imported first.
+        with contextlib.suppress(Exception):
+            for name in available_mechanisms():
+                get_adapter(name)
+            curator.verify_models()
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
@@ -534,4 +560,5 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware", "SubmissionIntake", "create_app", "render_metrics"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "WORKER_MODES", "BodyLimitMiddleware", "SubmissionIntake", "create_app",
+           "render_metrics"]

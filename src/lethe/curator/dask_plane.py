@@ -61,6 +61,11 @@ def configure(address: str | None) -> None:
         _address = address
 
 
+def configured_address() -> str | None:
+    """The scheduler address given to :func:`configure` (None: a ``LocalCluster`` on first use)."""
+    return _address
+
+
 def client() -> Any:
     """The ``dask.distributed.Client`` Zarr planes compute on (connected or started on first use; it is the default
     scheduler of this process from then on)."""
@@ -197,5 +202,5 @@ def active_rows(X: Any, active: np.ndarray) -> Any:
     return np.asarray(X[active])
 
 
-__all__ = ["TASK_ROWS", "ZARR_CHUNK_ROWS", "active_rows", "client", "close", "configure", "erase_rows",
-           "is_zarr", "open_features", "write_features"]
+__all__ = ["TASK_ROWS", "ZARR_CHUNK_ROWS", "active_rows", "client", "close", "configure", "configured_address",
+           "erase_rows", "is_zarr", "open_features", "write_features"]

@@ -65,6 +65,7 @@ from lethe.curator.store import (
     utcnow,
 )
 from lethe.curator.tables import MAX_KEY_LENGTH, normalize_rows, read_table
+from lethe.curator.wakeup import WakeSender, read_state
 from lethe.exceptions import LetheError
 
 log = logging.getLogger("lethe.curator")
@@ -354,6 +355,24 @@ _REQ_COLUMNS = (DeletionRequest.id, DeletionRequest.record_id, DeletionRequest.s
 _PENDING = InvalidInputError("not answered yet")  # a placeholder in Curator.submit_deletions
 
 
+@dataclass(eq=False, slots=True)
+class _NewRequest:
+    """A request a submission group creates, as later members of the group and its answer see it (the attributes
+    of :class:`DeletionRequest` they read, without the ORM's instrumentation)."""
+
+    id: str
+    requester: str
+    client_request_id: str | None
+    dataset_id: int
+    record_id: int
+    key_digest: str
+    status: str
+    attempts: int
+    submitted_at: Any
+    error: str | None = None
+    processed_at: Any = None
+
+
 @dataclass(eq=False)
 class _Submission:
     """One deletion submission waiting in a group commit (:meth:`Curator._join_group`)."""
@@ -410,6 +429,7 @@ class Curator:
         self._warm: dict[int, Any] = {}  # model id -> WarmModel (solver state kept between batches)
         self._batch_caps: dict[int, int] = {}  # dataset id -> batch size the budget allows (see _budget_cap)
         self.work_available = threading.Event()  # set when a request is committed: wakes an embedded worker
+        self._wake = WakeSender(self.data_dir)  # ... and a worker process, through <data_dir>/worker.sock
         self._group_mutex = threading.Lock()  # group commit of submissions (see _join_group)
         self._group_queue: list[_Submission] = []
         self._group_busy = False
@@ -424,7 +444,14 @@ class Curator:
 
     def close(self) -> None:
         """Release database connections."""
+        self._wake.close()
         self.store.dispose()
+
+    def _notify_work(self) -> None:
+        """A request was committed: wake a worker thread of this process and a worker process on this data
+        directory (:mod:`lethe.curator.wakeup`)."""
+        self.work_available.set()
+        self._wake.send()
 
     # -- secrets ----------------------------------------------------------------------------------------------------
     def _load_pepper(self) -> bytes:
@@ -444,7 +471,7 @@ class Curator:
 
     def key_digest(self, dataset_id: int, key: str) -> str:
         """HMAC-SHA256 of (dataset, key) under the secret pepper: how a request refers to its key."""
-        return hmac.new(self._pepper, f"{dataset_id}\x00{key}".encode(), hashlib.sha256).hexdigest()
+        return hmac.digest(self._pepper, f"{dataset_id}\x00{key}".encode(), "sha256").hex()
 
     # -- tokens -----------------------------------------------------------------------------------------------------
     def create_token(self, name: str, scope: str) -> str:
@@ -588,16 +615,12 @@ class Curator:
                 s.add(ds)
                 s.flush()
                 base = int(s.scalar(select(func.max(Record.id))) or 0) + 1  # record id of row 0 (row = id - base)
-                chunk = 50_000
                 # the records table holds each key's keyed digest (the one its deletion request will hold), never
                 # the key: no plain key or value of this dataset reaches the database, its WAL or a dead tuple
+                ds_id, digest = ds.id, self.key_digest
                 with _progress_bar(progress, total=n, desc=f"import {name}", unit="rec") as bar:
-                    for start in range(0, n, chunk):
-                        stop = min(start + chunk, n)
-                        s.execute(insert(Record), [{"id": base + i, "dataset_id": ds.id,
-                                                    "key": self.key_digest(ds.id, table.keys[i]),
-                                                    "features": b"", "label": 0.0} for i in range(start, stop)])
-                        bar.update(stop - start)
+                    rows = ((base + i, ds_id, digest(ds_id, k)) for i, k in enumerate(table.keys))
+                    self.store.insert_records(s, rows, on_chunk=bar.update)
                 s.add(DataPlane(dataset_id=ds.id, features_path=fpath, labels_path=lpath, row_base=base, n_rows=n,
                                 n_features=d, label_classes=None if classes is None else {"classes": classes}))
                 add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize})
@@ -867,7 +890,7 @@ class Curator:
         for sub, (result, error) in zip(group, outcomes, strict=True):
             sub.result, sub.error = result, error
         if any(result is not None and result[1] for result, _ in outcomes):
-            self.work_available.set()
+            self._notify_work()
 
     def _submit_group_in(self, s: Any, group: list[_Submission]
                          ) -> list[tuple[tuple[dict[str, Any], bool] | None, CuratorError | None]]:
@@ -882,7 +905,7 @@ class Curator:
                     if not ds.name.startswith(DROPPED_PREFIX)}
         digests = [self.key_digest(datasets[sub.dataset].id, sub.key) if sub.dataset in datasets else ""
                    for sub in group]
-        by_crid: dict[tuple[str, str], DeletionRequest] = {}
+        by_crid: dict[tuple[str, str], DeletionRequest | _NewRequest] = {}
         crids = [(sub.principal.name, sub.client_request_id) for sub in group if sub.client_request_id is not None]
         if crids:
             for r in s.scalars(select(DeletionRequest).where(
@@ -890,7 +913,7 @@ class Curator:
                     DeletionRequest.client_request_id.in_({c for _, c in crids}))):
                 by_crid[(r.requester, str(r.client_request_id))] = r
         ds_ids = {ds.id for ds in datasets.values()}
-        live: dict[tuple[int, str], DeletionRequest] = {}
+        live: dict[tuple[int, str], DeletionRequest | _NewRequest] = {}
         records: dict[tuple[int, str], int] = {}
         if ds_ids:
             for r in s.scalars(select(DeletionRequest).where(
@@ -931,12 +954,11 @@ class Curator:
                 record_id = records.get((ds.id, self._record_key(ds, sub.key, digest)))
                 if record_id is None:
                     raise NotFoundError(f"Unknown key {sub.key!r} in dataset {sub.dataset!r}.")
-                req = DeletionRequest(id=str(uuid.uuid4()), requester=p.name, client_request_id=crid,
-                                      dataset_id=ds.id, record_id=record_id, key_digest=digest, status="pending",
-                                      attempts=0, submitted_at=utcnow())
-                rows.append({c: getattr(req, c) for c in ("id", "requester", "client_request_id", "dataset_id",
-                                                         "record_id", "key_digest", "status", "attempts",
-                                                         "submitted_at")})
+                row = {"id": str(uuid.uuid4()), "requester": p.name, "client_request_id": crid,
+                       "dataset_id": ds.id, "record_id": record_id, "key_digest": digest, "status": "pending",
+                       "attempts": 0, "submitted_at": utcnow()}
+                rows.append(row)
+                req = _NewRequest(**row)  # not an ORM instance: the group is inserted in bulk below
                 payload = check_payload({"dataset": sub.dataset, "requester": p.name})
                 events.append({"at": req.submitted_at, "kind": "request_submitted", "payload": payload,
                                "model_id": None, "version_id": None, "request_id": req.id})
@@ -948,8 +970,12 @@ class Curator:
             except CuratorError as exc:
                 outcomes.append((None, exc))
         if rows:
-            s.execute(insert(DeletionRequest), rows)  # the unique constraints fire here (IntegrityError: see above)
-            s.execute(insert(LedgerEvent), events)
+            # Core executemany (the ORM's bulk path costs more Python than the statements; the GIL is the event
+            # loop's): the unique constraints fire here (IntegrityError: see _commit_group)
+            request_table: Any = DeletionRequest.__table__
+            ledger_table: Any = LedgerEvent.__table__
+            s.execute(insert(request_table), rows)
+            s.execute(insert(ledger_table), events)
         return outcomes
 
     def _commit_group_serially(self, group: list[_Submission]
@@ -988,7 +1014,7 @@ class Curator:
         return digest if ds.feature_names.get("keys") == KEYS_HASHED else key
 
     @staticmethod
-    def _refuse_repeat(earlier: DeletionRequest, principal: Principal, dataset: str) -> None:
+    def _refuse_repeat(earlier: DeletionRequest | _NewRequest, principal: Principal, dataset: str) -> None:
         """Refuse a submission whose key has a live request ``earlier`` (naming it only to its requester or an
         admin; another requester learns only that the key is taken care of, not whether pending or done)."""
         if principal.is_admin or earlier.requester == principal.name:
@@ -1006,7 +1032,7 @@ class Curator:
                 with self.store.write() as s, s.begin():
                     view, created = self._submit_in(s, dataset, key, principal, client_request_id)
                 if created:
-                    self.work_available.set()
+                    self._notify_work()
                 return view, created
             except IntegrityError:
                 # a concurrent submission won the race (a unique constraint refused ours; nothing was written):
@@ -1050,7 +1076,7 @@ class Curator:
                   request_id=req.id)
         return self._request_view(s, req, principal, new=True), True
 
-    def _request_view(self, s: Any, req: DeletionRequest, principal: Principal = CLI_PRINCIPAL, *,
+    def _request_view(self, s: Any, req: DeletionRequest | _NewRequest, principal: Principal = CLI_PRINCIPAL, *,
                       new: bool = False) -> dict[str, Any]:
         """A request as its requester or an admin sees it: never the key, nor anything of the other requests of its
         batch; errors reduced to what may be shown (:mod:`lethe.curator.public`). ``new``: created in this
@@ -1422,6 +1448,10 @@ class Curator:
                 log.info("model %s: solver state built from version %d", name, v.number)
         return len(todo)
 
+    def warm_state(self) -> tuple[tuple[int, Any], ...]:
+        """(model id, version id) of every model whose solver state this process keeps."""
+        return tuple(sorted((mid, getattr(w, "version_id", None)) for mid, w in self._warm.items()))
+
     def _drop_warm(self, model_ids: Any) -> None:
         for mid in model_ids:
             self._warm.pop(mid, None)
@@ -1549,6 +1579,7 @@ class Curator:
         for model_id, vid in new_ids.items():
             if model_id in self._warm:
                 self._warm[model_id].version_id = vid
+        self._seed_verified(new, new_ids)
         self._budget_cap(dataset_id, len(request_ids), [item[4] for item in new])
         log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
                  ds_name, versions)
@@ -1556,8 +1587,31 @@ class Curator:
         #    one transaction records all of it (each write waits its turn behind the submissions)
         olds = self._destroy_superseded(record=False)
         self.purge(erase={dataset_id: rows}, attempts=3, destroyed=olds)
+        try:  # the WAL's pages into the database file here, not in a submission's commit (Store.defer_checkpoints)
+            self.store.checkpoint()
+        except OperationalError:  # busy or locked: the next batch checkpoints
+            pass
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status="done",
                            new_versions=versions)
+
+    def _seed_verified(self, new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]],
+                       new_ids: dict[int, int]) -> None:
+        """Record the artifacts this process has just written and published as verified (:meth:`verify_models`).
+
+        The next batch then does not read, hash and authenticate again a file whose bytes this process wrote and
+        hashed itself (its checksum is the one recorded in the version row). The record is the file's stamp
+        (version, checksum, mtime, size, inode): a file changed afterwards — edited, replaced, truncated — no
+        longer matches it and is verified in full before the next batch, as before.
+        """
+        for model_id, _name, _mech, _old, _cert, relpath, sha, _summary in new:
+            vid = new_ids.get(model_id)
+            if vid is None:
+                continue
+            try:
+                st = os.stat(self.data_dir / relpath)
+            except OSError:
+                continue
+            self._verified[vid] = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _publish(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
                  new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]],
@@ -1593,7 +1647,9 @@ class Curator:
                 m.current_version_id = v.id
                 add_event(s, "version_published", {"batch_id": batch_id, "number": v.number, "parent": old.id},
                           model_id=model_id, version_id=v.id)
-                published.append((model_id, old, v, mech, cert))
+                # stored reduced to the allow-listed fields (no timings or solver diagnostics): the bulk insert
+                # below does not run the ORM's validator on CertificateRow.certificate
+                published.append((model_id, old, v, mech, public_certificate(cert)))
                 versions[name] = v.number
                 if new_ids is not None:
                     new_ids[model_id] = v.id
@@ -1602,6 +1658,7 @@ class Curator:
             certs: list[dict[str, Any]] = []
             events: list[dict[str, Any]] = []
             record_ids: list[int] = []
+            done_payload = check_payload({"batch_id": batch_id})
             for req in reqs:
                 assert req is not None
                 if req.record_id is None:
@@ -1617,11 +1674,12 @@ class Curator:
                     certs.append({"id": str(uuid.uuid4()), "kind": "deletion", "request_id": req.id,
                                   "model_id": None, "old_version_id": None, "new_version_id": None,
                                   "batch_id": batch_id, "mechanism": None,
-                                  "certificate": {"operation": "delete", "guarantee": "raw record deleted; no "
-                                                  "model had been trained on this dataset",
-                                                  "epsilon": 0.0, "delta": 0.0, "n_removed": len(reqs)},
+                                  "certificate": public_certificate(
+                                      {"operation": "delete", "guarantee": "raw record deleted; no model had been "
+                                       "trained on this dataset", "epsilon": 0.0, "delta": 0.0,
+                                       "n_removed": len(reqs)}),
                                   "submitted_at": req.submitted_at, "created_at": now})
-                events.append({"kind": "request_done", "payload": {"batch_id": batch_id}, "model_id": None,
+                events.append({"kind": "request_done", "payload": done_payload, "model_id": None,
                                "version_id": None, "request_id": req.id, "at": now})
             gone: Any = s.execute(delete(Record).where(Record.id.in_(record_ids)))
             if gone.rowcount != len(record_ids):
@@ -1629,8 +1687,11 @@ class Curator:
             s.execute(update(DeletionRequest).where(DeletionRequest.id.in_(request_ids))
                       .values(record_id=None, status="done", processed_at=now)
                       .execution_options(synchronize_session=False))
-            s.execute(insert(CertificateRow), certs)
-            s.execute(insert(LedgerEvent), events)
+            # Core executemany: no ORM work while this transaction holds the write lock the submissions wait for
+            cert_table: Any = CertificateRow.__table__
+            ledger_table: Any = LedgerEvent.__table__
+            s.execute(insert(cert_table), certs)
+            s.execute(insert(ledger_table), events)
             add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": ds_name, "count": len(reqs)})
         return versions
 
@@ -1954,10 +2015,14 @@ class Curator:
             oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
                               .where(DeletionRequest.status == "pending"))
         faults = self.verify_models()
+        worker = read_state(self.data_dir)  # a worker process's own report (lethe.curator.wakeup)
+        warm = len(self._warm) or (int(worker.get("warm_models", 0)) if worker is not None else 0)
         return {"data_dir": str(self.data_dir), "database": self._safe_url(), "healthy": not faults,
                 "faults": faults, "datasets": datasets, "models": models,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
-                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(), "warm_models": len(self._warm),
+                "oldest_pending": iso(oldest), "purge_pending": self.purge_pending(), "warm_models": warm,
+                "worker_process": None if worker is None else
+                {k: worker.get(k) for k in ("pid", "started_at", "ready", "warm_models")},
                 "settings": {"batch_size": self.settings.batch_size, "max_delay": self.settings.max_delay}}
 
     def metrics(self) -> dict[str, Any]:

@@ -21,8 +21,10 @@ What is stored where (nothing here is secret except the token hashes, which are 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +44,19 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    insert,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker, validates
 
 from lethe.curator.public import check_payload, public_certificate, public_error
 
-SCHEMA_VERSION = 3
-REVISIONS = {1: "0001", 2: "0002", 3: "0003"}  # meta.schema_version -> Alembic revision (lethe.curator.migrations)
+SCHEMA_VERSION = 4
+# meta.schema_version -> Alembic revision (lethe.curator.migrations)
+REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004"}
 
 # (name, columns): composite indexes on ``deletion_requests`` for the console's keyset pagination under each filter
-# of its Requests page (schema version 3; created by migration 0003 on older stores).
+# of its Requests page (schema version 4; created by migration 0004 on older stores).
 CONSOLE_INDEXES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ix_console_req_time", ("submitted_at", "id")),
     ("ix_console_req_status_time", ("status", "submitted_at", "id")),
@@ -336,6 +340,13 @@ class Store:
             mutex = _serialize_writers(self.write_engine)  # registered first: held before BEGIN IMMEDIATE
             _configure_sqlite(self.write_engine, immediate=True, mutex=mutex)
             _configure_sqlite(self.read_engine, immediate=False)
+        self.autocheckpoint = True  # see defer_checkpoints
+        if self.is_sqlite:
+            @event.listens_for(self.write_engine, "connect")
+            def _checkpoints(dbapi_connection: Any, connection_record: Any) -> None:
+                if not self.autocheckpoint:
+                    dbapi_connection.execute("PRAGMA wal_autocheckpoint = 0")
+
         self._write = sessionmaker(self.write_engine, expire_on_commit=False)
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
 
@@ -390,6 +401,75 @@ class Store:
         if self.read_engine is not self.write_engine:
             self.read_engine.dispose()
 
+    def defer_checkpoints(self) -> None:
+        """SQLite: this process's commits no longer checkpoint the WAL themselves (``wal_autocheckpoint = 0``).
+
+        For the API server while a worker process runs: SQLite checkpoints in whichever connection's commit finds
+        the WAL over 1,000 pages, and a checkpoint copies pages into the database file and fsyncs it — hundreds of
+        milliseconds on a busy disk, spent inside a submission group's commit. The worker checkpoints instead
+        (:meth:`checkpoint`, after every batch; its own commits keep auto-checkpointing)."""
+        if self.is_sqlite and self.autocheckpoint:
+            self.autocheckpoint = False
+            self.write_engine.dispose()  # pooled connections were opened with the default; new ones get 0
+
+    def checkpoint(self) -> bool:
+        """SQLite: ``PRAGMA wal_checkpoint(PASSIVE)`` — copy what the WAL holds into the database file without
+        waiting for readers or blocking writers. Returns True if every frame was copied (else: a reader holds an
+        older snapshot; the next checkpoint continues)."""
+        if not self.is_sqlite:
+            return True
+        raw = self.write_engine.raw_connection()
+        try:
+            con: Any = raw.driver_connection
+            busy, log_frames, done = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            raw.close()
+        return bool(busy == 0 and log_frames == done)
+
+    def insert_records(self, s: Session, rows: Iterable[tuple[int, int, str]], *,
+                       on_chunk: Callable[[int], None] | None = None, chunk: int = 100_000) -> int:
+        """Insert records (id, dataset id, key digest) — no values: those live in the data plane — within the write
+        transaction of ``s``, at the driver's bulk speed; returns the number inserted.
+
+        SQLite: ``executemany`` of one prepared statement on the transaction's own connection, with a page cache
+        large enough (256 MiB, for this connection while it runs) that the key index's random inserts stay in
+        memory. PostgreSQL (psycopg): ``COPY ... FROM STDIN``. Other databases: SQLAlchemy Core's executemany.
+        ``on_chunk(k)`` is called after every ``chunk`` rows (a progress bar)."""
+        conn = s.connection()
+        dialect = conn.dialect.name
+        driver: Any = conn.connection.driver_connection
+        done = 0
+        it = iter(rows)
+        cur: Any = None
+        if dialect == "sqlite":
+            cur = driver.cursor()
+            (old_cache,) = cur.execute("PRAGMA cache_size").fetchone()
+            cur.execute("PRAGMA cache_size = -262144")
+        try:
+            while True:
+                block = list(itertools.islice(it, chunk))
+                if not block:
+                    break
+                if dialect == "sqlite":
+                    cur.executemany("INSERT INTO records (id, dataset_id, key, features, label) "
+                                    "VALUES (?, ?, ?, x'', 0.0)", block)
+                elif dialect == "postgresql" and conn.dialect.driver == "psycopg":
+                    with driver.cursor() as pg, pg.copy("COPY records (id, dataset_id, key, features, label) "
+                                                        "FROM STDIN") as copy:
+                        for rid, ds_id, key in block:
+                            copy.write_row((rid, ds_id, key, b"", 0.0))
+                else:
+                    s.execute(insert(Record), [{"id": r, "dataset_id": d, "key": k, "features": b"", "label": 0.0}
+                                               for r, d, k in block])
+                done += len(block)
+                if on_chunk is not None:
+                    on_chunk(len(block))
+        finally:
+            if cur is not None:
+                cur.execute(f"PRAGMA cache_size = {int(old_cache)}")
+                cur.close()
+        return done
+
     def raw_sqlite(self) -> Any:
         """A fresh autocommit ``sqlite3`` connection (for VACUUM and checkpoints), with the store's pragmas."""
         raw = self.write_engine.raw_connection()
@@ -437,8 +517,23 @@ def migrate_1_to_2(connection: Any) -> None:
 
 
 def migrate_2_to_3(connection: Any) -> None:
-    """Schema 2 → 3 (Alembic revision 0003): the console's composite indexes on ``deletion_requests``
-    (:data:`CONSOLE_INDEXES`), which version 2 created when the console started. Idempotent (``checkfirst``)."""
+    """Schema 2 → 3 (Alembic revision 0003): stored certificates reduced to their publishable fields (batches
+    published with bulk inserts had bypassed the validator and kept the mechanism's timings and solver
+    diagnostics). One pass over the certificates table."""
+    from sqlalchemy import select
+
+    with Session(connection) as s:
+        for cert in s.scalars(select(CertificateRow)):
+            cleaned = public_certificate(cert.certificate)
+            if cleaned != cert.certificate:
+                cert.certificate = cleaned
+        s.flush()
+
+
+def migrate_3_to_4(connection: Any) -> None:
+    """Schema 3 → 4 (Alembic revision 0004): the console's composite indexes on ``deletion_requests``
+    (:data:`CONSOLE_INDEXES`), which earlier versions created when the console started. Idempotent
+    (``checkfirst``)."""
     names = {name for name, _ in CONSOLE_INDEXES}
     table: Any = DeletionRequest.__table__
     for ix in table.indexes:

@@ -1,16 +1,34 @@
 """The processing worker: resumes interrupted work, then processes due batches until stopped.
 
-Run it as its own process (``lethe worker``) or as a thread of the API server (``lethe serve``, the default). Any
-number of workers may point at one data directory: the processing lock lets one batch run at a time. Killing a
-worker at any point (even with SIGKILL) loses nothing: the next start recovers (see
-:meth:`lethe.curator.service.Curator.recover`).
+Three ways to run it, all equivalent for the guarantees (every batch is published by one transaction under the
+processing lock; a worker killed at any point — even with SIGKILL — loses nothing, the next start recovers, see
+:meth:`lethe.curator.service.Curator.recover`):
+
+* ``lethe serve`` (default ``--worker process``): the server starts ``lethe worker`` as a child process and
+  supervises it (:class:`WorkerProcess`): restarted after it dies (after 1 s, doubling up to 30 s while it keeps
+  dying), stopped with the server (SIGTERM: it finishes its batch; SIGKILL after 30 s), and it exits by itself if the
+  server dies. The batches' numerical work then never competes with the API for one interpreter's GIL.
+* ``lethe worker``: a worker on its own (another machine's API servers, a container of its own). Any number of
+  workers may point at one data directory: the processing lock lets one batch run at a time.
+* ``lethe serve --worker thread``: the worker as a thread of the server (:class:`BackgroundWorker`; one process, the
+  GIL shared with the API).
+
+A worker process learns of new requests through ``<data_dir>/worker.sock`` (:mod:`lethe.curator.wakeup`) at once,
+and polls every ``--poll-interval`` seconds in any case.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from lethe.curator.adapters import available_mechanisms, get_adapter
 from lethe.curator.public import log_failure
@@ -20,7 +38,9 @@ log = logging.getLogger("lethe.curator.worker")
 
 
 def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, stop: threading.Event | None = None,
-               on_ready: Callable[[], None] | None = None, progress: bool = False) -> int:
+               on_ready: Callable[[], None] | None = None, progress: bool = False,
+               wait: Callable[[float], object] | None = None, parent_pid: int | None = None,
+               on_state: Callable[[], None] | None = None) -> int:
     """Process deletion requests; return the number of batches processed.
 
     Parameters
@@ -30,6 +50,12 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
     drain : treat every pending request as due (ignore ``max_delay``).
     stop : set it to make the loop return after the current batch.
     on_ready : called once recovery has finished (e.g. to print "ready").
+    wait : ``wait(seconds)`` sleeps until woken or the time has passed (a worker process: its wake-up socket);
+        default: the curator's ``work_available`` event (set by submissions committed in this process).
+    parent_pid : return (after the current batch) once this process is no longer the parent (the server that
+        started this worker died).
+    on_state : called after recovery and whenever the set of warm models changed (a worker process writes its
+        state file).
     """
     stop = stop or threading.Event()
     for name in available_mechanisms():  # warm up lazy imports so the first batch is not slowed by them
@@ -39,8 +65,19 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
         curator.warm_up()  # the models' solver state, built once now rather than in the first batch
     except Exception as exc:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
         log_failure(log, "worker: warm-up failed", exc)
+    gc.collect()  # what exists now (imports, the warm models) is never traversed again by a full collection,
+    gc.freeze()   # whose pauses would otherwise fall inside a batch's transaction (the submissions wait for it)
     if on_ready is not None:
         on_ready()
+    warm_seen = curator.warm_state()
+    if on_state is not None:
+        on_state()
+
+    def wait_event(seconds: float) -> None:
+        curator.work_available.wait(seconds)
+        curator.work_available.clear()
+
+    sleep = wait or wait_event
     batches = 0
     while True:
         try:
@@ -53,21 +90,23 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
             results = []
             if once:
                 raise
-        if once:
+        if on_state is not None and curator.warm_state() != warm_seen:
+            warm_seen = curator.warm_state()
+            on_state()
+        if once or stop.is_set():
             return batches
-        if stop.is_set():
+        if parent_pid is not None and os.getppid() != parent_pid:
+            log.warning("worker: the server that started it is gone; stopping")
             return batches
         if results:
             continue  # more may be due at once: requests that arrived during this batch form the next one
-        # sleep until a request is committed in this process (API server) or the poll interval has passed
-        curator.work_available.wait(curator.settings.poll_interval)
-        curator.work_available.clear()
+        sleep(curator.settings.poll_interval)  # until a request is committed, or the poll interval has passed
         if stop.is_set():
             return batches
 
 
 class BackgroundWorker:
-    """The worker as a daemon thread (used by the API server)."""
+    """The worker as a daemon thread of the API server (``lethe serve --worker thread``)."""
 
     def __init__(self, curator: Curator) -> None:
         self.curator = curator
@@ -89,4 +128,108 @@ class BackgroundWorker:
         self.thread.join(timeout)
 
 
-__all__ = ["BackgroundWorker", "run_worker"]
+class WorkerProcess:
+    """The worker as a supervised child process of the API server (``lethe serve``'s default).
+
+    The child is a fresh interpreter (``python -m lethe.cli worker``: spawned, never forked, so it inherits no
+    lock, thread or open database connection of the server) on the same data directory, database (passed in its
+    environment, not on its command line) and settings. If it dies it is started again, after ``restart_delay``
+    seconds, doubling up to ``max_restart_delay`` while it keeps dying within a minute of its start; its next start
+    recovers whatever it left half-done, exactly as after a crash. :meth:`stop` sends SIGTERM (the worker finishes
+    its current batch) and SIGKILL after ``stop_timeout`` seconds (safe: nothing is lost). The child stops by itself
+    once the server is gone (it checks its parent between batches).
+    """
+
+    def __init__(self, curator: Curator, *, restart_delay: float = 1.0, max_restart_delay: float = 30.0,
+                 stop_timeout: float = 30.0) -> None:
+        self.curator = curator
+        self.restart_delay = restart_delay
+        self.max_restart_delay = max_restart_delay
+        self.stop_timeout = stop_timeout
+        self.restarts = 0
+        self._stop = threading.Event()
+        self._mutex = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self._supervise, name="lethe-worker-supervisor", daemon=True)
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (None between restarts)."""
+        with self._mutex:
+            return None if self._proc is None or self._proc.poll() is not None else self._proc.pid
+
+    def command(self) -> list[str]:
+        s = self.curator.settings
+        return [sys.executable, "-m", "lethe.cli", "worker", "--data-dir", str(self.curator.data_dir),
+                "--batch-size", str(s.batch_size), "--max-delay", repr(float(s.max_delay)),
+                "--poll-interval", repr(float(s.poll_interval)), "--max-attempts", str(s.max_attempts),
+                "--budget-share", repr(float(s.budget_share)), "--parent-pid", str(os.getpid())]
+
+    def environment(self) -> dict[str, str]:
+        from lethe.curator import dask_plane
+
+        env = dict(os.environ)
+        env["LETHE_DATABASE_URL"] = self.curator.store.url  # in the environment: a password stays out of `ps`
+        env.pop("LETHE_DASK_ADDRESS", None)
+        if dask_plane.configured_address() is not None:
+            env["LETHE_DASK_ADDRESS"] = str(dask_plane.configured_address())
+        src = Path(__file__).resolve().parents[2]  # a source checkout: the child imports this lethe too
+        if src.name not in ("site-packages", "dist-packages"):  # (an installed one is found anyway; putting
+            old = env.get("PYTHONPATH")                        # site-packages first could shadow the stdlib)
+            env["PYTHONPATH"] = str(src) + (os.pathsep + old if old else "")
+        return env
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _spawn(self) -> subprocess.Popen[bytes] | None:
+        with self._mutex:  # no child starts once stop() has begun
+            if self._stop.is_set():
+                return None
+            self._proc = subprocess.Popen(self.command(), env=self.environment(), stdin=subprocess.DEVNULL,
+                                          close_fds=True)
+            return self._proc
+
+    def _supervise(self) -> None:
+        delay = self.restart_delay
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                proc = self._spawn()
+            except OSError as exc:
+                log.error("worker process could not be started (%s); retrying in %.0f s", type(exc).__name__, delay)
+                proc = None
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, self.max_restart_delay)
+                continue
+            if proc is None:
+                return
+            log.info("worker process %d started", proc.pid)
+            code = proc.wait()
+            if self._stop.is_set():
+                return
+            self.restarts += 1
+            if time.monotonic() - started > 60.0:
+                delay = self.restart_delay  # it ran for a while: a new failure, not a crash loop
+            log.error("worker process %d exited with status %s; starting another in %.0f s", proc.pid, code, delay)
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, self.max_restart_delay)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._mutex:
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("worker process %d did not stop within %.0f s; killed", proc.pid, self.stop_timeout)
+                proc.kill()
+                proc.wait(10)
+        self.thread.join(self.stop_timeout)
+
+
+__all__ = ["BackgroundWorker", "WorkerProcess", "run_worker"]

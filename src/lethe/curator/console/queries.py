@@ -9,7 +9,7 @@ and times — never the key (the store keeps only its HMAC digest, which is neve
 Certificates are reduced to a fixed list of public fields by :mod:`lethe.curator.console.certificate`.
 
 Keyset pagination: requests are listed newest first by ``(submitted_at, id)``; a cursor is the last row's pair.
-The store's schema (version 3, :data:`lethe.curator.store.CONSOLE_INDEXES`) has the composite indexes that make
+The store's schema (version 4, :data:`lethe.curator.store.CONSOLE_INDEXES`) has the composite indexes that make
 every filter of the Requests page an index range scan (measured by ``benchmarks/bench_console.py`` on 10⁶
 requests).
 """
@@ -47,7 +47,7 @@ log = logging.getLogger("lethe.curator.console")
 STATUSES = ("pending", "done", "failed")
 
 # (name, columns): the store's composite indexes for keyset pagination under each filter of the Requests page
-# (created with the schema: migration 0003 for older stores).
+# (created with the schema: migration 0004 for older stores).
 INDEXES = CONSOLE_INDEXES
 
 

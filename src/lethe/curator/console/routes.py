@@ -74,7 +74,8 @@ def console_router(curator: Curator) -> APIRouter:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        evaluator = health.HoldoutEvaluator(curator, curator.settings.poll_interval)
+        # at the worker's interval, but at most once a second: the queries run in the API's process
+        evaluator = health.HoldoutEvaluator(curator, max(curator.settings.poll_interval, 1.0))
         evaluator.start()
         try:
             yield

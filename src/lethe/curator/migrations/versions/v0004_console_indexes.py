@@ -1,0 +1,27 @@
+"""Schema version 4: the console's composite indexes on ``deletion_requests`` are part of the schema.
+
+Versions 2 and 3 created them when the console started (and ran without them, slower, on a read-only store);
+they are now created once, here, for existing stores, and with the tables for new ones.
+
+Revision ID: 0004
+Revises: 0003
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    from lethe.curator.store import migrate_3_to_4
+
+    migrate_3_to_4(op.get_bind())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("The curator's store is never downgraded.")
