@@ -62,14 +62,15 @@ test_measured_residual_within_its_allowance_slow = pytest.mark.slow(
     settings(max_examples=SLOW)(given(**MEASURED_ARGS)(measured_property)))
 
 
-def _remeasured_run(seed, n, d, lam, batches, zero_removed):
-    """Re-anchor and measure before every step (share 0): the bounds stay upper bounds of the exact quantities."""
+def _anchor_walk(seed, n, d, lam, sigma, slope, cache, batches, zero_removed, *, within_budget=False):
+    """Train an ``anchor`` model on random unit-ball rows, remove ``batches`` with ``cache``'s policy and check
+    every step bound and accumulated bound against the exact quantity (long double); ``within_budget``: the
+    accumulated bound also stays within the budget (no step is accepted over it)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
-    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-3 * X[:, 0])), 1.0, -1.0)
-    mech = CertifiedRemoval(lam=lam, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
-    cache = NewtonCache(remeasure_share=0.0)
+    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-slope * X[:, 0])), 1.0, -1.0)
+    mech = CertifiedRemoval(lam=lam, sigma=sigma, bound="tight", calibration="analytic", solver="anchor")
     state, _ = mech.train(X, y, random_state=seed, cache=cache)
     active = np.ones(n, dtype=bool)
     Xw = X.copy()
@@ -87,8 +88,15 @@ def _remeasured_run(seed, n, d, lam, batches, zero_removed):
         if not cert.retrained:
             assert norm_ld(after - before) <= cert.step_bound
         assert norm_ld(after) <= new.residual_bound
+        if within_budget:
+            assert new.residual_bound <= mech.budget
         state = new
     return cache
+
+
+def _remeasured_run(seed, n, d, lam, batches, zero_removed):
+    """Re-anchor and measure before every step (share 0): the bounds stay upper bounds of the exact quantities."""
+    return _anchor_walk(seed, n, d, lam, 1.0, 3, NewtonCache(remeasure_share=0.0), batches, zero_removed)
 
 
 def remeasure_property(seed, n, d, lam, batches, zero_removed):
@@ -154,31 +162,7 @@ def _retry_run(seed, n, d, lam, sigma, batches, zero_removed):
     """Default policy (measure at 70 % of the budget, rent-or-buy re-anchors) with a small budget, so that steps from
     stale anchors go over it and are retried from a fresh anchor: every step bound and accumulated bound stays above
     the exact quantity (long double)."""
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
-    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
-    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-4 * X[:, 0])), 1.0, -1.0)
-    mech = CertifiedRemoval(lam=lam, sigma=sigma, bound="tight", calibration="analytic", solver="anchor")
-    cache = NewtonCache()
-    state, _ = mech.train(X, y, random_state=seed, cache=cache)
-    active = np.ones(n, dtype=bool)
-    Xw = X.copy()
-    for m in batches:
-        alive = np.flatnonzero(active)
-        if alive.size - m < 2:
-            break
-        idx = rng.choice(alive, size=m, replace=False)
-        before = grad_ld(state.w, state.b, X[active], y[active], mech.lam)
-        new, cert = mech.remove(state, Xw, y, idx, active=active, cache=cache, random_state=rng)
-        active[idx] = False
-        if zero_removed:
-            Xw[idx] = 0.0
-        after = grad_ld(new.w, new.b, X[active], y[active], mech.lam)
-        if not cert.retrained:
-            assert norm_ld(after - before) <= cert.step_bound
-        assert norm_ld(after) <= new.residual_bound <= mech.budget
-        state = new
-    return cache
+    return _anchor_walk(seed, n, d, lam, sigma, 4, NewtonCache(), batches, zero_removed, within_budget=True)
 
 
 def retry_property(seed, n, d, lam, sigma, batches, zero_removed):
