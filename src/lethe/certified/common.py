@@ -183,13 +183,25 @@ def measured_residual(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataM
     rho = _row_norm_max(cfg, X, None)
     fro_sq = n_rows * rho * rho * (1.0 + 4 * U)  # ≥ ‖X‖_F² (rows ‖xᵢ‖ ≤ ρ), no pass
     fro = math.sqrt(fro_sq) * (1.0 + 2 * U)
+    return g, gradient_allowance(X, loss, reg_coef=lam * n_act, fro=fro, d1_norm=vnorm(d1), w=w, b=b,
+                                 g_norm=vnorm(g))
+
+
+def gradient_allowance(X: DataMatrix, loss: Any, *, reg_coef: float, fro: float, d1_norm: float, w: np.ndarray,
+                       b: np.ndarray, g_norm: float) -> float:
+    """The rounding allowance of a measured g̃ = fl(Xᵀ fl(ℓ'(fl(Xw))) + fl(reg_coef·w)) + b (β₀ of training,
+    :func:`measured_residual`): :func:`~lethe.certified.bounds.gradient_rounding_allowance` with X's backend's
+    summation lengths, from the computed norms ``d1_norm`` = ‖fl(ℓ')‖ over the n rows of X, ‖w‖ and ‖b‖, each
+    raised to an upper bound of its exact norm (:func:`~lethe.certified.bounds.inflate_norm`); ``fro`` ≥ ‖X‖_F,
+    ``g_norm`` = the computed ‖g̃‖, ``reg_coef`` = λ times the rows of D (a product of two floats: + 4u)."""
+    B = backend_of(X)
+    n, d = X.shape
     w_norm = inflate_norm(vnorm(w), d)
-    allowance = gradient_rounding_allowance(
-        sum_terms=B.sum_terms(X), dot_terms=B.dot_terms(X), n=n_rows, d=d, fro=fro,
-        d1_norm=inflate_norm(vnorm(d1), n_rows), reg_norm=lam * n_act * w_norm * (1.0 + 4 * U),
+    return gradient_rounding_allowance(
+        sum_terms=B.sum_terms(X), dot_terms=B.dot_terms(X), n=n, d=d, fro=fro,
+        d1_norm=inflate_norm(d1_norm, n), reg_norm=reg_coef * w_norm * (1.0 + 4 * U),
         b_norm=inflate_norm(vnorm(b), d), d2_sup=float(getattr(loss, "d2_sup", 1.0)), w_norm=w_norm,
-        g_norm=vnorm(g))
-    return g, allowance
+        g_norm=g_norm)
 
 
 def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | None, eps_old: float, S_old: float,

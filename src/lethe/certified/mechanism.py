@@ -44,13 +44,11 @@ from lethe.certified._threads import blas_threads
 from lethe.certified.bounds import (
     ROW_NORM_TOLERANCE,
     UNDERFLOW_ERROR,
-    UNIT_ROUNDOFF,
     gamma_k,
-    gradient_rounding_allowance,
-    inflate_norm,
     spectral_norm_upper_bound_single,
     vnorm,
 )
+from lethe.certified.common import gradient_allowance
 from lethe.certified.data import DataMatrix, backend_of, check_data_matrix, is_dense
 from lethe.certified.newton import (
     BOUNDS,
@@ -586,12 +584,9 @@ class CertifiedRemoval:
             d1_norm = vnorm(self.loss_.d1(B.matvec(X, w), y))
         # ‖X‖_F² as computed: a sum of n d squares (γ_{nd}), squares that underflow losing ≤ η each
         fro = math.sqrt(B.frobenius_sq(X) * (1.0 + 2.0 * gamma_k(n * d + 1)) + n * d * UNDERFLOW_ERROR)
-        g_norm, w_norm = vnorm(g), inflate_norm(vnorm(w), d)
-        return g_norm + gradient_rounding_allowance(
-            sum_terms=B.sum_terms(X), dot_terms=B.dot_terms(X), n=n, d=d, fro=fro,
-            d1_norm=inflate_norm(d1_norm, n), reg_norm=self.lam * n * w_norm * (1.0 + 4.0 * UNIT_ROUNDOFF),
-            b_norm=inflate_norm(vnorm(ev.b), d), d2_sup=float(getattr(self.loss_, "d2_sup", 1.0)), w_norm=w_norm,
-            g_norm=g_norm)
+        g_norm = vnorm(g)
+        return g_norm + gradient_allowance(X, self.loss_, reg_coef=self.lam * n, fro=fro, d1_norm=d1_norm, w=w,
+                                           b=ev.b, g_norm=g_norm)
 
     def train(self, X: Any, y: Any, random_state: RandomState = None, *,
               cache: NewtonCache | None = None, defer_setup: bool = False,
