@@ -65,13 +65,22 @@ def write_npz_atomic(path: Path, arrays: dict[str, np.ndarray], meta_bytes: byte
             raise TypeError(f"Array {key!r} has dtype object, which cannot be saved without pickle.")
     buf = io.BytesIO()
     np.savez(buf, **{META_KEY: np.frombuffer(meta_bytes, dtype=np.uint8)}, **arrays)  # type: ignore[arg-type]
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=path.parent)
+    write_bytes_atomic(path, buf.getvalue(), mode=mode, suffix=".npz")
+
+
+def write_bytes_atomic(path: Path, data: bytes, *, mode: int, fsync: bool = True, suffix: str = "") -> None:
+    """Replace ``path`` by a file holding ``data``, atomically: a new temporary in the same directory, given ``mode``
+    before any byte is written, fsynced (unless ``fsync=False``), then renamed over ``path`` — so readers see the
+    old file or the new one, never a part, and every write is a new inode. On any failure the temporary is removed
+    and ``path`` is untouched."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=path.parent)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -67,6 +67,7 @@ from lethe.curator.store import (
 from lethe.curator.tables import MAX_KEY_LENGTH, normalize_rows, read_table
 from lethe.curator.wakeup import WakeSender, read_state
 from lethe.exceptions import LetheError
+from lethe.io import write_bytes_atomic
 
 log = logging.getLogger("lethe.curator")
 
@@ -553,14 +554,7 @@ class Curator:
 
     def _touch_token_stamp(self) -> None:
         """Replace the token stamp (a new inode each time): every process's token cache is dropped."""
-        path = self.data_dir / SECRETS_DIR / TOKEN_STAMP
-        tmp = path.with_name(f"{TOKEN_STAMP}.{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, uuid.uuid4().bytes)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_bytes_atomic(self.data_dir / SECRETS_DIR / TOKEN_STAMP, uuid.uuid4().bytes, mode=0o600, fsync=False)
         with self._token_mutex:
             self._token_cache.clear()
             self._token_cache_stamp = (-1, -1, -1)  # matches no stamp: a check in flight caches nothing

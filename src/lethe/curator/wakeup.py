@@ -21,6 +21,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from lethe.io import write_bytes_atomic
+
 log = logging.getLogger("lethe.curator.worker")
 
 WAKE_SOCKET = "worker.sock"
@@ -108,12 +110,7 @@ class WakeListener:
 
 def write_state(data_dir: str | Path, state: dict[str, Any]) -> None:
     """Replace ``<data_dir>/worker.state`` atomically (mode 0600)."""
-    path = Path(data_dir) / STATE_FILE
-    tmp = path.with_name(f"{STATE_FILE}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-    os.replace(tmp, path)
+    write_bytes_atomic(Path(data_dir) / STATE_FILE, json.dumps(state).encode(), mode=0o600, fsync=False)
 
 
 def clear_state(data_dir: str | Path, pid: int) -> None:
