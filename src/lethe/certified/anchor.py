@@ -49,7 +49,7 @@ def _measure(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataMatrix, y:
              active: np.ndarray) -> tuple[np.ndarray, float]:
     """:func:`~lethe.certified.common.measured_residual` on the rows ``active``. With most rows of dense X gone it
     is computed on a copy of the n′ remaining rows, all active: the same gradient over D (the inactive rows only add
-    exact zeros to the full-X computation), its allowance that of the n′-row data (16u(n′ + d)·…, ‖X′‖_F² ≤ n′ρ²),
+    exact zeros to the full-X computation), its allowance that of the n′-row data (γ_S with S = n′, ‖X′‖_F² ≤ n′ρ²),
     and n′/n of the two passes' reads (§5c; at the end of the benchmark's MNIST run 1/10)."""
     n_act = int(np.count_nonzero(active))
     if is_dense(X) and n_act < _SUBSET_SHARE * X.shape[0]:
