@@ -22,7 +22,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from lethe.certified.newton import (
     check_solver_supports,
     compute_step,
     prime_cache,
+    resolve_solver,
 )
 from lethe.certified.newton import cho_solve as newton_solve
 from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
@@ -320,8 +321,11 @@ class CertifiedRemoval:
         Default: 10⁻³ ε′ (0.1 % of the budget); for ``noise="none"``, 10⁻⁹ (λ n).
     max_iter : int
         Maximum L-BFGS iterations in training.
-    solver : {"cholesky", "refine", "pcg", "anchor", "onepass"}
-        How the Newton system is solved at removal (:mod:`lethe.certified.newton`): ``"cholesky"`` rebuilds and
+    solver : {"cholesky", "refine", "pcg", "anchor", "onepass", "auto"}
+        How the Newton system is solved at removal (:mod:`lethe.certified.newton`): ``"auto"`` chooses ``"anchor"``
+        where the data's backend may keep d × d matrices (dense data, sparse or Dask data with few features) and
+        d ≤ 4096, else ``"pcg"`` (:func:`~lethe.certified.newton.resolve_solver`; :meth:`resolved` gives the
+        mechanism with the concrete solver, which every certificate names); ``"cholesky"`` rebuilds and
         factorises the exact Hessian at every removal (the paper, O(nd² + d³)); ``"refine"`` (iterative
         refinement) and ``"pcg"`` (preconditioned conjugate gradients) use a cached factorisation as
         preconditioner and measure the solve error with Hessian-vector products, O(nd) per iteration;
@@ -347,9 +351,10 @@ class CertifiedRemoval:
     Notes
     -----
     The defaults reproduce the paper (``bound="paper"``, ``calibration="paper"``, ``solver="cholesky"``). The
-    tightest sound configuration is ``bound="tight", calibration="analytic", solver="pcg"`` (the estimators'
-    default); ``solver="onepass"`` is 3–4× faster per removal at a somewhat looser bound, and ``solver="anchor"``
-    trades more budget for the lowest latency.
+    estimators' default is ``bound="tight", calibration="analytic", solver="auto"``: ``anchor`` (no pass over the
+    data per removal, its residual re-measured when its bounded mismatch grows: the lowest amortised cost) where a
+    d × d matrix may be kept, ``pcg`` (exact Hessian-vector products, measured solve error, O(nd) per removal)
+    elsewhere; ``solver="onepass"`` reads the data once in single precision per removal.
 
     Examples
     --------
@@ -396,18 +401,32 @@ class CertifiedRemoval:
         if self.tol is not None:
             check_positive("tol", self.tol)
         check_positive_int("max_iter", self.max_iter)
-        check_choice("solver", self.solver, SOLVERS)
+        check_choice("solver", self.solver, (*SOLVERS, "auto"))
         check_choice("bound", self.bound, BOUNDS)
         check_choice("calibration", self.calibration, CALIBRATIONS)
         if isinstance(self.refresh, bool) or not (self.refresh in ("auto", "never") or (
                 isinstance(self.refresh, int) and self.refresh >= 1)):
             raise ValueError(f"refresh must be 'auto', 'never' or an integer >= 1. Found {self.refresh!r}.")
         object.__setattr__(self, "_loss", loss)
+        object.__setattr__(self, "_resolved", {})
         object.__setattr__(self, "_budget", residual_budget(self.sigma, self.epsilon, self.delta, self.noise,
                                                             calibration=self.calibration)
                            if self.noise != "none" else 0.0)
 
     # -- derived quantities ---------------------------------------------------------------------------------
+    def resolved(self, X: DataMatrix) -> CertifiedRemoval:
+        """This mechanism with ``solver="auto"`` replaced by the concrete solver for data X
+        (:func:`~lethe.certified.newton.resolve_solver`: a function of the backend and d only); itself otherwise.
+        Every method that takes data resolves first, so certificates always name the solver that computed them."""
+        if self.solver != "auto":
+            return self
+        concrete = resolve_solver("auto", X)
+        cached: dict[str, CertifiedRemoval] = self._resolved  # type: ignore[attr-defined]
+        mech = cached.get(concrete)
+        if mech is None:
+            mech = cached[concrete] = replace(self, solver=concrete)
+        return mech
+
     @property
     def loss_(self) -> Loss:
         """The loss object."""
@@ -606,6 +625,11 @@ class CertifiedRemoval:
         caller validated by the same rules and holds as its own copy (the estimators); it applies to dense C-ordered
         float64 arrays only (other data are checked anyway), and the targets are always checked.
         """
+        if self.solver == "auto":
+            if check_input:
+                X, y = self.check_data(X, y)
+            return self.resolved(X).train(X, y, random_state, cache=cache, defer_setup=defer_setup,
+                                          check_input=False)
         t0 = time.perf_counter()
         if check_input or not (is_dense(X) and X.dtype == np.float64 and X.flags.c_contiguous):
             X, y = self.check_data(X, y)
@@ -670,6 +694,8 @@ class CertifiedRemoval:
 
         Optional: an unprepared cache is built at the first removal.
         """
+        if self.solver == "auto":
+            return self.resolved(X).prime(cache, state, X, y, active)
         active = np.ones(X.shape[0], dtype=bool) if active is None else np.asarray(active, dtype=bool)
         with blas_threads():
             prime_cache(self, state, X, y, active, cache)
@@ -686,6 +712,8 @@ class CertifiedRemoval:
 
         Returns (w⁻, step bound, worst-case bound (Thm 1/4, informational), measured solve error).
         """
+        if self.solver == "auto":
+            return self.resolved(X).newton_step(state, X, y, keep, idx, cache)
         with blas_threads():
             r = compute_step(self, state, X, y, keep, idx, cache)
         return r.w_new, r.step_bound, r.worst_case, r.solve_error
@@ -693,12 +721,16 @@ class CertifiedRemoval:
     def step(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
              cache: NewtonCache | None = None) -> StepResult:
         """As :meth:`newton_step`, returning the full :class:`~lethe.certified.newton.StepResult`."""
+        if self.solver == "auto":
+            return self.resolved(X).step(state, X, y, keep, idx, cache)
         with blas_threads():
             return compute_step(self, state, X, y, keep, idx, cache)
 
     def _propose(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
+        if self.solver == "auto":
+            return self.resolved(X)._propose(state, X, y, keep, idx, cache)
         with blas_threads():
             before = keep.copy()
             before[idx] = True
@@ -752,6 +784,8 @@ class CertifiedRemoval:
                 cache: NewtonCache | None = None) -> ModelState:
         """Alg. 2 line 17: retrain on the rows ``keep`` with a fresh b (reusing the ‖X‖₂ bound: rows were only
         removed), and re-prime ``cache`` for the new model."""
+        if self.solver == "auto":
+            return self.resolved(X).retrain(state, X, y, keep, rng, cache)
         with blas_threads():
             new = self._train_checked(backend_of(X).subset(X, keep), y[keep], rng,
                                       retrainings=state.retrainings + 1, x_norm=state.x_norm_bound)
@@ -789,6 +823,11 @@ class CertifiedRemoval:
             Validate X and y (finite, ‖xᵢ‖ ≤ 1, targets). Only skip it for data validated before (as the
             estimators do: they hold the data they were fitted on).
         """
+        if self.solver == "auto":
+            if check_input:
+                X, y = self.check_data(X, y)
+            return self.resolved(X).remove(state, X, y, indices, active=active, cache=cache,
+                                           random_state=random_state, check_input=False)
         t0 = time.perf_counter()
         if check_input:
             X, y = self.check_data(X, y)

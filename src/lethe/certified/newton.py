@@ -40,6 +40,23 @@ from lethe.certified.state import ModelState
 SOLVERS = ("cholesky", "refine", "pcg", "anchor", "onepass")
 BOUNDS = ("paper", "tight")
 
+#: ``solver="auto"`` chooses ``"anchor"`` up to this many features (its cache holds three d × d double matrices —
+#: the anchor Hessian, the Gram matrix and the preconditioner — 3 · 8 · 4096² bytes = 403 MB per binary model),
+#: ``"pcg"`` above it.
+AUTO_ANCHOR_MAX_FEATURES = 4096
+
+
+def resolve_solver(solver: str, X: DataMatrix) -> str:
+    """The concrete solver for ``solver`` on data X: ``solver`` itself, or for ``"auto"``: ``"anchor"`` (no pass
+    over the data per removal, O(d²) per row; amortised cost that falls as n grows) where the data's backend may
+    keep d × d matrices and d ≤ :data:`AUTO_ANCHOR_MAX_FEATURES`, else ``"pcg"`` (matrix-free: sparse or Dask data
+    with many features, or very wide dense data). The rule reads only the backend and d, never n, so a model's
+    choice does not change as rows are removed or added."""
+    if solver != "auto":
+        return solver
+    B = backend_of(X)
+    return "anchor" if not B.matrix_free(X) and int(X.shape[1]) <= AUTO_ANCHOR_MAX_FEATURES else "pcg"
+
 
 def check_solver_supports(solver: str, X: DataMatrix) -> None:
     """Refuse, naming the rule, a solver that the data's backend cannot run: ``onepass`` keeps a float32 copy of
@@ -100,8 +117,8 @@ def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     cache._advance(X, state.w, active)
 
 
-__all__ = ["BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "SharedFloat32Data", "StepResult", "_downdate",
-           "_mv_maintained", "_representatives", "_solve_maintained", "anchor_step", "build_anchor",
-           "check_solver_supports", "cho_solve", "column_groups", "compute_step", "exact_hessian_step",
-           "jacobi_preconditioner", "onepass_step", "precond_factor", "prime_cache", "single_pass_margins",
-           "single_pass_transpose"]
+__all__ = ["AUTO_ANCHOR_MAX_FEATURES", "BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "SharedFloat32Data",
+           "StepResult", "_downdate", "_mv_maintained", "_representatives", "_solve_maintained", "anchor_step",
+           "build_anchor", "check_solver_supports", "cho_solve", "column_groups", "compute_step",
+           "exact_hessian_step", "jacobi_preconditioner", "onepass_step", "precond_factor", "prime_cache",
+           "resolve_solver", "single_pass_margins", "single_pass_transpose"]

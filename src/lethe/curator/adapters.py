@@ -146,7 +146,8 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     --normalize``) and ``negative_subsample`` (not supported: the subsample would have to be stored per row):
     ``lam``, ``sigma``, ``epsilon``, ``delta``, ``noise``, ``tol``, ``max_iter``, ``solver``, ``bound``,
     ``calibration``, ``refresh`` — with the estimator's defaults (``bound="tight"``, ``calibration="analytic"``,
-    ``solver="pcg"`` for logistic regression). Labels may be numbers or strings; with more than two values the model
+    ``solver="auto"``: ``anchor`` where a d × d matrix may be kept, else ``pcg``; the version's artifact records the
+    concrete one). Labels may be numbers or strings; with more than two values the model
     is one-vs-all.
 
     Artifact arrays: ``w`` (public; shape (d,), or (K, d) one-vs-all) and ``b`` (SECRET: the perturbations). Metadata:
@@ -233,7 +234,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         states = est.states_
         classes = _json_labels(est.classes_) if hasattr(est, "classes_") else None
         meta = {"mechanism": self.name, "format": 2, "n": int(n), "classes": classes,
-                "n_removed": int(est.n_removed_),
+                "n_removed": int(est.n_removed_), "solver": str(est.mechanism_.solver),
                 "states": [{"n": st.n, "residual_bound": st.residual_bound,
                             "x_norm_bound": _finite_or_none(st.x_norm_bound),
                             "removals_since_training": st.removals_since_training, "retrainings": st.retrainings,
@@ -275,7 +276,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         are primed from the state (one pass over the data, as ``fit`` does); certificates rest on the state's
         accumulated bound β, which the artifact carries.
         """
-        from lethe.estimators import _new_caches
+        from lethe.estimators import _new_caches, _saved_solver
 
         states = self._states(artifact)
         classes = artifact.meta.get("classes")
@@ -307,8 +308,10 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         est.trained_params_ = est._current_params()  # the version's parameters (remove() checks them)
         est.n_removed_ = int(artifact.meta.get("n_removed", 0))
         est.n_features_in_ = int(X.shape[1])
-        est.mechanism_ = est._mechanism()
-        est.caches_ = _new_caches(K, est.solver, None)
+        # the concrete solver the version was computed with (solver="auto" resolves at training; versions written
+        # before it existed name their solver in the parameters)
+        est.mechanism_ = est._mechanism(solver=_saved_solver(artifact.meta.get("solver"), est.solver)).resolved(X)
+        est.caches_ = _new_caches(K, est.mechanism_.solver, None)
         for k in range(K):  # as fit does: one data pass now, so that the first removal is as warm as the next ones
             est.mechanism_.prime(est.caches_[k], states[k], X, Y[k], active)
         est._rng = np.random.default_rng()
@@ -368,7 +371,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
                                                                    calibration=mech.calibration)),
             "removals_since_training": max(st.removals_since_training for st in states),
             "retrainings": sum(st.retrainings for st in states),
-            "bound": mech.bound, "calibration": mech.calibration, "solver": mech.solver,
+            "bound": mech.bound, "calibration": mech.calibration, "solver": m.get("solver", mech.solver),
         }
         if len(states) > 1:
             out["binary_models"] = len(states)

@@ -1,0 +1,163 @@
+"""Issue 15: ``solver="auto"``, the estimators' default — ``anchor`` where a d × d matrix may be kept, ``pcg``
+elsewhere — resolved once per model from the data's backend and width, named in every certificate, saved with the
+model and kept by the curator's versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from lethe.certified.dask_backend import matrix_free_min_features
+from lethe.certified.data import MATRIX_FREE_MIN_FEATURES
+from lethe.certified.mechanism import CertifiedRemoval, NewtonCache, exact_residual
+from lethe.certified.newton import AUTO_ANCHOR_MAX_FEATURES, SOLVERS, resolve_solver
+from lethe.curator.adapters import CertifiedRemovalAdapter
+from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.io import load_npz, save_npz
+
+
+def _unit_rows(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True) * rng.uniform(1.0, 2.0, size=(n, 1))
+    y = np.where(X @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def _sparse_unit_rows(rng: np.random.Generator, n: int, d: int) -> sp.csr_matrix:
+    X = sp.random(n, d, density=min(1.0, 8.0 / d), random_state=np.random.RandomState(int(rng.integers(2**31))),
+                  format="csr")
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    norms[norms == 0] = 1.0
+    return sp.csr_matrix(sp.diags(1.0 / norms) @ X)
+
+
+def test_the_rule_reads_only_the_backend_and_the_width() -> None:
+    wide = AUTO_ANCHOR_MAX_FEATURES
+    assert resolve_solver("auto", np.zeros((3, 5))) == "anchor"
+    assert resolve_solver("auto", np.zeros((2, wide))) == "anchor"  # d > n still anchor: the rule never reads n
+    assert resolve_solver("auto", np.zeros((2, wide + 1))) == "pcg"
+    assert resolve_solver("auto", sp.csr_matrix((4, MATRIX_FREE_MIN_FEATURES))) == "anchor"
+    assert resolve_solver("auto", sp.csr_matrix((4, MATRIX_FREE_MIN_FEATURES + 1))) == "pcg"
+    narrow = da.zeros((40, 8), chunks=(10, 8))
+    assert resolve_solver("auto", narrow) == "anchor"
+    wide_dask = da.zeros((4, matrix_free_min_features() + 1), chunks=(2, -1))
+    assert resolve_solver("auto", wide_dask) == "pcg"
+    for s in SOLVERS:  # an explicit choice is kept as is
+        assert resolve_solver(s, np.zeros((3, 5))) == s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auto_takes_exactly_the_steps_of_the_solver_it_resolves_to(seed: int) -> None:
+    """Same data and seed: ``auto`` trains and removes bit for bit as the concrete solver, its certificates name
+    that solver (never "auto"), and every certified bound holds against the exact residual ‖∇L_b(w; D′)‖."""
+    rng = np.random.default_rng(seed)
+    n, d = int(rng.integers(60, 200)), int(rng.integers(2, 12))
+    X, y = _unit_rows(rng, n, d)
+    sparse = seed % 2 == 1
+    data = sp.csr_matrix(X) if sparse else X
+    kw = dict(lam=10 ** rng.uniform(-3, -1), sigma=1.0, bound="tight", calibration="analytic")
+    auto, anchor = CertifiedRemoval(**kw, solver="auto"), CertifiedRemoval(**kw, solver="anchor")
+    assert auto.resolved(data).solver == "anchor" and auto.resolved(data) is auto.resolved(data)
+    ca, cb = NewtonCache(), NewtonCache()
+    sa, _ = auto.train(data, y, random_state=seed, cache=ca)
+    sb, _ = anchor.train(data, y, random_state=seed, cache=cb)
+    np.testing.assert_array_equal(sa.w, sb.w)
+    active = np.ones(n, dtype=bool)
+    for _ in range(8):
+        idx = rng.choice(np.flatnonzero(active), size=int(rng.integers(1, 4)), replace=False)
+        sa, cert_a = auto.remove(sa, data, y, idx, active=active, cache=ca, random_state=seed)
+        sb, cert_b = anchor.remove(sb, data, y, idx, active=active, cache=cb, random_state=seed)
+        active[idx] = False
+        assert cert_a.solver == "anchor" and "anchor mismatch" in cert_a.bound
+        assert cert_a.residual_bound == cert_b.residual_bound and cert_a.retrained == cert_b.retrained
+        np.testing.assert_array_equal(sa.w, sb.w)
+        exact = exact_residual(auto, sa, X[active], y[active])
+        assert exact <= sa.residual_bound, (exact, sa.residual_bound)
+
+
+def test_estimators_default_to_auto_and_record_the_choice(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    X, y = _unit_rows(rng, 300, 6)
+    assert CertifiedLogisticRegression().solver == "auto" and CertifiedLinearRegression().solver == "auto"
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    assert clf.solver_ == "anchor" and clf.trained_params_["solver"] == "auto"
+    assert clf.remove([5]).solver == "anchor"
+    reg = CertifiedLinearRegression(lam=1e-2).fit(X, y)
+    assert reg.solver_ == "anchor" and reg.remove([0]).solver == "anchor"
+    Xs = _sparse_unit_rows(rng, 200, MATRIX_FREE_MIN_FEATURES + 50)
+    ys = np.where(rng.random(200) > 0.5, 1.0, -1.0)
+    wide = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(Xs, ys)
+    assert wide.solver_ == "pcg" and wide.remove([1]).solver == "pcg"
+    # saved and loaded with its concrete solver (its anchor is formed again at the loaded w: a bound of its own,
+    # which holds against the exact residual)
+    path = clf.save(tmp_path / "m.npz")
+    loaded = CertifiedLogisticRegression.load(path)
+    assert loaded.solver == "auto" and loaded.solver_ == "anchor"
+    cert = loaded.remove([9])
+    assert cert.solver == "anchor"
+    state, keep = loaded.states_[0], loaded.active_
+    assert exact_residual(loaded.mechanism_, state, X[keep], loaded.Y_[0][keep]) <= cert.residual_bound
+
+
+def _rewrite_meta(path: Path, out: Path, edit: dict[str, object], drop: tuple[str, ...] = ()) -> Path:
+    """A copy of a saved model with its metadata edited."""
+    arrays, meta = load_npz(path)
+    meta.update(edit)
+    for k in drop:
+        meta.pop(k, None)
+    return save_npz(out, arrays, meta)
+
+
+def test_a_saved_solver_that_contradicts_the_parameters_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    X, y = _unit_rows(rng, 200, 5)
+    pinned = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="pcg", random_state=0).fit(X, y)
+    path = pinned.save(tmp_path / "p.npz")
+    with pytest.raises(ValueError, match="solver"):
+        CertifiedLogisticRegression.load(_rewrite_meta(path, tmp_path / "e.npz", {"solver": "anchor"}))
+    # a file from before solver="auto" (no recorded solver) keeps the solver of its parameters
+    old = CertifiedLogisticRegression.load(_rewrite_meta(path, tmp_path / "o.npz", {}, drop=("solver",)))
+    assert old.solver_ == "pcg"
+    auto = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    apath = auto.save(tmp_path / "a.npz")
+    # "auto" accepts the recorded concrete solver even where the rule would choose another (a later release's rule)
+    kept = CertifiedLogisticRegression.load(_rewrite_meta(apath, tmp_path / "k.npz", {"solver": "pcg"}))
+    assert kept.solver_ == "pcg"
+    with pytest.raises(ValueError, match="solver"):
+        CertifiedLogisticRegression.load(_rewrite_meta(apath, tmp_path / "b.npz", {"solver": "fastest"}))
+
+
+def test_set_params_after_fit_does_not_change_the_solver_silently() -> None:
+    rng = np.random.default_rng(5)
+    X, y = _unit_rows(rng, 200, 5)
+    clf = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    clf.set_params(solver="pcg")
+    with pytest.raises(ValueError, match="solver"):
+        clf.remove([0])
+    clf.set_params(solver="auto")
+    assert clf.remove([0]).solver == "anchor"
+
+
+def test_the_curator_keeps_the_version_s_concrete_solver() -> None:
+    rng = np.random.default_rng(6)
+    X, y = _unit_rows(rng, 150, 4)
+    adapter = CertifiedRemovalAdapter({"lam": 1e-2, "sigma": 1.0})
+    assert adapter.params["solver"] == "auto"
+    artifact, cert = adapter.train(X, y, np.random.default_rng(0))
+    assert artifact.meta["solver"] == "anchor" and cert["solver"] == "anchor"
+    assert adapter.summary(artifact)["solver"] == "anchor"
+    warm = adapter.restore(artifact, X.copy(), y, np.ones(150, dtype=bool))
+    assert warm.estimator.solver_ == "anchor"
+    # a version computed with pcg (e.g. under another release's rule) is continued with pcg
+    artifact.meta["solver"] = "pcg"
+    warm = adapter.restore(artifact, X.copy(), y, np.ones(150, dtype=bool))
+    assert warm.estimator.solver_ == "pcg"
+    _, cert = adapter.remove_warm(warm, np.array([3]), np.random.default_rng(1))
+    assert cert["solver"] == "pcg"
+    artifact.meta["solver"] = "no-such-solver"
+    with pytest.raises(ValueError, match="solver"):
+        adapter.restore(artifact, X.copy(), y, np.ones(150, dtype=bool))
