@@ -170,9 +170,9 @@ def test_fit_does_not_alias_or_modify_the_callers_array():
 
 def test_defaults_are_the_tightest_sound_options():
     clf = CertifiedLogisticRegression()
-    assert (clf.bound, clf.calibration, clf.solver, clf.refresh) == ("tight", "analytic", "pcg", "auto")
+    assert (clf.bound, clf.calibration, clf.solver, clf.refresh) == ("tight", "analytic", "auto", "auto")
     assert {"bound", "calibration", "refresh"} <= set(clf.get_params())
-    assert CertifiedLinearRegression().solver == "anchor"
+    assert CertifiedLinearRegression().solver == "auto"
 
 
 def _removals_until_retraining(clf, X, y, cap=400):

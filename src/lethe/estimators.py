@@ -228,21 +228,22 @@ class _CertifiedLinearBase(BaseEstimator):
         params.pop("random_state", None)
         return params
 
-    def _mechanism(self, params: dict[str, Any] | None = None, tol: float | None = None,
-                   solver: str | None = None) -> CertifiedRemoval:
-        """The mechanism for ``params`` (default: the current ones); ``solver`` overrides the parameter's (a model
-        trained with ``solver="auto"`` keeps the concrete solver it resolved to: ``solver_``)."""
+    def _mechanism(self, params: dict[str, Any] | None = None, tol: float | None = None) -> CertifiedRemoval:
+        """The mechanism for ``params`` (default: the current ones), before ``solver="auto"`` is resolved."""
         p = self._current_params() if params is None else params
         return CertifiedRemoval(loss=self._loss, lam=p["lam"], sigma=p["sigma"], epsilon=p["epsilon"],
                                 delta=p["delta"], noise=p["noise"], tol=p["tol"] if tol is None else tol,
-                                max_iter=p["max_iter"], solver=p["solver"] if solver is None else solver,
-                                bound=p["bound"], calibration=p["calibration"], refresh=p["refresh"])
+                                max_iter=p["max_iter"], solver=p["solver"], bound=p["bound"],
+                                calibration=p["calibration"], refresh=p["refresh"])
 
     @property
     def solver_(self) -> str:
         """The solver the fitted model removes with: the ``solver`` parameter, or for ``solver="auto"`` the one it
         resolved to at ``fit`` for the data's backend and width (``"anchor"`` or ``"pcg"``,
-        :func:`lethe.certified.newton.resolve_solver`); saved with the model and kept by the curator's versions."""
+        :func:`lethe.certified.newton.resolve_solver`); saved with the model and kept by the curator's versions.
+        ``auto``'s ``anchor`` takes a step it cannot certify within the budget with ``pcg`` instead (and stays on
+        ``pcg`` until the next retraining, :meth:`lethe.certified.mechanism.CertifiedRemoval.resolved`); each
+        certificate names the solver of its step."""
         check_is_fitted(self, "states_")
         return str(self.mechanism_.solver)
 
@@ -609,9 +610,8 @@ class _CertifiedLinearBase(BaseEstimator):
         if "classes" in meta:
             est.classes_ = np.asarray(meta["classes"])
         # the concrete solver the model was saved with (files from before solver="auto" name it in the parameters)
-        est.mechanism_ = est._mechanism(est.trained_params_, tol=meta.get("mechanism_tol"),
-                                        solver=_saved_solver(meta.get("solver"), params["solver"]))
-        est.mechanism_ = est.mechanism_.resolved(est.X_)
+        est.mechanism_ = est._mechanism(est.trained_params_, tol=meta.get("mechanism_tol")).resolved(
+            est.X_, solver=_saved_solver(meta.get("solver"), params["solver"]))
         est.caches_ = _new_caches(len(est.states_), est.mechanism_.solver, est.members_)  # built at the first removal
         est._rng = check_random_state(None)  # never the fit's seed again: a retraining needs a fresh b
         return est
@@ -908,7 +908,9 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             # the per-class Newton step (no budget decision here: the joint budget decides below)
             keep = rows.copy()
             keep[mine] = False
-            new, r = mech._propose(self.states_[k], self.X_, self.Y_[k], keep, mine, self.caches_[k])
+            # auto's anchor falls back to pcg for a class whose step passes its share of the joint budget
+            share = mech.budget / K if mech.noise == "laplace" else mech.budget / math.sqrt(K)
+            new, r = mech._propose(self.states_[k], self.X_, self.Y_[k], keep, mine, self.caches_[k], limit=share)
             cert = mech._certificate("remove", new, step=r.step_bound, retrained=False,
                                      removed=tuple(int(i) for i in mine), worst=r.worst_case,
                                      solve_error=r.solve_error, seconds=0.0, result=r)

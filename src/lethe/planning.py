@@ -19,6 +19,7 @@ per removal than the simulation assumes; plan with a margin, or simulate those r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ from sklearn.base import clone
 
 from lethe._rng import check_random_state
 from lethe._validation import check_positive, check_positive_int
+from lethe.certified.cache import NewtonCache
+from lethe.certified.newton import resolve_solver
 from lethe.certified.noise import residual_budget
 from lethe.estimators import CertifiedLogisticRegression, joint_residual
 
@@ -72,11 +75,73 @@ class SigmaPlan:
         return self.accuracy_without_noise - self.accuracy
 
 
+def _removes_without_retraining(est: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray) -> float | None:
+    """Fit ``est`` and remove ``rows`` one at a time with its own :meth:`remove` (budget decisions included);
+    the final residual bound β, or None if a removal retrained."""
+    est.fit(X, y)
+    beta = math.nan
+    for i in rows:
+        cert = est.remove([int(i)])
+        if cert.retrained:
+            return None
+        beta = float(cert.residual_bound)
+    return beta
+
+
+def _search_adaptive(base: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray, sigma_fixed: float,
+                     margin: float, rng: np.random.Generator, halvings: int = 6,
+                     bisections: int = 3) -> tuple[float, float, int]:
+    """σ for a model whose certified bound adapts to its budget (``anchor``, re-measuring at 70 % of ε′): the
+    smallest σ found at which the estimator itself removes ``rows`` without retraining, times ``margin`` and at
+    most ``sigma_fixed`` (the plan from ``pcg``'s budget-independent β, which ``auto`` meets through its
+    fallback). Halvings down from ``sigma_fixed`` until a run retrains, then geometric bisection; returns
+    (σ, β after the removals at σ, runs made)."""
+    runs = 0
+
+    def run(sig: float) -> float | None:
+        nonlocal runs
+        runs += 1
+        return _removes_without_retraining(clone(base).set_params(sigma=sig, random_state=int(rng.integers(2**31))),
+                                           X, y, rows)
+
+    ok, fail = sigma_fixed, None
+    for _ in range(halvings):
+        if run(ok / 2.0) is None:
+            fail = ok / 2.0
+            break
+        ok /= 2.0
+    if fail is not None:
+        for _ in range(bisections):
+            mid = math.sqrt(ok * fail)
+            if run(mid) is None:
+                fail = mid
+            else:
+                ok = mid
+    sigma = min(sigma_fixed, margin * ok)
+    beta = run(sigma)
+    while beta is None and sigma < sigma_fixed:  # an unlucky draw at the chosen σ: back towards the fixed plan
+        sigma = min(sigma_fixed, sigma * margin)
+        beta = run(sigma)
+    if beta is None:
+        raise RuntimeError(f"plan_sigma: the estimator retrained within the {rows.size} removals even at "
+                           f"σ = {sigma:.4g}; increase margin.")
+    return sigma, beta, runs
+
+
 def _simulate(est: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray) -> float:
     """Fit ``est`` and take the Newton removal steps of ``rows`` one at a time without any budget decision; return
-    the accumulated (joint) residual bound β."""
+    the accumulated (joint) residual bound β.
+
+    ``anchor`` is simulated by ``pcg``: its certified bound adapts to the budget (it re-measures the residual at 70 %
+    of ε′ and retries a step over budget from a fresh anchor, docs/tighter_bounds.md §5c–§5d), so its β after R
+    steps says how σ was spent, not what σ is needed; ``pcg``'s measured accounting does not depend on σ's budget,
+    and ``solver="auto"``'s ``anchor`` takes a step it cannot certify within the budget with ``pcg`` before any
+    retraining, so σ planned on ``pcg``'s β supports the R removals under ``auto`` too."""
     est.fit(X, y)
     mech = est.mechanism_
+    if mech.solver == "anchor":
+        mech = dataclasses.replace(mech, solver="pcg")
+        est.caches_ = [NewtonCache() for _ in est.caches_]
     states = list(est.states_)
     active = est.active_.copy()
     members = est.members_
@@ -176,6 +241,9 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
     else:
         raise RuntimeError(f"plan_sigma: σ did not settle in {max_iter} iterations (last σ = {sigma:.4g}, "
                            f"β = {beta:.4g}); increase max_iter or margin.")
+    if resolve_solver(str(params.get("solver", "auto")), Xtr) == "anchor":
+        sigma, beta, searched = _search_adaptive(base, Xtr, ytr, rows, sigma, margin, rng)
+        it += searched
     scores = [clone(base).set_params(sigma=sigma, random_state=int(rng.integers(2**31))).fit(Xtr, ytr)
               .score(X[val], y[val]) for _ in range(check_positive_int("n_repeats", n_repeats))]
     # the same model with b ≈ 0: Laplace-type b with σ = 1e-9 is negligible, and ε = 1e12 keeps any training

@@ -76,7 +76,7 @@ def test_adapter_options_and_defaults_are_the_estimators() -> None:
     for k in ("lam", "sigma", "epsilon", "delta", "noise", "tol", "max_iter", "solver", "bound", "calibration",
               "refresh"):
         assert adapter.params[k] == getattr(est, k), k
-    assert CertifiedRemovalAdapter({"loss": "squared"}).params["solver"] == "anchor"
+    assert CertifiedRemovalAdapter({"loss": "squared"}).params["solver"] == "auto"
     for bad, word in (({"bound": "loose"}, "bound"), ({"refresh": 0}, "refresh"), ({"colour": 1}, "colour"),
                       ({"negative_subsample": 2.0}, "negative_subsample")):
         with pytest.raises(ValueError, match=word):

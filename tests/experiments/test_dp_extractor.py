@@ -116,7 +116,9 @@ def test_run_composes_theorem5_from_the_certificates(mnist_small, tmp_path, monk
     assert row["retrainings"] == 0 and row["sigma_search"][-1]["ok"]
     assert row["sigma"] == row["sigma_search"][-1]["sigma"]
     assert all(not t["ok"] for t in row["sigma_search"][:-1])
-    assert np.all(np.diff(row["residual_bounds"]) >= 0)  # one at a time, the joint residual bound only grows
+    # (the joint bound need not grow at every step: an anchor re-measure or a fallback to pcg restarts it from the
+    # measured residual, docs/tighter_bounds.md §5c, §5f)
+    assert all(0.0 <= r <= row["budget"] for r in row["residual_bounds"])
     assert row["residual_bounds"][-1] <= 0.9 * row["budget"] and row["budget_used"] <= 0.9
     assert (tmp_path / res["png"]).read_bytes()[:4] == b"\x89PNG"
     assert f"{row['total_epsilon']:.3g}" in res["markdown"]

@@ -48,7 +48,7 @@ from lethe.certified.bounds import (
     spectral_norm_upper_bound_single,
     vnorm,
 )
-from lethe.certified.common import gradient_allowance
+from lethe.certified.common import gradient_allowance, measured_residual
 from lethe.certified.data import DataMatrix, backend_of, check_data_matrix, is_dense
 from lethe.certified.newton import (
     BOUNDS,
@@ -409,23 +409,40 @@ class CertifiedRemoval:
             raise ValueError(f"refresh must be 'auto', 'never' or an integer >= 1. Found {self.refresh!r}.")
         object.__setattr__(self, "_loss", loss)
         object.__setattr__(self, "_resolved", {})
+        object.__setattr__(self, "_fallback", None)
         object.__setattr__(self, "_budget", residual_budget(self.sigma, self.epsilon, self.delta, self.noise,
                                                             calibration=self.calibration)
                            if self.noise != "none" else 0.0)
 
     # -- derived quantities ---------------------------------------------------------------------------------
-    def resolved(self, X: DataMatrix) -> CertifiedRemoval:
+    def resolved(self, X: DataMatrix, solver: str | None = None) -> CertifiedRemoval:
         """This mechanism with ``solver="auto"`` replaced by the concrete solver for data X
-        (:func:`~lethe.certified.newton.resolve_solver`: a function of the backend and d only); itself otherwise.
-        Every method that takes data resolves first, so certificates always name the solver that computed them."""
+        (:func:`~lethe.certified.newton.resolve_solver`: a function of the backend and d only), or by ``solver``
+        (a model's recorded choice); itself otherwise. Every method that takes data resolves first, so
+        certificates always name the solver that computed them.
+
+        ``auto``'s ``anchor`` falls back to ``pcg``: a removal whose anchor step would push the certified bound over
+        the budget (its mismatch and remainder are *bounded*, from ‖X‖₂ and global curvature, which can be far
+        looser than ``pcg``'s measured, per-sample terms — large ‖w‖, small λn) is taken again by ``pcg`` from the
+        same state before any retraining, and the model stays on ``pcg`` until it is retrained (its cache then
+        holds ``pcg``'s state). Each step's certificate is that of the solver that took it, which it names."""
         if self.solver != "auto":
             return self
-        concrete = resolve_solver("auto", X)
+        concrete = resolve_solver("auto", X) if solver is None else solver
+        check_choice("solver", concrete, SOLVERS)
         cached: dict[str, CertifiedRemoval] = self._resolved  # type: ignore[attr-defined]
         mech = cached.get(concrete)
         if mech is None:
             mech = cached[concrete] = replace(self, solver=concrete)
+            if concrete == "anchor":
+                object.__setattr__(mech, "_fallback", replace(self, solver="pcg"))
         return mech
+
+    @property
+    def fallback(self) -> CertifiedRemoval | None:
+        """The mechanism a step that this one cannot certify within the budget is taken again with (``pcg`` for
+        the ``anchor`` that ``solver="auto"`` resolved to), or None."""
+        return self._fallback  # type: ignore[attr-defined,no-any-return]
 
     @property
     def loss_(self) -> Loss:
@@ -727,10 +744,38 @@ class CertifiedRemoval:
             return compute_step(self, state, X, y, keep, idx, cache)
 
     def _propose(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
-                 cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
-        """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator)."""
+                 cache: NewtonCache | None, limit: float | None = None) -> tuple[ModelState, StepResult]:
+        """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator).
+
+        ``limit`` (default: the budget ε′): the bound above which a step of ``auto``'s ``anchor`` is taken again by
+        its fallback (:meth:`resolved`); one-vs-all passes each class's share of the joint budget."""
         if self.solver == "auto":
-            return self.resolved(X)._propose(state, X, y, keep, idx, cache)
+            return self.resolved(X)._propose(state, X, y, keep, idx, cache, limit)
+        alt = self.fallback
+        if alt is not None and cache is not None:
+            if cache.kind == "exact":  # this model fell back to pcg: it stays there until it is retrained
+                return alt._propose(state, X, y, keep, idx, cache)
+            new, r = self._propose_own(state, X, y, keep, idx, cache)
+            if self.noise == "none" or new.residual_bound <= (self.budget if limit is None else limit):
+                return new, r
+            # over budget from the anchor's bounded terms: the exact-Hessian step, from the same state, before any
+            # retraining. Its cache is primed from (w, rows before), as after loading the model, and in tight mode
+            # its vector accounting restarts from the residual measured at w (as an anchor's re-measure does,
+            # docs/tighter_bounds.md §5c, §5f) instead of from the anchor's accumulated bound β
+            cache.reset()
+            before = keep.copy()
+            before[idx] = True
+            with blas_threads():
+                prime_cache(alt, state, X, y, before, cache)
+                if alt.bound == "tight" and self.loss_.gamma != 0.0:
+                    cache.carry_e, cache.carry_err = measured_residual(alt, state.w, state.b, X, y, before)
+                    cache.carry_bound = 0.0
+            return alt._propose(state, X, y, keep, idx, cache)
+        return self._propose_own(state, X, y, keep, idx, cache)
+
+    def _propose_own(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+                     cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
+        """:meth:`_propose` with this mechanism's own solver."""
         with blas_threads():
             before = keep.copy()
             before[idx] = True
@@ -856,14 +901,14 @@ class CertifiedRemoval:
                                       worst=r.worst_case, solve_error=r.solve_error,
                                       seconds=time.perf_counter() - t0, result=r)
 
-    def _bound_description(self) -> str:
+    def _bound_description(self, solver: str) -> str:
         if self.bound == "paper":
             text = "data-dependent: Cor. 1/Cor. 2 + solve error (Guo et al. 2020)"
         else:
             text = "tight: min of proven remainder bounds + solve error (docs/tighter_bounds.md)"
-        if self.solver == "anchor":
+        if solver == "anchor":
             text += " + anchor mismatch bound (no data pass)"
-        elif self.solver == "onepass":
+        elif solver == "onepass":
             text += " + exact anchor mismatch from one single-precision pass"
         return text
 
@@ -871,8 +916,10 @@ class CertifiedRemoval:
                      removed: tuple[int, ...], worst: float, solve_error: float, seconds: float,
                      result: StepResult | None = None) -> Certificate:
         eps, delta = self._eps_delta()
+        # the solver that computed the step (an anchor step that fell back to pcg names pcg)
+        solver = result.solver if result is not None and result.solver else self.solver
         bound = ("training residual (Guo et al. 2020, footnote 1)" if operation == "train" else
-                 self._bound_description())
+                 self._bound_description(solver))
         if operation == "retrain":
             bound = "budget exceeded (Alg. 2 line 16): retrained with fresh b; bound = training residual"
         budget = self.budget
@@ -890,7 +937,7 @@ class CertifiedRemoval:
             if self.noise != "none" else 0.0,
             retrained=retrained, n_removed=len(removed), n_remaining=state.n, worst_case_bound=float(worst),
             solve_error=float(solve_error), seconds=float(seconds), removed_indices=removed, bound_mode=self.bound,
-            calibration=self.calibration, solver=self.solver, **extra)
+            calibration=self.calibration, solver=solver, **extra)
 
 
 def exact_residual(config: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray) -> float:

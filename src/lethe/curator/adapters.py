@@ -310,7 +310,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         est.n_features_in_ = int(X.shape[1])
         # the concrete solver the version was computed with (solver="auto" resolves at training; versions written
         # before it existed name their solver in the parameters)
-        est.mechanism_ = est._mechanism(solver=_saved_solver(artifact.meta.get("solver"), est.solver)).resolved(X)
+        est.mechanism_ = est._mechanism().resolved(X, solver=_saved_solver(artifact.meta.get("solver"), est.solver))
         est.caches_ = _new_caches(K, est.mechanism_.solver, None)
         for k in range(K):  # as fit does: one data pass now, so that the first removal is as warm as the next ones
             est.mechanism_.prime(est.caches_[k], states[k], X, Y[k], active)
