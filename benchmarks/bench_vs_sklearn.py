@@ -14,7 +14,8 @@ and medians of ``--repeats`` runs:
 2. **Removal.** First the estimators' *default configuration*: ``CertifiedLogisticRegression()`` with only λ, σ, ε,
    δ (and a seed) set, removals through its ``remove``; its row is labelled ``default (-> <solver>)`` with the
    concrete solver the fitted estimator reports (``solver_``, else ``solver``). Then each other solver of ``pcg``,
-   ``onepass``, ``anchor`` through the mechanism (the default's own solver is not run twice). Per row: K random
+   ``onepass``, ``anchor`` through the mechanism (the default's own solver is not run twice; on the generated data
+   ``onepass`` only with ``--synth-solvers pcg,onepass,anchor``, to keep the run near 4 minutes). Per row: K random
    single-row removals (300; for ``anchor`` all but 982 rows of MNIST and 40,000 of the generated rows) from a
    freshly trained model whose removal machinery the first removal forms; the median and the amortised mean per
    removal (the first removal's setup and every refresh, measurement, flush and retraining inside the run included;
@@ -341,7 +342,7 @@ def floor_part(X: np.ndarray, y: np.ndarray, batch: int, repeats: int, seed: int
 
 
 def run_dataset(name: str, X: np.ndarray, y: np.ndarray, k: int, batch: int, repeats: int,
-                k_anchor: int, b_repeats: int) -> dict[str, Any]:
+                k_anchor: int, b_repeats: int, solvers: tuple[str, ...] = SOLVERS) -> dict[str, Any]:
     n, d = X.shape
     print(f"\n== {name}: n = {n}, d = {d} ({X.nbytes / 1e6:.0f} MB); lambda = {PARAMS['lam']}, sigma = "
           f"{PARAMS['sigma']}, eps = {PARAMS['epsilon']}, delta = {PARAMS['delta']}")
@@ -364,18 +365,20 @@ def run_dataset(name: str, X: np.ndarray, y: np.ndarray, k: int, batch: int, rep
     default = _EstimatorRun(X, y, seed=0)
     default.fresh()  # resolves the concrete solver (its removals start from the fresh model of removal_part)
     concrete = default.solver
-    runs: list[Any] = [default] + [_MechanismRun(X, y, s, seed=0) for s in SOLVERS if s != concrete]
+    runs: list[Any] = [default] + [_MechanismRun(X, y, s, seed=0) for s in solvers if s != concrete]
     rows = []
     for run in runs:
         rows.append(removal_part(run, k_anchor if run.solver == "anchor" else k, batch, repeats, b_repeats))
         run.release()  # the estimator's copy of X, an onepass cache's float32 copy
         gc.collect()
+    skipped = sorted(set(SOLVERS) - set(solvers) - {concrete})
     w = max(len(r["label"]) for r in rows) + 2
     print(f"removal ({k} single-row removals for pcg and onepass, {k_anchor} for anchor, each from a model whose "
           f"removal machinery is formed by its first removal (timed); sklearn refit = {f['t_sk']:.3f} s)")
     print(f"  default = CertifiedLogisticRegression() with only lam/sigma/epsilon/delta (and a seed) set, through "
           f"its remove(); it resolved to solver {concrete!r}, so no separate {concrete} row (the others run the "
-          "mechanism with that solver)")
+          "mechanism with that solver)" + (f"; not run here: {', '.join(skipped)} (--synth-solvers)" if skipped
+                                           else ""))
     print("  (amort. = mean incl. refreshes/flushes + one retraining per supported removals; amort.v = the same with "
           "one retraining per removals actually made: a verified upper bound)")
     print(f"  {'solver':<{w}}{'median ms':>10}{'amort. ms':>10}{'amort.v ms':>11}{'sk/median':>10}{'sk/amort.':>10}"
@@ -424,6 +427,9 @@ def main() -> None:
     ap.add_argument("--batch-repeats", type=int, default=5, help="fresh models (one batch each) per row")
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads for every timed call (both libraries)")
     ap.add_argument("--data", default="mnist,synth", help="comma-separated subset of mnist,synth (default both)")
+    ap.add_argument("--synth-solvers", default="pcg,anchor",
+                    help="explicit solvers on the generated data besides the default (default pcg,anchor: onepass, "
+                         "about 60 s at 10^6, is run on MNIST only; add it here to run it)")
     args = ap.parse_args()
     n_synth = args.n_synth or (100_000 if args.quick else 1_000_000)
     k = args.removals or (100 if args.quick else 300)
@@ -446,8 +452,11 @@ def main() -> None:
     if "synth" in which:
         Xs, ys = synthetic(n_synth, 100)
         k_anchor = args.anchor_removals or (2000 if args.quick else 40_000)
+        syn = tuple(p.strip() for p in args.synth_solvers.split(",") if p.strip())
+        if set(syn) - set(SOLVERS):
+            ap.error(f"--synth-solvers must name a subset of {','.join(SOLVERS)}. Found {args.synth_solvers!r}.")
         res["synth"] = run_dataset(f"generated {n_synth} x 100", Xs, ys, k, 1000, repeats, k_anchor,
-                                   b_repeats)
+                                   b_repeats, syn)
     print("\n== targets (issue 15), this run")
     tg = targets(res, full=n_synth >= 1_000_000)
     for what, value, ok, _ in tg:
