@@ -114,7 +114,8 @@ def _sum_sq_upper(Z: np.ndarray) -> float:
     (docs/tighter_bounds.md §7c). Over N = Z.size non-negative terms, in any order and with or without fused
     multiply-adds, fl(Σ z²) ≥ (1 − γ_N) Σ z² − N·2⁻¹⁰⁷⁴ (Higham (3.5); each square that underflows loses at most
     2⁻¹⁰⁷⁴; entries with |z| ≤ 1e150 do not overflow). Hence Σ z² ≤ (fl + N·2⁻¹⁰⁷⁴)/(1 − γ_N) ≤ (fl + N·2⁻¹⁰⁷⁴)
-    (1 + 2γ_N), and the two roundings of this product and sum are covered by γ_{N+2} in place of γ_N."""
+    (1 + 2γ_N); the roundings of the sum and products below are covered by γ_{N+2} in place of γ_N where they are
+    relative, and by the second N·2⁻¹⁰⁷⁴ where the result is subnormal (absolute error ≤ 2⁻¹⁰⁷⁵)."""
     N = int(Z.size)
     if N == 0:
         return 0.0
