@@ -15,7 +15,7 @@ and medians of ``--repeats`` runs:
    δ (and a seed) set, removals through its ``remove``; its row is labelled ``default (-> <solver>)`` with the
    concrete solver the fitted estimator reports (``solver_``, else ``solver``). Then each other solver of ``pcg``,
    ``onepass``, ``anchor`` through the mechanism (the default's own solver is not run twice; on the generated data
-   ``onepass`` only with ``--synth-solvers pcg,onepass,anchor``, to keep the run near 4 minutes). Per row: K random
+   ``onepass`` only with ``--synth-solvers pcg,onepass,anchor``, about 60 s more). Per row: K random
    single-row removals (300; for ``anchor`` all but 982 rows of MNIST and 40,000 of the generated rows) from a
    freshly trained model whose removal machinery the first removal forms; the median and the amortised mean per
    removal (the first removal's setup and every refresh, measurement, flush and retraining inside the run included;
@@ -39,7 +39,7 @@ and medians of ``--repeats`` runs:
    from the default configuration's targets only (the fit targets time the default estimator): met only if each is
    met or below the machine's floor.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_vs_sklearn.py`` (about 5 minutes on 2 cores; ``--quick`` ≈ 30 s,
+Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_vs_sklearn.py`` (about 3 minutes on 2 cores; ``--quick`` ≈ 30 s,
 smaller data, one repeat: a smoke run whose 10^5 rows cannot verify the 10^6 targets).
 """
 
