@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from lethe.certified.anchor_system import _downdate, _mv_maintained, _solve_maintained, build_anchor
+from lethe.certified.anchor_system import _downdate, _mv_maintained, _removed_rows, _solve_maintained, build_anchor
 from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
     anchor_bounds,
@@ -33,7 +33,7 @@ from lethe.certified.common import (
     _x_norm,
     measured_residual,
 )
-from lethe.certified.data import DataMatrix, backend_of, is_dense
+from lethe.certified.data import DataMatrix, is_dense
 from lethe.certified.linalg import _mv, cho_solve
 from lethe.certified.state import ModelState
 
@@ -119,12 +119,14 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     rho = _row_norm_max(cfg, X, cache)
     x_norm = _x_norm(state, n_rows, rho)
 
-    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
+    XR = _removed_rows(X, idx)  # read once: for Δ, then (a batch) overwritten by _downdate with its rows √ŝⱼ xⱼ
+    Delta, err_Delta = _removed_gradient(cfg, w, XR, y[idx], rho)
     delta_norm = vnorm(Delta)
     e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced or measured, d)
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
-    _downdate(cache, X, idx, lam, track=True)
+    _downdate(cache, X, idx, lam, track=True, rows=XR)
+    del XR
     G = cache.G
     assert G is not None
     fro_G = cache.fro_G + 2.0 * cache.eps_G

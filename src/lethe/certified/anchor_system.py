@@ -105,30 +105,68 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     cache.removals_since_refresh = 0
 
 
-def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, track: bool) -> None:
+#: 2⁻¹⁰⁷⁴, the smallest positive double: a product that underflows loses at most this much.
+_TINY = 2.0**-1074
+
+
+def _sum_sq_upper(Z: np.ndarray) -> float:
+    """S ≥ Σᵢⱼ zᵢⱼ² (exact) for a C-contiguous float64 array, from one BLAS dot product of Z with itself
+    (docs/tighter_bounds.md §7c). Over N = Z.size non-negative terms, in any order and with or without fused
+    multiply-adds, fl(Σ z²) ≥ (1 − γ_N) Σ z² − N·2⁻¹⁰⁷⁴ (Higham (3.5); each square that underflows loses at most
+    2⁻¹⁰⁷⁴; entries with |z| ≤ 1e150 do not overflow). Hence Σ z² ≤ (fl + N·2⁻¹⁰⁷⁴)/(1 − γ_N) ≤ (fl + N·2⁻¹⁰⁷⁴)
+    (1 + 2γ_N); the roundings of the sum and products below are covered by γ_{N+2} in place of γ_N where they are
+    relative, and by the second N·2⁻¹⁰⁷⁴ where the result is subnormal (absolute error ≤ 2⁻¹⁰⁷⁵)."""
+    N = int(Z.size)
+    if N == 0:
+        return 0.0
+    flat = Z.reshape(-1)
+    dot = float(np.dot(flat, flat))
+    return (dot + 2.0 * N * _TINY) * (1.0 + 2.0 * gamma_k(N + 2))
+
+
+def _removed_rows(X: DataMatrix, idx: np.ndarray) -> np.ndarray:
+    """X[idx] as a C-contiguous float64 array of its own (``take`` makes a copy for every backend; should one
+    return memory shared with X, it is copied here: :func:`_downdate` overwrites a batch's rows in place)."""
+    XR = backend_of(X).take(X, idx)
+    if not (XR.dtype == np.float64 and XR.flags.owndata and XR.flags.writeable and XR.flags.c_contiguous):
+        XR = np.array(XR, dtype=np.float64, order="C")
+    return XR
+
+
+def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, track: bool,
+              rows: np.ndarray | None = None) -> None:
     """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, reading only those rows. Without
     ``track`` the rank-one updates of the upper triangle are applied at once (O(d²) per row). With ``track``
     (``anchor``, ``onepass``) the rows √ŝⱼ xⱼ are queued and folded into M by one rank-k update every
     ``fold_every`` rows (:meth:`NewtonCache.fold_pending`); :func:`_mv_maintained` subtracts the queued rows
     explicitly until then. The λ m I term is applied at once, with ε_M grown by its rounding. The Gram matrix G is
     *not* downdated: it only enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts
-    the PSD terms xⱼxⱼᵀ."""
+    the PSD terms xⱼxⱼᵀ.
+
+    ``rows``: X[idx] from :func:`_removed_rows`, already gathered by the caller (for Δ), so that the rows are read
+    from X once; a batch overwrites it with its rows z̃ⱼ (the caller must not use it afterwards).
+    A batch with ``track`` folds only its own m rows: rows already queued stay queued (they are folded with the
+    queue, as after a single removal; the bound on ε_M does not depend on the order of the folds, docs §7c)."""
     assert cache.M is not None and cache.s_hat is not None
     d = cache.M.shape[0]
     if track and (cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d)):
         cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
         cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
-    XR = backend_of(X).take(X, idx)  # only the removed rows are read
     m = int(idx.size)
+    if rows is not None and (rows.shape != (m, d) or rows.dtype != np.float64 or not rows.flags.c_contiguous
+                             or not rows.flags.writeable):
+        raise ValueError(f"rows must be the {m} x {d} writable C-contiguous float64 rows X[idx] "
+                         f"(_removed_rows). Found shape {rows.shape}, dtype {rows.dtype}.")
+    XR = _removed_rows(X, idx) if rows is None else rows  # only the removed rows are read
     if m > 1 and (not track or m >= cache.fold_every):
         # a batch (Eq. 6): one rank-m update instead of m rank-one updates or m/k queue folds (O(m d²) flops at
-        # BLAS-3 speed); with ``track`` the queued rows are folded first and ε_M grows as for a fold of m rows
+        # BLAS-3 speed); with ``track`` the rows already queued stay queued and ε_M grows as for a fold of m rows
         s_b = cache.s_hat[idx]
-        Z = np.ascontiguousarray(np.sqrt(s_b)[:, None] * XR)  # z̃ⱼ = fl(√ŝⱼ) xⱼ, the rows the queue would hold
+        # z̃ⱼ = fl(√ŝⱼ) xⱼ, the rows the queue would hold; formed in place in rows the caller handed over (or in the
+        # fresh copy ``take`` made): no second m × d array
+        Z = np.multiply(XR, np.sqrt(s_b)[:, None], out=XR)
         if track:
-            cache.fold_pending()
-            # S ≥ Σ‖z̃ⱼ‖²: each computed square norm within γ_{d+2}, their sum within γ_{m+1} (non-negative terms)
-            S = float(np.sum(np.einsum("ij,ij->i", Z, Z))) * (1.0 + gamma_k(d + 2)) * (1.0 + gamma_k(m + 1))
+            S = _sum_sq_upper(Z)  # ≥ Σ‖z̃ⱼ‖² (one dot product over the m d entries)
             cache._fold_rows(Z, S)
         else:
             # pcg/refine: M is only a preconditioner and initial guess (the solve error is measured). In double
