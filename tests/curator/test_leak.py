@@ -78,3 +78,43 @@ def test_batches_do_not_accumulate(tmp_path: Path) -> None:
     # solver's cache first built after batch WARM, SQLAlchemy's statement cache filling), flat from batch 50 to 300
     assert bytes1 - bytes0 <= 10240, f"memory allocated by lethe grew by {bytes1 - bytes0} B over {N - WARM} batches"
     assert len(c._verified) <= 1  # one entry per model
+
+
+_START = """
+import sys
+from fastapi.testclient import TestClient
+from lethe.curator import Curator
+from lethe.curator.api import create_app
+from lethe.curator.worker import run_worker
+
+c = Curator(sys.argv[1])
+assert run_worker(c, once=True) == 0
+with TestClient(create_app(c, run_worker="none")) as client:
+    assert client.get("/healthz").status_code == 200
+print(sorted(m for m in ("torch", "sklearn") if m in sys.modules))
+"""
+
+
+def test_start_imports_only_the_mechanisms_in_use(tmp_path: Path) -> None:
+    """A server and a worker import at start the modules of the mechanisms the store's models use — not torch
+    (noisy-finetune, ≈ 180 MB of resident memory per process) when no model needs it."""
+    import subprocess
+    import sys
+
+    from .._server import subprocess_env
+
+    data = make_data(tmp_path / "data.csv")
+    empty, used = tmp_path / "empty", tmp_path / "used"
+    Curator(empty).close()
+    c = Curator(used)
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.train("people", "clf", params=PARAMS, random_state=0)
+    assert c.mechanisms_in_use() == ("certified-removal",)
+    c.close()
+    out = {}
+    for name, path in (("empty", empty), ("used", used)):
+        run = subprocess.run([sys.executable, "-c", _START, str(path)], capture_output=True, text=True,
+                             env=subprocess_env(), timeout=120, check=False)
+        assert run.returncode == 0, run.stderr[-2000:]
+        out[name] = run.stdout.strip().splitlines()[-1]
+    assert out == {"empty": "[]", "used": "['sklearn']"}

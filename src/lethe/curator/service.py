@@ -1445,6 +1445,13 @@ class Curator:
                 log.info("model %s: solver state built from version %d", name, v.number)
         return len(todo)
 
+    def mechanisms_in_use(self) -> tuple[str, ...]:
+        """The mechanisms of the store's models, sorted: what a server or a worker imports before it serves (a
+        mechanism nobody uses — e.g. ``noisy-finetune``, which needs torch, ≈ 180 MB — is imported when a model of
+        it is first used)."""
+        with self.store.read() as s:
+            return tuple(s.scalars(select(Model.mechanism).distinct().order_by(Model.mechanism)))
+
     def warm_state(self) -> tuple[tuple[int, Any], ...]:
         """(model id, version id) of every model whose solver state this process keeps."""
         return tuple(sorted((mid, getattr(w, "version_id", None)) for mid, w in self._warm.items()))
