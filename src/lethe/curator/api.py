@@ -34,7 +34,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 import lethe
-from lethe.curator.adapters import available_mechanisms, get_adapter
+from lethe.curator.adapters import get_adapter
 from lethe.curator.service import (
     BusyError,
     Curator,
@@ -344,9 +344,10 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         # the interpreter's objects so far (imports, the application) move to the permanent generation: a full
         # collection no longer traverses them — with SciPy, SQLAlchemy and FastAPI loaded that took 0.1-0.2 s, during
         # which the event loop answered nobody (the submissions' p99). What the first requests would import lazily
-        # (the mechanisms' modules, through a model check) is imported first.
+        # (the modules of the mechanisms the store's models use, through a model check) is imported first; not those
+        # of mechanisms no model uses (noisy-finetune's torch alone is ≈ 180 MB of the server's memory)
         with contextlib.suppress(Exception):
-            for name in available_mechanisms():
+            for name in curator.mechanisms_in_use():
                 get_adapter(name)
             curator.verify_models()
         gc.collect()

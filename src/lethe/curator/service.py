@@ -440,7 +440,10 @@ class Curator:
         self._token_cache_stamp: tuple[int, int, int] | None = None
         self._token_cache_at = -math.inf
         self._public_cache: dict[int, Artifact] = {}
-        self._verified: dict[int, Any] = {}  # version id -> file stamp of its last successful verification
+        # model id -> (version id, checksum, file stamp) of its published artifact's last successful verification:
+        # one entry per model, replaced when a new version is published (keyed by version, it grew by one entry per
+        # batch for the life of the process)
+        self._verified: dict[int, tuple[Any, ...]] = {}
         self._logged_faults: tuple[Any, ...] = ()
 
     def close(self) -> None:
@@ -1442,6 +1445,13 @@ class Curator:
                 log.info("model %s: solver state built from version %d", name, v.number)
         return len(todo)
 
+    def mechanisms_in_use(self) -> tuple[str, ...]:
+        """The mechanisms of the store's models, sorted: what a server or a worker imports before it serves (a
+        mechanism nobody uses — e.g. ``noisy-finetune``, which needs torch, ≈ 180 MB — is imported when a model of
+        it is first used)."""
+        with self.store.read() as s:
+            return tuple(s.scalars(select(Model.mechanism).distinct().order_by(Model.mechanism)))
+
     def warm_state(self) -> tuple[tuple[int, Any], ...]:
         """(model id, version id) of every model whose solver state this process keeps."""
         return tuple(sorted((mid, getattr(w, "version_id", None)) for mid, w in self._warm.items()))
@@ -1604,8 +1614,9 @@ class Curator:
             try:
                 st = os.stat(self.data_dir / relpath)
             except OSError:
+                self._verified.pop(model_id, None)
                 continue
-            self._verified[vid] = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
+            self._verified[model_id] = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
 
     def _publish(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
                  new: list[tuple[int, str, str, ModelVersion, dict[str, Any], str, str, dict[str, Any]]],
@@ -1947,20 +1958,20 @@ class Curator:
         the faults for operators: ``[{model, version, dataset, error}]`` (empty when all is well). Results for an
         unchanged file are cached."""
         with self.store.read() as s:
-            rows = [(m.name, m.mechanism, dict(m.params), v.number, v.id, v.artifact, v.sha256, v.n_records,
+            rows = [(m.id, m.name, m.mechanism, dict(m.params), v.number, v.id, v.artifact, v.sha256, v.n_records,
                      ds.name, ds.n_features)
                     for m in s.scalars(select(Model).order_by(Model.id))
                     for v in [s.get(ModelVersion, m.current_version_id)]
                     for ds in [s.get(Dataset, m.dataset_id)] if v is not None and ds is not None]
         faults = []
-        for name, mech, params, number, vid, relpath, sha, n_records, ds_name, d in rows:
+        for model_id, name, mech, params, number, vid, relpath, sha, n_records, ds_name, d in rows:
             path = self.data_dir / relpath
             try:
                 st = os.stat(path)
                 stamp: Any = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
             except OSError:
                 stamp = None
-            if stamp is not None and self._verified.get(vid) == stamp:
+            if stamp is not None and self._verified.get(model_id) == stamp:
                 continue
             try:
                 art = self.artifacts.load(relpath, sha, self._binding(name, mech, params, d))
@@ -1969,12 +1980,12 @@ class Curator:
                     raise ArtifactError(f"Artifact {relpath} is for {n_meta!r} records; the version has "
                                         f"{n_records}.")
             except ArtifactError as exc:
-                self._verified.pop(vid, None)
+                self._verified.pop(model_id, None)
                 faults.append({"model": name, "version": number, "dataset": ds_name, "error": str(exc),
                                "repair": f"lethe model retrain {name}"})
                 continue
             if stamp is not None:
-                self._verified[vid] = stamp
+                self._verified[model_id] = stamp
         return faults
 
     def budget(self, model: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from lethe.curator.adapters import available_mechanisms, get_adapter
+from lethe.curator.adapters import get_adapter
 from lethe.curator.public import log_failure
 from lethe.curator.service import BusyError, Curator
 
@@ -58,9 +58,9 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
         state file).
     """
     stop = stop or threading.Event()
-    for name in available_mechanisms():  # warm up lazy imports so the first batch is not slowed by them
-        get_adapter(name)
     curator.recover()
+    for name in curator.mechanisms_in_use():  # warm up lazy imports so the first batch is not slowed by them
+        get_adapter(name)
     try:
         curator.warm_up()  # the models' solver state, built once now rather than in the first batch
     except Exception as exc:  # not fatal: a batch rebuilds what it needs (and reports a failure there)
