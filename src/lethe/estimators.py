@@ -201,6 +201,9 @@ def _check_keys(sample_ids: Any, n: int) -> np.ndarray:
     return keys.copy()
 
 
+_PARAM_NAMES: dict[type, list[str]] = {}
+
+
 class _CertifiedLinearBase(BaseEstimator):
     """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key."""
 
@@ -223,6 +226,16 @@ class _CertifiedLinearBase(BaseEstimator):
         return tags
 
     # -- parameters the model was trained under -------------------------------------------------------------
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        """scikit-learn's parameter names (the constructor's arguments), introspected once per class: every
+        ``remove`` checks the parameters against ``trained_params_``, and ``inspect.signature`` each time cost
+        ≈ 0.1 ms — a sixth of a removal at n = 10⁶ (a class's constructor does not change at run time)."""
+        names = _PARAM_NAMES.get(cls)
+        if names is None:
+            names = _PARAM_NAMES[cls] = list(BaseEstimator._get_param_names.__func__(cls))  # type: ignore[attr-defined]
+        return list(names)
+
     def _current_params(self) -> dict[str, Any]:
         params = self.get_params(deep=False)
         params.pop("random_state", None)

@@ -131,7 +131,9 @@ class Certificate:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
-def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
+def _check_indices(indices: Any, n: int, active: np.ndarray, n_active: int) -> np.ndarray:
+    """``indices`` as distinct int64 positions of active rows, leaving at least one; ``n_active`` is the number of
+    rows ``active`` marks (the caller has counted them)."""
     idx = np.asarray(indices)
     if idx.ndim == 0:
         idx = idx.reshape(1)
@@ -151,8 +153,8 @@ def _check_indices(indices: Any, n: int, active: np.ndarray) -> np.ndarray:
     gone = np.flatnonzero(~active[idx])
     if gone.size:
         raise ValueError(f"Row {int(idx[gone[0]])} was already removed.")
-    if idx.size >= int(np.count_nonzero(active)):
-        raise ValueError(f"Cannot remove all {int(np.count_nonzero(active))} remaining rows: one must remain.")
+    if idx.size >= n_active:
+        raise ValueError(f"Cannot remove all {n_active} remaining rows: one must remain.")
     return idx.astype(np.int64)
 
 
@@ -887,7 +889,7 @@ class CertifiedRemoval:
                              f"Found {int(np.count_nonzero(active))}.")
         if X.shape[1] != state.w.shape[0]:
             raise ValueError(f"X must have {state.w.shape[0]} features. Found {X.shape[1]}.")
-        idx = _check_indices(indices, n_rows, active)
+        idx = _check_indices(indices, n_rows, active, state.n)  # state.n == the rows ``active`` marks (checked)
         keep = active.copy()
         keep[idx] = False
         new, r = self._propose(state, X, y, keep, idx, cache)
