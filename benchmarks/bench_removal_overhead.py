@@ -1,0 +1,64 @@
+"""Benchmark: the per-removal cost of the estimators' default (``solver="auto"`` → ``anchor``) at large n, and where it
+goes (issue 15).
+
+Generates ``--rows`` × ``--features`` rows (‖xᵢ‖ ≤ 1), fits ``CertifiedLogisticRegression`` with λ = 1e-3, σ = 10,
+removes ``--warm`` rows one at a time, then times ``--removals`` more through ``remove()`` (median and mean, one
+BLAS thread) and profiles a further ``--removals`` with cProfile (the ``--top`` functions by own time). At
+n = 10⁶ × 100 the O(d²) step itself takes ≈ 0.1 ms; the rest is validation and O(n) bookkeeping on the row masks.
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_removal_overhead.py`` (about a minute; 0.8 GB of features).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import numpy as np
+
+from lethe.estimators import CertifiedLogisticRegression
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--features", type=int, default=100)
+    ap.add_argument("--warm", type=int, default=200)
+    ap.add_argument("--removals", type=int, default=1000)
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(args.rows, args.features))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X @ rng.normal(size=args.features) > 0, 1, -1)
+    est = CertifiedLogisticRegression(lam=1e-3, sigma=10.0, random_state=0).fit(X, y)
+    del X
+    rows = rng.permutation(args.rows)[: args.warm + 2 * args.removals]
+    t0 = time.perf_counter()
+    est.remove([int(rows[0])])
+    print(f"solver {est.solver!r} -> {est.solver_!r}; first removal (forms the removal machinery) "
+          f"{time.perf_counter() - t0:.3f} s")
+    for i in rows[1: args.warm]:
+        est.remove([int(i)])
+    times = []
+    for i in rows[args.warm: args.warm + args.removals]:
+        t0 = time.perf_counter()
+        est.remove([int(i)])
+        times.append(time.perf_counter() - t0)
+    print(f"{args.removals} removals after {args.warm} warm ones: median {1e3 * np.median(times):.3f} ms, "
+          f"mean {1e3 * np.mean(times):.3f} ms")
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in rows[args.warm + args.removals:]:
+        est.remove([int(i)])
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(args.top)
+    print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
