@@ -9,7 +9,10 @@ through the weights. So the σ that supports R removals before a retraining is
 
 a fixed point that :func:`plan_sigma` finds by simulation on the user's data: train at σ, take R Newton removal
 steps of random rows with the estimator's own solver and bound (no budget decision, nothing is published), read β_R,
-set σ ← margin · β_R / ε′(1), and repeat until σ settles. It reports the accuracy at that σ on held-out rows beside
+set σ ← margin · β_R / ε′(1), and repeat until σ settles. An ``anchor`` model (the default ``solver="auto"`` on
+dense data) certifies with a bound that adapts to its budget (it re-measures the residual), so its fixed point is
+taken on ``pcg``'s β and σ is then searched downwards with the estimator's own removals (:func:`_search_adaptive`).
+It reports the accuracy at that σ on held-out rows beside
 the accuracy of the same model without noise, i.e. what the guarantee costs.
 
 The plan is a planning aid, not a certificate: every removal is still certified and the estimator still retrains
@@ -56,7 +59,7 @@ class SigmaPlan:
     accuracy_without_noise : float
         Held-out score of the same model with b ≈ 0 (no guarantee): the reference for the cost.
     iterations : int
-        Fixed-point iterations used.
+        Fixed-point iterations used, plus the simulated runs of the downward search for an ``anchor`` model.
     """
 
     sigma: float
