@@ -2108,12 +2108,14 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
     handler.setFormatter(_ScrubbingFormatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
     logger = logging.getLogger("lethe")
     logger.addHandler(handler)
-    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+    level = logger.level
+    if level == logging.NOTSET or level > logging.INFO:
         logger.setLevel(logging.INFO)
 
     def remove() -> None:
         logger.removeHandler(handler)
         handler.close()
+        logger.setLevel(level)  # as it was: a remover undoes what it set up
 
     return remove
 
