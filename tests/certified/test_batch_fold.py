@@ -24,24 +24,14 @@ from lethe.certified.bounds import gamma_k
 from lethe.certified.cache import CostModel
 from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 
+from ._exact import assert_maintained_product, grad_ld, norm_ld
+
 SLOW = 2000
 TINY = 2.0**-1074
 
 
 def exact_sum_sq(Z: np.ndarray) -> Fraction:
     return sum((Fraction(float(z)) ** 2 for z in Z.reshape(-1)), Fraction(0))
-
-
-def grad_ld(w, b, X, y, lam):
-    """∇L_b(w; D) for the logistic loss in long double, written independently of lethe."""
-    Xl, yl, wl, bl = (np.asarray(a, dtype=np.longdouble) for a in (X, y, w, b))
-    with np.errstate(over="ignore"):
-        d1 = -yl / (1 + np.exp(yl * (Xl @ wl)))
-    return Xl.T @ d1 + np.longdouble(lam) * Xl.shape[0] * wl + bl
-
-
-def norm_ld(g):
-    return float(np.sqrt(np.sum(np.asarray(g, dtype=np.longdouble) ** 2)))
 
 
 @st.composite
@@ -104,7 +94,6 @@ def batch_after_singles_property(seed, n, d, fold_every, singles, m, singles_aft
     """Singles queue rows, a batch of m ≥ fold_every rows is folded by one rank-m update while they stay queued,
     and more singles follow; every product with the maintained matrix, every step bound and every accumulated
     bound is checked against exact arithmetic (long double)."""
-    from lethe.certified.anchor_system import _mv_maintained
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
@@ -135,14 +124,7 @@ def batch_after_singles_property(seed, n, d, fold_every, singles, m, singles_aft
         state = state_new
         if cert.retrained or cache.M is None:
             continue
-        Xa = np.asarray(X[active], dtype=np.longdouble)
-        v = rng.normal(size=d) * 10.0 ** rng.uniform(-3, 1)
-        exact = Xa.T @ (np.asarray(cache.s_hat[active], dtype=np.longdouble) * (Xa @ v)) + (
-            np.longdouble(mech.lam) * active.sum() * v)
-        q, err_q = _mv_maintained(cache, v)
-        fro_M = cache.fro_M + 2.0 * cache.eps_M
-        allowed = (gamma_k(d + 2) * fro_M + cache.eps_M) * norm_ld(v) + err_q
-        assert norm_ld(np.asarray(q, dtype=np.longdouble) - exact) <= allowed
+        assert_maintained_product(cache, X, active, mech.lam, rng)
 
 
 BATCH_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(50, 120), d=st.integers(1, 10),

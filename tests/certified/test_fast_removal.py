@@ -26,6 +26,8 @@ from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 from lethe.certified.noise import epsilon_spent, residual_budget
 from lethe.losses import LogisticLoss
 
+from ._exact import assert_maintained_product
+
 SLOW = 2000
 LOGISTIC = LogisticLoss()
 
@@ -690,8 +692,6 @@ def maintained_anchor_property(seed, n, d, fold_every, k, m):
     (stored matrix minus the queued rows, :func:`_mv_maintained`) is within the caller's γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖
     plus its own bound of the exact X′ᵀdiag(ŝ)X′v + λn′v; (2) the carried h̃ is within h_err of G̃(w − w_a).
     Removals come in batches of ``m`` rows (a batch of ≥ ``fold_every`` rows is folded by one rank-m update)."""
-    from lethe.certified.bounds import gamma_k
-    from lethe.certified.newton import _mv_maintained
 
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
@@ -709,14 +709,7 @@ def maintained_anchor_property(seed, n, d, fold_every, k, m):
         active[i] = False
         if cert.retrained:
             return
-        Xa = np.asarray(X[active], dtype=np.longdouble)
-        v = rng.normal(size=d) * 10.0 ** rng.uniform(-3, 1)
-        exact = Xa.T @ (np.asarray(cache.s_hat[active], dtype=np.longdouble) * (Xa @ v)) + (
-            np.longdouble(mech.lam) * active.sum() * v)
-        q, err_q = _mv_maintained(cache, v)
-        fro_M = cache.fro_M + 2.0 * cache.eps_M
-        allowed = (gamma_k(d + 2) * fro_M + cache.eps_M) * norm_ld(np.asarray(v, dtype=np.longdouble)) + err_q
-        assert norm_ld(np.asarray(q, dtype=np.longdouble) - exact) <= allowed
+        assert_maintained_product(cache, X, active, mech.lam, rng)
         dw = np.asarray(state.w, dtype=np.longdouble) - np.asarray(cache.w_anchor, dtype=np.longdouble)
         G = np.triu(cache.G) + np.triu(cache.G, 1).T
         h_exact = np.asarray(G, dtype=np.longdouble) @ dw

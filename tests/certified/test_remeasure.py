@@ -20,19 +20,9 @@ import lethe.certified.anchor as anchor_module
 from lethe.certified.common import measured_residual
 from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 
+from ._exact import grad_ld, norm_ld
+
 SLOW = 2000
-
-
-def grad_ld(w, b, X, y, lam):
-    """∇L_b(w; D) = Σ ℓ'(wᵀxᵢ, yᵢ) xᵢ + λ n w + b in long double, written independently of lethe."""
-    Xl, yl, wl, bl = (np.asarray(a, dtype=np.longdouble) for a in (X, y, w, b))
-    with np.errstate(over="ignore"):
-        d1 = -yl / (1 + np.exp(yl * (Xl @ wl)))
-    return Xl.T @ d1 + np.longdouble(lam) * Xl.shape[0] * wl + bl
-
-
-def norm_ld(g):
-    return float(np.sqrt(np.sum(np.asarray(g, dtype=np.longdouble) ** 2)))
 
 
 def _problem(seed, n, d, w_scale, keep_share):
