@@ -10,6 +10,8 @@ import dask.array as da
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lethe.certified.dask_backend import matrix_free_min_features
 from lethe.certified.data import MATRIX_FREE_MIN_FEATURES
@@ -18,6 +20,8 @@ from lethe.certified.newton import AUTO_ANCHOR_MAX_FEATURES, SOLVERS, resolve_so
 from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 from lethe.io import load_npz, save_npz
+
+from ._exact import grad_ld, norm_ld
 
 
 def _unit_rows(rng: np.random.Generator, n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
@@ -113,6 +117,47 @@ def test_auto_falls_back_to_pcg_before_retraining(seed: int) -> None:
     mech = auto.mechanism_
     mech.retrain(auto.states_[0], auto.X_, auto.Y_[0], keep, np.random.default_rng(0), auto.caches_[0])
     assert auto.caches_[0].kind == "anchor"
+
+
+def fallback_property(seed: int, n: int, d: int, lam: float, sigma: float, batches: list[int]) -> None:
+    """``auto`` on data where anchor's bounded terms may or may not pass the budget (λn from 0.02 to 30, σ from 0.5
+    to 3000): after every removal, whichever solver took it, the certified bound (β) is at least the exact residual
+    ‖∇L_b(w; D′)‖ computed in long double, and a step over budget is a retraining, never a certificate above ε′."""
+    rng = np.random.default_rng(seed)
+    X = np.abs(rng.normal(size=(n, d))) if seed % 2 else rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True) * rng.uniform(1.0, 1.5, size=(n, 1))
+    y = np.where(X @ rng.normal(size=d) + 0.2 * rng.normal(size=n) > 0, 1.0, -1.0)
+    mech = CertifiedRemoval(lam=lam, sigma=sigma, bound="tight", calibration="analytic", solver="auto")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=seed, cache=cache)
+    active = np.ones(n, dtype=bool)
+    for m in batches:
+        if active.sum() <= m + 2:
+            break
+        idx = rng.choice(np.flatnonzero(active), size=m, replace=False)
+        state, cert = mech.remove(state, X, y, idx, active=active, cache=cache, random_state=seed)
+        active[idx] = False
+        assert cert.solver in ("anchor", "pcg") and cert.residual_bound <= cert.budget
+        exact = norm_ld(grad_ld(state.w, state.b, X[active], y[active], lam))
+        assert exact <= state.residual_bound, (exact, state.residual_bound, cert.solver)
+
+
+FALLBACK_ARGS = dict(seed=st.integers(0, 2**31 - 1), n=st.integers(20, 150), d=st.integers(1, 8),
+                     lam=st.floats(1e-3, 2e-1), sigma=st.floats(0.5, 3000.0),
+                     batches=st.lists(st.integers(1, 3), min_size=3, max_size=12))
+test_fallback_steps_stay_sound = settings(max_examples=40, deadline=None)(given(**FALLBACK_ARGS)(fallback_property))
+test_fallback_steps_stay_sound_slow = pytest.mark.slow(
+    settings(max_examples=2000, deadline=None)(given(**FALLBACK_ARGS)(fallback_property)))
+
+
+def test_the_property_takes_the_fallback() -> None:
+    """The strategy reaches the fallback: in the noise-dominated corner a pcg step is certified."""
+    X, y, kw = _noise_dominated(1)
+    mech = CertifiedRemoval(**kw, bound="tight", calibration="analytic", solver="auto")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=1, cache=cache)
+    state, cert = mech.remove(state, X, y, [4], cache=cache, random_state=1)
+    assert cert.solver == "pcg" and not cert.retrained
 
 
 def test_fallback_in_one_vs_all_uses_each_class_s_share_of_the_joint_budget() -> None:
