@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bench_service import stop  # the benchmarks directory is on sys.path when this script runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,12 +81,7 @@ def measure(data_dir: Path) -> tuple[float, float]:
             last = now
         return _rss_mb(proc.pid), sum(_rss_mb(c) for c in _children(proc.pid))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)  # SIGTERM, then SIGKILL after 60 s (bench_service's)
 
 
 def main() -> None:
