@@ -200,15 +200,22 @@ def measured_property(kind, seed, n, d, loss, spread, density, w_scale, b_scale,
     _measured(kind, seed, n, d, loss, spread, density, w_scale, b_scale, lam, keep_share, chunks_seed, None)
 
 
+def _kind_and_config(X, kind, chunks_seed, loss, lam):
+    """X in the backend ``kind`` (Dask: random row chunks drawn from ``chunks_seed``) and the mechanism measuring
+    on it."""
+    n = X.shape[0]
+    c_rng = np.random.default_rng(chunks_seed)
+    chunks = np.diff(np.concatenate([[0], np.sort(c_rng.choice(np.arange(1, n), size=c_rng.integers(0, n),
+                                                                  replace=False)), [n]])).astype(int).tolist()
+    cfg = CertifiedRemoval(loss=loss, lam=lam, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+    return _as_kind(X, kind, chunks), cfg
+
+
 def _measured(kind, seed, n, d, loss, spread, density, w_scale, b_scale, lam, keep_share, chunks_seed, allowance):
     X, y, w, b = _problem(seed, n, d, loss, spread, density, w_scale, b_scale)
     active = np.random.default_rng(seed + 1).uniform(size=n) < keep_share
     active[0] = True
-    c_rng = np.random.default_rng(chunks_seed)
-    chunks = np.diff(np.concatenate([[0], np.sort(c_rng.choice(np.arange(1, n), size=c_rng.integers(0, n),
-                                                                  replace=False)), [n]])).astype(int).tolist()
-    Xk = _as_kind(X, kind, chunks)
-    cfg = CertifiedRemoval(loss=loss, lam=lam, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+    Xk, cfg = _kind_and_config(X, kind, chunks_seed, loss, lam)
     with _kind_context(kind):
         g, err = measured_residual(cfg, w, b, Xk, y, active)
     exact, mag = exact_gradient(w, b, X[active], y[active], lam, loss)
@@ -218,11 +225,7 @@ def _measured(kind, seed, n, d, loss, spread, density, w_scale, b_scale, lam, ke
 
 def beta0_property(kind, seed, n, d, loss, spread, density, w_scale, b_scale, lam, chunks_seed):
     X, y, w, b = _problem(seed, n, d, loss, spread, density, w_scale, b_scale)
-    c_rng = np.random.default_rng(chunks_seed)
-    chunks = np.diff(np.concatenate([[0], np.sort(c_rng.choice(np.arange(1, n), size=c_rng.integers(0, n),
-                                                                  replace=False)), [n]])).astype(int).tolist()
-    Xk = _as_kind(X, kind, chunks)
-    cfg = CertifiedRemoval(loss=loss, lam=lam, sigma=1.0, bound="tight", calibration="analytic", solver="anchor")
+    Xk, cfg = _kind_and_config(X, kind, chunks_seed, loss, lam)
     with _kind_context(kind):
         beta = cfg._residual_with_allowance(w, Xk, y, _Evaluation(Xk, y, cfg.loss_, lam, b))
     exact, mag = exact_gradient(w, b, X, y, lam, loss)
