@@ -14,6 +14,22 @@ from lethe.curator import Curator
 from lethe.curator.store import CONSOLE_INDEXES, REVISIONS, SCHEMA_VERSION
 
 
+def _reopen_upgraded(curator: Curator, request_id: str) -> tuple[Curator, dict]:
+    """Close ``curator`` and open its store again (which upgrades it): checks that the store is stamped with the
+    current schema version and Alembic revision, and returns the reopened curator (to close) with the stored
+    certificate of ``request_id``, read with plain SQL."""
+    data_dir = curator.data_dir
+    curator.close()
+    c = Curator(data_dir)
+    with c.store.read_engine.connect() as conn:
+        raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
+                           {"r": request_id}).scalar()
+        assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == str(
+            SCHEMA_VERSION)
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
+    return c, json.loads(raw)
+
+
 def test_upgrade_from_version_1(curator: Curator) -> None:
     view, _ = curator.submit_deletion("people", "user-0001")
     curator.process_pending(force=True)
@@ -32,17 +48,9 @@ def test_upgrade_from_version_1(curator: Curator) -> None:
         raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
                            {"r": view["id"]}).scalar()
     assert "removed_indices" in json.loads(raw)
-    data_dir = curator.data_dir
-    curator.close()
-    c = Curator(data_dir)
+    c, cert = _reopen_upgraded(curator, view["id"])
     try:
-        with c.store.read_engine.connect() as conn:
-            raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
-                               {"r": view["id"]}).scalar()
-            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == str(
-                SCHEMA_VERSION)
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
-        assert "removed_indices" not in json.loads(raw) and "seconds" not in json.loads(raw)
+        assert "removed_indices" not in cert and "seconds" not in cert
         assert c.request_status("dup-1")["status"] == "failed"
         assert c.request_status(pending["id"])["status"] == "pending"
         with pytest.raises(IntegrityError), c.store.write_engine.begin() as conn:
@@ -81,15 +89,8 @@ def test_upgrade_from_version_2_reduces_stored_certificates(curator: Curator) ->
                           "'$.seconds', 0.5, '$.remainder_bound', 0.01) WHERE request_id = :r"), {"r": view["id"]})
         conn.execute(text("UPDATE alembic_version SET version_num = '0002'"))
         conn.execute(text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
-    data_dir = curator.data_dir
-    curator.close()
-    c = Curator(data_dir)
+    c, cert = _reopen_upgraded(curator, view["id"])
     try:
-        with c.store.read_engine.connect() as conn:
-            raw = conn.execute(text("SELECT certificate FROM certificates WHERE request_id = :r"),
-                               {"r": view["id"]}).scalar()
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
-        cert = json.loads(raw)
         assert cert and set(cert) <= set(CERTIFICATE_FIELDS) and "budget" in cert
     finally:
         c.close()
