@@ -203,6 +203,6 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         cache.reanchor_retries += 1
         return anchor_step(cfg, state, X, y, keep, idx, cache, _reanchor=True)
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
-    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
+    return StepResult(solver=cfg.solver, w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,
                       data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)

@@ -84,7 +84,7 @@ class StepResult:
     candidates: dict[str, float] = field(default_factory=dict)
     accumulated_bound: float | None = None
     carried_error: float = 0.0
-    solver: str = ""  # the solver that computed the step (set by the dispatcher)
+    solver: str = ""  # the solver that computed the step (each solver names itself)
 
 
 def _row_norm_max(cfg: RemovalConfig, X: DataMatrix, cache: NewtonCache | None) -> float:

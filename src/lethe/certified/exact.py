@@ -255,6 +255,6 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         cache.eta = eta + zeta + 1.01 * U * float(np.max(np.abs(z_new), initial=0.0))
         cache._advance(X, w_new, keep)
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
-    return StepResult(w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
+    return StepResult(solver=cfg.solver, w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=0.0, worst_case=worst, iterations=it, refreshed=refreshed,
                       data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)

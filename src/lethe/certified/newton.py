@@ -19,8 +19,6 @@ The names below are re-exported for existing imports (``from lethe.certified.new
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from lethe.certified.anchor import anchor_step
@@ -79,12 +77,10 @@ def compute_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     check_solver_supports(cfg.solver, X)
     try:
         if cfg.solver == "anchor":
-            r = anchor_step(cfg, state, X, y, keep, idx, cache)
-        elif cfg.solver == "onepass":
-            r = onepass_step(cfg, state, X, y, keep, idx, cache)
-        else:
-            r = exact_hessian_step(cfg, state, X, y, keep, idx, cache)
-        return replace(r, solver=cfg.solver)
+            return anchor_step(cfg, state, X, y, keep, idx, cache)
+        if cfg.solver == "onepass":
+            return onepass_step(cfg, state, X, y, keep, idx, cache)
+        return exact_hessian_step(cfg, state, X, y, keep, idx, cache)
     except BaseException:
         if cache is not None:
             cache.reset()

@@ -256,6 +256,6 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     cache._advance(X, w_new, keep)
     cache.removals_since_refresh += 1
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
-    return StepResult(w_new=w_new, step_bound=step, solve_error=e_step, error_allowance=err_step,
+    return StepResult(solver=cfg.solver, w_new=w_new, step_bound=step, solve_error=e_step, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=mis, worst_case=worst, iterations=it, refreshed=refreshed,
                       data_passes=passes, candidates=cands, accumulated_bound=acc, carried_error=carried)
