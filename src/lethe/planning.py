@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
-
-import warnings
 
 import numpy as np
 import scipy.sparse as sp

@@ -454,7 +454,8 @@ def draft_schema(public_sample: Any, *, label: str | None = None, key: str | Non
                  max_categories: int = 100, log1p_ratio: float = 100.0) -> Schema:
     """Draft a schema from a PUBLIC sample (a pandas DataFrame), to be reviewed and saved.
 
-    Non-numeric columns (object, string, boolean and ``category`` dtypes) become categorical with the sample's distinct values (sorted, ``unknown="other"``); numeric
+    Non-numeric columns (object, string, boolean and ``category`` dtypes) become categorical with the sample's
+    distinct values (sorted, ``unknown="other"``); numeric
     columns get the sample's min and max as bounds (``log1p`` when they are ≥ 0 and the max exceeds
     ``log1p_ratio`` × (median + 1)); the label's classes are its distinct values.
 
