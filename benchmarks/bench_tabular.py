@@ -7,7 +7,7 @@
    and after 1,000 removals (random training records, one request at a time, each with a certificate; scikit-learn
    refits without them), the retrainings, and the time per removal vs a refit. Medians over ``--repeats`` seeds.
 2. A generated table of ``--rows`` rows (default 10⁶) with 4 categorical columns (20 categories) and 6 numeric ones:
-   ingest (encode) + train, lethe (SchemaEncoder + CertifiedLogisticRegression) vs scikit-learn (ColumnTransformer
+   ingest (encode) + train, lethe (SchemaEncoder(sparse_output=True) + CertifiedLogisticRegression) vs scikit-learn (ColumnTransformer
    + LogisticRegression fit); the ratio of medians.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tabular.py [--repeats 3] [--rows 1000000] [--skip-large]
@@ -109,7 +109,7 @@ def large(rows: int, repeats: int) -> None:
         sk = _sklearn(cats, nums).fit(frame, y)
         times["sk"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        Z = SchemaEncoder(schema).transform(frame)
+        Z = SchemaEncoder(schema, sparse_output=True).transform(frame)
         times["le_enc"].append(time.perf_counter() - t)
         clf = CertifiedLogisticRegression(lam=1e-6, sigma=1.0, fit_intercept=True, random_state=seed).fit(Z, y)
         times["le"].append(time.perf_counter() - t)

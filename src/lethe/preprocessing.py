@@ -52,23 +52,41 @@ class UnitBallNormalizer(TransformerMixin, BaseEstimator):
         return tags
 
 
-def _category_codes(values: np.ndarray, col: CategoricalColumn) -> np.ndarray:
-    """Position of each value in ``col.categories`` (int64), −1 for a value outside them or missing."""
+def _category_codes(values: Any, col: CategoricalColumn) -> np.ndarray:
+    """Position of each value in ``col.categories`` (int64), −1 for a value outside them or missing. The values are
+    factorised once (pandas), and only their distinct values are looked up in the declared list."""
+    lookup = {c: i for i, c in enumerate(col.categories)}
     try:
         import pandas as pd
     except ImportError:  # pragma: no cover - pandas comes with the 'tabular' extra
-        lookup = {c: i for i, c in enumerate(col.categories)}
         return np.fromiter((lookup.get(v, -1) if isinstance(v, str | int | bool) else -1 for v in values),
                            dtype=np.int64, count=len(values))
-    return np.asarray(pd.Index(list(col.categories), dtype=object).get_indexer(np.asarray(values, dtype=object)),
-                      dtype=np.int64)
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    table = np.fromiter((lookup.get(_hashable(u), -1) for u in np.asarray(uniques, dtype=object)), dtype=np.int64,
+                        count=len(uniques))
+    table = np.append(table, -1)  # code −1 (missing) → −1
+    return table[np.asarray(codes, dtype=np.int64)]
 
 
-def _numeric_values(values: np.ndarray, col: NumericColumn) -> np.ndarray:
+def _hashable(v: Any) -> Any:
+    v = v.item() if isinstance(v, np.generic) else v
+    try:
+        hash(v)
+    except TypeError:
+        return None
+    return v
+
+
+def _at(values: Any, i: int) -> Any:
+    """The value at position i of an array or a pandas Series."""
+    return values.iloc[i] if hasattr(values, "iloc") else values[i]
+
+
+def _numeric_values(values: Any, col: NumericColumn) -> np.ndarray:
     try:
         v = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        bad = next(x for x in values if not _is_number(x))
+        bad = next(x for x in np.asarray(values, dtype=object) if not _is_number(x))
         raise SchemaError(f"column {col.name!r}: a numeric column must hold numbers. Found {bad!r}.") from None
     if col.missing == "error" and np.isnan(v).any():
         raise SchemaError(f"column {col.name!r}: a missing value (NaN) is not allowed (missing: error). Found NaN "
@@ -172,7 +190,7 @@ class SchemaEncoder(TransformerMixin, BaseEstimator):
                     if col.unknown == "error":
                         i = int(np.flatnonzero(unknown)[0])
                         raise SchemaError(f"column {col.name!r}: a value outside the declared categories "
-                                          f"(unknown: error) at row position {i}. Found {values[i]!r}.")
+                                          f"(unknown: error) at row position {i}. Found {_at(values, i)!r}.")
                     codes = np.where(unknown, len(col.categories), codes)
                 blocks.append((offset + codes, np.full(n, w)))
             else:

@@ -507,14 +507,14 @@ def draft_schema(public_sample: Any, *, label: str | None = None, key: str | Non
 
 
 def as_columns(X: Any, schema: Schema) -> Sequence[Any]:
-    """The declared feature columns of X, each a 1-D array, in schema order.
+    """The declared feature columns of X, each a 1-D array (a pandas Series for a DataFrame), in schema order.
 
     X: a pandas DataFrame (columns by name; extra columns are ignored), a list of records (dicts), or a 2-D array
     whose columns are the declared columns in order."""
     names = schema.feature_columns
     if hasattr(X, "columns") and hasattr(X, "iloc"):
         schema.check_columns(X.columns)
-        return [X[n].to_numpy() for n in names]
+        return [X[n] for n in names]
     if isinstance(X, Mapping):
         raise TypeError("X must be a DataFrame, a list of records or a 2-D array. Found a single mapping "
                         "(wrap one record in a list).")
