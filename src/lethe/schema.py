@@ -459,9 +459,10 @@ def draft_schema(public_sample: Any, *, label: str | None = None, key: str | Non
     columns get the sample's min and max as bounds (``log1p`` when they are ≥ 0 and the max exceeds
     ``log1p_ratio`` × (median + 1)); the label's classes are its distinct values.
 
-    .. warning:: Every category and every min/max of the sample is written into the schema and becomes public with
-       the model. Use a sample that is public already (a published extract, documentation, synthetic data) — never
-       the private training rows, or the schema itself leaks them (a category seen only in one person's row).
+    **Warning**: every category and every min/max of the sample is written into the schema and becomes public with
+    the model (a :class:`UserWarning` says so). Use a sample that is public already (a published extract,
+    documentation, synthetic data) — never the private training rows, or the schema itself leaks them (a category
+    seen only in one person's row, the largest income).
 
     Raises
     ------
