@@ -7,8 +7,8 @@
    and after 1,000 removals (random training records, one request at a time, each with a certificate; scikit-learn
    refits without them), the retrainings, and the time per removal vs a refit. Medians over ``--repeats`` seeds.
 2. A generated table of ``--rows`` rows (default 10⁶) with 4 categorical columns (20 categories) and 6 numeric ones:
-   ingest (encode) + train, lethe (SchemaEncoder(sparse_output=True) + CertifiedLogisticRegression) vs scikit-learn (ColumnTransformer
-   + LogisticRegression fit); the ratio of medians.
+   ingest (encode) + train, lethe (SchemaEncoder(sparse_output=True) + CertifiedLogisticRegression) vs
+   scikit-learn (ColumnTransformer + LogisticRegression fit); the ratio of medians.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_tabular.py [--repeats 3] [--rows 1000000] [--skip-large]
 """
@@ -119,7 +119,8 @@ def large(rows: int, repeats: int) -> None:
     m = {k: float(np.median(v)) for k, v in times.items()}
     print(f"\nGenerated table: {rows:,} rows, 4 categorical (20 categories) + 6 numeric columns, "
           f"{schema.n_features} features; medians of {repeats}")
-    print(f"  scikit-learn ColumnTransformer + LogisticRegression fit: {m['sk']:.2f} s (train accuracy {acc['sk']:.4f})")
+    print(f"  scikit-learn ColumnTransformer + LogisticRegression fit: {m['sk']:.2f} s "
+          f"(train accuracy {acc['sk']:.4f})")
     print(f"  lethe SchemaEncoder + CertifiedLogisticRegression fit:   {m['le']:.2f} s (of which encoding "
           f"{m['le_enc']:.2f} s; train accuracy {acc['le']:.4f})")
     print(f"  ratio lethe / scikit-learn: {m['le'] / m['sk']:.2f} (target <= 2)")
