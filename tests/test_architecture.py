@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "lethe._validation": FOUNDATION,
     "lethe.io": FOUNDATION,
     "lethe.datasets": FOUNDATION,
+    "lethe.schema": FOUNDATION,  # declared table schemas (a data description, its loader and validator)
     # math: pure functions, no state
     "lethe.losses": MATH,
     "lethe.certified": MATH,  # bounds, noise, objective (the stateful modules are listed below)

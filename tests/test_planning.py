@@ -49,3 +49,89 @@ def test_bad_plans_are_refused():
         plan_sigma(X, y, n_removals=90)
     with pytest.raises(ValueError, match="margin"):
         plan_sigma(X, y, n_removals=5, margin=0.5)
+
+
+# ---- planning on tables: pipelines, DataFrames, and the choice of λ ------------------------------------------------
+
+import pandas as pd  # noqa: E402
+from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
+
+from lethe.pipeline import make_unlearning_pipeline  # noqa: E402
+from lethe.planning import plan_lambda  # noqa: E402
+from lethe.preprocessing import SchemaEncoder  # noqa: E402
+
+TABLE = {"columns": [
+    {"name": "x", "type": "numeric", "lower": -3, "upper": 3},
+    {"name": "z", "type": "numeric", "lower": -3, "upper": 3},
+    {"name": "city", "type": "categorical", "categories": ["north", "south", "east"]},
+]}
+
+
+def _frame(n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"x": rng.normal(size=n), "z": rng.normal(size=n),
+                          "city": rng.choice(["north", "south", "east", "west"], n)},
+                         index=[f"r{i}" for i in range(n)])
+    y = np.where(frame["x"] + (frame["city"] == "north") - 0.5 + 0.3 * rng.normal(size=n) > 0, "yes", "no")
+    return frame, y
+
+
+def test_plan_sigma_on_a_pipeline_and_a_dataframe_is_the_plan_of_its_encoded_rows():
+    frame, y = _frame()
+    est = CertifiedLogisticRegression(lam=1e-3, fit_intercept=True)
+    pipe = make_unlearning_pipeline(SchemaEncoder(TABLE), est)
+    plan = plan_sigma(frame, y, n_removals=30, estimator=pipe, random_state=0)
+    direct = plan_sigma(SchemaEncoder(TABLE).transform(frame), y, n_removals=30, estimator=est, random_state=0)
+    assert plan == direct
+    assert plan.residual_after_removals <= plan.budget
+    assert plan.sigma > 0 and 0.5 < plan.accuracy <= 1.0
+
+
+def test_plans_refuse_raw_tables_and_steps_that_learn():
+    frame, y = _frame(n=100)
+    with pytest.raises(ValueError, match=r"non-numeric columns \['city'\]"):
+        plan_sigma(frame, y, n_removals=5)
+    learning = make_unlearning_pipeline(StandardScaler(), CertifiedLogisticRegression())
+    with pytest.raises(ValueError, match="step 'standardscaler' .* learns from the training data"):
+        plan_sigma(frame[["x", "z"]], y, n_removals=5, estimator=learning)
+    with pytest.raises(ValueError, match="step 'onehotencoder'"):
+        plan_lambda(frame, y, data="public", estimator=make_unlearning_pipeline(
+            OneHotEncoder(), CertifiedLogisticRegression()))
+
+
+def test_plan_lambda_prints_the_tradeoff_between_accuracy_and_removals():
+    frame, y = _frame(n=600)
+    pipe = make_unlearning_pipeline(SchemaEncoder(TABLE), CertifiedLogisticRegression(fit_intercept=True))
+    plan = plan_lambda(frame, y, data="public", estimator=pipe, lams=[1e-2, 1e-3], sigmas=[1e-5, 100.0],
+                       max_removals=40, random_state=0)
+    assert [(p.lam, p.sigma) for p in plan.points] == [(1e-2, 1e-5), (1e-2, 100.0), (1e-3, 1e-5), (1e-3, 100.0)]
+    by = {(p.lam, p.sigma): p for p in plan.points}
+    for lam in (1e-2, 1e-3):
+        assert by[lam, 100.0].capped and by[lam, 100.0].removals_supported == 40  # much noise: every removal fits
+        assert by[lam, 1e-5].removals_supported < 40 and not by[lam, 1e-5].capped  # little noise: retrains early
+    assert all(0.5 < p.accuracy <= 1.0 for p in plan.points)
+    assert plan.best(40).sigma == 100.0
+    assert plan.best(0) == max(plan.points, key=lambda p: (p.accuracy, p.removals_supported))
+    table = str(plan)
+    assert "chosen on public data" in table and ">= 40" in table and table.count("\n") == 5
+    with pytest.raises(ValueError, match="min_removals must be met"):
+        plan.best(41)
+    # a public validation set instead of a held-out share
+    val, yv = _frame(n=200, seed=9)
+    plan_v = plan_lambda(frame, y, data="public", estimator=pipe, lams=[1e-3], sigmas=[1e-3], X_val=val,
+                         y_val=yv, max_removals=1, random_state=0)
+    assert plan_v.points[0].accuracy == pytest.approx(float(np.mean(
+        make_unlearning_pipeline(SchemaEncoder(TABLE), CertifiedLogisticRegression(
+            lam=1e-3, sigma=1e-3, fit_intercept=True, random_state=0)).fit(frame, y).predict(val) == yv)), abs=0.02)
+
+
+def test_plan_lambda_on_private_data_says_what_it_costs():
+    frame, y = _frame(n=200)
+    pipe = make_unlearning_pipeline(SchemaEncoder(TABLE), CertifiedLogisticRegression())
+    with pytest.warns(UserWarning, match="no removal certificate covers that choice"):
+        plan_lambda(frame, y, data="private", estimator=pipe, lams=[1e-2], sigmas=[10.0], max_removals=5,
+                    random_state=0)
+    with pytest.raises(ValueError, match="data must be 'public' or 'private'. Found None"):
+        plan_lambda(frame, y, data=None, estimator=pipe)
+    with pytest.raises(ValueError, match="max_removals must be below"):
+        plan_lambda(frame, y, data="public", estimator=pipe, max_removals=500)

@@ -15,6 +15,18 @@ taken on ``pcg``'s β and σ is then searched downwards with the estimator's own
 It reports the accuracy at that σ on held-out rows beside
 the accuracy of the same model without noise, i.e. what the guarantee costs.
 
+``X`` may be a pandas DataFrame and ``estimator`` a pipeline (:class:`lethe.pipeline.UnlearningPipeline` or a
+scikit-learn ``Pipeline``) whose steps before the certified one learn nothing from the rows (stateless, e.g.
+:class:`lethe.preprocessing.SchemaEncoder`, or frozen): the rows are encoded once by those steps and the plan is
+made for the final step.
+
+λ matters as much as σ (on Adult, λ = 3e-5 gives 84.9 % test accuracy where λ = 1e-3 gives 83.5 %).
+:func:`plan_lambda` prints, for a grid of λ and σ, the held-out accuracy beside the number of removals each model
+supports before its first retraining. Run it on PUBLIC data (a public sample of the same kind, or a public
+validation set with public training rows) and the choice leaks nothing. Run on the private rows, the chosen λ is a
+function of every private row, deleted ones included, and no removal certificate covers it (docs/tabular.md, "What
+choosing λ on private data costs").
+
 The plan is a planning aid, not a certificate: every removal is still certified and the estimator still retrains
 when the budget is spent. Removal requests that are not random (e.g. the hardest training points) cost more budget
 per removal than the simulation assumes; plan with a margin, or simulate those rows (``removal_rows``).
@@ -24,11 +36,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
+from sklearn.frozen import FrozenEstimator
 
 from lethe._rng import check_random_state
 from lethe._validation import check_positive, check_positive_int
@@ -36,6 +51,7 @@ from lethe.certified.cache import NewtonCache
 from lethe.certified.newton import resolve_solver
 from lethe.certified.noise import residual_budget
 from lethe.estimators import CertifiedLogisticRegression, joint_residual
+from lethe.pipeline import _step_learns_from_data
 
 
 @dataclass(frozen=True)
@@ -161,6 +177,38 @@ def _simulate(est: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray) -> float
     return joint_residual([s.residual_bound for s in states], mech.noise)
 
 
+def _prepare(X: Any, y: Any, estimator: Any) -> tuple[Any, np.ndarray, Any]:
+    """(encoded X as float64 array or CSR, y, the unfitted certified estimator).
+
+    A pipeline's steps before the last must learn nothing from the rows (the rule of
+    :class:`lethe.pipeline.UnlearningPipeline`); they encode X once (a frozen step by its ``transform``, a stateless
+    one by ``fit_transform`` of a clone, which learns nothing)."""
+    y = np.asarray(y)
+    if hasattr(estimator, "steps"):
+        for name, step in estimator.steps[:-1]:
+            if _step_learns_from_data(step):
+                raise ValueError(f"Cannot plan: step {name!r} ({type(step).__name__}) of the pipeline learns from the "
+                                 "training data, so no certificate would cover it. Use a stateless step (e.g. "
+                                 "lethe.preprocessing.SchemaEncoder) or one fitted on public data wrapped in "
+                                 "sklearn.frozen.FrozenEstimator.")
+        for _, step in estimator.steps[:-1]:
+            if step is None or (isinstance(step, str) and step == "passthrough"):
+                continue
+            X = step.transform(X) if isinstance(step, FrozenEstimator) else clone(step).fit_transform(X, y)
+        estimator = estimator.steps[-1][1]
+    if sp.issparse(X):
+        return sp.csr_matrix(X, dtype=np.float64), y, estimator
+    try:
+        Xa = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError):
+        cols = [str(c) for c in getattr(X, "columns", [])
+                if getattr(getattr(X[c], "dtype", None), "kind", "O") not in "iufb"]
+        raise ValueError(f"X must be numeric, or the estimator a pipeline whose first step encodes it (e.g. "
+                         f"make_unlearning_pipeline(SchemaEncoder(schema), CertifiedLogisticRegression(...))). "
+                         f"Found non-numeric columns {cols[:10]}.") from None
+    return Xa, y, estimator
+
+
 def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: float = 1e-4,
                estimator: Any = None, margin: float = 1.2, validation_fraction: float = 0.2, n_repeats: int = 3,
                removal_rows: Any = None, max_iter: int = 5, random_state: Any = None) -> SigmaPlan:
@@ -168,15 +216,17 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
 
     Parameters
     ----------
-    X, y : array-like
-        The training data (rows in the unit ball, or an ``estimator`` with ``normalize_rows=True``).
+    X, y : array-like or DataFrame
+        The training data (rows in the unit ball, or an ``estimator`` with ``normalize_rows=True``, or a pipeline
+        whose steps encode X into the unit ball).
     n_removals : int
         R, the number of removals to support between retrainings.
     epsilon, delta : float
         The removal guarantee (ε, δ).
-    estimator : CertifiedLogisticRegression, optional
+    estimator : CertifiedLogisticRegression or pipeline, optional
         The unfitted estimator to plan for (λ, solver, bound, calibration, noise, ...); its ``sigma``, ``epsilon``
-        and ``delta`` are replaced. Default: ``CertifiedLogisticRegression()``.
+        and ``delta`` are replaced. Default: ``CertifiedLogisticRegression()``. A pipeline (its final step the
+        certified estimator, the others learning nothing from rows) encodes X first; σ is for its final step.
     margin : float, default=1.2
         σ is set to ``margin`` times the fixed point (β_R grows with the unknown removal order).
     validation_fraction : float, default=0.2
@@ -211,8 +261,7 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
     if not 0.0 < validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in (0, 1). Found {validation_fraction!r}.")
     rng = check_random_state(random_state)
-    X = np.asarray(X, dtype=np.float64)
-    y = np.asarray(y)
+    X, y, estimator = _prepare(X, y, estimator)
     n = X.shape[0]
     perm = rng.permutation(n)
     n_val = max(1, int(round(validation_fraction * n)))
@@ -258,4 +307,143 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
                      accuracy_without_noise=float(ref.fit(Xtr, ytr).score(X[val], y[val])), iterations=it)
 
 
-__all__ = ["SigmaPlan", "plan_sigma"]
+@dataclass(frozen=True)
+class LambdaPoint:
+    """One (λ, σ) of :func:`plan_lambda`'s grid.
+
+    Attributes
+    ----------
+    lam, sigma : float
+    accuracy : float
+        Held-out score of the model trained at (λ, σ).
+    removals_supported : int
+        Random removals, one request at a time, certified before the first retraining (at most ``max_removals``).
+    capped : bool
+        True when the model reached ``max_removals`` without retraining (it supports at least that many).
+    """
+
+    lam: float
+    sigma: float
+    accuracy: float
+    removals_supported: int
+    capped: bool
+
+
+@dataclass(frozen=True)
+class LambdaPlan:
+    """The trade-off table of :func:`plan_lambda`; ``str()`` prints it."""
+
+    points: tuple[LambdaPoint, ...]
+    epsilon: float
+    delta: float
+    max_removals: int
+    data: str
+
+    def best(self, min_removals: int = 0) -> LambdaPoint:
+        """The most accurate point that supports at least ``min_removals`` removals before retraining."""
+        ok = [p for p in self.points if p.removals_supported >= min_removals]
+        if not ok:
+            raise ValueError(f"min_removals must be met by a point of the grid (most supported: "
+                             f"{max(p.removals_supported for p in self.points)}). Found {min_removals}.")
+        return max(ok, key=lambda p: (p.accuracy, p.removals_supported))
+
+    def __str__(self) -> str:
+        lines = [f"λ/σ trade-off at (ε, δ) = ({self.epsilon:g}, {self.delta:g}), chosen on {self.data} data",
+                 f"{'lambda':>10} {'sigma':>8} {'accuracy':>9} {'removals before retraining':>27}"]
+        for p in self.points:
+            rem = f">= {p.removals_supported}" if p.capped else str(p.removals_supported)
+            lines.append(f"{p.lam:>10.3g} {p.sigma:>8.3g} {p.accuracy:>9.4f} {rem:>27}")
+        return "\n".join(lines)
+
+
+def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5),
+                sigmas: Any = (0.1, 1.0, 10.0), X_val: Any = None, y_val: Any = None, estimator: Any = None,
+                epsilon: float = 1.0, delta: float = 1e-4, max_removals: int = 1000,
+                validation_fraction: float = 0.2, random_state: Any = None) -> LambdaPlan:
+    """The trade-off between held-out accuracy and removals supported, over a grid of λ and σ.
+
+    For each (λ, σ) a model is trained on the training rows, scored on the validation rows, then asked to remove
+    random training rows one request at a time with its own certified :meth:`remove` until its first retraining
+    (or ``max_removals``).
+
+    Parameters
+    ----------
+    X, y : array-like or DataFrame
+        Training rows (encoded by ``estimator``'s pipeline steps if it is a pipeline).
+    data : {"public", "private"}
+        Whose rows X (and the validation rows) are — stated explicitly. ``"public"``: the choice reveals nothing
+        about private rows; use it with a public sample or public data of the same kind, then train the private model
+        at the chosen λ. ``"private"``: a :class:`UserWarning` says what it costs: the chosen λ (one of G grid
+        values, at most log₂ G bits) depends on every private row, deleted ones included, and stays after their
+        deletion — no removal certificate covers it (docs/tabular.md).
+    lams, sigmas : sequence of float
+        The grid.
+    X_val, y_val : optional
+        Validation rows (e.g. a public validation set); default: a ``validation_fraction`` share of X held out.
+    estimator : CertifiedLogisticRegression or pipeline, optional
+        As in :func:`plan_sigma`; its ``lam``, ``sigma``, ``epsilon``, ``delta`` are replaced.
+    max_removals : int, default=1000
+    random_state : None, int or Generator
+
+    Returns
+    -------
+    LambdaPlan
+        ``print(plan)`` shows the table; ``plan.best(min_removals)`` picks the most accurate point that supports
+        ``min_removals``.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_breast_cancer
+    >>> from sklearn.preprocessing import normalize
+    >>> X, y = load_breast_cancer(return_X_y=True)
+    >>> plan = plan_lambda(normalize(X), y, data="public", lams=[1e-2, 1e-3], sigmas=[1.0], max_removals=20,
+    ...                    random_state=0)
+    >>> [p.lam for p in plan.points]
+    [0.01, 0.001]
+    """
+    if data not in ("public", "private"):
+        raise ValueError(f"data must be 'public' or 'private'. Found {data!r}.")
+    if data == "private":
+        warnings.warn("plan_lambda on private data: the λ chosen from this table depends on every private row, "
+                      "including rows deleted later, and no removal certificate covers that choice (at most log2 of "
+                      "the grid size in bits, kept after deletion). Prefer a public sample; see docs/tabular.md.",
+                      UserWarning, stacklevel=2)
+    M = check_positive_int("max_removals", max_removals)
+    lam_grid = [check_positive("lams", float(v)) for v in lams]
+    sig_grid = [check_positive("sigmas", float(v)) for v in sigmas]
+    if not lam_grid or not sig_grid:
+        raise ValueError(f"lams and sigmas must not be empty. Found lams={list(lams)}, sigmas={list(sigmas)}.")
+    rng = check_random_state(random_state)
+    X, y, base_est = _prepare(X, y, estimator)
+    if X_val is not None:
+        if y_val is None:
+            raise ValueError("y_val must be given with X_val. Found y_val=None.")
+        Xv, yv, _ = _prepare(X_val, y_val, estimator)
+        Xtr, ytr = X, y
+    else:
+        if not 0.0 < validation_fraction < 1.0:
+            raise ValueError(f"validation_fraction must be in (0, 1). Found {validation_fraction!r}.")
+        perm = rng.permutation(X.shape[0])
+        n_val = max(1, int(round(validation_fraction * X.shape[0])))
+        Xv, yv, Xtr, ytr = X[perm[:n_val]], y[perm[:n_val]], X[perm[n_val:]], y[perm[n_val:]]
+    if M >= Xtr.shape[0]:
+        raise ValueError(f"max_removals must be below the {Xtr.shape[0]} training rows. Found {M}.")
+    base = clone(base_est) if base_est is not None else CertifiedLogisticRegression()
+    base.set_params(epsilon=epsilon, delta=delta)
+    rows = rng.choice(Xtr.shape[0], size=M, replace=False)
+    points = []
+    for lam in lam_grid:
+        for sigma in sig_grid:
+            est = clone(base).set_params(lam=lam, sigma=sigma, random_state=int(rng.integers(2**31)))
+            est.fit(Xtr, ytr)
+            acc = float(est.score(Xv, yv))
+            done = 0
+            for i in rows:
+                if est.remove([int(i)]).retrained:
+                    break
+                done += 1
+            points.append(LambdaPoint(lam=lam, sigma=sigma, accuracy=acc, removals_supported=done, capped=done == M))
+    return LambdaPlan(points=tuple(points), epsilon=float(epsilon), delta=float(delta), max_removals=M, data=data)
+
+
+__all__ = ["LambdaPlan", "LambdaPoint", "SigmaPlan", "plan_lambda", "plan_sigma"]
