@@ -1,0 +1,228 @@
+"""Concurrent calls on one fitted model (issue 28): serialised by the model's lock, never a false certificate.
+
+Many threads remove (and add, and predict) on ONE model at once. Afterwards:
+
+* every certificate describes its own state: the probe subclasses below record, inside the call (under the lock
+  the call holds), the state each certificate was issued for; its residual bound is checked against the exact
+  ‖∇L_b(w; D′)‖ of that state, recomputed in long double (tests/certified/_exact.py);
+* the certificates form one serial history: their ``n_remaining`` are all distinct (two certificates issued from
+  the same old state would share one);
+* n of every state equals its active rows, and the removed rows are exactly the union of the requests.
+
+On the code before issue 28 (no lock) these fail (two threads: both return certificates, the model reflects one
+removal; eight threads: n and active rows disagree, bounds exceeded, ``onepass`` raises). A switch interval of
+1 µs makes the interpreter change threads often, so the interleavings happen within a few removals.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lethe._locking import instance_lock, serialised
+from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, joint_residual
+
+from .certified._exact import grad_ld, norm_ld
+
+THREADS = 8
+PER_THREAD = 15
+
+
+@contextmanager
+def _busy_switching() -> Iterator[None]:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _run_threads(work: list[Callable[[], Any]]) -> list[Any]:
+    """Run each callable in its own thread, all released at once; re-raise the first error."""
+    barrier = threading.Barrier(len(work))
+    results: list[Any] = [None] * len(work)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = work[i]()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(work))]
+    with _busy_switching():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _snapshot(model: Any) -> dict[str, Any]:
+    """What a certificate describes: every binary model's (w, b, n, β) and its rows, copied at issue time."""
+    return {"states": [(st.w.copy(), st.b.copy(), st.n, st.residual_bound) for st in model.states_],
+            "rows": [(model.active_ if model.members_ is None else model.active_ & model.members_[k]).copy()
+                     for k in range(len(model.states_))],
+            "X": model.X_.copy(), "Y": model.Y_.copy(),
+            "step": (int(model.n_removed_), int(model.X_.shape[0]))}  # one op changes one of them by one
+
+
+class ProbedLogistic(CertifiedLogisticRegression):
+    """Records the state each certificate was issued for, inside the certified call (under its lock)."""
+
+    def remove_rows(self, idx: np.ndarray) -> Any:
+        cert = super().remove_rows(idx)
+        self.log_.append((cert, _snapshot(self)))
+        return cert
+
+    @serialised  # an override of a public method takes the lock itself (remove_rows runs inside remove's)
+    def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        cert = super().add(X, y, sample_ids)
+        self.log_.append((cert, _snapshot(self)))
+        return cert
+
+
+class ProbedLinear(CertifiedLinearRegression):
+    def remove_rows(self, idx: np.ndarray) -> Any:
+        cert = super().remove_rows(idx)
+        self.log_.append((cert, _snapshot(self)))
+        return cert
+
+
+def _grad_squared_ld(w, b, X, y, lam):
+    """∇L_b(w; D) = 2 Xᵀ(Xw − y) + λ n w + b for the squared loss, in long double."""
+    Xl, yl, wl, bl = (np.asarray(a, dtype=np.longdouble) for a in (X, y, w, b))
+    return 2 * Xl.T @ (Xl @ wl - yl) + np.longdouble(lam) * Xl.shape[0] * wl + bl
+
+
+def _check_history(model: Any, log: list[tuple[Any, dict[str, Any]]], n_requests: int, squared: bool = False):
+    """Every certificate's bound ≥ the exact residual of the state it was issued for; one serial history."""
+    assert len(log) == n_requests, f"{n_requests} requests, {len(log)} certificates"
+    lam = model.trained_params_["lam"]
+    noise = model.mechanism_.noise
+    for cert, snap in log:
+        exact = []
+        for (w, b, n, beta), rows, y in zip(snap["states"], snap["rows"], snap["Y"], strict=True):
+            assert n == int(np.count_nonzero(rows)), "a state's n disagrees with its active rows"
+            g = (_grad_squared_ld if squared else grad_ld)(w, b, snap["X"][rows], y[rows], lam)
+            exact.append(norm_ld(g))
+            assert exact[-1] <= beta, f"bound {beta:.6g} below the exact residual {exact[-1]:.6g}"
+        # the certificate is the one of this state (not of a state another thread left)
+        assert cert.residual_bound == joint_residual([s[3] for s in snap["states"]], noise)
+        assert joint_residual(exact, noise) <= cert.residual_bound
+        assert cert.residual_bound <= cert.budget or noise == "none"
+    steps = [snap["step"] for _, snap in log]
+    assert len(set(steps)) == len(steps), "two operations left the same state: they were not serialised"
+    assert model.n_removed_ + model.X_.shape[0] == max(a + b for a, b in steps)
+    for k, st in enumerate(model.states_):
+        rows = model.active_ if model.members_ is None else model.active_ & model.members_[k]
+        assert st.n == int(np.count_nonzero(rows))
+
+
+def _unit_rows(n: int, d: int, seed: int, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X[:, 0] + 0.3 * X[:, 1] > 0, 1, -1) if classes == 2 else np.argmax(X[:, :classes], axis=1)
+    return X, y
+
+
+def _requests(n: int, seed: int) -> list[list[int]]:
+    """THREADS disjoint lists of PER_THREAD rows to remove, one row per request."""
+    rows = np.random.default_rng(seed).permutation(n)[: THREADS * PER_THREAD]
+    return [rows[t * PER_THREAD:(t + 1) * PER_THREAD].tolist() for t in range(THREADS)]
+
+
+MODELS = {
+    "binary-auto": lambda: ProbedLogistic(lam=1e-2, sigma=1.0, random_state=0),
+    "binary-onepass": lambda: ProbedLogistic(lam=1e-2, sigma=1.0, solver="onepass", random_state=0),
+    "binary-pcg-paper": lambda: ProbedLogistic(lam=1e-2, sigma=0.5, solver="pcg", bound="paper", random_state=0),
+    "one-vs-all": lambda: ProbedLogistic(lam=1e-2, sigma=1.0, random_state=0),
+    "one-vs-all-subsampled": lambda: ProbedLogistic(lam=1e-2, sigma=1.0, negative_subsample=1.0, random_state=0),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_concurrent_removals_publish_only_true_certificates(name):
+    classes = 3 if name.startswith("one-vs-all") else 2
+    X, y = _unit_rows(400, 6, seed=1, classes=classes)
+    model = MODELS[name]().fit(X, y)
+    model.log_ = []
+    requests = _requests(X.shape[0], seed=2)
+
+    def worker(rows: list[int]) -> Callable[[], list[Any]]:
+        return lambda: [model.remove([r]) for r in rows]
+
+    _run_threads([worker(r) for r in requests])
+    _check_history(model, model.log_, THREADS * PER_THREAD)
+    removed = np.flatnonzero(~model.active_)
+    np.testing.assert_array_equal(removed, np.sort(np.concatenate(requests)))
+    assert model.n_removed_ == removed.size and model.n_remaining_ == X.shape[0] - removed.size
+
+
+def test_concurrent_removals_from_a_linear_regression_stay_exact():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(300, 5))
+    y = X @ rng.normal(size=5) + 0.1 * rng.normal(size=300)
+    model = ProbedLinear(lam=1e-3).fit(X, y)
+    model.log_ = []
+    requests = _requests(X.shape[0], seed=4)
+    _run_threads([lambda rows=rows: [model.remove([r]) for r in rows] for rows in requests])
+    _check_history(model, model.log_, THREADS * PER_THREAD, squared=True)
+    np.testing.assert_array_equal(np.flatnonzero(~model.active_), np.sort(np.concatenate(requests)))
+
+
+def test_mixed_removals_additions_and_predictions_on_one_model():
+    X, y = _unit_rows(400, 6, seed=5)
+    Xa, ya = _unit_rows(4 * 10, 6, seed=6)
+    model = ProbedLogistic(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    model.log_ = []
+    requests = _requests(X.shape[0], seed=7)[:4]  # 4 removing threads (rows of the initial data only)
+    predictions: list[np.ndarray] = []
+
+    def remover(rows: list[int]) -> Callable[[], None]:
+        return lambda: [model.remove([r]) for r in rows] and None
+
+    def adder(part: int) -> Callable[[], None]:
+        return lambda: [model.add(Xa[part * 10 + j: part * 10 + j + 1], ya[part * 10 + j: part * 10 + j + 1])
+                        for j in range(10)] and None
+
+    def predictor() -> None:
+        for _ in range(20):
+            with instance_lock(model):  # a consistent (w, state) pair to compare the prediction with
+                expected = np.where(X @ model.coef_[0] > 0, 1, -1)
+                predictions.append((model.predict(X), expected))
+            status = model.budget_status()
+            assert status["residual_bound"] <= status["budget"]
+
+    _run_threads([remover(r) for r in requests] + [adder(p) for p in range(2)] + [predictor, predictor])
+    _check_history(model, model.log_, 4 * PER_THREAD + 2 * 10)
+    assert model.X_.shape[0] == X.shape[0] + 20
+    np.testing.assert_array_equal(np.flatnonzero(~model.active_), np.sort(np.concatenate(requests)))
+    for got, expected in predictions:
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_the_lock_is_not_a_parameter_and_is_not_copied_or_pickled():
+    import pickle
+
+    from sklearn.base import clone
+
+    model = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0)
+    lock = instance_lock(model)
+    assert instance_lock(model) is lock and "_lethe_lock" not in model.get_params()
+    twin = pickle.loads(pickle.dumps(model))  # unfitted: pickles without its lock
+    assert instance_lock(twin) is not lock
+    assert instance_lock(copy.deepcopy(model)) is not lock and instance_lock(clone(model)) is not lock
+    assert instance_lock(copy.copy(model)) is not lock
