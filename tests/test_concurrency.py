@@ -226,3 +226,129 @@ def test_the_lock_is_not_a_parameter_and_is_not_copied_or_pickled():
     assert instance_lock(twin) is not lock
     assert instance_lock(copy.deepcopy(model)) is not lock and instance_lock(clone(model)) is not lock
     assert instance_lock(copy.copy(model)) is not lock
+
+
+# -- the other front ends ----------------------------------------------------------------------------------------
+def test_concurrent_removals_through_an_unlearning_pipeline():
+    from sklearn.preprocessing import Normalizer
+
+    from lethe.pipeline import make_unlearning_pipeline
+
+    X, y = _unit_rows(400, 6, seed=8)
+    pipe = make_unlearning_pipeline(Normalizer(), ProbedLogistic(lam=1e-2, sigma=1.0, random_state=0)).fit(X, y)
+    final = pipe[-1]
+    final.log_ = []
+    requests = _requests(X.shape[0], seed=9)
+    _run_threads([lambda rows=rows: [pipe.remove([r]) for r in rows] for rows in requests]
+                 + [lambda: [pipe.predict(X) for _ in range(10)]])
+    _check_history(final, final.log_, THREADS * PER_THREAD)
+    np.testing.assert_array_equal(np.flatnonzero(~final.active_), np.sort(np.concatenate(requests)))
+
+
+def test_concurrent_noisy_gd_removals_form_one_history():
+    from lethe.noisygd.estimators import NoisyGDLogisticRegression
+
+    X, y = _unit_rows(200, 4, seed=10)
+    clf = NoisyGDLogisticRegression(random_state=0).fit(X, y)
+    requests = [[4 * t + j] for t in range(4) for j in range(4)]
+    certs = _run_threads([lambda rows=rows: clf.remove(rows) for rows in requests])
+    assert sorted(c.step for c in certs) == list(range(1, len(requests) + 1))  # one certificate per state
+    gone = np.flatnonzero(~np.any(clf.curator_.database.X, axis=1))
+    np.testing.assert_array_equal(gone, np.sort(np.concatenate(requests)))
+    np.testing.assert_array_equal(clf.coef_.ravel()[: X.shape[1]], clf.curator_.theta.ravel()[: X.shape[1]])
+
+
+def test_concurrent_pnsgd_removals_form_one_history():
+    from lethe.noisygd.estimators import PNSGDLogisticRegression
+
+    X, y = _unit_rows(300, 4, seed=11)
+    clf = PNSGDLogisticRegression(batch_size=32, learn_epochs=3, random_state=0).fit(X, y)
+    requests = [[3 * t + j] for t in range(4) for j in range(3)]
+    certs = _run_threads([lambda rows=rows: clf.remove(rows) for rows in requests])
+    assert sorted(c.request for c in certs) == list(range(1, len(requests) + 1))
+    assert int(clf._gone.sum()) == len(requests) == len(clf._removed) == len(clf._phase_steps)
+    gone = np.flatnonzero(~np.any(clf._X, axis=1))  # every removed row replaced by the zero record, none restored
+    np.testing.assert_array_equal(gone, np.sort(np.concatenate(requests)))
+
+
+def test_concurrent_removals_from_a_noisy_fine_tuned_network():
+    pytest.importorskip("torch")
+    from lethe.nn.estimators import NoisyFineTuneClassifier
+
+    X, y = _unit_rows(120, 4, seed=12)
+    clf = NoisyFineTuneClassifier(train_epochs=2, unlearn_steps=2, post_steps=2, batch_size=16,
+                                  random_state=0).fit(X, y)
+    certs = _run_threads([lambda: [clf.remove([0]) for _ in range(3)] for _ in range(4)])
+    assert sum(len(c) for c in certs) == 12 == len(clf.certificates_)
+    assert clf.X_.shape[0] == clf.y_.shape[0] == X.shape[0] - 12  # each request removed its own row
+
+
+def test_output_perturbation_predictions_never_mix_two_fits():
+    from lethe.privacy.output_perturbation import OutputPerturbationLogisticRegression
+
+    XA, yA = _unit_rows(300, 4, seed=13)
+    XB, yB = XA, -yA
+    clf = OutputPerturbationLogisticRegression(lam=0.05, fit_intercept=True, random_state=0).fit(XA, yA)
+    seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def fitter(Xf, yf):
+        return lambda: [clf.fit(Xf, yf) for _ in range(5)] and None
+
+    def predictor() -> None:
+        for _ in range(50):
+            with instance_lock(clf):
+                seen.append((clf.decision_function(XA), clf.coef_.copy(), clf.intercept_.copy()))
+
+    _run_threads([fitter(XA, yA), fitter(XB, yB), predictor, predictor])
+    for scores, coef, intercept in seen:
+        np.testing.assert_allclose(scores, XA @ coef[0] + intercept[0], rtol=1e-12, atol=1e-12)
+
+
+# -- no copies of a secret ------------------------------------------------------------------------------------------
+def _secret_models() -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    from lethe.noisygd.estimators import NoisyGDLogisticRegression, PNSGDLogisticRegression
+
+    X, y = _unit_rows(200, 4, seed=14)
+    X3, y3 = _unit_rows(200, 4, seed=14, classes=3)
+    out = [(CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0), X, y),
+           (CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0), X3, y3),
+           (CertifiedLinearRegression(lam=1e-3, noise="gaussian", sigma=1.0, random_state=0), X, X[:, 0]),
+           (NoisyGDLogisticRegression(random_state=0), X, y),
+           (PNSGDLogisticRegression(batch_size=32, learn_epochs=2, random_state=0), X, y)]
+    try:
+        from lethe.nn.estimators import NoisyFineTuneClassifier
+
+        out.append((NoisyFineTuneClassifier(train_epochs=1, unlearn_steps=2, random_state=0), X, y))
+    except ImportError:  # pragma: no cover - torch is an optional extra
+        pass
+    return out
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_a_fitted_model_holding_secret_noise_refuses_copies(index):
+    from sklearn.base import clone
+
+    models = _secret_models()
+    if index >= len(models):
+        pytest.skip("torch is not installed")
+    model, X, y = models[index]
+    assert type(copy.deepcopy(model)) is type(model)  # unfitted: copies
+    model.fit(X, y)
+    for how in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"SECRET noise.*clone\(model\)\.fit"):
+            how(model)
+    twin = clone(model).fit(X, y)  # the supported path: a second model with fresh noise
+    assert type(twin) is type(model)
+
+
+def test_a_fitted_pipeline_refuses_copies_through_its_final_step():
+    from sklearn.preprocessing import Normalizer
+
+    from lethe.pipeline import make_unlearning_pipeline
+
+    X, y = _unit_rows(200, 4, seed=15)
+    pipe = make_unlearning_pipeline(Normalizer(), CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0))
+    copy.deepcopy(pipe)
+    pipe.fit(X, y)
+    with pytest.raises(TypeError, match="SECRET"):
+        copy.deepcopy(pipe)
