@@ -118,7 +118,8 @@ def edited_files() -> None:
         edit("sigma 0.05 -> 100", meta_fn=lambda m: m["params"].update(sigma=100.0))
         edit("beta above the budget", meta_fn=lambda m: m["states"][0].update(residual_bound=1.0))
         edit("beta NaN", meta_fn=lambda m: m["states"][0].update(residual_bound=float("nan")))
-        print(f"(genuine file: budget {model.budget_status()['budget']:.3g}, beta {model.states_[0].residual_bound:.3g})")
+        beta = model.states_[0].residual_bound
+        print(f"(genuine file: budget {model.budget_status()['budget']:.3g}, beta {beta:.3g})")
 
 
 def deep_copy() -> None:

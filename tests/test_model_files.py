@@ -233,3 +233,13 @@ def test_noise_norm_tail_is_calibrated():
             assert noise_norm_tail(b, 0.05, noise) > 1e-6
         for d in (8, 20):
             assert noise_norm_tail(sample_perturbation(d, 0.05, noise, rng), 100.0, noise) < 1e-12
+
+
+def test_the_sigma_edit_is_caught_by_the_noise_check_alone(tmp_path, fitted, monkeypatch):
+    """Mutation check: σ edited 0.05 → 100 keeps w, b and the rows, so the re-measure passes it; only the ‖b‖
+    plausibility check refuses it. With that check disabled the file loads and claims a budget 2,000× too large."""
+    bad = _edit(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
+                meta_fn=lambda m: m["params"].update(sigma=100.0))
+    monkeypatch.setattr(estimators_module, "NOISE_TAIL_PROBABILITY", 0.0)
+    loaded = CertifiedLogisticRegression.load(bad)
+    assert loaded.mechanism_.budget > 1000 * fitted.mechanism_.budget

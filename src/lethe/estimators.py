@@ -16,10 +16,16 @@ What a fitted model promises, and what it refuses:
   refuse (naming the changed parameters) until ``fit`` is called again or the parameters are set back, so that no
   certificate or file can describe a state trained under other parameters.
 * ``save``/``load`` use :mod:`lethe.io` (no pickle; the file holds the secret perturbation b and the remaining
-  training data, and is written with owner-only permissions). ``pickle``/``joblib.dump``/``copy.copy`` of a *fitted*
-  estimator raise ``TypeError`` pointing to ``save``: they would write the secret b and the remaining rows with the
-  default file mode, and loading a pickle runs code. Unfitted estimators pickle as usual (``clone``, grid searches
-  with ``n_jobs`` and ``copy.deepcopy`` — in memory — work).
+  training data, and is written with owner-only permissions). With a key (``key=``, ``$LETHE_MODEL_KEY`` or
+  ``$LETHE_MODEL_KEY_FILE``) the file is authenticated by an HMAC-SHA256 tag; ``load`` always checks the invariants
+  of a certified state and re-measures the residual from the saved rows (:func:`_check_model_file`).
+  ``pickle``/``joblib.dump`` of a *fitted* estimator raise ``TypeError`` pointing to ``save``: they would write the
+  secret b and the remaining rows with the default file mode, and loading a pickle runs code. ``copy.copy`` and
+  ``copy.deepcopy`` of a fitted estimator raise ``TypeError`` too (two live models would share one secret b; use
+  ``sklearn.base.clone(model).fit(X, y)``). Unfitted estimators pickle and copy as usual (``clone`` and grid
+  searches with ``n_jobs`` work).
+* Concurrent calls on one fitted model are serialised by a per-instance lock (:mod:`lethe._locking`): each
+  certificate describes the state its own call left.
 """
 
 from __future__ import annotations
@@ -801,10 +807,11 @@ def _check_model_file(est: _CertifiedLinearBase, mech: CertifiedRemoval, arrays:
             raise fail(f"state {k} must be a mapping. Found {type(sm).__name__}.")
         rows = active if members is None else active & members[k]
         n_k = int(np.count_nonzero(rows))
-        ints = {f: sm.get(f) for f in ("n", "removals_since_training", "retrainings", "train_iterations")}
-        bad = [f for f, v in ints.items() if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
+        raw = {f: sm.get(f) for f in ("n", "removals_since_training", "retrainings", "train_iterations")}
+        bad = [f for f, v in raw.items() if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
         if bad:
-            raise fail(f"state {k}: {bad[0]} must be a non-negative integer. Found {ints[bad[0]]!r}.")
+            raise fail(f"state {k}: {bad[0]} must be a non-negative integer. Found {raw[bad[0]]!r}.")
+        ints = {f: int(v) for f, v in raw.items()}  # type: ignore[arg-type]  # checked above
         if ints["n"] != n_k or n_k == 0:
             raise fail(f"state {k}: n = {ints['n']} but the file has {n_k} active rows for it.")
         beta = sm.get("residual_bound")
@@ -1111,6 +1118,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     def remove_rows(self, idx: np.ndarray) -> Certificate | MulticlassCertificate:
         """Remove the validated training rows ``idx`` as one batch; see :meth:`remove`. Returns a
         :class:`~lethe.certified.mechanism.Certificate` (binary) or a :class:`MulticlassCertificate` (one-vs-all)."""
+        idx = self._check_remove_indices(idx)  # again under the lock: the caller may have checked before it
         mech: CertifiedRemoval = self.mechanism_
         if len(self.states_) == 1:
             state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
@@ -1291,6 +1299,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     @serialised
     def remove_rows(self, idx: np.ndarray) -> Certificate:
         """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
+        idx = self._check_remove_indices(idx)  # again under the lock: the caller may have checked before it
         state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
                                              cache=self.caches_[0], random_state=self._rng, check_input=False)
         self.states_[0] = state
