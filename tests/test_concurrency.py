@@ -189,14 +189,19 @@ def test_mixed_removals_additions_and_predictions_on_one_model():
     model = ProbedLogistic(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     model.log_ = []
     requests = _requests(X.shape[0], seed=7)[:4]  # 4 removing threads (rows of the initial data only)
-    predictions: list[np.ndarray] = []
+    predictions: list[tuple[np.ndarray, np.ndarray]] = []
 
     def remover(rows: list[int]) -> Callable[[], None]:
-        return lambda: [model.remove([r]) for r in rows] and None
+        def run() -> None:
+            for r in rows:
+                model.remove([r])
+        return run
 
     def adder(part: int) -> Callable[[], None]:
-        return lambda: [model.add(Xa[part * 10 + j: part * 10 + j + 1], ya[part * 10 + j: part * 10 + j + 1])
-                        for j in range(10)] and None
+        def run() -> None:
+            for i in range(part * 10, part * 10 + 10):
+                model.add(Xa[i:i + 1], ya[i:i + 1])
+        return run
 
     def predictor() -> None:
         for _ in range(20):
@@ -292,7 +297,10 @@ def test_output_perturbation_predictions_never_mix_two_fits():
     seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def fitter(Xf, yf):
-        return lambda: [clf.fit(Xf, yf) for _ in range(5)] and None
+        def run() -> None:
+            for _ in range(5):
+                clf.fit(Xf, yf)
+        return run
 
     def predictor() -> None:
         for _ in range(50):
