@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "lethe.exceptions": FOUNDATION,
     "lethe._rng": FOUNDATION,
     "lethe._validation": FOUNDATION,
+    "lethe._locking": FOUNDATION,  # one lock per fitted model, no copies of a secret (issue 28)
     "lethe.io": FOUNDATION,
     "lethe.datasets": FOUNDATION,
     "lethe.schema": FOUNDATION,  # declared table schemas (a data description, its loader and validator)

@@ -126,7 +126,8 @@ def test_save_load_roundtrip_owner_only(tmp_path):
     np.testing.assert_array_equal(other.coef_, clf.coef_)
     for a, b in zip(other.states_, clf.states_, strict=True):
         np.testing.assert_array_equal(a.b, b.b)
-        assert a.residual_bound == b.residual_bound
+        # load re-measures the residual: β stays, or rises to the measured bound (rounding allowance, ~1e-12)
+        assert b.residual_bound <= a.residual_bound <= b.residual_bound * (1 + 1e-6)
     np.testing.assert_array_equal(other.predict(X), clf.predict(X))
     cert = other.remove([1])
     assert cert.residual_bound <= cert.budget

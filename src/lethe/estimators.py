@@ -16,15 +16,20 @@ What a fitted model promises, and what it refuses:
   refuse (naming the changed parameters) until ``fit`` is called again or the parameters are set back, so that no
   certificate or file can describe a state trained under other parameters.
 * ``save``/``load`` use :mod:`lethe.io` (no pickle; the file holds the secret perturbation b and the remaining
-  training data, and is written with owner-only permissions). ``pickle``/``joblib.dump``/``copy.copy`` of a *fitted*
-  estimator raise ``TypeError`` pointing to ``save``: they would write the secret b and the remaining rows with the
-  default file mode, and loading a pickle runs code. Unfitted estimators pickle as usual (``clone``, grid searches
-  with ``n_jobs`` and ``copy.deepcopy`` — in memory — work).
+  training data, and is written with owner-only permissions). With a key (``key=``, ``$LETHE_MODEL_KEY`` or
+  ``$LETHE_MODEL_KEY_FILE``) the file is authenticated by an HMAC-SHA256 tag; ``load`` always checks the invariants
+  of a certified state and re-measures the residual from the saved rows (:func:`_check_model_file`).
+  ``pickle``/``joblib.dump`` of a *fitted* estimator raise ``TypeError`` pointing to ``save``: they would write the
+  secret b and the remaining rows with the default file mode, and loading a pickle runs code. ``copy.copy`` and
+  ``copy.deepcopy`` of a fitted estimator raise ``TypeError`` too (two live models would share one secret b; use
+  ``sklearn.base.clone(model).fit(X, y)``). Unfitted estimators pickle and copy as usual (``clone`` and grid
+  searches with ``n_jobs`` work).
+* Concurrent calls on one fitted model are serialised by a per-instance lock (:mod:`lethe._locking`): each
+  certificate describes the state its own call left.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -38,13 +43,15 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
+from lethe.certified.common import measured_residual
 from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
 from lethe.certified.newton import SOLVERS, SharedFloat32Data
 from lethe.certified.noise import epsilon_spent
-from lethe.io import load_npz, save_npz
+from lethe.io import ModelFileError, load_npz, model_key, save_npz
 
 #: Scale of the features and of the constant feature when ``fit_intercept=True`` for the logistic loss: the row
 #: [xᵢ/√2, 1/√2] has ‖·‖² = ‖xᵢ‖²/2 + 1/2 ≤ 1 whenever ‖xᵢ‖ ≤ 1, so the augmented data keep Thm 1's assumption.
@@ -116,13 +123,6 @@ def _data_arrays(X: Any) -> dict[str, np.ndarray]:
     if sp.issparse(X):
         return {"X_data": X.data, "X_indices": X.indices, "X_indptr": X.indptr, "X_shape": np.asarray(X.shape)}
     return {"X": X}
-
-
-def _data_from_arrays(arrays: dict[str, np.ndarray]) -> Any:
-    if "X_data" in arrays:
-        shape = tuple(int(v) for v in arrays["X_shape"])
-        return sp.csr_matrix((arrays["X_data"], arrays["X_indices"], arrays["X_indptr"]), shape=shape)
-    return arrays["X"]
 
 
 @dataclass(frozen=True)
@@ -204,10 +204,14 @@ def _check_keys(sample_ids: Any, n: int) -> np.ndarray:
 _PARAM_NAMES: dict[type, list[str]] = {}
 
 
-class _CertifiedLinearBase(BaseEstimator):
-    """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key."""
+class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
+    """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key.
+
+    Every method that reads or changes the fitted state runs under the instance's lock (:mod:`lethe._locking`):
+    concurrent calls on one model are serialised, so each certificate describes the state it leaves."""
 
     _loss = "logistic"
+    _fitted_attribute = "states_"
     # learned attributes (set by fit / load)
     X_: Any  # ndarray or CSR matrix (issue 14)
     Y_: np.ndarray
@@ -405,6 +409,7 @@ class _CertifiedLinearBase(BaseEstimator):
             self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self.n_removed_ += idx.size
 
+    @serialised
     def remove(self, indices: Any = None, *, keys: Any = None) -> Any:
         """Remove training rows as one batch and certify it: by their positions in ``fit``'s X (``indices``) or by
         record key (``keys``: ``sample_ids`` given to ``fit``, or the index of the DataFrame it was fitted on).
@@ -427,6 +432,7 @@ class _CertifiedLinearBase(BaseEstimator):
         """Targets of new rows as the (K, m) matrix of the binary models."""
         raise NotImplementedError
 
+    @serialised
     def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
         """Add training records with one certified Newton step towards the model trained on D ∪ A
         (:mod:`lethe.certified.addition`; the proof is in its docstring and docs/estimators.md).
@@ -510,11 +516,13 @@ class _CertifiedLinearBase(BaseEstimator):
         return result
 
     @property
+    @serialised
     def n_iter_(self) -> np.ndarray:
         """Optimiser iterations of the last (re)training of each binary model."""
         check_is_fitted(self, "states_")
         return np.array([st.train_iterations for st in self.states_])
 
+    @serialised
     def budget_status(self) -> dict[str, Any]:
         """Where the model stands in its privacy budget, in ε: the guarantee (``epsilon``, ``delta``), the ε that the
         current accumulated residual bound certifies (``epsilon_spent`` ≤ ``epsilon``; for one-vs-all, of the joint
@@ -535,6 +543,7 @@ class _CertifiedLinearBase(BaseEstimator):
         }
 
     @property
+    @serialised
     def n_remaining_(self) -> int:
         """Training rows still in the model."""
         return int(np.count_nonzero(self.active_))
@@ -549,16 +558,9 @@ class _CertifiedLinearBase(BaseEstimator):
                 "owner-only file). Unfitted estimators pickle normally.")
         return super().__getstate__()
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        """In-memory deep copy (no file is written), also of a fitted model."""
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        for k, v in self.__dict__.items():
-            new.__dict__[k] = copy.deepcopy(v, memo)
-        return new
-
     # -- persistence ----------------------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
         """Save the fitted model (weights, the SECRET perturbation b, remaining training rows) without pickle.
 
         The file is written atomically with owner-only permissions (0600): whoever holds b can unmask the
@@ -566,8 +568,13 @@ class _CertifiedLinearBase(BaseEstimator):
         the parameters the model was trained under (``trained_params_``); ``save`` refuses if they were changed
         with ``set_params`` since ``fit``. A ``random_state`` that is not an int (None, a Generator) is saved as
         None: the loaded model draws fresh randomness for later retrainings.
+
+        With a key — ``key`` (bytes or hexadecimal str), else ``$LETHE_MODEL_KEY`` (hexadecimal), else the file
+        named by ``$LETHE_MODEL_KEY_FILE`` (:func:`lethe.io.model_key`) — the file carries an HMAC-SHA256 tag of
+        all its arrays and metadata, which :meth:`load` checks (docs/estimators.md, "Model files").
         """
         self._check_params_unchanged("save")
+        secret_key = model_key(key)
         arrays: dict[str, np.ndarray] = {**_data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
         states = []
         for k, st in enumerate(self.states_):
@@ -596,26 +603,43 @@ class _CertifiedLinearBase(BaseEstimator):
                 meta["classes"] = [float(c) for c in classes]
             else:
                 meta["classes"] = [str(c) for c in classes]
-        return save_npz(path, arrays, meta, secret=True)
+        return save_npz(path, arrays, meta, secret=True, key=secret_key)
 
     @classmethod
-    def load(cls, path: str | Path) -> Any:
-        """Load a model written by :meth:`save` (never unpickles)."""
-        arrays, meta = load_npz(path)
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> Any:
+        """Load a model written by :meth:`save` (never unpickles), after checking it.
+
+        Authentication (:func:`lethe.io.load_npz` with the key of :func:`lethe.io.model_key`): a tagged file needs
+        the key and a matching tag; with a key configured an untagged file is refused. Then, always, the invariants
+        of a certified state (:func:`_check_model_file`): array names, shapes, dtypes and finiteness, the
+        parameters, n = the active rows, removed rows erased, β ≤ the budget, ‖b‖ consistent with σ, and the
+        gradient residual re-measured from the saved rows, which must not exceed β. Any failure raises
+        :class:`lethe.io.ModelFileError` (a ``ValueError``) naming what is wrong; nothing is loaded.
+        """
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
         if meta.get("class") != cls.__name__:
-            raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+            raise ModelFileError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        for name, kind in (("params", dict), ("states", list), ("n_removed", int), ("n_features_in", int)):
+            if not isinstance(meta.get(name), kind):
+                raise ModelFileError(f"{path}: the metadata entry {name!r} must be a {kind.__name__}. "
+                                     f"Found {type(meta.get(name)).__name__}.")
         params = dict(meta["params"])
         if isinstance(params.get("random_state"), dict):
             params["random_state"] = None
         # files written before the tight bounds existed were certified in the paper's mode: keep it
         params.setdefault("bound", "paper")
         params.setdefault("calibration", "paper")
-        est = cls(**params)
-        est.trained_params_ = est._current_params()
-        est.X_, est.Y_, est.active_ = _data_from_arrays(arrays), arrays["Y"], arrays["active"].astype(bool)
-        est.states_ = [ModelState(w=arrays[f"w_{k}"], b=arrays[f"b_{k}"], **s) for k, s in enumerate(meta["states"])]
-        est.members_ = arrays["members"].astype(bool) if "members" in arrays else None
-        est.keys_ = arrays["keys"].copy() if "keys" in arrays else None
+        try:
+            est = cls(**params)
+            est.trained_params_ = est._current_params()
+            mech = est._mechanism(est.trained_params_, tol=meta.get("mechanism_tol"))
+        except (TypeError, ValueError) as e:
+            raise ModelFileError(f"{path}: its parameters are not valid: {e}") from None
+        checked = _check_model_file(est, mech, arrays, meta, str(path))
+        est.X_, est.Y_, est.active_ = checked["X"], checked["Y"], checked["active"]
+        est.states_ = checked["states"]
+        est.members_ = checked["members"]
+        est.keys_ = checked["keys"]
         est.n_removed_ = int(meta["n_removed"])
         est.n_features_in_ = int(meta["n_features_in"])
         if "feature_names_in" in meta:
@@ -623,11 +647,200 @@ class _CertifiedLinearBase(BaseEstimator):
         if "classes" in meta:
             est.classes_ = np.asarray(meta["classes"])
         # the concrete solver the model was saved with (files from before solver="auto" name it in the parameters)
-        est.mechanism_ = est._mechanism(est.trained_params_, tol=meta.get("mechanism_tol")).resolved(
-            est.X_, solver=_saved_solver(meta.get("solver"), params["solver"]))
+        est.mechanism_ = mech.resolved(est.X_, solver=_saved_solver(meta.get("solver"), params["solver"]))
         est.caches_ = _new_caches(len(est.states_), est.mechanism_.solver, est.members_)  # built at the first removal
         est._rng = check_random_state(None)  # never the fit's seed again: a retraining needs a fresh b
         return est
+
+
+#: A saved b whose norm is this improbable under the file's σ is refused (two-sided tail probability).
+NOISE_TAIL_PROBABILITY = 1e-12
+
+
+def noise_norm_tail(b: np.ndarray, sigma: float, noise: str) -> float:
+    """The two-sided tail probability of ‖b‖ under the law b was drawn from (Guo et al. 2020, Thm 3):
+    Gaussian b ~ N(0, σ² I_d): ‖b‖²/σ² ~ χ²_d; Laplace-type b (density ∝ exp(−‖b‖/σ)): ‖b‖ ~ Γ(shape d, scale σ)
+    (:func:`lethe.certified.noise.sample_perturbation`). 2 min(F, 1 − F) of the observed norm; 1 for ``"none"``."""
+    from scipy.stats import chi2, gamma
+
+    d = b.shape[0]
+    if noise == "gaussian":
+        x = float(b @ b) / (sigma * sigma)
+        lo, hi = float(chi2.cdf(x, d)), float(chi2.sf(x, d))
+    elif noise == "laplace":
+        r = float(np.linalg.norm(b))
+        lo, hi = float(gamma.cdf(r, d, scale=sigma)), float(gamma.sf(r, d, scale=sigma))
+    else:
+        return 1.0
+    return min(1.0, 2.0 * min(lo, hi))
+
+
+def _check_model_file(est: _CertifiedLinearBase, mech: CertifiedRemoval, arrays: dict[str, np.ndarray],
+                      meta: dict[str, Any], where: str) -> dict[str, Any]:
+    """The invariants of a certified state, checked on a model file's contents before anything is built from it.
+
+    Structure: the expected arrays and no others, dtypes, shapes (Y (K, n), active (n,), w_k and b_k (D,), members
+    (K, n), keys (n,)), finite values, n_features_in = D − intercept column, the classes. State: for each binary
+    model k, n_k = its active rows; removed rows are erased (zero features, targets and blank keys); the kept
+    keys distinct; targets of the loss (±1, one positive class per row for one-vs-all); rows in the unit ball
+    (logistic loss) and the intercept column constant. Privacy: β_k finite ≥ 0 and the (joint) β ≤ ε′; b = 0 for
+    ``noise="none"``, else ‖b‖ not astronomically improbable under σ (:func:`noise_norm_tail` ≥
+    :data:`NOISE_TAIL_PROBABILITY`). Residual: ‖∇L_b(w; D_k)‖ re-measured from the saved rows
+    (:func:`lethe.certified.common.measured_residual`, one pass, with its rounding allowance a: the exact norm lies
+    in [‖g̃‖ − a, ‖g̃‖ + a]); the file is refused when ‖g̃‖ − a > β_k (its β is certainly not an upper bound), and
+    the loaded β_k is max(β_k, ‖g̃‖ + a), an upper bound either way. The file's ‖X‖₂ bound is not trusted: it is
+    formed again from the rows at the first removal (NaN, as after ``fit``). Returns the checked pieces."""
+
+    def fail(msg: str) -> ModelFileError:
+        return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
+    states_meta = meta["states"]
+    K = len(states_meta)
+    if K == 0:
+        raise fail("the metadata lists no model state.")
+    sparse_names = {"X_data", "X_indices", "X_indptr", "X_shape"}
+    data_names = sparse_names if "X_data" in arrays else {"X"}
+    expected = data_names | {"Y", "active"} | {f"w_{k}" for k in range(K)} | {f"b_{k}" for k in range(K)}
+    optional = {"members", "keys"}
+    missing = sorted(expected - set(arrays))
+    extra = sorted(set(arrays) - expected - optional)
+    if missing or extra:
+        raise fail(f"its arrays do not match its {K} model state(s): missing {missing}, unexpected {extra}.")
+
+    def typed(name: str, kinds: str, ndim: int) -> np.ndarray:
+        a = arrays[name]
+        if a.dtype.kind not in kinds or a.ndim != ndim:
+            raise fail(f"array {name!r} must be {ndim}-D of kind {kinds!r}. Found dtype {a.dtype}, shape {a.shape}.")
+        return a
+
+    if data_names == {"X"}:
+        X: Any = typed("X", "f", 2).astype(np.float64, copy=True)
+        if not np.all(np.isfinite(X)):
+            raise fail("X holds non-finite values.")
+    else:
+        shape = typed("X_shape", "iu", 1)
+        if shape.shape != (2,) or np.any(shape < 0):
+            raise fail(f"X_shape must be two non-negative integers. Found {shape.tolist()}.")
+        try:
+            X = sp.csr_matrix((typed("X_data", "f", 1).astype(np.float64), typed("X_indices", "iu", 1),
+                               typed("X_indptr", "iu", 1)), shape=tuple(int(v) for v in shape))
+            X.check_format(full_check=True)
+            X = check_data_matrix("X", X)
+        except (TypeError, ValueError) as e:
+            raise fail(f"the sparse X is malformed: {e}.") from None
+        if not np.all(np.isfinite(X.data)):
+            raise fail("X holds non-finite values.")
+    n, D = X.shape
+    Y = typed("Y", "f", 2).astype(np.float64, copy=True)
+    if Y.shape != (K, n) or not np.all(np.isfinite(Y)):
+        raise fail(f"Y must be finite with shape ({K}, {n}). Found shape {Y.shape}.")
+    active = typed("active", "b", 1).copy()
+    if active.shape != (n,):
+        raise fail(f"active must have shape ({n},). Found {active.shape}.")
+    members = None
+    if "members" in arrays:
+        members = typed("members", "b", 2).copy()
+        if members.shape != (K, n) or K == 1:
+            raise fail(f"members must have shape ({K}, {n}) and exist only for one-vs-all. Found {members.shape}.")
+    keys = None
+    if "keys" in arrays:
+        keys = typed("keys", "iuU", 1).copy()
+        if keys.shape != (n,):
+            raise fail(f"keys must have shape ({n},). Found {keys.shape}.")
+    ws, bs = [], []
+    for k in range(K):
+        w, b = typed(f"w_{k}", "f", 1), typed(f"b_{k}", "f", 1)
+        if w.shape != (D,) or b.shape != (D,):
+            raise fail(f"w_{k} and b_{k} must have shape ({D},). Found {w.shape} and {b.shape}.")
+        if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
+            raise fail(f"w_{k} or b_{k} holds non-finite values.")
+        ws.append(w.astype(np.float64))
+        bs.append(b.astype(np.float64))
+    intercept = bool(est.trained_params_.get("fit_intercept", False))
+    if int(meta["n_features_in"]) != D - int(intercept):
+        raise fail(f"n_features_in ({meta['n_features_in']}) must be the {D} columns of X"
+                   f"{' minus the intercept column' if intercept else ''}.")
+    logistic = est._loss == "logistic"
+    if logistic:
+        classes = meta.get("classes")
+        if not isinstance(classes, list) or len(set(map(str, classes))) != len(classes) or (
+                len(classes) != (2 if K == 1 else K)):
+            raise fail(f"classes must be {2 if K == 1 else K} distinct labels for {K} binary model(s). "
+                       f"Found {classes!r}.")
+    elif K != 1 or members is not None:
+        raise fail(f"a regression model has one state and no members. Found {K} state(s).")
+    # removed rows are erased, counts agree
+    gone = ~active
+    n_gone = int(np.count_nonzero(gone))
+    if int(meta["n_removed"]) != n_gone:
+        raise fail(f"n_removed ({meta['n_removed']}) must be the {n_gone} inactive rows.")
+    if n_gone:
+        erased = (X[gone].count_nonzero() == 0) if sp.issparse(X) else not np.any(X[gone])
+        if not erased or np.any(Y[:, gone]):
+            raise fail(f"the {n_gone} removed rows must have zero features and targets.")
+        if keys is not None and np.any(keys[gone] != ("" if keys.dtype.kind == "U" else 0)):
+            raise fail("the keys of removed rows must be blank.")
+    if keys is not None and np.unique(keys[active]).size != int(np.count_nonzero(active)):
+        raise fail("the keys of the rows kept must be distinct.")
+    if logistic:
+        Ya = Y[:, active]
+        if not np.all(np.abs(Ya) == 1.0):
+            raise fail("the targets of the rows kept must be -1 or +1.")
+        if K > 1 and not np.all(np.sum(Ya > 0, axis=0) == 1):
+            raise fail("each row kept must be a positive of exactly one class.")
+        if members is not None and np.any((Y > 0) & active[None, :] & ~members):
+            raise fail("each row kept must be a member of its own class's binary model.")
+        try:
+            check_row_norms(X)
+        except ValueError as e:
+            raise fail(str(e)) from None
+    if intercept:
+        const = _INTERCEPT_SCALE if logistic else 1.0
+        col = X[:, D - 1]
+        col = np.asarray(col.toarray()).ravel() if sp.issparse(col) else col
+        if not np.all(col[active] == const):
+            raise fail(f"the intercept column of the rows kept must be {const!r}.")
+    # the states: counts, β, b
+    states = []
+    for k, sm in enumerate(states_meta):
+        if not isinstance(sm, dict):
+            raise fail(f"state {k} must be a mapping. Found {type(sm).__name__}.")
+        rows = active if members is None else active & members[k]
+        n_k = int(np.count_nonzero(rows))
+        raw = {f: sm.get(f) for f in ("n", "removals_since_training", "retrainings", "train_iterations")}
+        bad = [f for f, v in raw.items() if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
+        if bad:
+            raise fail(f"state {k}: {bad[0]} must be a non-negative integer. Found {raw[bad[0]]!r}.")
+        ints = {f: int(v) for f, v in raw.items()}  # type: ignore[arg-type]  # checked above
+        if ints["n"] != n_k or n_k == 0:
+            raise fail(f"state {k}: n = {ints['n']} but the file has {n_k} active rows for it.")
+        beta = sm.get("residual_bound")
+        if not (isinstance(beta, int | float) and not isinstance(beta, bool) and math.isfinite(beta) and beta >= 0):
+            raise fail(f"state {k}: residual_bound must be a finite number >= 0. Found {beta!r}.")
+        if mech.noise == "none":
+            if np.any(bs[k]):
+                raise fail(f"state {k}: b must be zero for noise='none'. Found ||b|| = {np.linalg.norm(bs[k]):.6g}.")
+        else:
+            tail = noise_norm_tail(bs[k], mech.sigma, mech.noise)
+            if tail < NOISE_TAIL_PROBABILITY:
+                raise fail(f"state {k}: ||b|| = {np.linalg.norm(bs[k]):.6g} is not a plausible draw of the "
+                           f"{mech.noise} perturbation with sigma = {mech.sigma!r} in {D} dimensions (two-sided tail "
+                           f"probability {tail:.3g} < {NOISE_TAIL_PROBABILITY:g}): b or sigma was changed.")
+        g, allowance = measured_residual(mech, ws[k], bs[k], X, Y[k], rows)
+        g_norm = float(np.linalg.norm(g))
+        if g_norm - allowance > float(beta):
+            raise fail(f"state {k}: the gradient residual re-measured from the saved rows, {g_norm:.6g} "
+                       f"(± {allowance:.3g}), exceeds the file's bound beta = {float(beta):.6g}: w, b or the rows do "
+                       "not belong to the state the certificates describe.")
+        states.append(ModelState(w=ws[k], b=bs[k], n=n_k, residual_bound=max(float(beta), g_norm + allowance),
+                                 x_norm_bound=math.nan, removals_since_training=ints["removals_since_training"],
+                                 retrainings=ints["retrainings"], train_iterations=ints["train_iterations"]))
+    if mech.noise != "none":
+        joint = joint_residual([st.residual_bound for st in states], mech.noise)
+        if joint > mech.budget:
+            raise fail(f"the residual bound {joint:.6g} exceeds the budget eps' = {mech.budget:.6g} of its "
+                       "parameters.")
+    return {"X": X, "Y": Y, "active": active, "members": members, "keys": keys, "states": states}
 
 
 def _saved_solver(saved: Any, param: str) -> str | None:
@@ -747,6 +960,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                  refresh: str | int = "auto", fit_intercept: bool = False) -> None:
         store_init_args(self, locals())
 
+    @serialised
     def fit(self, X: Any, y: Any, sample_ids: Any = None, sample_weight: Any = None) -> CertifiedLogisticRegression:
         """Train (Alg. 1). Returns self; the training certificate(s) are in ``fit_certificates_``.
 
@@ -827,6 +1041,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         return self
 
     @property
+    @serialised
     def coef_(self) -> np.ndarray:
         """Weights, shape (1, d) for binary, (K, d) for one-vs-all."""
         check_is_fitted(self, "states_")
@@ -834,6 +1049,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         return W[:, :-1] * _INTERCEPT_SCALE if self._param("fit_intercept") else W
 
     @property
+    @serialised
     def intercept_(self) -> np.ndarray:
         """Intercepts, shape (1,) or (K,); zero unless ``fit_intercept=True``."""
         check_is_fitted(self, "states_")
@@ -842,6 +1058,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         return np.zeros(len(self.states_))
 
     @property
+    @serialised
     def classes_present_(self) -> np.ndarray:
         """Mask over ``classes_``: classes that still have a training row. A class whose every row was removed is
         never predicted (as by a model trained from scratch on the remaining data, which would not know it)."""
@@ -850,6 +1067,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             return np.array([bool(np.any(self.Y_[0] < 0)), bool(np.any(self.Y_[0] > 0))])
         return np.any(self.Y_ > 0, axis=1)
 
+    @serialised
     def decision_function(self, X: Any) -> np.ndarray:
         """Margins wᵀx (+ intercept) (binary: shape (n,); one-vs-all: (n, K)); an absent class scores −∞."""
         check_is_fitted(self, "states_")
@@ -863,6 +1081,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         scores[:, ~present] = -np.inf
         return scores
 
+    @serialised
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities: σ(wᵀx) for binary; normalised one-vs-all sigmoids otherwise."""
         scores = self.decision_function(X)
@@ -872,6 +1091,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         p = expit(scores)
         return p / p.sum(axis=1, keepdims=True)
 
+    @serialised
     def predict(self, X: Any) -> np.ndarray:
         """Predicted class labels."""
         scores = self.decision_function(X)
@@ -894,9 +1114,11 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     def _class_rows(self, k: int) -> np.ndarray:
         return self.active_ if self.members_ is None else self.active_ & self.members_[k]
 
+    @serialised
     def remove_rows(self, idx: np.ndarray) -> Certificate | MulticlassCertificate:
         """Remove the validated training rows ``idx`` as one batch; see :meth:`remove`. Returns a
         :class:`~lethe.certified.mechanism.Certificate` (binary) or a :class:`MulticlassCertificate` (one-vs-all)."""
+        idx = self._check_remove_indices(idx)  # again under the lock: the caller may have checked before it
         mech: CertifiedRemoval = self.mechanism_
         if len(self.states_) == 1:
             state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
@@ -1018,6 +1240,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
                  refresh: str | int = "auto", fit_intercept: bool = False) -> None:
         store_init_args(self, locals())
 
+    @serialised
     def fit(self, X: Any, y: Any, sample_ids: Any = None, sample_weight: Any = None) -> CertifiedLinearRegression:
         """Fit by a direct solve (exact up to round-off). ``sample_ids``: record keys for ``remove(keys=...)``
         (default: a DataFrame's index); ``sample_weight`` must be None or all ones."""
@@ -1049,6 +1272,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         return self
 
     @property
+    @serialised
     def coef_(self) -> np.ndarray:
         """Weights, shape (d,)."""
         check_is_fitted(self, "states_")
@@ -1056,11 +1280,13 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         return w[:-1] if self._param("fit_intercept") else w
 
     @property
+    @serialised
     def intercept_(self) -> float:
         """The intercept; zero unless ``fit_intercept=True``."""
         check_is_fitted(self, "states_")
         return float(self.states_[0].w[-1]) if self._param("fit_intercept") else 0.0
 
+    @serialised
     def predict(self, X: Any) -> np.ndarray:
         """wᵀx (+ intercept)."""
         check_is_fitted(self, "states_")
@@ -1070,8 +1296,10 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     def _encode_targets(self, y: np.ndarray) -> np.ndarray:
         return np.asarray(y, dtype=np.float64)[None, :]
 
+    @serialised
     def remove_rows(self, idx: np.ndarray) -> Certificate:
         """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
+        idx = self._check_remove_indices(idx)  # again under the lock: the caller may have checked before it
         state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
                                              cache=self.caches_[0], random_state=self._rng, check_input=False)
         self.states_[0] = state

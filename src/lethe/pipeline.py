@@ -33,6 +33,8 @@ from typing import Any
 from sklearn.frozen import FrozenEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
+from lethe._locking import SerialisedModel, serialised
+
 
 def _step_learns_from_data(step: Any) -> bool:
     if step is None or (isinstance(step, str) and step == "passthrough"):
@@ -45,10 +47,14 @@ def _step_learns_from_data(step: Any) -> bool:
         return True
 
 
-class UnlearningPipeline(Pipeline):
+class UnlearningPipeline(SerialisedModel, Pipeline):
     """A :class:`~sklearn.pipeline.Pipeline` whose final, certified step can forget records, with a check that no
     earlier step learned from them (see the module docstring). ``remove(indices=None, *, keys=None)`` returns the
-    final step's certificate."""
+    final step's certificate.
+
+    ``fit`` and ``remove`` run under the pipeline's lock (:mod:`lethe._locking`); predictions need no lock of their
+    own (the steps before the last learn nothing and the final step serialises its calls), so concurrent calls
+    are safe. A copy of a fitted pipeline copies its final step, which refuses (its secret b would be shared)."""
 
     def _check_steps(self, action: str) -> None:
         for name, step in self.steps[:-1]:
@@ -63,6 +69,7 @@ class UnlearningPipeline(Pipeline):
             raise ValueError(f"Cannot {action}: the final step ({type(self._final_estimator).__name__}) has no "
                              "remove(); use a lethe certified estimator.")
 
+    @serialised
     def fit(self, X: Any, y: Any = None, **params: Any) -> UnlearningPipeline:
         """Check the steps, then fit; a DataFrame's index becomes the final step's record keys (unless
         ``<final>__sample_ids`` is given)."""
@@ -73,6 +80,7 @@ class UnlearningPipeline(Pipeline):
         super().fit(X, y, **params)
         return self
 
+    @serialised
     def remove(self, indices: Any = None, *, keys: Any = None) -> Any:
         """Remove records from the final step (by training-row position or by key) and return its certificate."""
         self._check_steps("remove")

@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from lethe._locking import SerialisedModel, serialised
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune
@@ -19,7 +20,7 @@ from lethe.nn.unlearning import NNUnlearningCertificate, train, unlearn
 __all__ = ["NoisyFineTuneClassifier"]
 
 
-class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
+class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Neural classifier with certified removal by noisy clipped fine-tuning (Koloskova et al., ICML 2025).
 
     ``fit`` trains the module of ``module`` (a JSON spec, :mod:`lethe.nn.models`) by plain SGD; ``remove(indices)``
@@ -46,7 +47,14 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
         Plain SGD steps on the retained data after the noisy phase (post-processing), and the radius the model is
         projected onto before them.
     random_state : None, int or numpy.random.Generator
+
+    ``fit``, ``remove`` and the predictions run under the instance's lock (:mod:`lethe._locking`): concurrent calls
+    on one model are serialised (indices of ``remove`` refer to ``X_`` as the call finds it). A fitted model
+    refuses ``copy.copy``/``copy.deepcopy``: the copy would share the noise stream (``rng_``) of later removals;
+    ``sklearn.base.clone(model).fit(X, y)`` makes a second model.
     """
+
+    _fitted_attribute = "model_"
 
     def __init__(self, module: dict[str, Any] | None = None, *, epsilon: float = 1.0, delta: float = 1e-5,
                  model_radius: float = 5.0, grad_clip: float = 1.0, lr: float = 0.05, weight_decay: float = 0.0,
@@ -60,6 +68,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
                                   grad_clip=self.grad_clip, lr=self.lr, weight_decay=self.weight_decay,
                                   steps=self.unlearn_steps)
 
+    @serialised
     def fit(self, X: Any, y: Any) -> NoisyFineTuneClassifier:
         """Train on (X, y)."""
         X, y = validate_data(self, X, y, dtype=np.float64)
@@ -83,6 +92,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
         self.certificates_: list[NNUnlearningCertificate] = []
         return self
 
+    @serialised
     def remove(self, indices: Any) -> NNUnlearningCertificate:
         """Remove training rows ``indices`` (positions in the current ``X_``) as one request; return the certificate.
 
@@ -105,6 +115,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
         self.certificates_.append(cert)
         return cert
 
+    @serialised
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities (softmax of the module's outputs)."""
         check_is_fitted(self, "model_")
@@ -113,6 +124,7 @@ class NoisyFineTuneClassifier(ClassifierMixin, BaseEstimator):
             out = torch.softmax(self.model_(torch.as_tensor(X, dtype=torch.float32)), dim=1)
         return out.double().numpy()
 
+    @serialised
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class."""
         proba = self.predict_proba(X)

@@ -23,6 +23,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import store_init_args
 from lethe.noisygd.certificate import NoisyGDCertificate
@@ -58,8 +59,12 @@ def _rows_to_unit_ball(X: np.ndarray, how: str) -> np.ndarray:
     return X
 
 
-class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
+class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Shared fit/predict/edit logic; subclasses define the model, the schedule and the curator config.
+
+    ``fit``, ``edit``, ``remove`` and the predictions run under the instance's lock (:mod:`lethe._locking`):
+    concurrent calls on one model are serialised. A fitted model refuses ``copy.copy``/``copy.deepcopy`` (the copy
+    would share the curator's noise stream); ``sklearn.base.clone(model).fit(X, y)`` makes a second model.
 
     Parameters are checked in ``fit`` by scikit-learn's parameter validation (``_parameter_constraints``, so the
     errors read as scikit-learn's); the checks of the theory (ε_dp ≥ ε_dd, Thm 5.1/5.2's hypotheses) stay with the
@@ -72,6 +77,7 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
         "adaptivity": [Interval(Integral, 0, None, closed="left")],
         "random_state": "no_validation",  # lethe._rng.check_random_state (accepts a numpy Generator)
     }
+    _fitted_attribute = "curator_"
 
     def _augment(self, X: np.ndarray) -> np.ndarray:
         Xu = _rows_to_unit_ball(np.asarray(X, dtype=np.float64), self.row_norm)
@@ -99,6 +105,7 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
     def _make_model(self, p: int, n_classes: int) -> AnyModel:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @serialised
     def fit(self, X: Any, y: Any) -> Any:
         """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀."""
         self._validate_params()
@@ -126,12 +133,14 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "curator_")
         return self.curator_.theta
 
+    @serialised
     def decision_function(self, X: Any) -> np.ndarray:
         """Logit (binary, shape (n,)) or logits (n, K) of the published model."""
         check_is_fitted(self, "curator_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return self.curator_.model.decision(self.curator_.theta, self._augment(X))
 
+    @serialised
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities (sigmoid / softmax of the logits)."""
         z = self.decision_function(X)
@@ -142,12 +151,14 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
         e = np.exp(z)
         return e / e.sum(axis=1, keepdims=True)
 
+    @serialised
     def predict(self, X: Any) -> np.ndarray:
         """Most likely class."""
         z = self.decision_function(X)
         idx = (z > 0).astype(np.intp) if z.ndim == 1 else np.argmax(z, axis=1)
         return self.classes_[idx]
 
+    @serialised
     def edit(self, indices: Any, X_new: Any, y_new: Any) -> NoisyGDCertificate:
         """Replace records ``indices`` by (X_new, y_new) and unlearn with Ā (Eq. 17). Returns the certificate.
 
@@ -164,6 +175,7 @@ class _NoisyGDClassifierBase(ClassifierMixin, BaseEstimator):
         self._sync()
         return cert
 
+    @serialised
     def remove(self, indices: Any) -> NoisyGDCertificate:
         """Delete records ``indices`` (replace them by the dummy zero record, footnote 1) and unlearn with Ā."""
         check_is_fitted(self, "curator_")
@@ -486,7 +498,7 @@ class PNSGDCertificate:
         return asdict(self)
 
 
-class PNSGDLogisticRegression(ClassifierMixin, BaseEstimator):
+class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     r"""Binary logistic regression learned and unlearned by projected noisy mini-batch SGD (Chien et al. 2024).
 
     The default convex schedule (:func:`~lethe.noisygd.noisy_sgd.plan_convex_unlearning`): at the same (ε, δ), n,
@@ -540,12 +552,14 @@ class PNSGDLogisticRegression(ClassifierMixin, BaseEstimator):
         "row_norm": [StrOptions({"clip", "normalize", "error"})],
         "random_state": "no_validation",
     }
+    _fitted_attribute = "theta_"  # serialised calls and no copy of a fitted model, as the Noisy-GD estimators
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-5, lam: float = 0.01, batch_size: int = 128,
                  learn_epochs: int = 30, noise_std: float | None = None, radius: float | None = None,
                  row_norm: str = "clip", random_state: Any = None) -> None:
         store_init_args(self, locals())
 
+    @serialised
     def fit(self, X: Any, y: Any) -> PNSGDLogisticRegression:
         """Learn by PNSGD on (X, y) (labels of two classes)."""
         self._validate_params()
@@ -574,16 +588,19 @@ class PNSGDLogisticRegression(ClassifierMixin, BaseEstimator):
         self.certificate_: PNSGDCertificate | None = None
         return self
 
+    @serialised
     def decision_function(self, X: Any) -> np.ndarray:
         """xᵀθ of the published model (rows mapped into the unit ball as in fit)."""
         check_is_fitted(self, "theta_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return _rows_to_unit_ball(X, self.row_norm) @ self.theta_
 
+    @serialised
     def predict(self, X: Any) -> np.ndarray:
         """Most likely class."""
         return self.classes_[(self.decision_function(X) > 0).astype(np.intp)]
 
+    @serialised
     def remove(self, indices: Any) -> PNSGDCertificate:
         """Delete records ``indices`` (replaced by the dummy zero record) and unlearn; returns the certificate.
 

@@ -34,6 +34,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_choice, check_open_unit, check_positive, check_positive_int
 from lethe.privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
@@ -140,7 +141,7 @@ def _logistic_objective(w: np.ndarray, X: np.ndarray, ys: np.ndarray, lam: float
     return loss, grad
 
 
-class OutputPerturbationLogisticRegression(ClassifierMixin, BaseEstimator):
+class OutputPerturbationLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     """(ε, δ)-DP binary logistic regression by output perturbation (lecture 9).
 
     Fits w* = argmin_w (1/n) Σ_i log(1 + exp(−y_i wᵀx̃_i)) + (λ/2)‖w‖² with L-BFGS-B, refines it with
@@ -203,6 +204,12 @@ class OutputPerturbationLogisticRegression(ClassifierMixin, BaseEstimator):
     (1.0, 1e-05)
     >>> bool(clf.score(X, y) > 0.75)
     True
+
+    Notes
+    -----
+    ``fit`` and the predictions run under the instance's lock (:mod:`lethe._locking`), so a concurrent ``fit``
+    never lets a prediction mix one fit's ``coef_`` with another's ``intercept_``. Copies are allowed: the model
+    keeps no secret (the noise is already in the published ``coef_``; a copy is post-processing).
     """
 
     def __init__(
@@ -269,6 +276,7 @@ class OutputPerturbationLogisticRegression(ClassifierMixin, BaseEstimator):
         return eps, dl, lam, cal, tol, max_iter
 
     # ------------------------------------------------------------------ fit / predict
+    @serialised
     def fit(self, X: Any, y: Any) -> OutputPerturbationLogisticRegression:
         """Fit the private model on features ``X`` (n, p) and binary labels ``y`` (n,)."""
         eps, dl, lam, cal, tol, max_iter = self._validate_params()
@@ -354,17 +362,20 @@ class OutputPerturbationLogisticRegression(ClassifierMixin, BaseEstimator):
             return X / np.where(norms > 0, norms, 1.0)[:, None]
         return X / np.maximum(norms, 1.0)[:, None]
 
+    @serialised
     def decision_function(self, X: Any) -> np.ndarray:
         """Signed score of the positive class ``classes_[1]`` (on the unit-ball rows the model was fit on)."""
         Xu = self._transform_rows(X)
         return Xu @ self.coef_[0] + self.intercept_[0]
 
+    @serialised
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities σ(±score), columns ordered as ``classes_``."""
         s = self.decision_function(X)
         p1 = expit(s)
         return np.column_stack([1.0 - p1, p1])
 
+    @serialised
     def predict(self, X: Any) -> np.ndarray:
         """Predicted class labels."""
         s = self.decision_function(X)
