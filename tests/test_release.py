@@ -46,7 +46,7 @@ def test_fit_publishes_release_zero_with_the_calibrated_noise():
     cert = rel.certificate
     assert cert.observer == "every published release"
     assert m.n_floor_ == 1024  # auto: the largest power of two <= 1500
-    delta_ = release_sensitivity(1e-2, 1024, 0.01)
+    delta_ = release_sensitivity(1e-2, 1024, 0.01, loss_at_zero=np.log(2) * (1 + 1e-15))
     assert cert.sensitivity == m.sensitivity_ == delta_
     assert cert.sigma == m.sigma_ == release_sigma(1.0, 1e-5, 20, delta_)
     assert cert.releases == 1 and cert.horizon == 20

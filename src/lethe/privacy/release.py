@@ -137,8 +137,8 @@ def release_epsilon_spent(releases: int, sigma: float, sensitivity: float, delta
     >>> s = release_sigma(1.0, 1e-5, 400, 1.0)
     >>> release_epsilon_spent(400, s, 1.0, 1e-5) <= 1.0 + 1e-9
     True
-    >>> round(release_epsilon_spent(100, s, 1.0, 1e-5), 2)   # a quarter of the horizon: far less than 1/4 ... 1
-    0.43
+    >>> round(release_epsilon_spent(100, s, 1.0, 1e-5), 2)
+    0.47
     """
     k = _check_count("releases", releases)
     dl = check_open_unit("delta", delta)
@@ -160,7 +160,7 @@ def auto_n_floor(n_rows: int) -> int:
     Examples
     --------
     >>> auto_n_floor(10_000), auto_n_floor(1_000_000), auto_n_floor(3)
-    (4096, 524288, 1)
+    (4096, 262144, 1)
     """
     n = check_positive_int("n_rows", n_rows)
     return max(1, 1 << max(0, (n // 2).bit_length() - 1)) if n >= 2 else 1
