@@ -6,8 +6,9 @@ the unperturbed regularised minimiser on the current data (b = 0, Guo et al. 202
 certified Newton removal of :class:`~lethe.certified.mechanism.CertifiedRemoval` with ``residual_cap`` (certified
 ‖∇L_0(w̃_t)‖ ≤ β_cap, re-solved when the bound would pass it). The whole sequence of releases is (ε, δ)-DP for
 every record — deleted, pending or kept — against an observer of every release (docs/release_privacy.md):
-σ = √T σ_BW(ε, δ) Δ with Δ = (1 + min(1, √(2λ log 2)) + 2β_cap)/(λ n_floor) (:func:`lethe.certified.bounds.release_sensitivity`,
-:func:`lethe.privacy.release.release_sigma`), accounted by :class:`lethe.privacy.release.ReleaseAccountant`.
+σ = √T σ_BW(ε, δ) Δ with Δ = (1 + min(1, √(2λ log 2)) + 2β_cap)/(λ n_floor)
+(:func:`lethe.certified.bounds.release_sensitivity`, :func:`lethe.privacy.release.release_sigma`), accounted by
+:class:`lethe.privacy.release.ReleaseAccountant`.
 
 Predictions (``coef_``, ``decision_function``, ``predict``, ``predict_proba``) use ONLY the latest release. The
 centre w̃ and the remaining rows are secret: no public attribute holds them, the model refuses ``copy``,
@@ -93,9 +94,9 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         β_cap: the certified gradient residual of the unperturbed centre (a public parameter; it enters the
         sensitivity as (1 + min(1, √(2λ log 2)) + 2β_cap)/(λ n_floor)).
     n_floor : int or "auto", default="auto"
-        A PUBLIC lower bound on the rows other than any one target, at every release. ``"auto"``: the largest power
-        of two ≤ n/2 at ``fit`` (:func:`lethe.privacy.release.auto_n_floor`: assumes the data set's size to within a
-        factor of two is public). Removals that would leave fewer rows are refused.
+        A PUBLIC lower bound on the rows other than any one target, at every release. ``"auto"``: 15n/16 at ``fit``
+        rounded down to 4 significant bits (:func:`lethe.privacy.release.auto_n_floor`: assumes the data set's size
+        to within ≈ 12 % is public). Removals that would leave fewer rows are refused.
     normalize_rows : bool, default=False
         Scale rows outside the unit ball onto it (else such rows raise ``ValueError``).
     solver : str, default="auto"

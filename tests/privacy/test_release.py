@@ -147,9 +147,12 @@ def test_accountant_refuses_past_horizon_and_round_trips():
 
 
 def test_auto_n_floor():
-    for n in (2, 3, 7, 8, 9, 1000, 10**6):
+    for n in (*range(2, 300), 1000, 10**6, 10**9 + 7):
         f = auto_n_floor(n)
-        assert f & (f - 1) == 0 and f <= max(1, n // 2) and 2 * f > n // 2
+        assert 1 <= f <= 15 * n / 16 or f == 1
+        assert f % (1 << max(0, f.bit_length() - 4)) == 0  # at most 4 significant bits
+        if n >= 64:
+            assert f >= 0.8 * n
 
 
 # -- sensitivity ------------------------------------------------------------------------------------------------------
