@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
     "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators
     "lethe.planning": FRONT_ENDS,  # plan_sigma (trains estimators)
+    "lethe.sharded": FRONT_ENDS,  # exact sharded unlearning (SISA) over any scikit-learn estimator or torch module
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,

@@ -68,6 +68,15 @@ SKOPS_TRUSTED = (
 
 
 # -- the keyed partition ----------------------------------------------------------------------------------------------
+def _skops() -> Any:
+    try:
+        import skops.io as sio
+    except ImportError as e:  # pragma: no cover - the extra is installed in development
+        raise ImportError("Saving and loading sharded models needs skops: "
+                          "pip install 'lethe-unlearning[sharded]'.") from e
+    return sio
+
+
 def _encode_key(k: Any) -> bytes:
     """A record key as bytes, with its type: ``i:<decimal>`` for integers, ``s:<utf-8>`` for strings."""
     if isinstance(k, str | np.str_):
@@ -305,7 +314,7 @@ class _Constant:
     label_index: int
 
 
-_MODES = ("fit", "partial_fit", "warm_start")
+_MODES = ("fit", "partial_fit")
 
 
 class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
@@ -373,9 +382,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             return "fit"
         if hasattr(proto, "partial_fit"):
             return "partial_fit"
-        if "warm_start" in proto.get_params(deep=False):
-            return "warm_start"
-        raise ValueError(f"n_slices > 1 needs an estimator that trains incrementally (partial_fit or warm_start). "
+        raise ValueError(f"n_slices > 1 needs an estimator that trains incrementally (partial_fit; a torch module). "
                          f"Found {type(proto).__name__} with n_slices={n_slices}.")
 
     def _check_aggregation(self) -> str:
@@ -388,8 +395,6 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         est = clone(self.prototype_)
         if "random_state" in est.get_params(deep=False):
             est.set_params(random_state=int(self.seeds_[s]))
-        if self.mode_ == "warm_start":
-            est.set_params(warm_start=True)
         return est
 
     # -- fit -------------------------------------------------------------------------------------------------------
@@ -472,13 +477,10 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             if cum.size:
                 self.n_shard_fits_ += 1
                 processed += int(cum.size)
-                if self.mode_ == "partial_fit":
-                    if is_classifier(self):
-                        est.partial_fit(X[cum], y[cum], classes=self.classes_)
-                    else:
-                        est.partial_fit(X[cum], y[cum])
+                if is_classifier(self):
+                    est.partial_fit(X[cum], y[cum], classes=self.classes_)
                 else:
-                    est.fit(X[cum], y[cum])
+                    est.partial_fit(X[cum], y[cum])
             if r < R - 1:
                 checkpoints.append(copy.deepcopy(est) if cum.size else None)
         return est, checkpoints, processed
@@ -508,7 +510,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 raise TypeError(f"indices must be a 1-D array of integers. Found dtype {pos.dtype}, shape {pos.shape}.")
             pos = pos.astype(np.int64)
             if pos.size and (pos.min() < 0 or pos.max() >= self.keys_.shape[0]):
-                raise ValueError(f"indices must be in [0, {self.keys_.shape[0]}). Found {int(pos.min())}..{int(pos.max())}.")
+                raise ValueError(f"indices must be in [0, {self.keys_.shape[0]}). "
+                                 f"Found {int(pos.min())}..{int(pos.max())}.")
         if pos.size == 0:
             raise ValueError("remove needs at least one record. Found none.")
         if np.unique(pos).size != pos.size:
@@ -540,8 +543,10 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             staged = type(self).__new__(type(self))
             staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
             restart: dict[int, int] = {}
-            if is_classifier(self) and not np.array_equal(np.unique(self.y_[active]), self.classes_):
-                staged.classes_ = np.unique(self.y_[active])
+            classes: np.ndarray | None = getattr(self, "classes_", None)
+            if classes is not None and not np.array_equal(np.unique(self.y_[active]), classes):
+                classes = np.unique(self.y_[active])
+                staged.__dict__["classes_"] = classes
                 restart = dict.fromkeys(range(self.n_shards_), 0)
             else:
                 for s in np.unique(self.shard_of_[pos]):
@@ -558,8 +563,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 replayed += rows
             self.__dict__.update({"active_": active, "estimators_": estimators, "checkpoints_": checkpoints,
                                   "n_shard_fits_": staged.n_shard_fits_, "n_removed_": self.n_removed_ + len(pos)})
-            if is_classifier(self):
-                self.classes_ = staged.classes_
+            if classes is not None:
+                self.__dict__["classes_"] = classes
             shards = tuple(sorted(restart))
             return ExactCertificate(guarantee="exact", epsilon=0.0, delta=0.0, n_removed=int(len(pos)),
                                     n_remaining=int(np.count_nonzero(active)), n_shards=self.n_shards_,
@@ -596,8 +601,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         row digests as JSON. An HMAC tag over the file (being added to :mod:`lethe.io`) is to be written here and
         checked in :meth:`load` before anything is read.
         """
-        import skops.io as sio
-
+        sio = _skops()
         with self._mutex:
             check_is_fitted(self, "estimators_")
             arrays: dict[str, np.ndarray] = {"X": self.X_, "y": self.y_, "keys": self.keys_, "active": self.active_,
@@ -614,7 +618,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             shards = []
             for s in range(self.n_shards_):
                 items = [*self.checkpoints_[s], self.estimators_[s]] if self.mode_ != "fit" else [self.estimators_[s]]
-                kinds = []
+                kinds: list[dict[str, Any]] = []
                 for r, item in enumerate(items):
                     name = f"shard{s}_stage{r}"
                     if item is None:
@@ -656,8 +660,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         trusted : sequence of str
             More types skops may rebuild.
         """
-        import skops.io as sio
-
+        sio = _skops()
         arrays, meta = load_npz(path)
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
@@ -749,9 +752,11 @@ class ShardedClassifier(ClassifierMixin, _ShardedBase):
     n_shards : int
         S (default 8).
     n_slices : int
-        R (default 1: a removal retrains its shard from scratch). R > 1 needs ``partial_fit`` (used with
-        ``classes=``) or ``warm_start`` (a warm-started ``fit`` must continue training, as MLPClassifier's does;
-        a boosting ensemble's adds nothing at a fixed ``max_iter``).
+        R (default 1: a removal retrains its shard from scratch). R > 1 needs ``partial_fit`` (called with
+        ``classes=``; SGDClassifier, MLPClassifier, :class:`TorchShardClassifier`): stage r is one ``partial_fit``
+        call on slices 0..r. ``warm_start`` is not used: a warm-started refit of a boosting or forest ensemble adds
+        nothing at a fixed size, so its later slices would silently train nothing, and the estimators whose
+        warm-started fit continues training (MLP, SGD) have ``partial_fit``.
     aggregation : {"vote", "mean_proba"}
         Majority vote of the shards' predictions (ties → the smallest class; ``predict_proba`` gives the vote
         shares), or the mean of their ``predict_proba`` (default "vote").
