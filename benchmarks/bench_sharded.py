@@ -31,7 +31,6 @@ Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py [--task adult|mnist|
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import statistics
 import subprocess
@@ -53,7 +52,7 @@ ADULT_NUMERIC = (0, 2, 4, 10, 11, 12)
 KEY = b"bench-sharded-secret-key-32bytes"
 
 
-# -- data ---------------------------------------------------------------------------------------------------------------
+# -- data ------------------------------------------------------------------------------------------------------------
 def _adult_files() -> Path:
     """The directory holding adult.data and adult.test (cached under the data directory)."""
     home = data_home() / "adult"
