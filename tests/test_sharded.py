@@ -480,3 +480,19 @@ def test_quickstart_example_runs(capsys):
     assert "equal bit for bit to a model trained without them: True" in out
     assert "reloaded model predicts the same: True" in out
     assert "cust-" not in out.split("for the operator only:")[0]  # the requester's view names no record
+
+
+def test_partition_matches_an_independent_hmac_computation():
+    """shard = h mod S, slice = (h // S) mod R, h = first 8 bytes (big-endian) of HMAC-SHA256(key, type:value)."""
+    import hashlib
+    import hmac
+
+    rng = np.random.default_rng(5)
+    ints = rng.integers(-(2**62), 2**62, size=200)
+    strs = np.array([f"user-{i}-é" for i in rng.integers(0, 10**9, size=200)])
+    for keys, prefix in ((ints, "i:"), (strs, "s:")):
+        for S, R in ((8, 1), (7, 5), (1, 3)):
+            shard, slc = shard_assignment(keys, KEY, S, R)
+            for k, s, r in zip(keys.tolist(), shard.tolist(), slc.tolist(), strict=True):
+                h = int.from_bytes(hmac.new(KEY, (prefix + str(k)).encode(), hashlib.sha256).digest()[:8], "big")
+                assert (s, r) == (h % S, (h // S) % R)
