@@ -20,7 +20,7 @@ on the machine's load; test accuracy of the unsharded model, of the sharded mode
 Exactness: after the removals, a sharded model is fitted from scratch on the remaining records (same key, same
 ``random_state``, same record keys) and every shard's predictions on the test set are compared bit for bit.
 
-Version diff (Adult): an observer who holds the releases before and after a removal sees which shard changed and
+Version diff (both tasks): an observer who holds the releases before and after a removal sees which shard changed and
 can score every training record by the increase of its log-loss under that shard; printed: how often the removed
 record ranks first (and in the top 10) among all training records. See ``docs/sharded.md``.
 
@@ -209,7 +209,7 @@ def main() -> None:
 
             report(run_task(f"MNIST-10, MLP 784-128-10, {args.epochs} epochs per stage", mlp, X, y, Xte, yte,
                             n_slices=R, removals=args.removals, repeats=args.repeats, passes_per_row=args.epochs,
-                            diff_attack=False))
+                            diff_attack=True))
 
 
 if __name__ == "__main__":

@@ -641,6 +641,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                     "n_shard_fits": int(self.n_shard_fits_), "prototype": proto_meta, "shards": shards}
             if is_classifier(self):
                 meta["classes"] = self.classes_.tolist()
+            # HMAC hook: when lethe.io signs model files, sign this one here (and verify first thing in load)
             return save_npz(path, arrays, meta, secret=True)
 
     @classmethod
@@ -661,6 +662,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             More types skops may rebuild.
         """
         sio = _skops()
+        # HMAC hook: verify the file's tag here, before anything read from it is trusted (see save)
         arrays, meta = load_npz(path)
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
