@@ -349,13 +349,23 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 new.__dict__[k] = copy.deepcopy(v, memo)
         return new
 
-    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+    def _masked(self) -> Any:
+        """A shallow copy whose ``key`` parameter reads ``"<secret>"`` (for the text and HTML representations)."""
         if self.__dict__.get("key") is None:
-            return super().__repr__(N_CHAR_MAX)
+            return self
         masked = type(self).__new__(type(self))
         masked.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
         masked.key = "<secret>"  # type: ignore[assignment]
-        return BaseEstimator.__repr__(masked, N_CHAR_MAX)
+        return masked
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        return BaseEstimator.__repr__(self._masked(), N_CHAR_MAX)
+
+    def _repr_html_inner(self) -> str:
+        return BaseEstimator._repr_html_inner(self._masked())
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, str]:
+        return BaseEstimator._repr_mimebundle_(self._masked(), **kwargs)
 
     @property
     def _mutex(self) -> threading.RLock:
