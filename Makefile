@@ -12,7 +12,7 @@ all: test
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,service,plots,deep,dask,tabular]"
+	$(PY) -m pip install --quiet -e ".[dev,service,plots,deep,dask,tabular,sharded]"
 	touch $(STAMP)
 
 venv: $(STAMP)

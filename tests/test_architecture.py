@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators
     "lethe.planning": FRONT_ENDS,  # plan_sigma (trains estimators)
     "lethe.release": FRONT_ENDS,  # ReleasedLogisticRegression: private releases of every version (issue 26)
+    "lethe.sharded": FRONT_ENDS,  # exact sharded unlearning (SISA) over any scikit-learn estimator or torch module
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,

@@ -1,0 +1,846 @@
+"""Exact unlearning by sharding (SISA; Bourtoule et al., IEEE S&P 2021) for any scikit-learn estimator or torch module.
+
+The training set is split into S isolated shards; each shard trains its own copy of the estimator, and the copies
+are aggregated (majority vote or mean probability for classifiers, mean for regressors). A removal retrains only the
+shards that held the removed records. With R > 1 slices, each shard trains incrementally slice by slice (SISA's
+cumulative slices: stage r trains on slices 0..r) and keeps a checkpoint after every stage; a removal then replays
+the shard only from the checkpoint before the earliest slice that held a removed record.
+
+The guarantee is exact (ε = 0, δ = 0): training is a deterministic function of the shard's rows (in their input
+order), the recorded partition and the recorded seeds, and the partition of a record depends on its key only. So,
+after any sequence of removals, the model equals bit for bit the model fitted from scratch on the remaining records
+with the same ``key`` and ``random_state`` (the test suite checks this on predictions and parameters).
+
+Partition
+---------
+Record r with key k goes to shard ``h(k) mod S`` and slice ``(h(k) // S) mod R``, where h(k) is the first 8 bytes
+(big-endian) of HMAC-SHA256(key, encode(k)) and ``key`` is a secret of at least 16 bytes (drawn from the operating
+system at ``fit`` when not given). Without the secret, the shard of a record is independent of its key (HMAC is a
+pseudo-random function), so publishing which shard changed between two releases does not by itself say whose
+record was removed. With the secret, anyone can compute every record's shard: the secret is held like the training
+data (owner-only files, no pickle).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, clone, is_classifier
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from lethe._rng import RandomState, check_random_state
+from lethe._validation import store_init_args
+from lethe.estimators import _check_keys
+from lethe.io import JsonRecord, load_npz, save_npz
+
+__all__ = ["ExactCertificate", "ShardedClassifier", "ShardedRegressor", "TorchShardClassifier", "shard_assignment"]
+
+MIN_KEY_BYTES = 16
+# Types skops may rebuild at load besides its defaults: the fitted parts of the estimators the tests and the
+# benchmark use. Anything else must be named by the caller (``load(path, trusted=[...])``).
+SKOPS_TRUSTED = (
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    "sklearn.ensemble._hist_gradient_boosting.binning._BinMapper",
+    "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+    "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
+    "sklearn._loss.loss.HalfBinomialLoss",
+    "sklearn._loss.loss.HalfMultinomialLoss",
+    "sklearn._loss.loss.HalfSquaredError",
+    "sklearn._loss.link.LogitLink",
+    "sklearn._loss.link.MultinomialLogit",
+    "sklearn._loss.link.IdentityLink",
+    "sklearn.linear_model._sgd_fast.Hinge",
+    "sklearn.linear_model._sgd_fast.Log",
+    "sklearn.linear_model._sgd_fast.SquaredLoss",
+    "sklearn.linear_model._sgd_fast.ModifiedHuber",
+)
+
+
+# -- the keyed partition ----------------------------------------------------------------------------------------------
+def _skops() -> Any:
+    try:
+        import skops.io as sio
+    except ImportError as e:  # pragma: no cover - the extra is installed in development
+        raise ImportError("Saving and loading sharded models needs skops: "
+                          "pip install 'lethe-unlearning[sharded]'.") from e
+    return sio
+
+
+def _encode_key(k: Any) -> bytes:
+    """A record key as bytes, with its type: ``i:<decimal>`` for integers, ``s:<utf-8>`` for strings."""
+    if isinstance(k, str | np.str_):
+        return b"s:" + str(k).encode("utf-8")
+    return b"i:" + str(int(k)).encode("ascii")
+
+
+def shard_assignment(keys: Any, key: bytes, n_shards: int, n_slices: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(shard, slice) of each record key: h = first 8 bytes of HMAC-SHA256(``key``, encode(record key)) as an
+    unsigned big-endian integer; shard = h mod S, slice = (h // S) mod R.
+
+    The bias of ``mod`` is below S·R / 2⁶⁴ per value. Both arrays are int64.
+    """
+    keys = np.asarray(keys)
+    h = np.fromiter((int.from_bytes(hmac.new(key, _encode_key(k), hashlib.sha256).digest()[:8], "big")
+                     for k in keys), dtype=np.uint64, count=keys.shape[0])
+    shard = (h % np.uint64(n_shards)).astype(np.int64)
+    slc = ((h // np.uint64(n_shards)) % np.uint64(n_slices)).astype(np.int64)
+    return shard, slc
+
+
+def _check_secret(key: Any) -> bytes:
+    if not isinstance(key, bytes | bytearray):
+        raise TypeError(f"key must be bytes (a secret for the keyed hash) or None. Found {type(key).__name__}.")
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"key must hold at least {MIN_KEY_BYTES} bytes. Found {len(key)} bytes.")
+    return bytes(key)
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an integer. Found {type(value).__name__}.")
+    if int(value) < 1:
+        raise ValueError(f"{name} must be >= 1. Found {value}.")
+    return int(value)
+
+
+# -- the certificate --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExactCertificate(JsonRecord):
+    """Certificate of a removal from a sharded model: exact (ε = 0, δ = 0).
+
+    The promise: training is a deterministic function of each shard's rows (input order), the recorded partition
+    (keyed hash of the record keys) and the recorded seeds; a record's shard and slice depend on its key only. The
+    retrained shards are rebuilt from a checkpoint that never saw the removed records (or from scratch), so the model
+    after the removal equals, bit for bit, the model fitted from scratch on the remaining records with the same
+    ``key`` and ``random_state``.
+
+    Fields in :attr:`OPERATOR_ONLY` are for the operator only: the retrained shard indices (with the secret key or a
+    record's later history they place the removed record), the slice each shard was replayed from, the rows replayed
+    and the seconds (both grow with the replayed slices, so they leak the slice). :meth:`public_dict` omits them.
+
+    Attributes
+    ----------
+    guarantee : str
+        ``"exact"``.
+    epsilon, delta : float
+        0.0 and 0.0.
+    n_removed : int
+        Records removed by this call.
+    n_remaining : int
+        Records the model is trained on after it.
+    n_shards : int
+        S.
+    n_shards_retrained : int
+        Shards retrained (those that held a removed record; all S when the set of classes changed).
+    retrained_shards : tuple of int
+        Their indices (operator only).
+    restart_slices : tuple of int
+        For each retrained shard, the slice its replay started from (operator only).
+    rows_replayed : int
+        Rows processed by the replays, Σ over replayed stages of the stage's cumulative rows (operator only).
+    seconds : float
+        Wall time of the removal (operator only).
+    """
+
+    guarantee: str
+    epsilon: float
+    delta: float
+    n_removed: int
+    n_remaining: int
+    n_shards: int
+    n_shards_retrained: int
+    retrained_shards: tuple[int, ...]
+    restart_slices: tuple[int, ...]
+    rows_replayed: int
+    seconds: float
+
+    OPERATOR_ONLY: ClassVar[frozenset[str]] = frozenset({"retrained_shards", "restart_slices", "rows_replayed",
+                                                         "seconds"})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (operators only), JSON-serialisable."""
+        d = super().to_dict()
+        d["retrained_shards"] = list(self.retrained_shards)
+        d["restart_slices"] = list(self.restart_slices)
+        return d
+
+    def public_dict(self) -> dict[str, Any]:
+        """The fields that may be shown to the requester or published: none that locates the removed record."""
+        return {k: v for k, v in self.to_dict().items() if k not in self.OPERATOR_ONLY}
+
+
+# -- a torch module as a partial_fit classifier -----------------------------------------------------------------------
+class TorchShardClassifier(ClassifierMixin, BaseEstimator):
+    """A small torch module trained by plain SGD (no momentum, no optimizer state), as a scikit-learn classifier with
+    ``partial_fit`` — the torch member of a :class:`ShardedClassifier`.
+
+    Deterministic: the module is initialised from ``random_state`` (an int is required at ``fit``; the sharded model
+    sets it per shard) and each ``partial_fit`` call k shuffles its rows with a generator seeded by
+    (``random_state``, k). Its state — the parameters (``state_dict``), the call count and the classes — is the
+    checkpoint; float64 throughout.
+
+    Parameters
+    ----------
+    module : dict or callable
+        A JSON module spec of :mod:`lethe.nn.models` (``{"kind": "mlp", "hidden": [32]}``; saved in the file, so a
+        saved model loads alone), or a factory ``module(n_features, n_classes) -> torch.nn.Module`` without buffers
+        (a saved model then loads only with ``load(path, estimator=...)`` giving the factory again).
+    epochs : int
+        Passes over the rows per ``partial_fit`` call.
+    batch_size : int
+    lr : float
+        SGD step size η.
+    random_state : int
+    """
+
+    def __init__(self, module: dict[str, Any] | Callable[[int, int], Any] | None = None, *, epochs: int = 1,
+                 batch_size: int = 64, lr: float = 0.1, random_state: int | None = None) -> None:
+        store_init_args(self, locals())
+
+    def _build(self, n_features: int, n_classes: int) -> Any:
+        import torch
+
+        from lethe.nn.models import build_module
+
+        seed = self._seed()
+        spec = {"kind": "mlp", "hidden": [32]} if self.module is None else self.module
+        if isinstance(spec, dict):
+            module = build_module(spec, n_features, n_classes, random_state=np.random.default_rng(seed))
+        elif callable(spec):
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                module = spec(n_features, n_classes)
+        else:
+            raise TypeError(f"module must be a spec dict or a factory. Found {type(spec).__name__}.")
+        if len(list(module.buffers())):
+            raise ValueError("module must have no buffers (e.g. no BatchNorm): its state must be its parameters.")
+        return module.double()
+
+    def _seed(self) -> int:
+        rs = self.random_state
+        if isinstance(rs, bool) or not isinstance(rs, int | np.integer) or int(rs) < 0:
+            raise TypeError(f"TorchShardClassifier needs an int random_state >= 0 (set per shard). Found {rs!r}.")
+        return int(rs)
+
+    def partial_fit(self, X: Any, y: Any, classes: Any = None) -> TorchShardClassifier:
+        """One call: ``epochs`` passes of minibatch SGD over (X, y) in an order drawn from (random_state, call)."""
+        import torch
+
+        X = check_array(X, dtype=np.float64)
+        y = np.asarray(y)
+        check_classification_targets(y)
+        if not hasattr(self, "module_"):
+            if classes is None:
+                raise ValueError("classes must be given at the first partial_fit call.")
+            self.classes_ = np.unique(np.asarray(classes))
+            self.n_features_in_ = X.shape[1]
+            self.module_ = self._build(X.shape[1], len(self.classes_))
+            self.n_calls_ = 0
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features; this model was fitted with {self.n_features_in_}.")
+        yi = np.searchsorted(self.classes_, y)
+        if np.any(yi >= len(self.classes_)) or np.any(self.classes_[np.minimum(yi, len(self.classes_) - 1)] != y):
+            raise ValueError("y holds a label not in classes.")
+        gen = np.random.default_rng(np.random.SeedSequence([self._seed(), self.n_calls_]))
+        Xt, yt = torch.from_numpy(X), torch.from_numpy(yi.astype(np.int64))
+        opt = torch.optim.SGD(self.module_.parameters(), lr=self.lr)
+        self.module_.train()
+        for _ in range(self.epochs):
+            order = torch.from_numpy(gen.permutation(X.shape[0]))
+            for start in range(0, X.shape[0], self.batch_size):
+                idx = order[start:start + self.batch_size]
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(self.module_(Xt[idx]), yt[idx])
+                loss.backward()
+                opt.step()
+        self.module_.eval()
+        self.n_calls_ += 1
+        return self
+
+    def fit(self, X: Any, y: Any) -> TorchShardClassifier:
+        """A fresh module, then one :meth:`partial_fit` call on all rows."""
+        for attr in ("module_", "classes_", "n_calls_", "n_features_in_"):
+            self.__dict__.pop(attr, None)
+        return self.partial_fit(X, y, classes=np.unique(np.asarray(y)))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        import torch
+
+        check_is_fitted(self, "module_")
+        X = check_array(X, dtype=np.float64)
+        with torch.no_grad():
+            return torch.softmax(self.module_(torch.from_numpy(X)), dim=1).numpy()
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    # persistence (used by the sharded model's save/load): parameters as float64 arrays, the rest as JSON
+    def _state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        arrays = {k: v.detach().cpu().numpy().copy() for k, v in self.module_.state_dict().items()}
+        return arrays, {"n_calls": int(self.n_calls_), "classes": self.classes_.tolist(),
+                        "n_features_in": int(self.n_features_in_)}
+
+    def _set_state(self, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        import torch
+
+        self.classes_ = np.asarray(meta["classes"])
+        self.n_features_in_ = int(meta["n_features_in"])
+        self.module_ = self._build(self.n_features_in_, len(self.classes_))
+        expected = set(self.module_.state_dict())
+        if set(arrays) != expected:
+            raise ValueError(f"The saved module's parameters {sorted(arrays)} differ from the module's "
+                             f"{sorted(expected)}: the file was not written for this module.")
+        self.module_.load_state_dict({k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in arrays.items()})
+        self.module_.eval()
+        self.n_calls_ = int(meta["n_calls"])
+
+
+# -- the sharded meta-estimator ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Constant:
+    """A shard whose rows all carry one label (a scikit-learn classifier refuses one class): predicts it."""
+
+    label_index: int
+
+
+_MODES = ("fit", "partial_fit")
+
+
+class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
+    """Shared machinery of :class:`ShardedClassifier` and :class:`ShardedRegressor`."""
+
+    _aggregations: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, estimator: Any = None, *, n_shards: int = 8, n_slices: int = 1, aggregation: str | None = None,
+                 key: bytes | None = None, random_state: RandomState = None) -> None:
+        store_init_args(self, locals())
+
+    # -- secrets: no pickle, no key in repr --------------------------------------------------------------------------
+    def _holds_secret(self) -> bool:
+        return "key_" in self.__dict__ or self.__dict__.get("key") is not None
+
+    def __getstate__(self) -> Any:
+        if self._holds_secret():
+            raise TypeError(
+                f"A {type(self).__name__} holding a hash key cannot be pickled: the key is SECRET (with it, anyone "
+                "computes the shard of every record key and links a changed shard to a person), and a fitted model "
+                "also holds the training rows. Use model.save(path) and load(path) (no pickle, owner-only file).")
+        state = super().__getstate__()
+        state.pop("_lock", None)
+        return state
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """In-memory deep copy (no file is written), also of a fitted model; the copy gets its own lock."""
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            if k != "_lock":
+                new.__dict__[k] = copy.deepcopy(v, memo)
+        return new
+
+    def _masked(self) -> Any:
+        """A shallow copy whose ``key`` parameter reads ``"<secret>"`` (for the text and HTML representations)."""
+        if self.__dict__.get("key") is None:
+            return self
+        masked = type(self).__new__(type(self))
+        masked.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+        masked.key = "<secret>"  # type: ignore[assignment]
+        return masked
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        return BaseEstimator.__repr__(self._masked(), N_CHAR_MAX)
+
+    def _repr_html_inner(self) -> str:
+        return BaseEstimator._repr_html_inner(self._masked())
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, str]:
+        return BaseEstimator._repr_mimebundle_(self._masked(), **kwargs)
+
+    @property
+    def _mutex(self) -> threading.RLock:
+        lock = self.__dict__.get("_lock")
+        if lock is None:
+            lock = self.__dict__.setdefault("_lock", threading.RLock())
+        return lock
+
+    # -- parameters ----------------------------------------------------------------------------------------------
+    def _prototype(self) -> Any:
+        est = self.estimator
+        if est is None:
+            raise ValueError("estimator must be given (a scikit-learn estimator or a torch module factory).")
+        if not hasattr(est, "fit") and callable(est):
+            if not is_classifier(self):
+                raise ValueError("A torch module factory is supported by ShardedClassifier only.")
+            return TorchShardClassifier(est)
+        if not hasattr(est, "fit") or not hasattr(est, "get_params"):
+            raise TypeError(f"estimator must be a scikit-learn estimator or a callable. Found {type(est).__name__}.")
+        return est
+
+    def _mode(self, proto: Any, n_slices: int) -> str:
+        if n_slices == 1:
+            return "fit"
+        if hasattr(proto, "partial_fit"):
+            return "partial_fit"
+        raise ValueError(f"n_slices > 1 needs an estimator that trains incrementally (partial_fit; a torch module). "
+                         f"Found {type(proto).__name__} with n_slices={n_slices}.")
+
+    def _check_aggregation(self) -> str:
+        agg = self.aggregation if self.aggregation is not None else self._aggregations[0]
+        if agg not in self._aggregations:
+            raise ValueError(f"aggregation must be one of {list(self._aggregations)}. Found {agg!r}.")
+        return agg
+
+    def _shard_estimator(self, s: int) -> Any:
+        est = clone(self.prototype_)
+        if "random_state" in est.get_params(deep=False):
+            est.set_params(random_state=int(self.seeds_[s]))
+        return est
+
+    # -- fit -------------------------------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Partition the rows by the keyed hash of their keys and train every shard.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, d)
+            Numeric features (NaN allowed when the estimator accepts it).
+        y : array-like of shape (n,)
+        sample_ids : array-like of shape (n,), optional
+            Distinct integer or string record keys, for ``remove(keys=...)`` and for the partition. Default: the row
+            positions 0..n-1 — then a record's shard depends on its position, and a model refitted from scratch on
+            the remaining rows equals this one only if it is given the same keys (``sample_ids=`` the kept
+            positions). Give stable keys (a user id) when records may be removed.
+        """
+        with self._mutex:
+            n_shards = _check_count("n_shards", self.n_shards)
+            n_slices = _check_count("n_slices", self.n_slices)
+            agg = self._check_aggregation()
+            proto = self._prototype()
+            mode = self._mode(proto, n_slices)
+            secret = secrets.token_bytes(32) if self.key is None else _check_secret(self.key)
+            X = check_array(X, dtype="numeric", ensure_all_finite="allow-nan")
+            y = self._check_y(y, X.shape[0])
+            keys = np.arange(X.shape[0], dtype=np.int64) if sample_ids is None else _check_keys(sample_ids, X.shape[0])
+            entropy = int(check_random_state(self.random_state).integers(0, 2**63 - 1))
+            seeds = np.array([int(ss.generate_state(1)[0]) for ss in np.random.SeedSequence(entropy).spawn(n_shards)],
+                             dtype=np.int64)
+            shard, slc = shard_assignment(keys, secret, n_shards, n_slices)
+            # commit only once every shard trained (a failed fit leaves a fitted model as it was)
+            new = {"key_": secret, "keys_": keys, "X_": X, "y_": y, "active_": np.ones(X.shape[0], dtype=bool),
+                   "shard_of_": shard, "slice_of_": slc, "seeds_": seeds, "prototype_": proto, "mode_": mode,
+                   "aggregation_": agg, "n_features_in_": X.shape[1], "n_shards_": n_shards, "n_slices_": n_slices,
+                   "n_shard_fits_": 0, "n_removed_": 0}
+            if is_classifier(self):
+                new["classes_"] = np.unique(y)
+            staged = type(self).__new__(type(self))
+            staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+            staged.__dict__.update(new)
+            estimators, checkpoints = [], []
+            for s in range(n_shards):
+                est, cps, _ = staged._train_shard(s, staged.active_, 0, None)
+                estimators.append(est)
+                checkpoints.append(cps)
+            new["estimators_"], new["checkpoints_"] = estimators, checkpoints
+            new["n_shard_fits_"] = staged.n_shard_fits_
+            self.__dict__.update(new)
+            return self
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != n:
+            raise ValueError(f"y must be 1-D with one value per row of X ({n}). Found shape {y.shape}.")
+        return y
+
+    def _shard_rows(self, s: int, active: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(active & (self.shard_of_ == s))
+
+    def _train_shard(self, s: int, active: np.ndarray, start: int, previous: Any) -> tuple[Any, list[Any], int]:
+        """Train shard s on its active rows from stage ``start`` (``previous``: the checkpoint after stage
+        start-1, None for start = 0). Returns (estimator, checkpoints after stages 0..R-2, rows processed)."""
+        rows = self._shard_rows(s, active)
+        R = self.n_slices_
+        if rows.size == 0:
+            return None, [None] * (R - 1), 0
+        X, y = self.X_, self.y_
+        if self.mode_ == "fit":
+            self.n_shard_fits_ += 1
+            ys = y[rows]
+            if is_classifier(self) and np.unique(ys).size == 1:
+                return _Constant(int(np.searchsorted(self.classes_, ys[0]))), [], int(rows.size)
+            return self._shard_estimator(s).fit(X[rows], ys), [], int(rows.size)
+        est = self._shard_estimator(s) if previous is None else copy.deepcopy(previous)
+        checkpoints = list(self.checkpoints_[s][:start]) if start > 0 else []
+        processed = 0
+        for r in range(start, R):
+            cum = rows[self.slice_of_[rows] <= r]
+            if cum.size:
+                self.n_shard_fits_ += 1
+                processed += int(cum.size)
+                if is_classifier(self):
+                    est.partial_fit(X[cum], y[cum], classes=self.classes_)
+                else:
+                    est.partial_fit(X[cum], y[cum])
+            if r < R - 1:
+                checkpoints.append(copy.deepcopy(est) if cum.size else None)
+        return est, checkpoints, processed
+
+    # -- removal ---------------------------------------------------------------------------------------------------
+    def _positions(self, indices: Any, keys: Any) -> np.ndarray:
+        if (indices is None) == (keys is None):
+            raise ValueError("remove needs exactly one of indices= (row positions of fit) or keys= (record keys).")
+        if keys is not None:
+            wanted = np.atleast_1d(np.asarray(keys))
+            if wanted.ndim != 1:
+                raise ValueError(f"keys must be 1-D. Found shape {wanted.shape}.")
+            order = np.argsort(self.keys_, kind="stable")
+            sorted_keys = self.keys_[order]
+            try:
+                at = np.searchsorted(sorted_keys, wanted)
+            except TypeError as e:
+                raise TypeError(f"keys must be of the type of the fitted record keys ({self.keys_.dtype}).") from e
+            at = np.minimum(at, len(sorted_keys) - 1)
+            missing = sorted_keys[at] != wanted
+            if np.any(missing):
+                raise ValueError("keys: a key is not a record of this model.")  # the key itself is not echoed
+            pos = order[at]
+        else:
+            pos = np.atleast_1d(np.asarray(indices))
+            if pos.ndim != 1 or (pos.size and pos.dtype.kind not in "iu"):
+                raise TypeError(f"indices must be a 1-D array of integers. Found dtype {pos.dtype}, shape {pos.shape}.")
+            pos = pos.astype(np.int64)
+            if pos.size and (pos.min() < 0 or pos.max() >= self.keys_.shape[0]):
+                raise ValueError(f"indices must be in [0, {self.keys_.shape[0]}). "
+                                 f"Found {int(pos.min())}..{int(pos.max())}.")
+        if pos.size == 0:
+            raise ValueError("remove needs at least one record. Found none.")
+        if np.unique(pos).size != pos.size:
+            raise ValueError("remove: a record is named more than once.")
+        if not np.all(self.active_[pos]):
+            raise ValueError("remove: a record was already removed.")
+        return pos
+
+    def remove(self, indices: Any = None, *, keys: Any = None) -> ExactCertificate:
+        """Remove records (by row position of ``fit`` or by record key) and retrain only the shards that held them,
+        each from the checkpoint before the earliest slice holding one of its removed records.
+
+        A batch is grouped by shard: each affected shard is retrained once. If the removal takes the last record of a
+        class away, the classes change and every shard is retrained from scratch (a model fitted without the records
+        would not know the class). A failed removal changes nothing.
+
+        Returns
+        -------
+        ExactCertificate
+        """
+        with self._mutex:
+            check_is_fitted(self, "estimators_")
+            t0 = time.perf_counter()
+            pos = self._positions(indices, keys)
+            active = self.active_.copy()
+            active[pos] = False
+            if not np.any(active):
+                raise ValueError("remove would leave no training record; refit instead.")
+            staged = type(self).__new__(type(self))
+            staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+            restart: dict[int, int] = {}
+            classes: np.ndarray | None = getattr(self, "classes_", None)
+            if classes is not None and not np.array_equal(np.unique(self.y_[active]), classes):
+                classes = np.unique(self.y_[active])
+                staged.__dict__["classes_"] = classes
+                restart = dict.fromkeys(range(self.n_shards_), 0)
+            else:
+                for s in np.unique(self.shard_of_[pos]):
+                    in_s = pos[self.shard_of_[pos] == s]
+                    restart[int(s)] = int(self.slice_of_[in_s].min()) if self.mode_ != "fit" else 0
+            estimators = list(self.estimators_)
+            checkpoints = list(self.checkpoints_)
+            replayed = 0
+            for s, start in sorted(restart.items()):
+                # None when no row came before this slice: a fresh clone is then the same state
+                previous = self.checkpoints_[s][start - 1] if start > 0 else None
+                est, cps, rows = staged._train_shard(s, active, start, previous)
+                estimators[s], checkpoints[s] = est, cps
+                replayed += rows
+            self.__dict__.update({"active_": active, "estimators_": estimators, "checkpoints_": checkpoints,
+                                  "n_shard_fits_": staged.n_shard_fits_, "n_removed_": self.n_removed_ + len(pos)})
+            if classes is not None:
+                self.__dict__["classes_"] = classes
+            shards = tuple(sorted(restart))
+            return ExactCertificate(guarantee="exact", epsilon=0.0, delta=0.0, n_removed=int(len(pos)),
+                                    n_remaining=int(np.count_nonzero(active)), n_shards=self.n_shards_,
+                                    n_shards_retrained=len(shards), retrained_shards=shards,
+                                    restart_slices=tuple(restart[s] for s in shards), rows_replayed=int(replayed),
+                                    seconds=time.perf_counter() - t0)
+
+    # -- prediction ------------------------------------------------------------------------------------------------
+    def _members(self) -> list[tuple[int, Any]]:
+        check_is_fitted(self, "estimators_")
+        return [(s, e) for s, e in enumerate(self.estimators_) if e is not None]
+
+    def _check_X(self, X: Any) -> np.ndarray:
+        X = check_array(X, dtype="numeric", ensure_all_finite="allow-nan")
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features; this model was fitted with {self.n_features_in_}.")
+        return X
+
+    @property
+    def shard_sizes_(self) -> np.ndarray:
+        """Active rows per shard (operator-only information: it changes when a record leaves its shard)."""
+        check_is_fitted(self, "estimators_")
+        return np.bincount(self.shard_of_[self.active_], minlength=self.n_shards_)
+
+    # -- persistence -------------------------------------------------------------------------------------------------
+    def _row_digest(self, rows: np.ndarray) -> str:
+        return hashlib.sha256(np.ascontiguousarray(rows, dtype=np.int64).tobytes()).hexdigest()
+
+    def save(self, path: str | Path) -> Path:
+        """Save without pickle: one owner-only (0600) ``.npz`` written atomically (:func:`lethe.io.save_npz`).
+
+        It holds the SECRET hash key and the training rows (retraining needs them); fitted scikit-learn estimators
+        and checkpoints as skops bytes, torch modules as float64 parameter arrays, the partition, seeds and per-shard
+        row digests as JSON. An HMAC tag over the file (being added to :mod:`lethe.io`) is to be written here and
+        checked in :meth:`load` before anything is read.
+        """
+        sio = _skops()
+        with self._mutex:
+            check_is_fitted(self, "estimators_")
+            arrays: dict[str, np.ndarray] = {"X": self.X_, "y": self.y_, "keys": self.keys_, "active": self.active_,
+                                             "shard_of": self.shard_of_, "slice_of": self.slice_of_,
+                                             "seeds": self.seeds_}
+            torch_proto = isinstance(self.prototype_, TorchShardClassifier)
+            if torch_proto:
+                proto_meta: dict[str, Any] = {"kind": "torch", "params": {
+                    k: v for k, v in self.prototype_.get_params(deep=False).items() if k != "module"},
+                    "module": self.prototype_.module if isinstance(self.prototype_.module, dict | None) else None}
+            else:
+                arrays["prototype"] = np.frombuffer(sio.dumps(self.prototype_), dtype=np.uint8)
+                proto_meta = {"kind": "skops"}
+            shards = []
+            for s in range(self.n_shards_):
+                items = [*self.checkpoints_[s], self.estimators_[s]] if self.mode_ != "fit" else [self.estimators_[s]]
+                kinds: list[dict[str, Any]] = []
+                for r, item in enumerate(items):
+                    name = f"shard{s}_stage{r}"
+                    if item is None:
+                        kinds.append({"kind": "empty"})
+                    elif isinstance(item, _Constant):
+                        kinds.append({"kind": "constant", "label_index": item.label_index})
+                    elif isinstance(item, TorchShardClassifier):
+                        t_arrays, t_meta = item._state()
+                        for k, v in t_arrays.items():
+                            arrays[f"{name}__{k}"] = v
+                        kinds.append({"kind": "torch", "params": sorted(t_arrays), **t_meta})
+                    else:
+                        arrays[name] = np.frombuffer(sio.dumps(item), dtype=np.uint8)
+                        kinds.append({"kind": "skops"})
+                shards.append({"stages": kinds, "rows": int(self._shard_rows(s, self.active_).size),
+                               "row_digest": self._row_digest(self._shard_rows(s, self.active_))})
+            meta = {"class": type(self).__name__, "key_hex": self.key_.hex(), "n_shards": self.n_shards_,
+                    "n_slices": self.n_slices_, "mode": self.mode_, "aggregation": self.aggregation_,
+                    "n_features_in": int(self.n_features_in_), "n_removed": int(self.n_removed_),
+                    "n_shard_fits": int(self.n_shard_fits_), "prototype": proto_meta, "shards": shards}
+            if is_classifier(self):
+                meta["classes"] = self.classes_.tolist()
+            # HMAC hook: when lethe.io signs model files, sign this one here (and verify first thing in load)
+            return save_npz(path, arrays, meta, secret=True)
+
+    @classmethod
+    def load(cls, path: str | Path, *, estimator: Any = None, trusted: Sequence[str] = ()) -> Any:
+        """Load a model written by :meth:`save` (never unpickles) and check its invariants.
+
+        Checks: the class; S shards and R stages per shard as recorded; the partition recomputed from the record keys
+        with the saved hash key equals the saved one; every shard's active row set has the recorded size and
+        SHA-256 digest; empty shards are exactly those without rows. skops rebuilds only its default types,
+        :data:`SKOPS_TRUSTED` and ``trusted``; a type outside them raises (nothing is loaded).
+
+        Parameters
+        ----------
+        estimator : TorchShardClassifier, optional
+            Needed when the shards are torch modules built by a factory (code is never stored in the file): a
+            TorchShardClassifier with that factory and the saved training parameters.
+        trusted : sequence of str
+            More types skops may rebuild.
+        """
+        sio = _skops()
+        # HMAC hook: verify the file's tag here, before anything read from it is trusted (see save)
+        arrays, meta = load_npz(path)
+        if meta.get("class") != cls.__name__:
+            raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        allowed = set(SKOPS_TRUSTED) | set(trusted)
+
+        def skops_load(name: str) -> Any:
+            data = arrays[name].tobytes()
+            untrusted = set(sio.get_untrusted_types(data=data)) - allowed
+            if untrusted:
+                raise ValueError(f"{path}: entry {name!r} needs types outside the trusted list: {sorted(untrusted)}. "
+                                 "Pass them as trusted= if you trust the file.")
+            return sio.loads(data, trusted=sorted(allowed))
+
+        pm = meta["prototype"]
+        if pm["kind"] == "torch":
+            if estimator is None:
+                if pm["module"] is None:
+                    raise ValueError(f"{path} holds torch shards built by a factory: pass estimator="
+                                     "TorchShardClassifier(factory, ...) to load it.")
+                proto: Any = TorchShardClassifier(pm["module"], **pm["params"])
+            else:
+                if not isinstance(estimator, TorchShardClassifier):
+                    raise TypeError(f"estimator must be a TorchShardClassifier. Found {type(estimator).__name__}.")
+                own = {k: v for k, v in estimator.get_params(deep=False).items() if k != "module"}
+                if own != pm["params"]:
+                    raise ValueError(f"estimator's parameters {own} differ from the saved ones {pm['params']}: "
+                                     "retraining would not be exact.")
+                proto = estimator
+        else:
+            proto = skops_load("prototype")
+        est = cls(estimator=proto, n_shards=int(meta["n_shards"]), n_slices=int(meta["n_slices"]),
+                  aggregation=meta["aggregation"])
+        S, R = int(meta["n_shards"]), int(meta["n_slices"])
+        if len(meta["shards"]) != S:
+            raise ValueError(f"{path}: {len(meta['shards'])} shards recorded, n_shards is {S}: the file was edited.")
+        secret = bytes.fromhex(meta["key_hex"])
+        keys, active = arrays["keys"], arrays["active"].astype(bool)
+        shard, slc = shard_assignment(keys, secret, S, R)
+        if not (np.array_equal(shard, arrays["shard_of"]) and np.array_equal(slc, arrays["slice_of"])):
+            raise ValueError(f"{path}: the saved partition differs from the keyed hash of the record keys.")
+        if arrays["seeds"].shape != (S,):
+            raise ValueError(f"{path}: {arrays['seeds'].shape[0]} seeds for {S} shards.")
+        est.__dict__.update({"key_": secret, "keys_": keys, "X_": arrays["X"], "y_": arrays["y"], "active_": active,
+                             "shard_of_": shard, "slice_of_": slc, "seeds_": arrays["seeds"], "prototype_": proto,
+                             "mode_": meta["mode"], "aggregation_": meta["aggregation"],
+                             "n_features_in_": int(meta["n_features_in"]), "n_shards_": S, "n_slices_": R,
+                             "n_shard_fits_": int(meta["n_shard_fits"]), "n_removed_": int(meta["n_removed"])})
+        if "classes" in meta:
+            est.classes_ = np.asarray(meta["classes"])
+        n_stages = R if meta["mode"] != "fit" else 1
+        estimators, checkpoints = [], []
+        for s, sm in enumerate(meta["shards"]):
+            rows = est._shard_rows(s, active)
+            if rows.size != sm["rows"] or est._row_digest(rows) != sm["row_digest"]:
+                raise ValueError(f"{path}: shard {s}'s row set differs from the recorded one: the file was edited.")
+            if len(sm["stages"]) != n_stages:
+                raise ValueError(f"{path}: shard {s} has {len(sm['stages'])} stages, expected {n_stages}.")
+            items: list[Any] = []
+            for r, st in enumerate(sm["stages"]):
+                name = f"shard{s}_stage{r}"
+                if st["kind"] == "empty":
+                    items.append(None)
+                elif st["kind"] == "constant":
+                    items.append(_Constant(int(st["label_index"])))
+                elif st["kind"] == "torch":
+                    t = est._shard_estimator(s)
+                    t._set_state({k: arrays[f"{name}__{k}"] for k in st["params"]}, st)
+                    items.append(t)
+                else:
+                    items.append(skops_load(name))
+            if (items[-1] is None) != (rows.size == 0):
+                raise ValueError(f"{path}: shard {s} is {'empty' if items[-1] is None else 'trained'} but holds "
+                                 f"{rows.size} rows.")
+            estimators.append(items[-1])
+            checkpoints.append(items[:-1])
+        est.estimators_, est.checkpoints_ = estimators, checkpoints
+        return est
+
+
+class ShardedClassifier(ClassifierMixin, _ShardedBase):
+    """Exact unlearning for any classifier: S shards by keyed hash, optional R slices with checkpoints (SISA).
+
+    Parameters
+    ----------
+    estimator : scikit-learn classifier or callable
+        Cloned for each shard, with ``random_state`` set to the shard's seed when it has that parameter. A callable
+        without ``fit`` is a torch module factory ``factory(n_features, n_classes)`` wrapped in
+        :class:`TorchShardClassifier`.
+    n_shards : int
+        S (default 8).
+    n_slices : int
+        R (default 1: a removal retrains its shard from scratch). R > 1 needs ``partial_fit`` (called with
+        ``classes=``; SGDClassifier, MLPClassifier, :class:`TorchShardClassifier`): stage r is one ``partial_fit``
+        call on slices 0..r. ``warm_start`` is not used: a warm-started refit of a boosting or forest ensemble adds
+        nothing at a fixed size, so its later slices would silently train nothing, and the estimators whose
+        warm-started fit continues training (MLP, SGD) have ``partial_fit``.
+    aggregation : {"vote", "mean_proba"}
+        Majority vote of the shards' predictions (ties → the smallest class; ``predict_proba`` gives the vote
+        shares), or the mean of their ``predict_proba`` (default "vote").
+    key : bytes, optional
+        Secret of ≥ 16 bytes for the keyed hash; None draws 32 bytes from the operating system at ``fit``
+        (``key_``, saved by :meth:`save`). A model holding a key refuses pickle (it is a secret).
+    random_state : None, int or numpy.random.Generator
+        Seeds the shards: shard s gets the s-th child of ``SeedSequence(entropy)``, entropy drawn from
+        ``random_state`` (``seeds_``). An int makes fit reproducible bit for bit.
+
+    Attributes
+    ----------
+    key_ : bytes
+        The secret hash key.
+    keys_, shard_of_, slice_of_ : ndarray
+        Record keys and their (shard, slice).
+    seeds_ : ndarray of shape (S,)
+    estimators_ : list
+        The shards' estimators (None for an empty shard).
+    checkpoints_ : list of lists
+        Per shard, the estimator after stages 0..R-2 (None where no row had come yet).
+    active_ : ndarray of bool
+        Rows not removed.
+    n_shard_fits_ : int
+        Shard trainings so far (``fit``/``partial_fit`` calls on shards): the cost counter.
+    """
+
+    _aggregations = ("vote", "mean_proba")
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        y = super()._check_y(y, n)
+        check_classification_targets(y)
+        return y
+
+    def _proba_of(self, est: Any, X: np.ndarray) -> np.ndarray:
+        K = len(self.classes_)
+        out = np.zeros((X.shape[0], K))
+        if isinstance(est, _Constant):
+            out[:, est.label_index] = 1.0
+            return out
+        if self.aggregation_ == "vote":
+            out[np.arange(X.shape[0]), np.searchsorted(self.classes_, est.predict(X))] = 1.0
+            return out
+        out[:, np.searchsorted(self.classes_, est.classes_)] = est.predict_proba(X)
+        return out
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Mean over the non-empty shards of their one-hot votes ("vote") or probabilities ("mean_proba")."""
+        members = self._members()
+        X = self._check_X(X)
+        total = np.zeros((X.shape[0], len(self.classes_)))
+        for _, est in members:
+            total += self._proba_of(est, X)
+        return total / len(members)
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class ShardedRegressor(RegressorMixin, _ShardedBase):
+    """Exact unlearning for any regressor: S shards by keyed hash, optional R slices (see :class:`ShardedClassifier`
+    for the parameters); ``aggregation="mean"`` averages the non-empty shards' predictions."""
+
+    _aggregations = ("mean",)
+
+    def _check_y(self, y: Any, n: int) -> np.ndarray:
+        return super()._check_y(y, n).astype(np.float64)
+
+    def predict(self, X: Any) -> np.ndarray:
+        members = self._members()
+        X = self._check_X(X)
+        total = np.zeros(X.shape[0])
+        for _, est in members:
+            total += np.asarray(est.predict(X), dtype=np.float64)
+        return total / len(members)
