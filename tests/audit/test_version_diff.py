@@ -1,0 +1,194 @@
+"""The version-diff attacks of issue 26 (lethe.audit.version_diff) and the identification rate a guarantee allows.
+
+(a) On CertifiedLogisticRegression's consecutive versions the single-deletion attack names the deleted record in
+almost every trial (the leak the issue reports), the batch attack recovers most rows of small batches, and the
+averaging attacker beats fresh noise that hides single differences. (b) On ReleasedLogisticRegression's published
+sequence the identification rate is not significantly above the rate its certificate allows; the same assertion on
+the unprotected sequence fails (the test that fails on today's code and passes on the new).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lethe.audit.version_diff import (
+    allowed_identification_rate,
+    averaged_difference,
+    batch_deletion_guess,
+    delete_vs_keep_from_presence,
+    diff_geometry,
+    identification_rate,
+    lethe_coordinates,
+    lethe_weights,
+    single_deletion_guess,
+    single_deletion_scores,
+)
+from lethe.estimators import CertifiedLogisticRegression
+
+LAM = 1e-2
+
+
+def _data(n: int = 2000, d: int = 50, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows in the unit ball (norms in (2/3, 1]), labels from a logistic model."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True) * rng.uniform(1.0, 1.5, size=(n, 1))
+    w = 12.0 * rng.normal(size=d) / math.sqrt(d)
+    y = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-X @ w)), 1.0, -1.0)
+    return X, y
+
+
+def _unprotected_single_hits(X: np.ndarray, y: np.ndarray, trials: int, seed: int = 1,
+                             fit_intercept: bool = False) -> tuple[int, int]:
+    """Hits of the single-deletion attack on consecutive coef_ of today's estimator, one random row per removal;
+    returns (hits, removals that were Newton steps)."""
+    rng = np.random.default_rng(seed)
+    m = CertifiedLogisticRegression(lam=LAM, sigma=1.0, random_state=seed, fit_intercept=fit_intercept).fit(X, y)
+    Z = lethe_coordinates(X, fit_intercept)
+    active = np.ones(X.shape[0], dtype=bool)
+    hits = steps = 0
+    for r in rng.permutation(X.shape[0])[:trials]:
+        w_old = lethe_weights(m.coef_[0], m.intercept_ if fit_intercept else None)
+        geom = diff_geometry(Z, y, w_old, LAM, n=int(active.sum()))
+        cert = m.remove([int(r)])
+        active[r] = False
+        if cert.retrained:  # a retraining draws a fresh b: that difference is not a removal step
+            continue
+        steps += 1
+        w_new = lethe_weights(m.coef_[0], m.intercept_ if fit_intercept else None)
+        hits += single_deletion_guess(geom, w_old, w_new) == r
+    return hits, steps
+
+
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_single_deletion_attack_identifies_removals_of_todays_estimator(fit_intercept: bool) -> None:
+    X, y = _data()
+    hits, steps = _unprotected_single_hits(X, y, 30, fit_intercept=fit_intercept)
+    assert steps >= 25
+    assert hits / steps >= 0.8, (hits, steps)
+    rate = identification_rate(hits, steps, allowed_identification_rate(1.0, 1e-5, X.shape[0]))
+    assert rate.exceeds  # the unprotected sequence gives deleted records away far beyond (1, 1e-5)
+
+
+def test_batch_attack_recovers_most_rows_of_small_batches() -> None:
+    X, y = _data(seed=2)
+    rng = np.random.default_rng(3)
+    m = CertifiedLogisticRegression(lam=LAM, sigma=1.0, random_state=3).fit(X, y)
+    active = np.ones(X.shape[0], dtype=bool)
+    found = found_screened = total = 0
+    for _ in range(8):
+        rows = rng.choice(np.flatnonzero(active), 5, replace=False)
+        w_old = m.coef_[0].copy()
+        geom = diff_geometry(X, y, w_old, LAM, n=int(active.sum()))
+        cert = m.remove(rows.tolist())
+        active[rows] = False
+        if cert.retrained:
+            continue
+        guess = batch_deletion_guess(geom, w_old, m.coef_[0], 5)
+        assert guess.size <= 5
+        found += len(set(guess.tolist()) & set(rows.tolist()))
+        total += 5
+        # OMP screened to the 200 candidates of the highest single-deletion score (the large-N path)
+        screened = batch_deletion_guess(geom, w_old, m.coef_[0], 5, max_columns=200)
+        found_screened += len(set(screened.tolist()) & set(rows.tolist()))
+    assert total >= 30
+    assert found / total >= 0.7, (found, total)  # random guessing: 5/2000
+    assert found_screened / total >= 0.7, (found_screened, total)
+
+
+def test_averaging_cancels_fresh_noise_that_hides_single_differences() -> None:
+    """Releases w_t + fresh N(0, s²I) noise: one difference rarely names the deleted row, the mean of 200 releases
+    before and 200 after almost always does (the noise of the difference shrinks by √200)."""
+    X, y = _data(n=1500, d=40, seed=4)
+    rng = np.random.default_rng(5)
+    m = CertifiedLogisticRegression(lam=LAM, sigma=1.0, random_state=5).fit(X, y)
+    single = avg = trials = 0
+    for r in rng.permutation(X.shape[0])[:20]:
+        w_old = m.coef_[0].copy()
+        geom = diff_geometry(X, y, w_old, LAM, n=int(m.active_.sum()))
+        if m.remove([int(r)]).retrained:
+            continue
+        w_new = m.coef_[0].copy()
+        s = 0.5 * np.linalg.norm(w_new - w_old)  # noise per coordinate: the difference's norm is ≈ 0.7√d × signal
+        before = w_old + s * rng.normal(size=(200, X.shape[1]))
+        after = w_new + s * rng.normal(size=(200, X.shape[1]))
+        single += single_deletion_guess(geom, before[-1], after[0]) == r
+        avg += single_deletion_guess(geom, *averaged_difference(before, after)) == r
+        trials += 1
+    assert trials >= 15
+    assert avg / trials >= 0.8, (avg, trials)
+    assert single / trials <= 0.3, (single, trials)
+
+
+def test_scores_are_cosines_and_invariant_to_the_gradient_scale() -> None:
+    """Independent computation: |cos(Δ′, H⁻¹∇ℓᵢ)| from an explicit Hessian and ∇ℓᵢ = ℓ′ᵢ xᵢ."""
+    X, y = _data(n=300, d=8, seed=6)
+    rng = np.random.default_rng(7)
+    w_old, w_new = rng.normal(size=8), rng.normal(size=8)
+    geom = diff_geometry(X, y, w_old, LAM)
+    s = single_deletion_scores(geom, w_old, w_new)
+    z = X @ w_old
+    p = 1.0 / (1.0 + np.exp(-y * z))
+    H = (X * (p * (1 - p))[:, None]).T @ X + LAM * X.shape[0] * np.eye(8)
+    dp = (w_new - w_old) - LAM * np.linalg.solve(H, w_old)
+    G = (X * ((p - 1) * y)[:, None]).T  # columns ∇ℓᵢ
+    C = np.linalg.solve(H, G)
+    cos = np.abs(dp @ C) / (np.linalg.norm(dp) * np.linalg.norm(C, axis=0))
+    np.testing.assert_allclose(s, cos, rtol=1e-10, atol=1e-12)
+    assert single_deletion_guess(geom, w_old, w_new) == int(np.argmax(cos))
+    assert np.all(single_deletion_scores(geom, np.zeros(8), np.zeros(8)) == 0.0)  # no difference: no guess
+
+
+def _randomised_response_rate(eps: float, delta: float, n: int) -> float:
+    """Exact identification rate of the most revealing (ε, δ) mechanism between "r deleted" and "r kept" (Q:
+    uniform output over the n candidates): with probability δ it outputs r, else it outputs r with probability
+    p = min((e^ε − 1)/(n − 1), 1 − e^{−ε}) and a uniform candidate otherwise. The attacker guesses the output."""
+    p = min((math.exp(eps) - 1.0) / (n - 1), 1.0 - math.exp(-eps))
+    return delta + (1.0 - delta) * (p + (1.0 - p) / n)
+
+
+def test_allowed_rate_is_an_upper_bound_and_tight_for_randomised_response() -> None:
+    rng = np.random.default_rng(8)
+    for _ in range(500):
+        eps, delta, n = float(rng.uniform(0, 5)), float(10 ** rng.uniform(-8, -1)), int(rng.integers(2, 10**6))
+        exact = _randomised_response_rate(eps, delta, n)
+        # the mechanism is (ε, δ) both ways: the hockey-stick divergences E_{e^ε}(A‖Q), E_{e^ε}(Q‖A) are ≤ δ
+        p = min((math.exp(eps) - 1.0) / (n - 1), 1.0 - math.exp(-eps))
+        a_r, a_j, q = exact, (1.0 - delta) * (1.0 - p) / n, 1.0 / n
+        e = math.exp(eps)
+        assert max(0.0, a_r - e * q) + (n - 1) * max(0.0, a_j - e * q) <= delta * (1 + 1e-9) + 1e-15
+        assert max(0.0, q - e * a_r) + (n - 1) * max(0.0, q - e * a_j) <= delta * (1 + 1e-9) + 1e-15
+        bound = allowed_identification_rate(eps, delta, n)
+        assert exact <= bound * (1 + 1e-12)
+        assert bound <= math.exp(eps) / n + delta + 1e-15  # never looser than the brief's form
+        # mutation check: a bound that forgets e^ε (the random-guess rate plus δ) is exceeded by this mechanism
+        if eps > 0.1 and n > 10:
+            assert exact > 1.0 / n + delta
+    # tight where the first line binds
+    assert allowed_identification_rate(1.0, 0.0, 1000) == pytest.approx(_randomised_response_rate(1.0, 0.0, 1000),
+                                                                        rel=1e-9)
+    # batches: k deleted, g guesses: α = g/(N − k + 1); capped at 1
+    assert allowed_identification_rate(0.0, 0.0, 100, guesses=10, deleted=10) == pytest.approx(10 / 91)
+    assert allowed_identification_rate(5.0, 0.5, 3, guesses=3) == 1.0
+    e2, d2 = delete_vs_keep_from_presence(1.0, 1e-5)
+    assert e2 == 2.0 and d2 == pytest.approx((1 + math.e) * 1e-5)
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    ((-1.0, 1e-5, 10), "epsilon"), ((1.0, 1.0, 10), "delta"), ((1.0, 1e-5, 0), "n_candidates"),
+])
+def test_allowed_rate_rejects_invalid_arguments(args: tuple[float, float, int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        allowed_identification_rate(*args)
+
+
+def test_identification_rate_interval_and_verdict() -> None:
+    r = identification_rate(0, 30, 0.01)
+    assert r.low == 0.0 and 0.1 < r.high < 0.13 and not r.exceeds
+    assert identification_rate(29, 30, 0.01).exceeds
+    assert r.to_dict()["trials"] == 30
+    with pytest.raises(ValueError, match="allowed"):
+        identification_rate(1, 30, 1.5)
