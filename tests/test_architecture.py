@@ -57,6 +57,7 @@ LAYERS: dict[str, int] = {
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
     "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators
     "lethe.planning": FRONT_ENDS,  # plan_sigma (trains estimators)
+    "lethe.release": FRONT_ENDS,  # ReleasedLogisticRegression: private releases of every version (issue 26)
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,

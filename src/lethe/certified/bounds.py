@@ -371,3 +371,64 @@ def anchor_bounds(*, gamma: float, tau: float, x_norm: float, row_norm: float, n
     mismatch = min(v for k, v in cands.items() if k.startswith("mismatch/"))
     remainder = min(v for k, v in cands.items() if k.startswith("remainder/"))
     return mismatch * slack, remainder * slack, cands
+
+
+def release_sensitivity(lam: float, n_floor: int, residual_cap: float, grad_bound: float = 1.0,
+                        row_norm: float = ROW_NORM_MAX) -> float:
+    """Δ = 2(C ρ + β_cap) / (λ m): the L2 sensitivity of the released centre (docs/release_privacy.md §2).
+
+    Setting. L_0(w; D) = Σ_{i∈D} ℓ(wᵀxᵢ, yᵢ) + (λ|D|/2)‖w‖² (Guo et al. 2020's objective with b = 0), ℓ convex
+    with |ℓ'| ≤ C and ‖xᵢ‖ ≤ ρ; w̃(D) is ANY point with ‖∇L_0(w̃(D); D)‖ ≤ β_cap (the certified residual of
+    :class:`~lethe.certified.mechanism.CertifiedRemoval` with ``residual_cap``). Neighbours: D = S ∪ {z}, |S| = m.
+
+    Claim. ‖w̃(D) − w̃(S)‖ ≤ 2(Cρ + β_cap)/(λ m), for every such pair of approximate minimisers.
+
+    Proof. (i) Optimality of w* = w*(S): Σ_S ℓ'ᵢ xᵢ + λ m w* = 0, so λ m ‖w*‖ ≤ m C ρ, i.e. ‖w*(S)‖ ≤ Cρ/λ.
+    (ii) L_0(·; D) = L_0(·; S) + h with h(w) = ℓ_z(w) + (λ/2)‖w‖² (the regulariser grows with |D|), so
+    ∇L_0(w*(S); D) = ∇h(w*(S)) = ℓ'_z x_z + λ w*(S), of norm ≤ Cρ + Cρ = 2Cρ.
+    (iii) L_0(·; D) is λ(m+1)-strongly convex, hence for any w, ‖w − w*(D)‖ ≤ ‖∇L_0(w; D)‖/(λ(m+1)); at
+    w = w*(S): ‖w*(S) − w*(D)‖ ≤ 2Cρ/(λ(m+1)).
+    (iv) The same strong convexity gives ‖w̃(D) − w*(D)‖ ≤ β_cap/(λ(m+1)) and ‖w̃(S) − w*(S)‖ ≤ β_cap/(λm).
+    Triangle inequality: ‖w̃(D) − w̃(S)‖ ≤ (2Cρ + β_cap)/(λ(m+1)) + β_cap/(λm) ≤ 2(Cρ + β_cap)/(λm). ∎
+
+    The bound holds for every pair of approximate minimisers, whatever the internal history (Newton steps,
+    retraining times) that produced them, which is what lets the release mechanism mix over hidden state. The
+    factor 2 (the λw term of ∇h) is needed in general: for a loss whose slope stays −C up to a large margin, one
+    point repeated m times and z of the opposite label reach 2Cρ/(λ(m+1)) (tests/privacy/test_release.py); for the
+    logistic loss the measured ratio is smaller.
+
+    Parameters
+    ----------
+    lam : float
+        λ > 0.
+    n_floor : int
+        m ≥ 1: a PUBLIC lower bound on the rows of the smaller of the two neighbouring data sets.
+    residual_cap : float
+        β_cap ≥ 0, the certified residual of both approximate minimisers.
+    grad_bound : float, default=1.0
+        C, sup |ℓ'| (1 for the logistic loss).
+    row_norm : float, default=ROW_NORM_MAX
+        ρ ≥ sup ‖xᵢ‖ (rows are accepted up to 1 + 1e-9).
+
+    Returns
+    -------
+    float
+        Δ.
+
+    Examples
+    --------
+    >>> round(release_sensitivity(1e-3, 10**6, 0.0, row_norm=1.0), 12)
+    0.002
+    """
+    if not (isinstance(lam, int | float) and lam > 0 and math.isfinite(lam)):
+        raise ValueError(f"lam must be a finite number > 0. Found {lam!r}.")
+    if isinstance(n_floor, bool) or not isinstance(n_floor, int | np.integer) or n_floor < 1:
+        raise ValueError(f"n_floor must be an integer >= 1. Found {n_floor!r}.")
+    if not (isinstance(residual_cap, int | float) and residual_cap >= 0 and math.isfinite(residual_cap)):
+        raise ValueError(f"residual_cap must be a finite number >= 0. Found {residual_cap!r}.")
+    if not (isinstance(grad_bound, int | float) and grad_bound > 0 and math.isfinite(grad_bound)):
+        raise ValueError(f"grad_bound must be a finite number > 0. Found {grad_bound!r}.")
+    if not (isinstance(row_norm, int | float) and row_norm > 0 and math.isfinite(row_norm)):
+        raise ValueError(f"row_norm must be a finite number > 0. Found {row_norm!r}.")
+    # rounded up: the quotient of correctly rounded operations is within (1 + u)^3 of the exact value
+    return 2.0 * (grad_bound * row_norm + residual_cap) / (lam * int(n_floor)) * (1.0 + 4.0 * EPS)

@@ -93,6 +93,11 @@ class Certificate:
     ``solver`` name the configuration (docs/tighter_bounds.md). With ``bound="tight"`` the new ``residual_bound``
     may be smaller than the old one plus ``step_bound``: it also uses the measured error vector, of norm
     ``carried_error``, which the next removal corrects (docs/tighter_bounds.md §4).
+
+    ``observer`` states whom the guarantee covers: Guo et al.'s certificate is about ONE published version (the
+    model after this operation against a model retrained without the removed rows). An observer of two versions sees
+    their difference, in which the secret b cancels; the sequence of releases is covered by
+    :mod:`lethe.release` (docs/release_privacy.md), not by this certificate.
     """
 
     operation: str
@@ -122,6 +127,7 @@ class Certificate:
     iterations: int = 0
     refreshed: str = ""
     carried_error: float = 0.0
+    observer: str = "one published version"
 
     def to_dict(self) -> dict[str, Any]:
         """A strictly JSON-serialisable dict: non-finite numbers (e.g. an undefined worst-case bound) become ``None``
@@ -349,6 +355,13 @@ class CertifiedRemoval:
         the data:
         ``"auto"``: when the time or budget its staleness has cost reaches the cost of rebuilding it
         (:mod:`lethe.certified.newton`); ``"never"``: only when missing; k: every k removals.
+    residual_cap : float or None
+        None (default): Guo et al.'s mechanism as above. A number β_cap > 0: NO objective perturbation (b = 0 at
+        training and at every retraining) and the residual budget is β_cap instead of ε′(σ, ε, δ): the state's w is
+        then an approximate minimiser of the unperturbed L_0 with a certified ‖∇L_0(w; D′)‖ ≤ β ≤ β_cap, retrained
+        (re-solved: the minimiser is unique, no randomness) whenever a removal would pass β_cap. This mechanism
+        alone gives NO privacy (its certificates' ε, δ are meaningless): it is the centre that
+        :mod:`lethe.release` publishes with fresh Gaussian noise (docs/release_privacy.md).
 
     Notes
     -----
@@ -384,6 +397,7 @@ class CertifiedRemoval:
     bound: str = "paper"
     calibration: str = "paper"
     refresh: str | int = "auto"
+    residual_cap: float | None = None
 
     def __post_init__(self) -> None:
         check_positive("lam", self.lam)
@@ -412,8 +426,14 @@ class CertifiedRemoval:
         object.__setattr__(self, "_loss", loss)
         object.__setattr__(self, "_resolved", {})
         object.__setattr__(self, "_fallback", None)
-        object.__setattr__(self, "_budget", residual_budget(self.sigma, self.epsilon, self.delta, self.noise,
-                                                            calibration=self.calibration)
+        if self.residual_cap is not None:
+            if self.noise == "none":
+                raise ValueError("residual_cap needs a loss with noise != 'none' (it replaces the budget of the "
+                                 f"perturbed mechanism). Found noise={self.noise!r}.")
+            check_positive("residual_cap", self.residual_cap)
+        object.__setattr__(self, "_budget", float(self.residual_cap) if self.residual_cap is not None else
+                           residual_budget(self.sigma, self.epsilon, self.delta, self.noise,
+                                           calibration=self.calibration)
                            if self.noise != "none" else 0.0)
 
     # -- derived quantities ---------------------------------------------------------------------------------
@@ -459,6 +479,9 @@ class CertifiedRemoval:
     @property
     def guarantee(self) -> str:
         """The definition the certificates refer to."""
+        if self.residual_cap is not None:
+            return ("none by itself: unperturbed centre (b = 0) with a certified residual <= residual_cap; the "
+                    "privacy comes from the release noise of lethe.release (docs/release_privacy.md)")
         if self.noise == "none":
             return "exact removal (Guo et al. 2020, §3.2: least squares, epsilon = 0)"
         if self.noise == "laplace":
@@ -667,7 +690,8 @@ class CertifiedRemoval:
                        x_norm: float | None = None, cache: NewtonCache | None = None,
                        defer_setup: bool = False) -> ModelState:
         n, d = X.shape
-        b = sample_perturbation(d, self.sigma, self.noise, rng)
+        # residual_cap: the unperturbed objective (b = 0), no draw from rng
+        b = np.zeros(d) if self.residual_cap is not None else sample_perturbation(d, self.sigma, self.noise, rng)
         precondition = None
         B = backend_of(X)
         # the chord steps need the cache's factorised anchor system: formed for pcg/refine on in-memory data that is

@@ -1,0 +1,451 @@
+"""Private releases of a model that forgets: every published version is covered, not just one (issue 26).
+
+:class:`ReleasedLogisticRegression` is a scikit-learn estimator whose only outputs are *releases*: after ``fit``
+(release 0) and after every ``cadence`` removals it publishes ŵ_t = w̃_t + N(0, σ² I) with fresh noise, where w̃_t is
+the unperturbed regularised minimiser on the current data (b = 0, Guo et al. 2020's objective), maintained by the
+certified Newton removal of :class:`~lethe.certified.mechanism.CertifiedRemoval` with ``residual_cap`` (certified
+‖∇L_0(w̃_t)‖ ≤ β_cap, re-solved when the bound would pass it). The whole sequence of releases is (ε, δ)-DP for
+every record — deleted, pending or kept — against an observer of every release (docs/release_privacy.md):
+σ = √T σ_BW(ε, δ) Δ with Δ = 2(C + β_cap)/(λ n_floor) (:func:`lethe.certified.bounds.release_sensitivity`,
+:func:`lethe.privacy.release.release_sigma`), accounted by :class:`lethe.privacy.release.ReleaseAccountant`.
+
+Predictions (``coef_``, ``decision_function``, ``predict``, ``predict_proba``) use ONLY the latest release. The
+centre w̃ and the remaining rows are secret: no public attribute holds them, the model refuses ``copy``,
+``deepcopy`` and ``pickle`` once fitted, and ``save`` writes them owner-only without pickle (:mod:`lethe.io`).
+This front end holds no math: it calls the mechanism, the bound, the calibration and the accountant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from lethe._rng import check_random_state
+from lethe._validation import check_unit_rows, normalize_rows, store_init_args
+from lethe.certified.bounds import release_sensitivity
+from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
+from lethe.estimators import _check_keys
+from lethe.exceptions import BudgetExceededError, SecretStateError
+from lethe.io import load_npz, save_npz
+from lethe.losses import get_loss
+from lethe.privacy.release import (
+    RELEASE_OBSERVER,
+    ReleaseAccountant,
+    ReleaseCertificate,
+    auto_n_floor,
+)
+
+__all__ = ["Release", "ReleaseCertificate", "ReleasedLogisticRegression"]
+
+#: Features and constant column scaled by 1/√2 with ``fit_intercept=True``: ‖[x/√2, 1/√2]‖ ≤ 1 when ‖x‖ ≤ 1.
+_INTERCEPT_SCALE = 1.0 / math.sqrt(2.0)
+
+_GUARANTEE = ("(epsilon, delta)-differential privacy of the whole sequence of releases with respect to adding or "
+              "removing any one record (fresh Gaussian noise per release, exact composition; "
+              "docs/release_privacy.md)")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published version: its number (0 = after ``fit``), the released weights and intercept, and the
+    certificate of the whole sequence up to and including it. ``coef`` is a read-only copy."""
+
+    version: int
+    coef: np.ndarray
+    intercept: float
+    certificate: ReleaseCertificate
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: the published numbers and the certificate."""
+        return {"version": self.version, "coef": [float(v) for v in self.coef], "intercept": float(self.intercept),
+                "certificate": self.certificate.to_dict()}
+
+
+class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
+    """Binary logistic regression whose every published version is private, with removal of training rows.
+
+    Parameters
+    ----------
+    lam : float, default=1e-3
+        λ of L_0(w; D) = Σ ℓ(wᵀxᵢ, yᵢ) + (λ|D|/2)‖w‖². The sensitivity is ∝ 1/(λ n_floor).
+    epsilon, delta : float, default=1.0, 1e-5
+        The guarantee of the whole sequence of ``horizon`` releases.
+    horizon : int, default=1000
+        T: the number of releases the budget covers, release 0 (at ``fit``) included. ``remove`` refuses
+        (``BudgetExceededError``, nothing changes) a removal that could no longer be published.
+    cadence : int, default=1
+        K: a release after every K removals (calls of ``remove``); a larger K covers K times more removals with
+        the same noise.
+    fit_intercept : bool, default=False
+        Learn an intercept (rows [x/√2, 1/√2], regularised like the weights).
+    residual_cap : float, default=0.01
+        β_cap: the certified gradient residual of the unperturbed centre (a public parameter; it enters the
+        sensitivity as 2(C + β_cap)/(λ n_floor), C = 1).
+    n_floor : int or "auto", default="auto"
+        A PUBLIC lower bound on the rows other than any one target, at every release. ``"auto"``: the largest power
+        of two ≤ n/2 at ``fit`` (:func:`lethe.privacy.release.auto_n_floor`: assumes the data set's size to within a
+        factor of two is public). Removals that would leave fewer rows are refused.
+    normalize_rows : bool, default=False
+        Scale rows outside the unit ball onto it (else such rows raise ``ValueError``).
+    solver : str, default="auto"
+        Newton solver of the removals (:class:`~lethe.certified.mechanism.CertifiedRemoval`).
+    tol : float or None, default=None
+        Training tolerance on ‖∇L_0‖ (default 10⁻³ β_cap).
+    max_iter : int, default=2000
+    random_state : None, int or numpy Generator
+        Seeds the release noise. Use None (OS entropy) for real releases.
+
+    Attributes
+    ----------
+    releases_ : list of Release
+        Every published version, in order.
+    release_ : Release
+        The latest one; ``coef_``, ``intercept_`` and the predictions use only it.
+    classes_ : ndarray of shape (2,)
+    n_floor_ : int
+    sigma_ : float
+        The noise of every release.
+    sensitivity_ : float
+        Δ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(4000, 5)); X /= np.linalg.norm(X, axis=1, keepdims=True)
+    >>> y = np.where(X[:, 0] > 0, 1, -1)
+    >>> m = ReleasedLogisticRegression(lam=1e-2, horizon=11, random_state=0).fit(X, y)
+    >>> rel = m.remove([3])
+    >>> rel.version, rel.certificate.observer, m.privacy_spent()["releases"]
+    (1, 'every published release', 2)
+    """
+
+    def __init__(self, lam: float = 1e-3, epsilon: float = 1.0, delta: float = 1e-5, horizon: int = 1000,
+                 cadence: int = 1, fit_intercept: bool = False, residual_cap: float = 0.01,
+                 n_floor: int | str = "auto", normalize_rows: bool = False, solver: str = "auto",
+                 tol: float | None = None, max_iter: int = 2000, random_state: Any = None) -> None:
+        store_init_args(self, locals())
+
+    # -- parameters -------------------------------------------------------------------------------------------------
+    def _check_params(self) -> None:
+        for name in ("lam", "epsilon", "residual_cap"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number > 0. Found {v!r}.")
+        if isinstance(self.delta, bool) or not isinstance(self.delta, int | float) or not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1). Found {self.delta!r}.")
+        for name in ("horizon", "cadence"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1. Found {v!r}.")
+        nf = self.n_floor
+        if nf != "auto" and (isinstance(nf, bool) or not isinstance(nf, int | np.integer) or nf < 1):
+            raise ValueError(f"n_floor must be 'auto' or an integer >= 1. Found {nf!r}.")
+
+    def _validate_rows(self, X: Any, y: Any = None, *, reset: bool) -> Any:
+        if y is not None:
+            X, y = validate_data(self, X, y, reset=reset, dtype=np.float64)
+        else:
+            X = validate_data(self, X, reset=reset, dtype=np.float64)
+        X = np.array(X, dtype=np.float64, order="C", copy=True)
+        if y is not None:
+            X = check_unit_rows(X, normalize=bool(self._trained["normalize_rows"] if not reset
+                                                  else self.normalize_rows))
+        elif (self._trained["normalize_rows"] if hasattr(self, "_trained") else self.normalize_rows):
+            X = normalize_rows(X)
+        if (self.fit_intercept if reset else self._trained["fit_intercept"]):
+            X = np.column_stack([X * _INTERCEPT_SCALE, np.full(X.shape[0], _INTERCEPT_SCALE)])
+        return X if y is None else (X, y)
+
+    # -- fit --------------------------------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> ReleasedLogisticRegression:
+        """Train the centre (b = 0, certified residual ≤ β_cap) and publish release 0 (private too).
+
+        ``sample_ids`` names the records (keys for ``remove(keys=...)``)."""
+        self._check_params()
+        X, y = self._validate_rows(X, y, reset=True)
+        check_classification_targets(y)
+        classes, codes = np.unique(y, return_inverse=True)
+        if classes.size != 2:
+            raise ValueError(f"y must hold exactly 2 classes (binary logistic regression). Found {classes.size}.")
+        keys = _check_keys(sample_ids, X.shape[0]) if sample_ids is not None else None
+        n = X.shape[0]
+        n_floor = auto_n_floor(n) if self.n_floor == "auto" else int(self.n_floor)
+        if n < n_floor:
+            raise ValueError(f"X has {n} rows, fewer than n_floor = {n_floor}: the sensitivity bound assumes at "
+                             "least n_floor rows besides any one target.")
+        loss = get_loss("logistic")
+        assert loss.grad_bound is not None
+        sensitivity = release_sensitivity(float(self.lam), n_floor, float(self.residual_cap), loss.grad_bound)
+        accountant = ReleaseAccountant.calibrated(float(self.epsilon), float(self.delta), int(self.horizon),
+                                                  sensitivity)
+        mech = CertifiedRemoval(loss="logistic", lam=float(self.lam), residual_cap=float(self.residual_cap),
+                                tol=self.tol, max_iter=int(self.max_iter), solver=self.solver, bound="tight",
+                                calibration="analytic").resolved(X)
+        Y = np.where(codes == 1, 1.0, -1.0)
+        cache = NewtonCache()
+        state, _ = mech.train(X, Y, cache=cache, defer_setup=True, check_input=bool(self.fit_intercept))
+        rng = check_random_state(self.random_state)
+        self.classes_ = classes
+        self.n_floor_ = n_floor
+        self.sensitivity_ = sensitivity
+        self.sigma_ = accountant.sigma
+        self._trained = {"fit_intercept": bool(self.fit_intercept), "normalize_rows": bool(self.normalize_rows)}
+        self._X, self._Y, self._active, self._keys = X, Y, np.ones(n, dtype=bool), keys
+        self._mech, self._state, self._cache, self._rng = mech, state, cache, rng
+        self._accountant = accountant
+        self._pending = 0
+        self.n_removed_ = 0
+        self.releases_: list[Release] = []
+        self._publish()
+        return self
+
+    # -- releases ---------------------------------------------------------------------------------------------------
+    def _publish(self) -> Release:
+        """Record one release in the accountant (refused past the horizon, nothing changed), then draw fresh noise."""
+        accountant = self._accountant.record()
+        w = self._state.w + self._rng.normal(0.0, accountant.sigma, size=self._state.w.shape[0])
+        if self._trained["fit_intercept"]:
+            coef, intercept = w[:-1] * _INTERCEPT_SCALE, float(w[-1] * _INTERCEPT_SCALE)
+        else:
+            coef, intercept = w, 0.0
+        coef = np.array(coef, dtype=np.float64, copy=True)
+        coef.setflags(write=False)
+        cert = ReleaseCertificate(
+            observer=RELEASE_OBSERVER, guarantee=_GUARANTEE, version=len(self.releases_),
+            releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
+            delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
+            sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
+            n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap),
+            residual_bound=float(self._state.residual_bound), lam=float(self.lam), cadence=int(self.cadence))
+        release = Release(version=len(self.releases_), coef=coef, intercept=intercept, certificate=cert)
+        self._accountant = accountant
+        self.releases_.append(release)
+        return release
+
+    @property
+    def release_(self) -> Release:
+        """The latest release."""
+        check_is_fitted(self, "releases_")
+        return self.releases_[-1]
+
+    def privacy_spent(self) -> dict[str, Any]:
+        """``{"epsilon", "delta", "releases", "horizon"}``: ε spent at δ by the releases so far."""
+        check_is_fitted(self, "releases_")
+        acc = self._accountant
+        return {"epsilon": acc.epsilon_spent(), "delta": acc.delta, "releases": acc.releases,
+                "horizon": acc.horizon}
+
+    # -- removal ----------------------------------------------------------------------------------------------------
+    def _rows(self, indices: Any, keys: Any) -> np.ndarray:
+        if (indices is None) == (keys is None):
+            raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
+                             f"Found indices={'None' if indices is None else '...'}, "
+                             f"keys={'None' if keys is None else '...'}.")
+        if keys is not None:
+            if self._keys is None:
+                raise ValueError("keys: this model was fitted without sample_ids; remove by row index.")
+            ks = np.asarray(keys)
+            ks = ks.reshape(1) if ks.ndim == 0 else ks
+            if ks.ndim != 1 or ks.size == 0:
+                raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
+            lookup = {k: i for i, k in enumerate(self._keys.tolist()) if self._active[i]}
+            rows = []
+            for k in ks.tolist():
+                if k not in lookup:  # the key is not echoed: it may name someone
+                    raise ValueError("A key is not a record of this model (unknown, or already removed).")
+                rows.append(lookup[k])
+            return np.asarray(rows, dtype=np.int64)
+        idx = np.asarray(indices)
+        idx = idx.reshape(1) if idx.ndim == 0 else idx
+        if idx.ndim != 1 or idx.size == 0:
+            raise ValueError(f"indices must be a non-empty 1-D sequence of training-row indices. Found shape "
+                             f"{idx.shape}.")
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
+        n = self._active.shape[0]
+        bad = np.flatnonzero((idx < 0) | (idx >= n))
+        if bad.size:
+            raise ValueError(f"indices must be training-row indices in [0, {n}). Found {int(idx[bad[0]])}.")
+        if np.unique(idx).size != idx.size:
+            raise ValueError("indices must be distinct.")
+        if not np.all(self._active[idx]):
+            raise ValueError("A training row given was already removed.")
+        return idx.astype(np.int64)
+
+    def remove(self, indices: Any = None, *, keys: Any = None) -> Release | None:
+        """Remove training rows (ORIGINAL positions in ``fit``'s X, or record keys) as one batch.
+
+        Returns the new :class:`Release` if this removal completed a cadence (every ``cadence`` removals), else
+        None (the removal is then published by a later release). Raises ``BudgetExceededError`` if the removal
+        could not be published within the horizon, ``ValueError`` if it would leave fewer than ``n_floor`` rows; on
+        any error nothing changes.
+        """
+        check_is_fitted(self, "releases_")
+        idx = self._rows(indices, keys)
+        acc = self._accountant
+        publishes = self._pending + 1 >= int(self.cadence)
+        if acc.remaining == 0:
+            raise BudgetExceededError(
+                f"The horizon of {acc.horizon} releases is spent: a removal now could never be published within "
+                f"(epsilon, delta) = ({acc.epsilon}, {acc.delta}). Nothing was removed; fit a new model (a new "
+                "stream with its own budget) to go on.")
+        n_after = int(np.count_nonzero(self._active)) - idx.size
+        if n_after < self.n_floor_:
+            raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor = {self.n_floor_}: "
+                             "the released models' sensitivity bound needs n_floor rows. Nothing was removed.")
+        state, _ = self._mech.remove(self._state, self._X, self._Y, idx, active=self._active, cache=self._cache,
+                                     check_input=False)
+        self._state = state
+        self._active[idx] = False
+        self._X[idx] = 0.0
+        self._Y[idx] = 0.0
+        if self._keys is not None:
+            self._keys[idx] = "" if self._keys.dtype.kind == "U" else 0
+        self.n_removed_ += idx.size
+        if not publishes:
+            self._pending += 1
+            return None
+        self._pending = 0
+        return self._publish()
+
+    # -- predictions from the latest release only -------------------------------------------------------------------
+    @property
+    def coef_(self) -> np.ndarray:
+        """The latest release's weights, shape (1, d)."""
+        return np.array(self.release_.coef, copy=True)[None, :]
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        """The latest release's intercept, shape (1,)."""
+        return np.array([self.release_.intercept])
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Margins of the latest release."""
+        rel = self.release_
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        if self._trained["normalize_rows"]:
+            X = normalize_rows(np.array(X, dtype=np.float64))
+        return np.asarray(X @ rel.coef + rel.intercept, dtype=np.float64)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """σ(margin) of the latest release, shape (n, 2)."""
+        p = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Labels from the latest release."""
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+    # -- no copies of secret state ----------------------------------------------------------------------------------
+    def _refuse_copy(self, how: str) -> None:
+        if "releases_" in self.__dict__:
+            raise SecretStateError(
+                f"A fitted {type(self).__name__} cannot be {how}: it holds the secret unperturbed centre and the "
+                "remaining training rows, and a copy would be a second stream drawing its own noise around the same "
+                "centre (spending the budget twice). Publish its releases (model.releases_) or save it with "
+                "model.save(path) (owner-only file, no pickle).")
+
+    def __getstate__(self) -> Any:
+        self._refuse_copy("pickled")
+        return super().__getstate__()
+
+    def __copy__(self) -> Any:
+        self._refuse_copy("copied")
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        self._refuse_copy("deep-copied")
+        import copy as _copy
+
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            new.__dict__[k] = _copy.deepcopy(v, memo)
+        return new
+
+    # -- persistence ------------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Save the model (secret centre, remaining rows, the accountant and every release) without pickle, owner-only.
+
+        The stream goes on from the file: the accountant's state is in it, so a loaded model can never publish more
+        than the horizon. Do not keep copies of an older file: loading it would restart the ledger from there."""
+        check_is_fitted(self, "releases_")
+        st = self._state
+        arrays: dict[str, np.ndarray] = {"X": self._X, "Y": self._Y, "active": self._active, "w": st.w,
+                                         "release_coefs": np.vstack([r.coef for r in self.releases_])}
+        if self._keys is not None:
+            arrays["keys"] = self._keys
+        params = self.get_params(deep=False)
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        params.update(self._trained)
+        classes = self.classes_
+        meta = {
+            "class": type(self).__name__, "params": params, "solver": self._mech.solver,
+            "classes": [c.item() if hasattr(c, "item") else c for c in classes],
+            "state": {"n": st.n, "residual_bound": st.residual_bound, "x_norm_bound": st.x_norm_bound,
+                      "removals_since_training": st.removals_since_training, "retrainings": st.retrainings,
+                      "train_iterations": st.train_iterations},
+            "accountant": self._accountant.to_dict(), "pending": self._pending, "n_removed": self.n_removed_,
+            "n_floor": self.n_floor_, "n_features_in": self.n_features_in_,
+            "releases": [{"version": r.version, "intercept": r.intercept, "certificate": r.certificate.to_dict()}
+                         for r in self.releases_],
+        }
+        return save_npz(path, arrays, meta, secret=True)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ReleasedLogisticRegression:
+        """Load a model written by :meth:`save` (never unpickles); later releases draw fresh OS randomness."""
+        arrays, meta = load_npz(path)
+        if meta.get("class") != cls.__name__:
+            raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        params = dict(meta["params"])
+        est = cls(**params)
+        est._check_params()
+        est._trained = {"fit_intercept": bool(params["fit_intercept"]),
+                        "normalize_rows": bool(params["normalize_rows"])}
+        est.classes_ = np.asarray(meta["classes"])
+        est.n_features_in_ = int(meta["n_features_in"])
+        est.n_floor_ = int(meta["n_floor"])
+        est._accountant = ReleaseAccountant.from_dict(meta["accountant"])
+        est.sigma_ = est._accountant.sigma
+        est.sensitivity_ = est._accountant.sensitivity
+        est._X = np.ascontiguousarray(arrays["X"], dtype=np.float64)
+        est._Y = np.array(arrays["Y"], dtype=np.float64)
+        est._active = arrays["active"].astype(bool)
+        est._keys = arrays["keys"].copy() if "keys" in arrays else None
+        s = meta["state"]
+        est._state = ModelState(w=arrays["w"], b=np.zeros_like(arrays["w"]), **s)
+        est._mech = CertifiedRemoval(loss="logistic", lam=float(params["lam"]),
+                                     residual_cap=float(params["residual_cap"]), tol=params["tol"],
+                                     max_iter=int(params["max_iter"]), solver=params["solver"], bound="tight",
+                                     calibration="analytic").resolved(est._X, solver=meta["solver"])
+        est._cache = NewtonCache()
+        est._rng = check_random_state(None)
+        est._pending = int(meta["pending"])
+        est.n_removed_ = int(meta["n_removed"])
+        coefs = arrays["release_coefs"]
+        releases = []
+        for r, coef in zip(meta["releases"], coefs, strict=True):
+            c = dict(r["certificate"])
+            c["theorems"] = tuple(c["theorems"])
+            coef = np.array(coef, dtype=np.float64, copy=True)
+            coef.setflags(write=False)
+            releases.append(Release(version=int(r["version"]), coef=coef, intercept=float(r["intercept"]),
+                                    certificate=ReleaseCertificate(**c)))
+        est.releases_ = releases
+        if est._accountant.releases != len(releases):
+            raise ValueError(f"{path}: the accountant records {est._accountant.releases} releases but the file holds "
+                             f"{len(releases)}.")
+        return est
