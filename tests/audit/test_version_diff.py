@@ -192,3 +192,44 @@ def test_identification_rate_interval_and_verdict() -> None:
     assert r.to_dict()["trials"] == 30
     with pytest.raises(ValueError, match="allowed"):
         identification_rate(1, 30, 1.5)
+
+
+def _assert_not_above_allowed(hits: int, trials: int, allowed: float) -> None:
+    """The guarantee holds for this attack at level 0.05: the Clopper–Pearson interval reaches the allowed rate."""
+    rate = identification_rate(hits, trials, allowed)
+    assert not rate.exceeds, f"{hits}/{trials} identified, interval [{rate.low:.4f}, {rate.high:.4f}] > {allowed:.4g}"
+
+
+def _released_sequence_hits(X: np.ndarray, y: np.ndarray, trials: int, seed: int) -> tuple[int, int, int, float]:
+    """Hits of the single-deletion attack on consecutive releases of ReleasedLogisticRegression (one random row per
+    removal, a release after each), and — the mutation check — on its secret unperturbed centres (the same
+    mechanism with the release noise taken out). Returns (hits on releases, hits on centres, trials, allowed)."""
+    from lethe.release import ReleasedLogisticRegression
+
+    rng = np.random.default_rng(seed)
+    m = ReleasedLogisticRegression(lam=LAM, epsilon=1.0, delta=1e-5, horizon=trials + 1,
+                                   random_state=seed).fit(X, y)
+    N = X.shape[0]
+    hits = raw_hits = 0
+    for r in rng.permutation(N)[:trials]:
+        old, centre_old = m.release_.coef.copy(), m._state.w.copy()
+        rel = m.remove([int(r)])
+        assert rel is not None and rel.version == len(m.releases_) - 1
+        new, centre_new = rel.coef, m._state.w
+        n_old = N - len(m.releases_) + 2
+        hits += single_deletion_guess(diff_geometry(X, y, old, LAM, n=n_old), old, new) == r
+        raw_hits += single_deletion_guess(diff_geometry(X, y, centre_old, LAM, n=n_old), centre_old, centre_new) == r
+    cert = m.release_.certificate
+    assert cert.observer == "every published release" and cert.epsilon <= 1.0 + 1e-9
+    # r is uniform over the rows outside every other deletion of the run: N − trials + 1 candidates
+    return hits, raw_hits, trials, allowed_identification_rate(cert.epsilon, cert.delta, N - trials + 1)
+
+
+def test_released_sequence_keeps_the_attack_within_the_certificate_and_the_raw_sequence_does_not() -> None:
+    X, y = _data(seed=9)
+    hits, raw_hits, trials, allowed = _released_sequence_hits(X, y, 30, seed=10)
+    _assert_not_above_allowed(hits, trials, allowed)  # passes on the released sequence (the new code)
+    # mutation check: the same attack and assertion on the unperturbed sequence (today's leak) fail
+    assert raw_hits / trials >= 0.8, raw_hits
+    with pytest.raises(AssertionError, match="identified"):
+        _assert_not_above_allowed(raw_hits, trials, allowed)
