@@ -26,9 +26,10 @@ versions. Printed per data set and attack: identifications / trials, the rate an
 and the rate the certificate allows (``allowed_identification_rate``: e^ε α + δ with α = guesses/(candidates),
 the deleted row being uniform over the N − D + 1 rows outside the run's other deletions, D deletions in all;
 for the unprotected sequence the per-version (ε, δ) it claims), ``EXCEEDS`` where the interval lies wholly above
-it. Then accuracies on the test set: the released models (release 0, the last, the median and the worst over the
-sequence) beside the exact models (scikit-learn's ``LogisticRegression`` with C = 1/(λn), no intercept, on the
-first and last data) and the unprotected estimator's first and last versions.
+it; for the released sequence also the tighter rate of its μ-GDP guarantee (μ = √releases Δ/σ,
+``allowed_identification_rate_gdp``). Then accuracies on the test set: the released models (release 0, the last,
+the median and the worst over the sequence) beside the exact models (scikit-learn's ``LogisticRegression`` with
+C = 1/(λn), no intercept, on the first and last data) and the unprotected estimator's first and last versions.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_release_privacy.py`` (all three data sets, 1,000 deletions; the
 10⁶-row set dominates) or ``--quick`` (100 deletions, the generated set at 10⁵ rows; a few minutes).
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import statistics
 import subprocess
 import sys
@@ -55,6 +57,7 @@ from threadpoolctl import threadpool_limits
 from lethe.audit.version_diff import (
     IdentificationRate,
     allowed_identification_rate,
+    allowed_identification_rate_gdp,
     averaged_difference,
     batch_deletion_guess,
     diff_geometry,
@@ -195,10 +198,13 @@ def attack_average(run: Run, X: np.ndarray, y: np.ndarray, lam: float, refresh: 
     return hits, trials
 
 
-def rate_line(name: str, seq: str, attack: str, r: IdentificationRate) -> str:
+def rate_line(name: str, seq: str, attack: str, r: IdentificationRate, gdp: float | None) -> str:
     verdict = "EXCEEDS" if r.exceeds else "within"
+    if gdp is not None and r.low > gdp:
+        verdict += " (EXCEEDS the μ-GDP rate)"
+    g = "—" if gdp is None else f"{gdp:.2e}"
     return (f"| {name} | {seq} | {attack} | {r.hits}/{r.trials} | {r.rate:.4f} [{r.low:.4f}, {r.high:.4f}] | "
-            f"{r.allowed:.2e} | {verdict} |")
+            f"{r.allowed:.2e} | {g} | {verdict} |")
 
 
 def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int, window: int, stride: int,
@@ -215,11 +221,12 @@ def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int,
         if seq == "unprotected":
             srun = unprotected_run(X, y, lam, singles, seed)
             brun = unprotected_run(X, y, lam, batches, seed)
-            eps, delta = EPSILON, DELTA  # what each version's certificate claims
+            eps, delta, mu = EPSILON, DELTA, None  # what each version's certificate claims; no sequence claim
         else:
             srun, cert = released_run(X, y, lam, singles, seed)
             brun, bcert = released_run(X, y, lam, batches, seed + 1)
             eps, delta = cert.epsilon, cert.delta
+            mu = math.sqrt(cert.releases) / cert.noise_multiplier  # μ-GDP of the whole sequence
             assert bcert.epsilon <= EPSILON + 1e-9
             accs = [accuracy(v, 0.0, Xt, yt) for v in srun.versions]
             acc.append(f"| {name} | released (σ = {cert.sigma:.3g}, Δ = {cert.sensitivity:.3g}) | {accs[0]:.2%} | "
@@ -228,15 +235,20 @@ def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int,
             accs = [accuracy(srun.versions[0], 0.0, Xt, yt), accuracy(srun.versions[-1], 0.0, Xt, yt)]
             acc.append(f"| {name} | unprotected (today's estimator, σ = 1) | {accs[0]:.2%} | {accs[1]:.2%} | — | — |")
         allowed = allowed_identification_rate(eps, delta, N - deletions + 1)
+        gdp = None if mu is None else allowed_identification_rate_gdp(mu, N - deletions + 1)
         h, n = attack_single(srun, X, y, lam, refresh)
-        lines.append(rate_line(name, seq, "single", identification_rate(h, n, allowed)))
+        lines.append(rate_line(name, seq, "single", identification_rate(h, n, allowed), gdp))
         if batches:
-            b_allowed = allowed_identification_rate(eps, delta, N - len(batches) * k + k, guesses=k, deleted=k)
+            nb = N - len(batches) * k + k
+            b_allowed = allowed_identification_rate(eps, delta, nb, guesses=k, deleted=k)
+            b_gdp = None if mu is None else allowed_identification_rate_gdp(mu, nb, guesses=k, deleted=k)
             f, tot = attack_batch(brun, X, y, lam, refresh)
-            lines.append(rate_line(name, seq, f"batch (k = {k}, OMP)", identification_rate(f, tot, b_allowed)))
+            lines.append(rate_line(name, seq, f"batch (k = {k}, OMP)", identification_rate(f, tot, b_allowed),
+                                   b_gdp))
         h, n = attack_average(srun, X, y, lam, refresh, window, stride)
         if n:
-            lines.append(rate_line(name, seq, f"averaging (window {window})", identification_rate(h, n, allowed)))
+            lines.append(rate_line(name, seq, f"averaging (window {window})", identification_rate(h, n, allowed),
+                                   gdp))
         print(f"  {name} {seq}: done at {time.perf_counter() - t0:.0f} s", flush=True)
     keep = np.ones(N, dtype=bool)
     keep[order] = False
@@ -281,8 +293,8 @@ def main() -> None:
             accs += acc
     print(f"\nIdentification rates (95 % Clopper–Pearson) beside the rate the certificate allows "
           f"({time.perf_counter() - t0:.0f} s in all)\n")
-    print("| data | sequence | attack | identified | rate [95 % CI] | allowed | verdict |")
-    print("|---|---|---|---|---|---|---|")
+    print("| data | sequence | attack | identified | rate [95 % CI] | allowed (ε, δ) | allowed (μ-GDP) | verdict |")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rates))
     print("\nTest accuracy of the published models (single-removal sequences)\n")
     print("| data | model | first version | last version | median over the sequence | worst |")

@@ -16,6 +16,7 @@ import pytest
 
 from lethe.audit.version_diff import (
     allowed_identification_rate,
+    allowed_identification_rate_gdp,
     averaged_difference,
     batch_deletion_guess,
     delete_vs_keep_from_presence,
@@ -175,6 +176,36 @@ def test_allowed_rate_is_an_upper_bound_and_tight_for_randomised_response() -> N
     assert allowed_identification_rate(5.0, 0.5, 3, guesses=3) == 1.0
     e2, d2 = delete_vs_keep_from_presence(1.0, 1e-5)
     assert e2 == 2.0 and d2 == pytest.approx((1 + math.e) * 1e-5)
+
+
+def _gaussian_argmax_rate(mu: float, n: int) -> float:
+    """Exact P(argmax Y = r) for Y = μ e_r + N(0, I_n) — the "deleted" world of a μ-GDP pair whose "kept" world is
+    N(0, I_n) — by quadrature of ∫ φ(z) Φ(z + μ)^{n−1} dz."""
+    from scipy.integrate import quad
+    from scipy.stats import norm
+
+    val, _ = quad(lambda z: norm.pdf(z - mu) * norm.cdf(z) ** (n - 1), -12.0 + mu, 12.0 + mu, limit=400,
+                  epsabs=1e-13)
+    return float(val)
+
+
+def test_gdp_allowed_rate_bounds_the_gaussian_argmax_and_is_tighter_than_the_epsilon_delta_form() -> None:
+    from lethe.privacy.gaussian import analytic_gaussian_epsilon
+
+    rng = np.random.default_rng(11)
+    halved = 0
+    for _ in range(60):
+        mu, n = float(rng.uniform(0.05, 3.0)), int(rng.integers(2, 5000))
+        exact = _gaussian_argmax_rate(mu, n)
+        bound = allowed_identification_rate_gdp(mu, n)
+        assert exact <= bound * (1 + 1e-9) + 1e-12, (mu, n, exact, bound)
+        # mutation check: the random-guess rate 1/n (a "bound" that forgets μ) is exceeded
+        assert exact > 1.0 / n
+        halved += exact > allowed_identification_rate_gdp(mu / 2, n)  # mutation: a calibration off by 2 in μ
+        eps = analytic_gaussian_epsilon(1e-5, 1.0 / mu)  # the (ε, 1e-5) of the same μ-GDP mechanism
+        assert bound <= allowed_identification_rate(eps, 1e-5, n) * (1 + 1e-9)
+    assert halved == 60  # ... is exceeded in every case
+    assert allowed_identification_rate_gdp(0.0, 50) == pytest.approx(1 / 50)
 
 
 @pytest.mark.parametrize(("args", "match"), [

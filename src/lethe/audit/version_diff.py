@@ -258,6 +258,30 @@ def allowed_identification_rate(epsilon: float, delta: float, n_candidates: int,
     return float(min(1.0, math.exp(eps) * alpha + delta, 1.0 - math.exp(-eps) * (1.0 - delta - alpha)))
 
 
+def allowed_identification_rate_gdp(mu: float, n_candidates: int, *, guesses: int = 1, deleted: int = 1) -> float:
+    """The same limit for a μ-Gaussian-DP guarantee (Dong, Roth & Su 2019): Φ(Φ⁻¹(α) + μ), α as in
+    :func:`allowed_identification_rate`. Tighter than the (ε, δ) form of the same mechanism.
+
+    Derivation: as for :func:`allowed_identification_rate`, with the trade-off function of μ-GDP in place of the
+    (ε, δ) region: a test with false-positive rate α has true-positive rate ≤ 1 − G_μ(α) = Φ(Φ⁻¹(α) + μ), and
+    α ↦ Φ(Φ⁻¹(α) + μ) is concave (one minus a trade-off function, which is convex) and increasing, so Jensen's
+    inequality over the uniformly deleted row gives the bound at the mean α. A sequence of k Gaussian releases
+    with sensitivity Δ and noise σ each is μ-GDP with μ = √k Δ/σ (:mod:`lethe.privacy.release`), for every pair of
+    histories that differ in one record's presence at any of the releases — "deleted at this step" against "kept"
+    among them.
+    """
+    from scipy.stats import norm
+
+    mu = check_nonnegative("mu", mu)
+    N = check_positive_int("n_candidates", n_candidates)
+    g = check_positive_int("guesses", guesses)
+    k = check_positive_int("deleted", deleted)
+    if k > N:
+        raise ValueError(f"deleted must be <= n_candidates = {N}. Found {k}.")
+    alpha = min(1.0, g / (N - k + 1))
+    return float(min(1.0, norm.cdf(norm.ppf(alpha) + mu)))
+
+
 def delete_vs_keep_from_presence(epsilon: float, delta: float) -> tuple[float, float]:
     """(2ε, (1 + e^ε)δ): the guarantee between "r deleted" and "r kept" implied by an (ε, δ) guarantee between
     each of them and "r never present" (group privacy for a pair at distance 2)."""
