@@ -1,0 +1,234 @@
+"""ReleasedLogisticRegression (lethe.release): fit / remove / cadence / horizon refusal / persistence / predictions
+from the latest release only / no copies of the secret centre; and the mechanism's residual_cap hook."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from lethe.certified.bounds import release_sensitivity
+from lethe.certified.mechanism import Certificate, CertifiedRemoval, NewtonCache, exact_residual
+from lethe.exceptions import BudgetExceededError, SecretStateError
+from lethe.privacy.release import release_epsilon_spent, release_sigma
+from lethe.release import Release, ReleasedLogisticRegression
+
+
+def _data(n=3000, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X @ np.linspace(1, -1, d) + 0.3 * rng.normal(size=n) > 0, 1, 0)
+    return X, y
+
+
+def _model(**kw):
+    params = dict(lam=1e-2, epsilon=1.0, delta=1e-5, horizon=20, random_state=0)
+    params.update(kw)
+    return ReleasedLogisticRegression(**params)
+
+
+def _centre_residual(m):
+    """‖∇L_0(w̃; D′)‖ of the secret centre on the rows still present (b = 0)."""
+    keep = m._active
+    return exact_residual(m._mech, m._state, m._X[keep], m._Y[keep])
+
+
+def test_fit_publishes_release_zero_with_the_calibrated_noise():
+    X, y = _data()
+    m = _model().fit(X, y)
+    assert len(m.releases_) == 1 and m.release_ is m.releases_[0]
+    rel = m.release_
+    assert isinstance(rel, Release) and rel.version == 0 and rel.coef.shape == (X.shape[1],)
+    cert = rel.certificate
+    assert cert.observer == "every published release"
+    assert m.n_floor_ == 1024  # auto: the largest power of two <= 1500
+    delta_ = release_sensitivity(1e-2, 1024, 0.01)
+    assert cert.sensitivity == m.sensitivity_ == delta_
+    assert cert.sigma == m.sigma_ == release_sigma(1.0, 1e-5, 20, delta_)
+    assert cert.releases == 1 and cert.horizon == 20
+    assert cert.epsilon == pytest.approx(release_epsilon_spent(1, m.sigma_, delta_, 1e-5))
+    assert cert.epsilon < cert.epsilon_budget == 1.0
+    assert m.privacy_spent() == {"epsilon": cert.epsilon, "delta": 1e-5, "releases": 1, "horizon": 20}
+    assert set(cert.to_dict()) >= {"observer", "epsilon", "delta", "sigma", "sensitivity", "horizon", "theorems"}
+    # the centre is the UNPERTURBED minimiser to the certified residual
+    assert not np.any(m._state.b)
+    assert _centre_residual(m) <= m._state.residual_bound <= 0.01
+
+
+def test_remove_publishes_every_cadence_and_keeps_the_centre_certified():
+    X, y = _data()
+    m = _model(cadence=3, horizon=5).fit(X, y, sample_ids=[f"id{i}" for i in range(len(y))])
+    out = [m.remove([i]) for i in range(3)] + [m.remove(keys=["id10", "id11"])]
+    assert [o is None for o in out] == [True, True, False, True]
+    assert out[2].version == 1 and len(m.releases_) == 2
+    assert m.n_removed_ == 5 and int(np.count_nonzero(m._active)) == len(y) - 5
+    assert _centre_residual(m) <= m._state.residual_bound <= 0.01
+    # the removed rows are gone from memory (features, target, key)
+    assert not np.any(m._X[[0, 1, 2, 10, 11]]) and "id10" not in set(m._keys.tolist())
+    with pytest.raises(ValueError, match="not a record") as err:
+        m.remove(keys=["id10"])
+    assert "id10" not in str(err.value)  # a key is never echoed
+
+
+def test_horizon_refusal_changes_nothing():
+    X, y = _data()
+    m = _model(horizon=3).fit(X, y)
+    m.remove([0])
+    m.remove([1])
+    assert m.privacy_spent()["releases"] == 3
+    assert m.privacy_spent()["epsilon"] == pytest.approx(1.0, rel=1e-8)
+    before = (m._active.copy(), m._state, len(m.releases_), m._accountant, m.n_removed_)
+    with pytest.raises(BudgetExceededError, match="horizon of 3 releases is spent"):
+        m.remove([2])
+    assert np.array_equal(m._active, before[0]) and m._state is before[1]
+    assert len(m.releases_) == before[2] and m._accountant == before[3] and m.n_removed_ == before[4]
+    assert np.any(m._X[2])
+
+
+def test_n_floor_refusal_changes_nothing():
+    X, y = _data(n=400)
+    m = _model(n_floor=395, horizon=50).fit(X, y)
+    assert m.n_floor_ == 395
+    m.remove([0, 1, 2])
+    with pytest.raises(ValueError, match="fewer than n_floor = 395"):
+        m.remove([3, 4, 5])
+    assert int(np.count_nonzero(m._active)) == 397 and len(m.releases_) == 2
+    with pytest.raises(ValueError, match="fewer than n_floor"):
+        _model(n_floor=401).fit(X, y)
+
+
+def test_predictions_use_only_the_latest_release():
+    X, y = _data()
+    m = _model(fit_intercept=True, lam=1e-3, horizon=5, random_state=1).fit(X, y)
+    m.remove([5])
+    rel = m.release_
+    assert rel.version == 1
+    margins = X @ rel.coef + rel.intercept
+    np.testing.assert_allclose(m.decision_function(X), margins, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(m.predict(X), m.classes_[(margins > 0).astype(int)])
+    np.testing.assert_allclose(m.predict_proba(X)[:, 1], 1 / (1 + np.exp(-margins)), rtol=1e-12)
+    np.testing.assert_array_equal(m.coef_, rel.coef[None, :])
+    assert m.intercept_[0] == rel.intercept
+    # the released weights are not the secret centre, and no public attribute holds the centre
+    centre = m._state.w
+    assert not np.allclose(np.append(rel.coef, rel.intercept) * np.sqrt(2), centre)
+    for name in dir(m):
+        if name.startswith("_"):
+            continue
+        try:
+            value = getattr(m, name)
+        except Exception:  # noqa: BLE001 - e.g. sklearn attributes not defined here
+            continue
+        if isinstance(value, np.ndarray) and value.size == centre.size:
+            assert not np.allclose(value.ravel(), centre), name
+    with pytest.raises(ValueError):
+        rel.coef[0] = 1.0  # read-only
+
+
+def test_each_release_draws_fresh_noise():
+    """Consecutive releases minus their centres are independent N(0, σ²I): the difference of two releases minus the
+    difference of the centres has ‖·‖²/(2σ²) ~ χ²_d / d ≈ 1 (d = 200; seeded; tolerance 5 sd of χ²_d/d)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(3000, 200))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X[:, 0] > 0, 1, 0)
+    m = ReleasedLogisticRegression(lam=1e-2, horizon=4, random_state=3).fit(X, y)
+    w0 = m._state.w.copy()
+    m.remove([7])
+    diff = (m.releases_[1].coef - m.releases_[0].coef) - (m._state.w - w0)
+    ratio = float(diff @ diff) / (2 * m.sigma_**2 * 200)
+    assert abs(ratio - 1.0) < 5 * np.sqrt(2 / 200)
+
+
+def test_save_load_continues_the_stream(tmp_path):
+    X, y = _data()
+    m = _model(horizon=4, cadence=2).fit(X, y, sample_ids=np.arange(len(y)))
+    m.remove([0])
+    m.remove(keys=[1])
+    m.remove([2])  # pending
+    path = m.save(tmp_path / "m.npz")
+    assert (path.stat().st_mode & 0o777) == 0o600
+    m2 = ReleasedLogisticRegression.load(path)
+    assert m2.privacy_spent() == m.privacy_spent()
+    assert [r.version for r in m2.releases_] == [0, 1]
+    np.testing.assert_array_equal(m2.coef_, m.coef_)
+    assert m2.releases_[1].certificate == m.releases_[1].certificate
+    np.testing.assert_array_equal(m2.predict(X), m.predict(X))
+    rel = m2.remove([3])  # completes the pending cadence
+    assert rel is not None and rel.version == 2
+    assert _centre_residual(m2) <= 0.01
+    m2.remove([4])
+    m2.remove([5])
+    with pytest.raises(BudgetExceededError):
+        m2.remove([6])
+    with pytest.raises(ValueError, match="holds a"):
+        from lethe.estimators import CertifiedLogisticRegression
+
+        CertifiedLogisticRegression.load(path)
+
+
+def test_no_copies_of_a_fitted_model():
+    X, y = _data(n=500)
+    unfitted = _model()
+    assert pickle.loads(pickle.dumps(unfitted)).get_params() == unfitted.get_params()
+    assert clone(unfitted).get_params() == unfitted.get_params()
+    m = unfitted.fit(X, y)
+    for how in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(SecretStateError, match="cannot be"):
+            how(m)
+    assert clone(m).get_params() == m.get_params()  # clone copies parameters only
+
+
+def test_parameter_and_input_errors():
+    X, y = _data(n=300)
+    with pytest.raises(ValueError, match="delta must be in"):
+        _model(delta=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="cadence must be an integer >= 1"):
+        _model(cadence=0).fit(X, y)
+    with pytest.raises(ValueError, match="exactly 2 classes"):
+        _model().fit(X, np.arange(300) % 3)
+    with pytest.raises(ValueError):
+        _model().fit(X * 2.0, y)  # rows outside the unit ball
+    m = _model().fit(X, y)
+    with pytest.raises(ValueError, match="exactly one of"):
+        m.remove()
+    with pytest.raises(ValueError, match="distinct"):
+        m.remove([1, 1])
+    m.remove([1])
+    with pytest.raises(ValueError, match="already removed"):
+        m.remove([1])
+
+
+# -- the mechanism hook and the one-version certificate ------------------------------------------------------------
+
+
+def test_residual_cap_hook_trains_and_retrains_without_perturbation():
+    X, y = _data(n=400)
+    yy = np.where(y == 1, 1.0, -1.0)
+    mech = CertifiedRemoval(lam=1e-3, residual_cap=1e-6, solver="pcg", bound="tight", calibration="analytic")
+    assert mech.budget == 1e-6
+    cache = NewtonCache()
+    state, _ = mech.train(X, yy, random_state=0, cache=cache)
+    assert not np.any(state.b) and state.residual_bound <= 1e-6
+    active = np.ones(len(y), dtype=bool)
+    retrained = False
+    for i in range(5):
+        state, cert = mech.remove(state, X, yy, [i], active=active, cache=cache)
+        active[i] = False
+        retrained |= cert.retrained
+        assert not np.any(state.b) and state.residual_bound <= 1e-6
+        assert exact_residual(mech, state, X[active], yy[active]) <= state.residual_bound
+    assert retrained  # the tiny cap forces Alg. 2's re-solve, still with b = 0
+    with pytest.raises(ValueError, match="residual_cap must be"):
+        CertifiedRemoval(residual_cap=0.0)
+    # the default mechanism is unchanged: Guo's budget and a drawn b, and its certificates cover one version
+    plain = CertifiedRemoval(lam=1e-3, sigma=1.0)
+    assert plain.residual_cap is None and plain.budget > 0
+    st, cert = plain.train(X, yy, random_state=0)
+    assert np.any(st.b)
+    assert isinstance(cert, Certificate) and cert.observer == "one published version"
+    assert cert.to_dict()["observer"] == "one published version"
