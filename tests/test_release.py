@@ -45,8 +45,8 @@ def test_fit_publishes_release_zero_with_the_calibrated_noise():
     assert isinstance(rel, Release) and rel.version == 0 and rel.coef.shape == (X.shape[1],)
     cert = rel.certificate
     assert cert.observer == "every published release"
-    assert m.n_floor_ == 1024  # auto: the largest power of two <= 1500
-    delta_ = release_sensitivity(1e-2, 1024, 0.01)
+    assert m.n_floor_ == 2560  # auto: 15 * 3000 / 16 = 2812 rounded down to 4 significant bits
+    delta_ = release_sensitivity(1e-2, 2560, 0.01, loss_at_zero=np.log(2) * (1 + 1e-15))
     assert cert.sensitivity == m.sensitivity_ == delta_
     assert cert.sigma == m.sigma_ == release_sigma(1.0, 1e-5, 20, delta_)
     assert cert.releases == 1 and cert.horizon == 20

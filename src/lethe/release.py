@@ -6,8 +6,9 @@ the unperturbed regularised minimiser on the current data (b = 0, Guo et al. 202
 certified Newton removal of :class:`~lethe.certified.mechanism.CertifiedRemoval` with ``residual_cap`` (certified
 ‖∇L_0(w̃_t)‖ ≤ β_cap, re-solved when the bound would pass it). The whole sequence of releases is (ε, δ)-DP for
 every record — deleted, pending or kept — against an observer of every release (docs/release_privacy.md):
-σ = √T σ_BW(ε, δ) Δ with Δ = 2(C + β_cap)/(λ n_floor) (:func:`lethe.certified.bounds.release_sensitivity`,
-:func:`lethe.privacy.release.release_sigma`), accounted by :class:`lethe.privacy.release.ReleaseAccountant`.
+σ = √T σ_BW(ε, δ) Δ with Δ = (1 + min(1, √(2λ log 2)) + 2β_cap)/(λ n_floor)
+(:func:`lethe.certified.bounds.release_sensitivity`, :func:`lethe.privacy.release.release_sigma`), accounted by
+:class:`lethe.privacy.release.ReleaseAccountant`.
 
 Predictions (``coef_``, ``decision_function``, ``predict``, ``predict_proba``) use ONLY the latest release. The
 centre w̃ and the remaining rows are secret: no public attribute holds them, the model refuses ``copy``,
@@ -47,6 +48,9 @@ __all__ = ["Release", "ReleaseCertificate", "ReleasedLogisticRegression"]
 
 #: Features and constant column scaled by 1/√2 with ``fit_intercept=True``: ‖[x/√2, 1/√2]‖ ≤ 1 when ‖x‖ ≤ 1.
 _INTERCEPT_SCALE = 1.0 / math.sqrt(2.0)
+
+#: An upper bound on the logistic loss at margin 0, log 2 (rounded up).
+_LOGISTIC_AT_ZERO = math.log(2.0) * (1.0 + 1e-15)
 
 _GUARANTEE = ("(epsilon, delta)-differential privacy of the whole sequence of releases with respect to adding or "
               "removing any one record (fresh Gaussian noise per release, exact composition; "
@@ -88,11 +92,11 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         Learn an intercept (rows [x/√2, 1/√2], regularised like the weights).
     residual_cap : float, default=0.01
         β_cap: the certified gradient residual of the unperturbed centre (a public parameter; it enters the
-        sensitivity as 2(C + β_cap)/(λ n_floor), C = 1).
+        sensitivity as (1 + min(1, √(2λ log 2)) + 2β_cap)/(λ n_floor)).
     n_floor : int or "auto", default="auto"
-        A PUBLIC lower bound on the rows other than any one target, at every release. ``"auto"``: the largest power
-        of two ≤ n/2 at ``fit`` (:func:`lethe.privacy.release.auto_n_floor`: assumes the data set's size to within a
-        factor of two is public). Removals that would leave fewer rows are refused.
+        A PUBLIC lower bound on the rows other than any one target, at every release. ``"auto"``: 15n/16 at ``fit``
+        rounded down to 4 significant bits (:func:`lethe.privacy.release.auto_n_floor`: assumes the data set's size
+        to within ≈ 12 % is public). Removals that would leave fewer rows are refused.
     normalize_rows : bool, default=False
         Scale rows outside the unit ball onto it (else such rows raise ``ValueError``).
     solver : str, default="auto"
@@ -184,7 +188,9 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
                              "least n_floor rows besides any one target.")
         loss = get_loss("logistic")
         assert loss.grad_bound is not None
-        sensitivity = release_sensitivity(float(self.lam), n_floor, float(self.residual_cap), loss.grad_bound)
+        # ℓ ≥ 0 with ℓ(0, ±1) = log 2: λ‖w*‖ ≤ √(2λ log 2) (the bound's step i); rounded up
+        sensitivity = release_sensitivity(float(self.lam), n_floor, float(self.residual_cap), loss.grad_bound,
+                                          loss_at_zero=_LOGISTIC_AT_ZERO)
         accountant = ReleaseAccountant.calibrated(float(self.epsilon), float(self.delta), int(self.horizon),
                                                   sensitivity)
         mech = CertifiedRemoval(loss="logistic", lam=float(self.lam), residual_cap=float(self.residual_cap),

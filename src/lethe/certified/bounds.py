@@ -374,28 +374,31 @@ def anchor_bounds(*, gamma: float, tau: float, x_norm: float, row_norm: float, n
 
 
 def release_sensitivity(lam: float, n_floor: int, residual_cap: float, grad_bound: float = 1.0,
-                        row_norm: float = ROW_NORM_MAX) -> float:
-    """Δ = 2(C ρ + β_cap) / (λ m): the L2 sensitivity of the released centre (docs/release_privacy.md §2).
+                        row_norm: float = ROW_NORM_MAX, loss_at_zero: float | None = None) -> float:
+    """Δ = (Cρ + a + 2β_cap) / (λ m), a = min(Cρ, √(2λ ℓ(0))): the L2 sensitivity of the released centre.
 
-    Setting. L_0(w; D) = Σ_{i∈D} ℓ(wᵀxᵢ, yᵢ) + (λ|D|/2)‖w‖² (Guo et al. 2020's objective with b = 0), ℓ convex
-    with |ℓ'| ≤ C and ‖xᵢ‖ ≤ ρ; w̃(D) is ANY point with ‖∇L_0(w̃(D); D)‖ ≤ β_cap (the certified residual of
-    :class:`~lethe.certified.mechanism.CertifiedRemoval` with ``residual_cap``). Neighbours: D = S ∪ {z}, |S| = m.
+    Setting (docs/release_privacy.md §2). L_0(w; D) = Σ_{i∈D} ℓ(wᵀxᵢ, yᵢ) + (λ|D|/2)‖w‖² (Guo et al. 2020's
+    objective with b = 0), ℓ convex with |ℓ'| ≤ C and ‖xᵢ‖ ≤ ρ; w̃(D) is ANY point with ‖∇L_0(w̃(D); D)‖ ≤ β_cap
+    (the certified residual of :class:`~lethe.certified.mechanism.CertifiedRemoval` with ``residual_cap``).
+    Neighbours: D = S ∪ {z}, |S| = m.
 
-    Claim. ‖w̃(D) − w̃(S)‖ ≤ 2(Cρ + β_cap)/(λ m), for every such pair of approximate minimisers.
+    Claim. ‖w̃(D) − w̃(S)‖ ≤ (Cρ + a + 2β_cap)/(λ m) with a = Cρ, or a = min(Cρ, √(2λ ℓ(0))) when ℓ ≥ 0 and
+    ``loss_at_zero`` ≥ sup_y ℓ(0, y) is given (log 2 for the logistic loss). With a = Cρ this is 2(Cρ + β)/(λm).
 
-    Proof. (i) Optimality of w* = w*(S): Σ_S ℓ'ᵢ xᵢ + λ m w* = 0, so λ m ‖w*‖ ≤ m C ρ, i.e. ‖w*(S)‖ ≤ Cρ/λ.
+    Proof. (i) λ‖w*(S)‖ ≤ a. Optimality: Σ_S ℓ'ᵢ xᵢ + λ m w* = 0, so λ m ‖w*‖ ≤ m C ρ. And if ℓ ≥ 0:
+    (λm/2)‖w*‖² ≤ L_0(w*; S) ≤ L_0(0; S) ≤ m ℓ(0), so λ‖w*‖ ≤ √(2λ ℓ(0)).
     (ii) L_0(·; D) = L_0(·; S) + h with h(w) = ℓ_z(w) + (λ/2)‖w‖² (the regulariser grows with |D|), so
-    ∇L_0(w*(S); D) = ∇h(w*(S)) = ℓ'_z x_z + λ w*(S), of norm ≤ Cρ + Cρ = 2Cρ.
+    ∇L_0(w*(S); D) = ∇h(w*(S)) = ℓ'_z x_z + λ w*(S), of norm ≤ Cρ + a.
     (iii) L_0(·; D) is λ(m+1)-strongly convex, hence for any w, ‖w − w*(D)‖ ≤ ‖∇L_0(w; D)‖/(λ(m+1)); at
-    w = w*(S): ‖w*(S) − w*(D)‖ ≤ 2Cρ/(λ(m+1)).
+    w = w*(S): ‖w*(S) − w*(D)‖ ≤ (Cρ + a)/(λ(m+1)).
     (iv) The same strong convexity gives ‖w̃(D) − w*(D)‖ ≤ β_cap/(λ(m+1)) and ‖w̃(S) − w*(S)‖ ≤ β_cap/(λm).
-    Triangle inequality: ‖w̃(D) − w̃(S)‖ ≤ (2Cρ + β_cap)/(λ(m+1)) + β_cap/(λm) ≤ 2(Cρ + β_cap)/(λm). ∎
+    Triangle inequality: ‖w̃(D) − w̃(S)‖ ≤ (Cρ + a + β_cap)/(λ(m+1)) + β_cap/(λm) ≤ (Cρ + a + 2β_cap)/(λm). ∎
 
     The bound holds for every pair of approximate minimisers, whatever the internal history (Newton steps,
-    retraining times) that produced them, which is what lets the release mechanism mix over hidden state. The
-    factor 2 (the λw term of ∇h) is needed in general: for a loss whose slope stays −C up to a large margin, one
-    point repeated m times and z of the opposite label reach 2Cρ/(λ(m+1)) (tests/privacy/test_release.py); for the
-    logistic loss the measured ratio is smaller.
+    retraining times) that produced them, which is what lets the release mechanism mix over hidden state. The λw
+    term is needed in general: for a loss whose slope stays −C up to a large margin (ℓ(0) large, so a = Cρ), one
+    point repeated m times and z of the opposite label reach 2Cρ/(λ(m+1)) (tests/privacy/test_release.py). For the
+    logistic loss at λ = 1e-3, a = √(2·10⁻³ log 2) ≈ 0.037: Δ ≈ (1.037 + 2β)/(λm) instead of 2(1 + β)/(λm).
 
     Parameters
     ----------
@@ -409,16 +412,20 @@ def release_sensitivity(lam: float, n_floor: int, residual_cap: float, grad_boun
         C, sup |ℓ'| (1 for the logistic loss).
     row_norm : float, default=ROW_NORM_MAX
         ρ ≥ sup ‖xᵢ‖ (rows are accepted up to 1 + 1e-9).
+    loss_at_zero : float or None, default=None
+        An upper bound on ℓ(0, y) over the labels, for a loss ℓ ≥ 0 (log 2 for the logistic loss); None: a = Cρ.
 
     Returns
     -------
     float
-        Δ.
+        Δ (rounded up).
 
     Examples
     --------
     >>> round(release_sensitivity(1e-3, 10**6, 0.0, row_norm=1.0), 12)
     0.002
+    >>> round(release_sensitivity(1e-3, 10**6, 0.0, row_norm=1.0, loss_at_zero=math.log(2)), 6)
+    0.001037
     """
     if not (isinstance(lam, int | float) and lam > 0 and math.isfinite(lam)):
         raise ValueError(f"lam must be a finite number > 0. Found {lam!r}.")
@@ -430,5 +437,11 @@ def release_sensitivity(lam: float, n_floor: int, residual_cap: float, grad_boun
         raise ValueError(f"grad_bound must be a finite number > 0. Found {grad_bound!r}.")
     if not (isinstance(row_norm, int | float) and row_norm > 0 and math.isfinite(row_norm)):
         raise ValueError(f"row_norm must be a finite number > 0. Found {row_norm!r}.")
-    # rounded up: the quotient of correctly rounded operations is within (1 + u)^3 of the exact value
-    return 2.0 * (grad_bound * row_norm + residual_cap) / (lam * int(n_floor)) * (1.0 + 4.0 * EPS)
+    c_rho = grad_bound * row_norm
+    a = c_rho
+    if loss_at_zero is not None:
+        if not (isinstance(loss_at_zero, int | float) and loss_at_zero >= 0 and math.isfinite(loss_at_zero)):
+            raise ValueError(f"loss_at_zero must be a finite number >= 0. Found {loss_at_zero!r}.")
+        a = min(c_rho, math.sqrt(2.0 * lam * loss_at_zero) * (1.0 + 4.0 * EPS))
+    # rounded up: a few correctly rounded operations, each within (1 + u) of the exact value
+    return (c_rho + a + 2.0 * residual_cap) / (lam * int(n_floor)) * (1.0 + 8.0 * EPS)

@@ -137,8 +137,8 @@ def release_epsilon_spent(releases: int, sigma: float, sensitivity: float, delta
     >>> s = release_sigma(1.0, 1e-5, 400, 1.0)
     >>> release_epsilon_spent(400, s, 1.0, 1e-5) <= 1.0 + 1e-9
     True
-    >>> round(release_epsilon_spent(100, s, 1.0, 1e-5), 2)   # a quarter of the horizon: far less than 1/4 ... 1
-    0.43
+    >>> round(release_epsilon_spent(100, s, 1.0, 1e-5), 2)
+    0.47
     """
     k = _check_count("releases", releases)
     dl = check_open_unit("delta", delta)
@@ -149,21 +149,27 @@ def release_epsilon_spent(releases: int, sigma: float, sensitivity: float, delta
 
 
 def auto_n_floor(n_rows: int) -> int:
-    """The default public floor on the rows: the largest power of two ≤ n/2 (at least 1).
+    """The default public floor on the rows: 15n/16 rounded DOWN to 4 significant binary digits (at least 1).
 
-    It is published (in every certificate, through σ), so it reveals ⌊log₂(n/2)⌋ of the training set's size: the
-    default assumes the data set's size to within a factor of two is public. The guarantee then covers every record
-    of every history in which the OTHER records number at least this floor at every release; the only histories
-    it leaves out are those near a power of two at fit time (n − 1 = 2^j − 1 other rows) or that remove more than
-    half the rows. Pass an explicit, public ``n_floor`` to remove both caveats (docs/release_privacy.md §2).
+    It lies in [0.82 n, 0.94 n] (so at least n/16 rows can be removed) and is published (in every certificate,
+    through σ): it reveals 4 significant bits of the training set's size, i.e. the default assumes the data set's
+    size to within ≈ 12 % is public. The guarantee then covers every record of every history in which the OTHER
+    records number at least this floor at every release, except at a rounding boundary: a size n at fit with
+    auto_n_floor(n − 1) ≠ auto_n_floor(n) (≈ one size in 2^(bits(n) − 4), e.g. one in 65,536 at n ~ 10⁶), where σ
+    itself differs between the two worlds. Pass an explicit, public ``n_floor`` to remove that caveat
+    (docs/release_privacy.md §2).
 
     Examples
     --------
     >>> auto_n_floor(10_000), auto_n_floor(1_000_000), auto_n_floor(3)
-    (4096, 524288, 1)
+    (9216, 917504, 2)
     """
     n = check_positive_int("n_rows", n_rows)
-    return max(1, 1 << max(0, (n // 2).bit_length() - 1)) if n >= 2 else 1
+    target = (15 * n) // 16
+    if target < 1:
+        return 1
+    drop = max(0, target.bit_length() - 4)
+    return max(1, (target >> drop) << drop)
 
 
 def _check_count(name: str, value: Any) -> int:
