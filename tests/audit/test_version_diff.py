@@ -264,3 +264,17 @@ def test_released_sequence_keeps_the_attack_within_the_certificate_and_the_raw_s
     assert raw_hits / trials >= 0.8, raw_hits
     with pytest.raises(AssertionError, match="identified"):
         _assert_not_above_allowed(raw_hits, trials, allowed)
+
+
+def test_attack_inputs_are_checked() -> None:
+    X, y = _data(n=50, d=4, seed=12)
+    geom = diff_geometry(X, y, np.zeros(4), LAM)
+    with pytest.raises(ValueError, match="k must be <= min"):
+        batch_deletion_guess(geom, np.zeros(4), np.ones(4), 5)
+    with pytest.raises(ValueError, match="w_new must be a finite vector of length 4"):
+        single_deletion_scores(geom, np.zeros(4), np.ones(3))
+    with pytest.raises(ValueError, match="before and after"):
+        averaged_difference(np.zeros((2, 4)), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="y must have one label per candidate"):
+        diff_geometry(X, y[:-1], np.zeros(4), LAM)
+    assert batch_deletion_guess(geom, np.zeros(4), np.zeros(4), 2).size == 0  # no difference: nobody named
