@@ -231,10 +231,12 @@ def _assert_not_above_allowed(hits: int, trials: int, allowed: float) -> None:
     assert not rate.exceeds, f"{hits}/{trials} identified, interval [{rate.low:.4f}, {rate.high:.4f}] > {allowed:.4g}"
 
 
-def _released_sequence_hits(X: np.ndarray, y: np.ndarray, trials: int, seed: int) -> tuple[int, int, int, float]:
+def _released_sequence_hits(X: np.ndarray, y: np.ndarray, trials: int,
+                            seed: int) -> tuple[int, int, int, float, float]:
     """Hits of the single-deletion attack on consecutive releases of ReleasedLogisticRegression (one random row per
     removal, a release after each), and — the mutation check — on its secret unperturbed centres (the same
-    mechanism with the release noise taken out). Returns (hits on releases, hits on centres, trials, allowed)."""
+    mechanism with the release noise taken out). Returns (hits on releases, hits on centres, trials, allowed by the
+    certificate's (ε, δ), allowed by its μ-GDP with μ = √releases Δ/σ)."""
     from lethe.release import ReleasedLogisticRegression
 
     rng = np.random.default_rng(seed)
@@ -253,13 +255,17 @@ def _released_sequence_hits(X: np.ndarray, y: np.ndarray, trials: int, seed: int
     cert = m.release_.certificate
     assert cert.observer == "every published release" and cert.epsilon <= 1.0 + 1e-9
     # r is uniform over the rows outside every other deletion of the run: N − trials + 1 candidates
-    return hits, raw_hits, trials, allowed_identification_rate(cert.epsilon, cert.delta, N - trials + 1)
+    mu = math.sqrt(cert.releases) / cert.noise_multiplier
+    return (hits, raw_hits, trials, allowed_identification_rate(cert.epsilon, cert.delta, N - trials + 1),
+            allowed_identification_rate_gdp(mu, N - trials + 1))
 
 
 def test_released_sequence_keeps_the_attack_within_the_certificate_and_the_raw_sequence_does_not() -> None:
     X, y = _data(seed=9)
-    hits, raw_hits, trials, allowed = _released_sequence_hits(X, y, 30, seed=10)
+    hits, raw_hits, trials, allowed, allowed_gdp = _released_sequence_hits(X, y, 30, seed=10)
+    assert allowed_gdp <= allowed
     _assert_not_above_allowed(hits, trials, allowed)  # passes on the released sequence (the new code)
+    _assert_not_above_allowed(hits, trials, allowed_gdp)  # ... also against the tighter μ-GDP rate
     # mutation check: the same attack and assertion on the unperturbed sequence (today's leak) fail
     assert raw_hits / trials >= 0.8, raw_hits
     with pytest.raises(AssertionError, match="identified"):
