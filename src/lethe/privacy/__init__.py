@@ -9,7 +9,9 @@ The public API is re-exported here; the math lives in one module per topic:
 * :mod:`lethe.privacy.rdp` — Rényi DP of the Gaussian/Laplace mechanisms, composition, conversions;
 * :mod:`lethe.privacy.accountant` — a budgeted ledger of frozen, serializable events;
 * :mod:`lethe.privacy.output_perturbation` — output perturbation for L2-regularised ERM and its estimator;
-* :mod:`lethe.privacy.objective_perturbation` — (ε, δ)-DP calibration of Gaussian objective perturbation.
+* :mod:`lethe.privacy.objective_perturbation` — (ε, δ)-DP calibration of Gaussian objective perturbation;
+* :mod:`lethe.privacy.release` — a sequence of Gaussian releases with fresh noise: calibration over a horizon, ε spent,
+  the release accountant and certificate (used by :mod:`lethe.release`).
 
 See ``docs/privacy.md`` for the derivations.
 """
@@ -67,6 +69,15 @@ from lethe.privacy.rdp import (
     rdp_to_dp,
     rdp_to_dp_tight,
 )
+from lethe.privacy.release import (
+    ReleaseAccountant,
+    ReleaseCertificate,
+    auto_n_floor,
+    release_delta,
+    release_epsilon_spent,
+    release_noise_multiplier,
+    release_sigma,
+)
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -81,11 +92,14 @@ __all__ = [
     "OutputPerturbationLogisticRegression",
     "PrivacyAccountant",
     "PrivacyEvent",
+    "ReleaseAccountant",
+    "ReleaseCertificate",
     "advanced_composition",
     "advanced_composition_epsilon",
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma",
+    "auto_n_floor",
     "basic_composition",
     "best_dp_over_orders",
     "classical_gaussian_sigma",
@@ -107,4 +121,8 @@ __all__ = [
     "pure_dp_rdp",
     "rdp_to_dp",
     "rdp_to_dp_tight",
+    "release_delta",
+    "release_epsilon_spent",
+    "release_noise_multiplier",
+    "release_sigma",
 ]
