@@ -54,8 +54,10 @@ def test_decide_covers_every_answer() -> None:
     mine_same = _request("q1", "alice", "r1", "d1")
     mine_other_key = _request("q2", "alice", "r1", "d2")
     bobs = _request("q3", "bob", None, "d1", status="done")
+    mine_other_id = _request("q4", "alice", "r9", "d1")  # the caller's own request of the key, under another id
     for sub, dataset, by_crid, live, record in itertools.product(
-            (sub_plain, sub_crid), (None, ds), (None, mine_same, mine_other_key), (None, mine_same, bobs), (None, 7)):
+            (sub_plain, sub_crid), (None, ds), (None, mine_same, mine_other_key),
+            (None, mine_same, bobs, mine_other_id), (None, 7)):
         known = Known(dataset, "d1" if dataset is not None else "", by_crid if sub.client_request_id else None, live,
                       record)
         if dataset is None:
