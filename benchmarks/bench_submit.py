@@ -5,7 +5,7 @@ submit ``--requests`` deletion requests for distinct keys through
 
 * **group**: ``Curator.submit_deletion`` (group commit: one transaction, one fsync, per group of concurrent
   submissions), and
-* **serial**: ``Curator._submit_alone`` (one transaction per submission: what ``submit_deletion`` did before group
+* **serial**: ``DeletionIntake.submit_alone`` (one transaction per submission: what ``submit_deletion`` did before group
   commit, and what it falls back to when a group fails as a whole),
 
 alternately, ``--repeats`` times each on a new store. Printed: submissions/s and p50/p99 latency, medians of the
@@ -48,7 +48,7 @@ def run(mode: str, n: int, requests: int, threads: int) -> tuple[float, float, f
         c = _store(Path(tmp), n)
         who = Principal("alice", "requester")
         submit = c.submit_deletion if mode == "group" else (
-            lambda ds, key, principal: c._submit_alone(ds, key, principal, None))
+            lambda ds, key, principal: c.intake.submit_alone(ds, key, principal, None))
         keys = [f"k{i}" for i in range(requests)]
         lat: list[float] = []
         lock = threading.Lock()

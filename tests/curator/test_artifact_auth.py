@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from lethe.curator import Curator
 from lethe.curator.artifacts import BINDING_FIELD, MAC_FIELD, META_KEY, ArtifactError, _sha256, canonical_bytes
-from lethe.curator.service import Principal, ServiceFaultError
+from lethe.curator.errors import ServiceFaultError
+from lethe.curator.service import Principal
 from lethe.curator.store import CertificateRow, Model, ModelVersion
 
 ALICE = Principal("alice", "requester")
@@ -50,7 +51,7 @@ def rewrite(c: Curator, edit: Callable[[dict[str, np.ndarray], dict[str, Any]], 
         row = s.get(ModelVersion, v.id)
         assert row is not None
         row.sha256 = _sha256(path)
-    c._public_cache.clear()
+    c.serving.forget()
 
 
 def set_beta(m: dict[str, Any], value: float) -> None:

@@ -139,7 +139,7 @@ def _check_invariants(c: Curator, acknowledged: list[str]) -> tuple[int, int]:
     art = c.artifacts.load(version.artifact, version.sha256)  # exists and matches its checksum
     assert art.meta["n"] == len(record_ids)
     with c.store.read() as s:
-        ids, X, y = c._current_data(s, 1, 10)
+        ids, X, y = c.datasets.current_data(s, 1, 10)
     adapter = get_adapter("certified-removal", PARAMS)
     assert isinstance(adapter, CertifiedRemovalAdapter)
     state = adapter._state(art)

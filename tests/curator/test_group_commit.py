@@ -1,5 +1,6 @@
-"""Group commit of deletion submissions (``Curator._join_group``): concurrent submissions of one process are written
-by one transaction per group, and each caller gets exactly the answer a serial order of the same submissions gives.
+"""Group commit of deletion submissions (:class:`lethe.curator.intake.DeletionIntake`): concurrent submissions of
+one process are written by one transaction per group, and each caller gets exactly the answer a serial order of the
+same submissions gives.
 
 SQLite always; PostgreSQL too when ``LETHE_TEST_POSTGRES_URL`` names a database this test may wipe.
 """
@@ -17,6 +18,7 @@ import pytest
 from sqlalchemy import event, func, select, text
 
 from lethe.curator import Curator, Principal
+from lethe.curator.intake import DeletionIntake, Submission
 from lethe.curator.service import CLI_PRINCIPAL
 from lethe.curator.store import DeletionRequest, LedgerEvent
 
@@ -174,22 +176,22 @@ def test_one_failing_submission_does_not_fail_its_group(tmp_path: Path, monkeypa
     and accepted, the failing one gets its own error, and nothing of it is stored."""
     data = make_data(tmp_path / "data.csv")
     c = _curator(tmp_path / "c", data.csv, None)
-    original = Curator._submit_in
+    original = DeletionIntake.answer_in
 
-    def flaky(self: Curator, s: Any, dataset: str, key: str, principal: Principal, rid: str | None) -> Any:
-        if key == "user-0005":
+    def flaky(self: DeletionIntake, s: Any, sub: Submission) -> Any:
+        if sub.key == "user-0005":
             raise RuntimeError("disk on fire")
-        return original(self, s, dataset, key, principal, rid)
+        return original(self, s, sub)
 
-    group_original = Curator._submit_group_in
+    group_original = DeletionIntake.answer_group_in
 
-    def flaky_group(self: Curator, s: Any, group: list[Any]) -> Any:
+    def flaky_group(self: DeletionIntake, s: Any, group: list[Submission]) -> Any:
         if any(sub.key == "user-0005" for sub in group):
             raise RuntimeError("disk on fire")
         return group_original(self, s, group)
 
-    monkeypatch.setattr(Curator, "_submit_in", flaky)  # a submission made alone
-    monkeypatch.setattr(Curator, "_submit_group_in", flaky_group)  # its group
+    monkeypatch.setattr(DeletionIntake, "answer_in", flaky)  # a submission made alone
+    monkeypatch.setattr(DeletionIntake, "answer_group_in", flaky_group)  # its group
     jobs: list[Job] = [(ALICE, "people", f"user-{i:04d}", None) for i in range(9)]
     try:
         outcomes, _ = _submit_concurrently(c, jobs)
@@ -234,14 +236,14 @@ def test_a_failed_group_logs_no_record_detail(tmp_path: Path, monkeypatch: pytes
     database error's SQL parameters) names the group's records."""
     data = make_data(tmp_path / "data.csv")
     c = _curator(tmp_path / "c", data.csv, None)
-    group_original = Curator._submit_group_in
+    group_original = DeletionIntake.answer_group_in
 
-    def failing_group(self: Curator, s: Any, group: list[Any]) -> Any:
+    def failing_group(self: DeletionIntake, s: Any, group: list[Submission]) -> Any:
         if len(group) > 1:
             raise RuntimeError("row 17, key user-0003")
         return group_original(self, s, group)
 
-    monkeypatch.setattr(Curator, "_submit_group_in", failing_group)
+    monkeypatch.setattr(DeletionIntake, "answer_group_in", failing_group)
     try:
         with caplog.at_level("DEBUG", logger="lethe"):
             _submit_concurrently(c, [(ALICE, "people", f"user-{i:04d}", None) for i in range(9)])

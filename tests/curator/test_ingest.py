@@ -9,7 +9,7 @@ import pytest
 
 import lethe.cli as cli
 from lethe.curator import Curator
-from lethe.curator.service import InvalidInputError
+from lethe.curator.errors import InvalidInputError
 from lethe.curator.tables import read_table
 
 

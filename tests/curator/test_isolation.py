@@ -104,20 +104,20 @@ def _flow(tmp_path: Path, data: Data, monkeypatch: pytest.MonkeyPatch, caplog: p
         assert v.n_records == 200 - 7
         assert s.get(DeletionRequest, bad_id).record_id is not None  # its record is still there
         files = {v.artifact}
-        _ids, X, y = c._current_data(s, m.dataset_id, data.X.shape[1])
+        _ids, X, y = c.datasets.current_data(s, m.dataset_id, data.X.shape[1])
     assert set(c.artifacts.all_files()) == files
     adapter = CertifiedRemovalAdapter(dict(PARAMS))
     (state,) = adapter._states(c.artifacts.load(v.artifact, v.sha256))
     truth = exact_residual(adapter.mechanism, state, np.asarray(X), np.where(y == 1.0, 1.0, -1.0))
     assert truth <= state.residual_bound
     # the last attempt failed: its warm state was dropped (rebuilt from the published version by the next batch)
-    assert m.id not in c._warm
+    assert m.id not in c.batches.warm
     monkeypatch.undo()
     view, _ = c.submit_deletion("people", data.keys[BAD])
     assert [r.status for r in c.process_pending(force=True)] == ["done"]
     assert c.dataset_info("people")["n_records"] == 200 - 8
     with c.store.read() as s:
-        assert c._warm[m.id].version_id == s.scalar(select(Model).where(Model.name == "clf")).current_version_id
+        assert c.batches.warm.version_of(m.id) == s.scalar(select(Model).where(Model.name == "clf")).current_version_id
     c.close()
 
 

@@ -84,7 +84,7 @@ def test_batches_do_not_accumulate(tmp_path: Path, caplog: pytest.LogCaptureFixt
     # before the fix: +29 KB here (≈ 480 bytes per batch: Curator._verified); after: +4.5 KB, once (arrays of the
     # solver's cache first built after batch WARM, SQLAlchemy's statement cache filling), flat from batch 50 to 300
     assert bytes1 - bytes0 <= 10240, f"memory allocated by lethe grew by {bytes1 - bytes0} B over {N - WARM} batches"
-    assert len(c._verified) <= 1  # one entry per model
+    assert c.serving.verified_models() <= 1  # one entry per model
 
 
 _START = """

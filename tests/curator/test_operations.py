@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 import lethe.cli as cli
 from lethe.curator import Curator, Settings
 from lethe.curator.api import create_app
+from lethe.curator.retention import Retention
 from lethe.curator.store import ModelVersion
 
 from .conftest import PARAMS, Data
@@ -69,8 +70,8 @@ def test_recovery_runs_before_serving(tmp_path: Path, data: Data, monkeypatch: p
     c.train("people", "clf", params=PARAMS, random_state=0)
     c.submit_deletion("people", "user-0001")
     # a crash right after the publish commit: nothing after it ran (no destruction, no purge)
-    monkeypatch.setattr(Curator, "_destroy_superseded", lambda self, **kwargs: [])
-    monkeypatch.setattr(Curator, "purge", lambda self, attempts=20, **kwargs: False)
+    monkeypatch.setattr(Retention, "destroy_superseded", lambda self, **kwargs: [])
+    monkeypatch.setattr(Retention, "purge", lambda self, attempts=20, **kwargs: False)
     c.process_pending(force=True)
     monkeypatch.undo()
     with c.store.read() as s:

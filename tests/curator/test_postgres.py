@@ -30,7 +30,8 @@ def _csv(path, n=120, d=4, seed=0):
 
 
 def test_flow_on_postgres(tmp_path):
-    from lethe.curator.service import ConflictError, Curator
+    from lethe.curator.errors import ConflictError
+    from lethe.curator.service import Curator
 
     assert URL is not None
     fresh = Curator(tmp_path / "wipe", database_url=URL)

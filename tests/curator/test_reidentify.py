@@ -196,7 +196,7 @@ def test_requester_sees_nothing_of_another_request(flow: dict[str, Any]) -> None
 def test_log_tracebacks_withhold_exception_messages(tmp_path: Path) -> None:
     import logging
 
-    from lethe.curator.service import configure_file_logging
+    from lethe.curator.logs import configure_file_logging
 
     remove = configure_file_logging(tmp_path, "t")
     try:

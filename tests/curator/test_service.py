@@ -48,7 +48,7 @@ def current_data(c: Curator) -> tuple[list[str], np.ndarray, np.ndarray]:
     with c.store.read() as s:
         keys = list(s.scalars(select(Record.key).order_by(Record.id)))
         ds_id = s.scalar(select(Record.dataset_id))
-        _ids, X, y = c._current_data(s, ds_id, 10)
+        _ids, X, y = c.datasets.current_data(s, ds_id, 10)
     return keys, np.asarray(X), np.asarray(y)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lethe.curator import Curator
-from lethe.curator.service import InvalidInputError, NotFoundError, Principal
+from lethe.curator.errors import InvalidInputError, NotFoundError
+from lethe.curator.service import Principal
 
 ALICE, BOB = Principal("alice", "requester"), Principal("bob", "requester")
 
@@ -106,7 +107,7 @@ def test_drop_model_destroys_its_artifacts(curator: Curator) -> None:
 
 
 def test_drop_dataset(curator: Curator, data: object) -> None:
-    from lethe.curator.service import ConflictError
+    from lethe.curator.errors import ConflictError
 
     pending, _ = curator.submit_deletion("people", "user-0001", principal=ALICE)
     with pytest.raises(ConflictError, match="lethe model drop"):

@@ -163,7 +163,7 @@ def test_state_rebuilt_after_a_crash_certifies_the_published_bounds(tmp_path: Pa
         cc = _forget(cold, keys)[0]
         adapter, after, _v = _published_state(cold)
         with cold.store.read() as s:
-            _ids, X, y = cold._current_data(s, 1, data.X.shape[1])
+            _ids, X, y = cold.datasets.current_data(s, 1, data.X.shape[1])
         truth = exact_residual(adapter.mechanism, after[0], np.asarray(X), np.where(y == 1.0, 1.0, -1.0))
         assert truth <= cc["residual_bound"]
         assert cc["residual_bound"] <= before[0].residual_bound + cc["step_bound"] * (1 + 1e-12)
@@ -175,7 +175,8 @@ def test_state_rebuilt_after_a_crash_certifies_the_published_bounds(tmp_path: Pa
         cold.close()
     # the published states of the warm run are the estimator's states, byte for byte
     adapter, states, _v = _published_state(warm)
-    wm = warm._warm[1]
+    wm = warm.batches.warm.get(1)
+    assert wm is not None
     st = wm.estimator.states_[0]
     np.testing.assert_array_equal(states[0].w, st.w)
     np.testing.assert_array_equal(states[0].b, st.b)
@@ -248,7 +249,7 @@ def test_batch_size_adapts_to_the_budget(tmp_path: Path, data: Data) -> None:
         c.submit_deletion("people", k)
     first = c.process_pending(max_batches=1)
     assert len(first[0].request_ids) == 40  # what arrived together is one batch
-    cap = c._batch_caps[1]
+    cap = c.batches.batch_cap(1)
     assert 1 <= cap < 40  # a batch of 40 spent more than 2 % of the budget left: the next ones are smaller
     for k in data.keys[40:80]:
         c.submit_deletion("people", k)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,18 +65,10 @@ def _curator(args: argparse.Namespace) -> Curator:
     return Curator(args.data_dir, database_url=args.database_url, settings=settings)
 
 
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
-    return obj
-
-
 def _print(obj: Any) -> None:
-    print(json.dumps(_clean(obj), indent=2, sort_keys=False))
+    from lethe.curator.views import json_safe
+
+    print(json.dumps(json_safe(obj), indent=2, sort_keys=False))
 
 
 def _progress() -> bool:
@@ -91,7 +83,7 @@ def _guard(handler: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         from sqlalchemy.exc import OperationalError
 
-        from lethe.curator.service import StorageError, storage_message
+        from lethe.curator.errors import StorageError, storage_message
 
         try:
             return int(handler(args) or 0)
@@ -162,7 +154,7 @@ def _forget(args: argparse.Namespace) -> int:
         raise ValueError("Name at least one key (arguments or --keys-file).")
     if args.request_id and len(keys) != 1:
         raise ValueError(f"--request-id needs exactly one key. Found {len(keys)}.")
-    from lethe.curator.service import CuratorError
+    from lethe.curator.errors import CuratorError
 
     c = _curator(args)
     out: list[dict[str, Any]] = []
@@ -230,23 +222,18 @@ def _model_drop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_export(args: argparse.Namespace) -> int:
-    _print(_curator(args).public_model(args.model))
-    return 0
+def _show(method: str, arg: str) -> Callable[[argparse.Namespace], int]:
+    """A command that prints the curator's ``method`` of the argument ``arg`` (export, request, budget)."""
 
+    def show(args: argparse.Namespace) -> int:
+        _print(getattr(_curator(args), method)(getattr(args, arg)))
+        return 0
 
-def _request(args: argparse.Namespace) -> int:
-    _print(_curator(args).request_status(args.id))
-    return 0
-
-
-def _budget(args: argparse.Namespace) -> int:
-    _print(_curator(args).budget(args.model))
-    return 0
+    return show
 
 
 def _certificate(args: argparse.Namespace) -> int:
-    from lethe.curator.service import NotFoundError
+    from lethe.curator.errors import NotFoundError
 
     c = _curator(args)
     try:
@@ -285,7 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from lethe.curator.api import create_app
-    from lethe.curator.service import configure_file_logging
+    from lethe.curator.logs import configure_file_logging
 
     c = _curator(args)
     remove_log = configure_file_logging(c.data_dir, "server")
@@ -300,7 +287,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     from lethe.curator import wakeup
-    from lethe.curator.service import configure_file_logging, utcnow
+    from lethe.curator.logs import configure_file_logging
+    from lethe.curator.store import utcnow
     from lethe.curator.worker import run_worker
 
     c = _curator(args)
@@ -431,13 +419,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_guard(_model_drop))
     p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
     p.add_argument("model")
-    p.set_defaults(func=_guard(_model_export))
+    p.set_defaults(func=_guard(_show("public_model", "model")))
     p = sub.add_parser("request", parents=[common], help="show a deletion request")
     p.add_argument("id")
-    p.set_defaults(func=_guard(_request))
+    p.set_defaults(func=_guard(_show("request_status", "id")))
     p = sub.add_parser("budget", parents=[common], help="budget status of a model")
     p.add_argument("model")
-    p.set_defaults(func=_guard(_budget))
+    p.set_defaults(func=_guard(_show("budget", "model")))
     p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id)")
     p.add_argument("id")
     p.set_defaults(func=_guard(_certificate))

@@ -16,18 +16,17 @@ from lethe.curator.adapters import (
     register_adapter,
 )
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
-from lethe.curator.service import (
-    BatchResult,
+from lethe.curator.batches import BatchResult
+from lethe.curator.errors import (
     BusyError,
     ConflictError,
-    Curator,
     CuratorError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
-    Principal,
-    Settings,
 )
+from lethe.curator.service import Curator
+from lethe.curator.settings import Principal, Settings
 from lethe.curator.worker import BackgroundWorker, run_worker
 
 __all__ = [

@@ -34,18 +34,31 @@ from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 import lethe
+from lethe.curator import errors
 from lethe.curator.adapters import get_adapter
-from lethe.curator.service import (
-    BusyError,
-    Curator,
-    CuratorError,
-    PermissionDeniedError,
-    Principal,
-    storage_message,
-)
+from lethe.curator.errors import BusyError, CuratorError, PermissionDeniedError, storage_message
+from lethe.curator.service import Curator
+from lethe.curator.settings import Principal
+from lethe.curator.views import json_safe
 from lethe.curator.worker import BackgroundWorker, WorkerProcess
 
 log = logging.getLogger("lethe.curator.api")
+
+#: the HTTP status code answering each kind of refusal (the most specific class listed wins; the curator's
+#: exceptions carry no transport)
+STATUS_CODES: dict[type[CuratorError], int] = {
+    errors.NotFoundError: 404, errors.ConflictError: 409, errors.PermissionDeniedError: 403,
+    errors.InvalidInputError: 422, errors.BusyError: 503, errors.StorageError: 507, errors.ServiceFaultError: 503,
+}
+
+
+def http_status(exc: CuratorError) -> int:
+    """The status code of a refusal: that of its nearest class in :data:`STATUS_CODES`, else 400."""
+    for cls in type(exc).__mro__:
+        code = STATUS_CODES.get(cls)  # type: ignore[call-overload]
+        if code is not None:
+            return code
+    return 400
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 Name = Annotated[str, Path(min_length=1, max_length=200)]
@@ -368,7 +381,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
 
     @app.exception_handler(CuratorError)
     async def _curator_error(request: Request, exc: CuratorError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+        return JSONResponse({"detail": str(exc)}, status_code=http_status(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -445,39 +458,39 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     @app.get("/v1/deletions/{request_id}", response_model=RequestOut, responses=ERRORS, tags=["deletions"])
     def request_status(request_id: Id, p: Caller) -> Any:
         """The state of a request (a requester sees only its own)."""
-        return _json_safe(curator.request_status(request_id, principal=p))
+        return json_safe(curator.request_status(request_id, principal=p))
 
     @app.get("/v1/deletions/{request_id}/certificates", response_model=list[CertificateOut], responses=ERRORS,
              tags=["deletions"])
     def request_certificates(request_id: Id, p: Caller) -> Any:
         """The certificates of a processed request: one per model of the dataset."""
-        return _json_safe(curator.request_certificates(request_id, principal=p))
+        return json_safe(curator.request_certificates(request_id, principal=p))
 
     @app.get("/v1/certificates/{certificate_id}", response_model=CertificateOut, responses=ERRORS,
              tags=["deletions"])
     def certificate(certificate_id: Id, p: Caller) -> Any:
         """One certificate."""
-        return _json_safe(curator.certificate(certificate_id, principal=p))
+        return json_safe(curator.certificate(certificate_id, principal=p))
 
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
     def predict(model: Name, body: PredictIn, p: Caller) -> Any:
         """Predictions of the model's published version."""
-        return _json_safe(curator.predict(model, body.features))
+        return json_safe(curator.predict(model, body.features))
 
     @app.get("/v1/models/{model}/budget", response_model=BudgetOut, responses=ERRORS, tags=["models"])
     def budget(model: Name, p: Admin) -> Any:
         """Budget status of the model's published version (admin)."""
-        return _json_safe(curator.budget(model))
+        return json_safe(curator.budget(model))
 
     @app.get("/v1/models/{model}/versions", responses=ERRORS, tags=["models"])
     def versions(model: Name, p: Admin) -> Any:
         """The model's version history with each version's certificate and budget (admin)."""
-        return _json_safe(curator.model_versions(model))
+        return json_safe(curator.model_versions(model))
 
     @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
     def public_model(model: Name, p: Caller) -> Any:
         """The published version's public weights (never the secret perturbation), feature names and classes."""
-        return _json_safe(curator.public_model(model))
+        return json_safe(curator.public_model(model))
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse, responses=ERRORS)
     def metrics(p: Admin) -> PlainTextResponse:
@@ -487,10 +500,10 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     @app.get("/v1/status", responses=ERRORS, tags=["service"])
     def status(p: Admin) -> dict[str, Any]:
         """Datasets, models, request counts (admin)."""
-        return _json_safe(curator.status())
+        return json_safe(curator.status())
 
     from lethe.curator.console import mount_console  # the web console at /console (issue 18)
-    mount_console(app, curator)
+    mount_console(app, curator, http_status=http_status)
     return app
 
 
@@ -549,16 +562,6 @@ def render_metrics(m: dict[str, Any]) -> str:
     registry = CollectorRegistry()
     registry.register(_Collector())  # type: ignore[arg-type]
     return generate_latest(registry).decode()
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    return obj
 
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "WORKER_MODES", "BodyLimitMiddleware", "SubmissionIntake", "create_app",

@@ -24,7 +24,6 @@ import hmac
 import json
 import math
 import os
-import secrets
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from lethe.curator.files import fsync_path, load_or_create_secret
 from lethe.io import META_KEY, write_npz_atomic  # the same layout as lethe.io's files: arrays + JSON meta as uint8
 
 
@@ -95,19 +95,10 @@ def canonical_bytes(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> byte
 def _load_key(path: Path) -> bytes:
     """The artifact HMAC key: 32 random bytes, created 0600 on first use (exclusive create: no race)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        data = path.read_bytes()
-        if len(data) != 32:
-            raise ArtifactError(f"The artifact key {path.name} is damaged: expected 32 bytes, found {len(data)}.") \
-                from None
-        return data
-    with os.fdopen(fd, "wb") as f:
-        f.write(secrets.token_bytes(32))
-        f.flush()
-        os.fsync(f.fileno())
-    return path.read_bytes()
+    data = load_or_create_secret(path, 32)
+    if len(data) != 32:
+        raise ArtifactError(f"The artifact key {path.name} is damaged: expected 32 bytes, found {len(data)}.")
+    return data
 
 
 def _finite_array(arrays: dict[str, np.ndarray], name: str, d: int | None) -> np.ndarray:
@@ -255,7 +246,7 @@ class ArtifactStore:
         meta[MAC_FIELD] = self._mac(arrays, meta)
         path = self._dir() / f"{uuid.uuid4().hex}.npz"
         _write_npz(path, arrays, meta)
-        self._fsync_dir(path.parent)
+        fsync_path(path.parent)
         return str(path.relative_to(self.data_dir)), _sha256(path)
 
     def load(self, relpath: str, sha256: str, binding: dict[str, Any] | None = None) -> Artifact:
@@ -308,13 +299,6 @@ class ArtifactStore:
             return []
         return sorted(str(p.relative_to(self.data_dir)) for p in self.root.rglob("*") if p.is_file())
 
-    @staticmethod
-    def _fsync_dir(d: Path) -> None:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def _normal(obj: Any) -> Any:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from lethe.curator.files import fsync_path
+
 #: Rows per Zarr chunk: a removal reads (and erasure rewrites in place) ZARR_CHUNK_ROWS × d × 8 bytes at most.
 ZARR_CHUNK_ROWS = 4096
 #: Rows per Dask task of a pass over the features (a multiple of ZARR_CHUNK_ROWS; 210 MB at d = 100).
@@ -100,14 +102,6 @@ def _close_locked() -> None:
     _client = _cluster = None
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_features(root: Path, name: str, X: np.ndarray) -> Path:
     """Write X (N × d) as a new uncompressed Zarr store ``root/<name>.zarr`` (files 0600, directories 0700; written
     under a temporary name, fsynced, then renamed). Returns its path."""
@@ -127,10 +121,10 @@ def write_features(root: Path, name: str, X: np.ndarray) -> Path:
         os.umask(old)
     for dirpath, _dirs, files in os.walk(tmp):
         for f in files:
-            _fsync(Path(dirpath) / f)
-        _fsync(Path(dirpath))
+            fsync_path(Path(dirpath) / f)
+        fsync_path(Path(dirpath))
     os.replace(tmp, final)
-    _fsync(root)
+    fsync_path(root)
     return final
 
 

@@ -32,6 +32,7 @@ import numpy as np
 from sqlalchemy import JSON, ForeignKey, Integer, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from lethe.curator.files import fsync_path
 from lethe.curator.store import Base
 
 DATA_DIR = "data"
@@ -68,14 +69,6 @@ class DataView:
     X: np.ndarray
     y: np.ndarray
     active: np.ndarray
-
-
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class MatrixStore:
@@ -124,7 +117,7 @@ class MatrixStore:
         else:
             self._write(fpath, np.asarray(X, dtype=np.float64))
         self._write(lpath, np.asarray(y, dtype=np.float64).reshape(-1, 1))
-        _fsync_dir(root)
+        fsync_path(root)
         return str(fpath.relative_to(self.data_dir)), str(lpath.relative_to(self.data_dir))
 
     def open(self, plane: DataPlane) -> tuple[np.ndarray, np.ndarray]:

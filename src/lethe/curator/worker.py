@@ -31,8 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lethe.curator.adapters import get_adapter
+from lethe.curator.errors import BusyError
 from lethe.curator.public import log_failure
-from lethe.curator.service import BusyError, Curator
+from lethe.curator.service import Curator
 
 log = logging.getLogger("lethe.curator.worker")
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lethe.curator.service import Principal
+from lethe.curator.settings import Principal
 
 COOKIE = "lethe_console"
 PRE_COOKIE = "lethe_console_login"

@@ -16,7 +16,8 @@ from sqlalchemy import func, select
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.console import queries as Q
-from lethe.curator.service import LOCK_FILE, Curator
+from lethe.curator.service import Curator
+from lethe.curator.settings import LOCK_FILE
 from lethe.curator.store import Dataset, DeletionRequest, LedgerEvent, Model, ModelVersion, Record, as_utc, iso, utcnow
 
 STALL_SECONDS = 120.0  # a purge or a destruction pending longer than this is reported as stalled
@@ -202,7 +203,7 @@ def _holdout_arrays(curator: Curator, s: Any, name: str) -> tuple[np.ndarray, An
         hit = _holdout_cache.get(key)
     if hit is not None:
         return hit
-    _ids, X, y = curator._current_data(s, ds.id, ds.n_features)  # the data plane (or the records table)
+    _ids, X, y = curator.datasets.current_data(s, ds.id, ds.n_features)  # the data plane (or the records table)
     X = np.array(X, dtype=np.float64)
     with _cache_lock:
         _holdout_cache.clear()

@@ -1,5 +1,7 @@
 """Every database read (and the two ledger appends) of the console, in one module so that it can be swapped for
-public :class:`~lethe.curator.service.Curator` methods once those exist.
+public :class:`~lethe.curator.service.Curator` methods once those exist. Page cursors are the curator's own
+(:func:`lethe.curator.views.encode_cursor`, :func:`~lethe.curator.views.keyset`): one encoding for the API and the
+console.
 
 Read-only on the curator's tables, except :func:`append_event` (the ledger is append-only by design: checkpoints
 of its hash chain and held-out accuracies are appended, never changed).
@@ -16,8 +18,6 @@ requests).
 
 from __future__ import annotations
 
-import base64
-import datetime as _dt
 import hashlib
 import json
 import logging
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text, tuple_
+from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from lethe.curator.store import (
@@ -41,6 +41,7 @@ from lethe.curator.store import (
     as_utc,
     iso,
 )
+from lethe.curator.views import decode_cursor, encode_cursor, keyset
 
 log = logging.getLogger("lethe.curator.console")
 
@@ -49,26 +50,6 @@ STATUSES = ("pending", "done", "failed")
 # (name, columns): the store's composite indexes for keyset pagination under each filter of the Requests page
 # (created with the schema: migration 0004 for older stores).
 INDEXES = CONSOLE_INDEXES
-
-
-# -- cursors -----------------------------------------------------------------------------------------------------------
-def encode_cursor(at: _dt.datetime, rid: str) -> str:
-    """An opaque cursor for the row (submitted_at, id)."""
-    raw = f"{as_utc(at).isoformat()}|{rid}"  # type: ignore[union-attr]
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[_dt.datetime, str]:
-    """Inverse of :func:`encode_cursor`; ``ValueError`` naming the parameter if the cursor is malformed."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        at_text, rid = raw.split("|", 1)
-        at = _dt.datetime.fromisoformat(at_text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cursor must be a value from a Requests page link. Found {cursor[:40]!r}.") from exc
-    if not rid or len(rid) > 64:
-        raise ValueError(f"cursor must be a value from a Requests page link. Found {cursor[:40]!r}.")
-    return at.astimezone(_dt.UTC).replace(tzinfo=None), rid
 
 
 # -- requests ------------------------------------------------------------------------------------------------------
@@ -116,10 +97,7 @@ def list_requests(s: Session, flt: RequestFilter, *, after: str | None = None, b
                   DeletionRequest.dataset_id, DeletionRequest.status, DeletionRequest.attempts,
                   DeletionRequest.submitted_at, DeletionRequest.processed_at).where(*conds)
     if cur is not None:
-        at, rid = cur
-        # a row-value comparison: one range on the (…, submitted_at, id) indexes (SQLite ≥ 3.15, PostgreSQL)
-        key = tuple_(DeletionRequest.submitted_at, DeletionRequest.id)
-        stmt = stmt.where(key > tuple_(at, rid) if newer else key < tuple_(at, rid))
+        stmt = stmt.where(keyset(cur, newer=newer))
     if newer:
         stmt = stmt.order_by(DeletionRequest.submitted_at.asc(), DeletionRequest.id.asc())
     else:

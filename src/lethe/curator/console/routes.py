@@ -11,7 +11,7 @@ import inspect
 import io
 import json
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -30,7 +30,8 @@ from lethe.curator.console import auth, health
 from lethe.curator.console import queries as Q
 from lethe.curator.console.certificate import explain, num, percent
 from lethe.curator.console.plots import chart
-from lethe.curator.service import Curator, CuratorError
+from lethe.curator.errors import CuratorError
+from lethe.curator.service import Curator
 from lethe.io import META_KEY
 
 PREFIX = "/console"
@@ -66,8 +67,9 @@ def _when(value: str | None) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def console_router(curator: Curator) -> APIRouter:
-    """The console's routes over ``curator`` (mount with :func:`mount_console`)."""
+def console_router(curator: Curator, *, http_status: Callable[[CuratorError], int]) -> APIRouter:
+    """The console's routes over ``curator`` (mount with :func:`mount_console`). ``http_status``: the status code of
+    a refusal (:func:`lethe.curator.api.http_status`: the HTTP layer owns the mapping)."""
     env = _env()
     sessions = auth.Sessions()
     login_csrf = auth.LoginCsrf()
@@ -234,7 +236,7 @@ def console_router(curator: Curator) -> APIRouter:
             view, _created = curator.submit_deletion(dataset, key, principal=sess.principal,
                                                      client_request_id=client_id)
         except CuratorError as exc:
-            return requests_page(request, sess, status=exc.status_code, message=str(exc),
+            return requests_page(request, sess, status=http_status(exc), message=str(exc),
                                  submitted={"dataset": dataset, "request_id": client_id or ""})
         return auth.security_headers(RedirectResponse(f"{PREFIX}/requests/{view['id']}", status_code=303))
 
@@ -429,9 +431,10 @@ def _model_charts(m: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, str]
     }
 
 
-def mount_console(app: FastAPI, curator: Curator) -> None:
-    """Serve the console at ``/console`` on ``app`` (pages and ``/console/static``)."""
-    app.include_router(console_router(curator))
+def mount_console(app: FastAPI, curator: Curator, *, http_status: Callable[[CuratorError], int]) -> None:
+    """Serve the console at ``/console`` on ``app`` (pages and ``/console/static``); ``http_status`` maps a refusal
+    to its status code (see :func:`console_router`)."""
+    app.include_router(console_router(curator, http_status=http_status))
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC_DIR), name="console-static")
 
 

@@ -1,0 +1,218 @@
+"""Serving and integrity: predictions and public parameters of a model's published version, its budget, and the
+verification of every published artifact (checksum, HMAC, binding, invariants), cached per file stamp."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlalchemy import func, select
+
+from lethe.curator.adapters import get_adapter
+from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
+from lethe.curator.errors import BusyError, InvalidInputError, NotFoundError, ServiceFaultError
+from lethe.curator.store import Dataset, Model, ModelVersion, Store, iso
+from lethe.curator.tables import normalize_rows
+
+if TYPE_CHECKING:
+    from lethe.curator.publisher import NewVersion
+
+log = logging.getLogger("lethe.curator")
+
+
+@dataclass(eq=False)
+class Serving:
+    """Answers from published versions, and their verification.
+
+    Parameters
+    ----------
+    store, artifacts : the store and the artifact files.
+    data_dir : the data directory (artifacts' paths are relative to it).
+    """
+
+    store: Store
+    artifacts: ArtifactStore
+    data_dir: Path
+    _public_cache: dict[int, Artifact] = field(default_factory=dict, init=False, repr=False)
+    # model id -> (version id, checksum, file stamp) of its published artifact's last successful verification:
+    # one entry per model, replaced when a new version is published (keyed by version, it grew by one entry per
+    # batch for the life of the process)
+    _verified: dict[int, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
+
+    @staticmethod
+    def find_model(s: Any, name: str) -> Model:
+        """The model named ``name`` (:class:`NotFoundError` if none)."""
+        m = s.scalar(select(Model).where(Model.name == name)) if isinstance(name, str) else None
+        if m is None:
+            raise NotFoundError(f"Unknown model {name!r}.")
+        return m
+
+    @staticmethod
+    def binding(model: str, mechanism: str, params: dict[str, Any], n_features: int) -> dict[str, Any]:
+        """What an artifact is for, covered by its HMAC (:mod:`lethe.curator.artifacts`)."""
+        return {"model": model, "mechanism": mechanism, "params": dict(params), "n_features": int(n_features)}
+
+    # -- caches --------------------------------------------------------------------------------------------------------
+    def forget(self, version_id: int | None = None) -> None:
+        """Drop the cached public arrays of one version (destroyed), or every cache (a model dropped; a file changed
+        behind the service's back)."""
+        if version_id is not None:
+            self._public_cache.pop(version_id, None)
+            return
+        self._public_cache.clear()
+        self._verified.clear()
+
+    def verified_models(self) -> int:
+        """The number of models whose published artifact's verification is cached (at most one entry each)."""
+        return len(self._verified)
+
+    def seed_verified(self, published: list[NewVersion], new_ids: dict[int, int]) -> None:
+        """Record the artifacts this process has just written and published as verified (:meth:`verify_models`).
+
+        The next batch then does not read, hash and authenticate again a file whose bytes this process wrote and
+        hashed itself (its checksum is the one recorded in the version row). The record is the file's stamp
+        (version, checksum, mtime, size, inode): a file changed afterwards — edited, replaced, truncated — no
+        longer matches it and is verified in full before the next batch, as before.
+        """
+        for item in published:
+            vid = new_ids.get(item.model_id)
+            if vid is None:
+                continue
+            try:
+                st = os.stat(self.data_dir / item.artifact)
+            except OSError:
+                self._verified.pop(item.model_id, None)
+                continue
+            self._verified[item.model_id] = (vid, item.sha256, st.st_mtime_ns, st.st_size, st.st_ino)
+
+    # -- answers -------------------------------------------------------------------------------------------------------
+    def load_published(self, model: str) -> tuple[Artifact, dict[str, Any]]:
+        """The published version's public arrays (secret arrays dropped), authenticated, with facts about it.
+
+        A version may be superseded (and its file destroyed) between reading its id and its file: then read again.
+        A file that fails verification while its version is still the published one is a fault: logged for the
+        operator, answered with a generic :class:`ServiceFaultError` (no path, no checksum).
+        """
+        for _ in range(5):
+            with self.store.read() as s:
+                m = self.find_model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                v = s.get(ModelVersion, m.current_version_id)
+                assert ds is not None and v is not None
+                info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
+                                        "version": v.number,
+                        "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
+                        "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records}
+                relpath, sha = v.artifact, v.sha256
+            art = self._public_cache.get(info["version_id"])
+            if art is not None:
+                return art, info
+            adapter = get_adapter(info["mechanism"], info["params"])
+            try:
+                full = self.artifacts.load(relpath, sha, self.binding(info["model"], info["mechanism"],
+                                                                      info["params"], info["n_features"]))
+            except ArtifactError as exc:
+                with self.store.read() as s:
+                    still = s.scalar(select(Model.current_version_id).where(Model.name == model))
+                if still != info["version_id"]:
+                    continue  # republished meanwhile: read the new version
+                log.error("model %s version %d: artifact fault: %s", model, info["version"], exc)
+                raise ServiceFaultError(f"Model {model!r} is unavailable: its stored state failed verification. "
+                                        "The operator has been notified.") from None
+            art = Artifact(arrays={k: a for k, a in full.arrays.items() if k not in adapter.secret_arrays},
+                           meta=full.meta)
+            if len(self._public_cache) > 32:
+                self._public_cache.clear()
+            self._public_cache[info["version_id"]] = art
+            return art, info
+        raise BusyError(f"Model {model!r} is being republished; try again.")
+
+
+    def public_model(self, model: str) -> dict[str, Any]:
+        """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
+        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
+        art, info = self.load_published(model)
+        return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
+                "feature_names": info["feature_names"], "normalize": info["normalize"],
+                "classes": art.meta.get("classes"),
+                "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items()}}
+
+
+    def predict(self, model: str, features: Any) -> dict[str, Any]:
+        """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers)."""
+        try:
+            X = np.asarray(features, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"features must be a list of rows of numbers: {exc}") from exc
+        with self.store.read() as s:
+            m = self.find_model(s, model)
+            ds = s.get(Dataset, m.dataset_id)
+            assert ds is not None
+            d = ds.n_features
+        if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
+            raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
+                                    f"Found shape {X.shape}.")
+        if not np.all(np.isfinite(X)):
+            raise InvalidInputError("features must be finite numbers.")
+        art, info = self.load_published(model)
+        adapter = get_adapter(info["mechanism"], info["params"])
+        Xp = normalize_rows(X) if info["normalize"] == "rows" else X
+        pred = adapter.predict(art, Xp)
+        return {"model": model, "version": info["version"],
+                "predictions": [p if isinstance(p, str) else float(p) for p in pred.tolist()]}
+
+    def verify_models(self) -> list[dict[str, Any]]:
+        """Check every published version's artifact (checksum, HMAC, binding, invariants, record count); return
+        the faults for operators: ``[{model, version, dataset, error}]`` (empty when all is well). Results for an
+        unchanged file are cached."""
+        with self.store.read() as s:
+            rows = [(m.id, m.name, m.mechanism, dict(m.params), v.number, v.id, v.artifact, v.sha256, v.n_records,
+                     ds.name, ds.n_features)
+                    for m in s.scalars(select(Model).order_by(Model.id))
+                    for v in [s.get(ModelVersion, m.current_version_id)]
+                    for ds in [s.get(Dataset, m.dataset_id)] if v is not None and ds is not None]
+        faults = []
+        for model_id, name, mech, params, number, vid, relpath, sha, n_records, ds_name, d in rows:
+            path = self.data_dir / relpath
+            try:
+                st = os.stat(path)
+                stamp: Any = (vid, sha, st.st_mtime_ns, st.st_size, st.st_ino)
+            except OSError:
+                stamp = None
+            if stamp is not None and self._verified.get(model_id) == stamp:
+                continue
+            try:
+                art = self.artifacts.load(relpath, sha, self.binding(name, mech, params, d))
+                n_meta = art.meta.get("n")
+                if mech == "certified-removal" and n_meta != n_records:
+                    raise ArtifactError(f"Artifact {relpath} is for {n_meta!r} records; the version has "
+                                        f"{n_records}.")
+            except ArtifactError as exc:
+                self._verified.pop(model_id, None)
+                faults.append({"model": name, "version": number, "dataset": ds_name, "error": str(exc),
+                               "repair": f"lethe model retrain {name}"})
+                continue
+            if stamp is not None:
+                self._verified[model_id] = stamp
+        return faults
+
+    def budget(self, model: str) -> dict[str, Any]:
+        """Budget status of a model's published version (public numbers only)."""
+        with self.store.read() as s:
+            m = self.find_model(s, model)
+            v = s.get(ModelVersion, m.current_version_id)
+            ds = s.get(Dataset, m.dataset_id)
+            assert v is not None and ds is not None
+            n_versions = s.scalar(select(func.count()).select_from(ModelVersion)
+                                  .where(ModelVersion.model_id == m.id))
+            return {"model": m.name, "dataset": ds.name, "mechanism": m.mechanism, "params": m.params,
+                    "version": v.number, "version_id": v.id, "published_at": iso(v.created_at),
+                    "n_records": v.n_records, "versions_total": int(n_versions or 0), **v.summary}
+
+
+
+__all__ = ["Serving"]

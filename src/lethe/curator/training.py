@@ -1,0 +1,162 @@
+"""Models: trained on a dataset's current records (version 1), retrained (the next version, a fresh secret
+perturbation), and dropped (their artifacts destroyed). Publication goes through :class:`VersionPublisher`."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+
+from lethe._rng import RandomState, check_random_state
+from lethe.curator.adapters import get_adapter
+from lethe.curator.artifacts import ArtifactStore
+from lethe.curator.datasets import DatasetCatalog
+from lethe.curator.errors import ConflictError, InvalidInputError
+from lethe.curator.locking import ProcessingLock
+from lethe.curator.logs import progress_bar
+from lethe.curator.publisher import VersionPublisher
+from lethe.curator.retention import Retention
+from lethe.curator.serving import Serving
+from lethe.curator.store import Dataset, Model, ModelVersion, Record, Store, add_event, utcnow
+from lethe.curator.validation import check_name, cli_hint
+
+log = logging.getLogger("lethe.curator")
+
+
+@dataclass(eq=False)
+class ModelTrainer:
+    """Training, retraining and dropping of models; each takes the processing lock and recovers first.
+
+    Parameters
+    ----------
+    store, artifacts, lock : the store, the artifact files and the processing lock.
+    datasets : the row spaces trained on.
+    publisher : publishes the versions and writes their certificates.
+    retention : recovery, and the destruction of superseded versions.
+    serving : its caches are dropped with a model.
+    """
+
+    store: Store
+    artifacts: ArtifactStore
+    lock: ProcessingLock
+    datasets: DatasetCatalog
+    publisher: VersionPublisher
+    retention: Retention
+    serving: Serving
+
+    def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
+              params: dict[str, Any] | None = None, random_state: RandomState = None,
+              progress: bool = False) -> dict[str, Any]:
+        """Train model ``model`` on the current records of ``dataset`` and publish its version 1 (see
+        :meth:`lethe.curator.service.Curator.train`)."""
+        check_name("model name", model)
+        try:
+            adapter = get_adapter(mechanism, params)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(str(exc)) from exc
+        rng = check_random_state(random_state)
+        with self.lock.hold(), progress_bar(progress, total=3, desc=f"train {model}") as bar:
+            self.retention.recover_locked()
+            with self.store.read() as s:
+                ds = self.datasets.find(s, dataset)
+                if s.scalar(select(Model).where(Model.name == model)) is not None:
+                    raise ConflictError(f"A model named {model!r} already exists.")
+                ds_id, ds_name = ds.id, ds.name
+                ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
+            adapter.check_features(X.shape[1])
+            bar.update(1)
+            try:
+                artifact, cert = adapter.train(X, y, rng)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {cli_hint(str(exc))}") from exc
+            bar.update(1)
+            summary = adapter.summary(artifact)
+            binding = Serving.binding(model, mechanism, adapter.params, X.shape[1])
+            with self.publisher.new_artifact(artifact, binding) as (relpath, sha):
+                with self.store.write() as s, s.begin():
+                    n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
+                    if n_now != ids.size:
+                        raise ConflictError(f"Dataset {dataset!r} changed during training; try again.")
+                    if s.scalar(select(Model).where(Model.name == model)) is not None:
+                        raise ConflictError(f"A model named {model!r} already exists.")
+                    now = utcnow()
+                    m = Model(name=model, dataset_id=ds_id, mechanism=mechanism, params=adapter.params,
+                              created_at=now)
+                    s.add(m)
+                    s.flush()
+                    v = self.publisher.publish_version(s, m, None, artifact=relpath, sha256=sha,
+                                                       n_records=int(ids.size), summary=summary, now=now,
+                                                       announce=None)
+                    add_event(s, "train", {"dataset": ds_name, "mechanism": mechanism, "params": adapter.params,
+                                           **summary}, model_id=m.id, version_id=v.id)
+                    self.publisher.train_certificate(s, m, v, None, cert, now)
+            bar.update(1)
+        log.info("trained model %s (mechanism %s) on dataset %s: version 1, n=%d", model, mechanism, ds_name,
+                 ids.size)
+        return self.serving.budget(model)
+
+    def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
+        """Train ``model`` again on its dataset's current records and publish the next version (see
+        :meth:`lethe.curator.service.Curator.retrain`)."""
+        rng = check_random_state(random_state)
+        with self.lock.hold():
+            self.retention.recover_locked()
+            with self.store.read() as s:
+                m = Serving.find_model(s, model)
+                ds = s.get(Dataset, m.dataset_id)
+                assert ds is not None
+                model_id, mech, params, ds_id = m.id, m.mechanism, dict(m.params), ds.id
+                old_vid = m.current_version_id
+                ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
+            adapter = get_adapter(mech, params)
+            try:
+                artifact, cert = adapter.train(X, y, rng)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
+            summary = adapter.summary(artifact)
+            binding = Serving.binding(model, mech, adapter.params, X.shape[1])
+            with self.publisher.new_artifact(artifact, binding) as (rel, sha):
+                with self.store.write() as s, s.begin():
+                    m2 = s.get(Model, model_id)
+                    old = s.get(ModelVersion, old_vid) if old_vid is not None else None
+                    n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
+                    if m2 is None or m2.current_version_id != old_vid or n_now != ids.size:
+                        raise ConflictError(f"Model {model!r} or its dataset changed during retraining; try again.")
+                    now = utcnow()
+                    add_event(s, "retrain", {"reason": "operator", "n": int(ids.size), **summary},
+                              model_id=model_id, version_id=old_vid)
+                    v = self.publisher.publish_version(s, m2, old, artifact=rel, sha256=sha,
+                                                       n_records=int(ids.size), summary=summary, now=now,
+                                                       announce={})
+                    number = v.number
+                    self.publisher.train_certificate(s, m2, v, old, cert, now)
+            self.retention.destroy_superseded()
+        log.info("retrained model %s: version %d, n=%d", model, number, ids.size)
+        return self.serving.budget(model)
+
+    def drop(self, model: str) -> dict[str, Any]:
+        """Remove a model and destroy its artifacts (see :meth:`lethe.curator.service.Curator.drop_model`)."""
+        with self.lock.hold():
+            self.retention.recover_locked()
+            with self.store.write() as s, s.begin():
+                m = Serving.find_model(s, model)
+                versions = s.scalars(select(ModelVersion).where(ModelVersion.model_id == m.id)).all()
+                files = [v.artifact for v in versions if v.status != "destroyed"]
+                model_id = m.id
+                m.current_version_id = None
+                s.flush()
+                for v in versions:
+                    s.delete(v)
+                s.flush()
+                s.delete(m)
+                add_event(s, "model_dropped", {"model": model, "versions": len(versions)}, model_id=model_id)
+            for rel in files:
+                self.artifacts.destroy(rel)
+            self.serving.forget()
+        log.info("dropped model %s (%d version(s))", model, len(versions))
+        return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+
+__all__ = ["ModelTrainer"]
