@@ -493,9 +493,22 @@ class PNSGDCertificate:
     steps: int
     gradient_evaluations: int
 
+    @property
+    def guarantee(self) -> str:
+        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
+        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} record(s) of request "
+                f"{self.request}: the published model is indistinguishable from the model learned on the retained "
+                f"data and unlearned the same way; {self.theorem}")
+
+    @property
+    def observer(self) -> str:
+        """Whom it covers: one published version, the model after this request (Chien et al. compare the law of
+        that one model; an observer who also kept an earlier version, trained with the records, is not covered)."""
+        return "one published version"
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
+        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
+        return {**asdict(self), "guarantee": self.guarantee, "observer": self.observer}
 
 
 class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
