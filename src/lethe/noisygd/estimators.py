@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,6 +27,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import store_init_args
+from lethe.estimators import keys_of, removal_rows
+from lethe.io import ModelFileError, load_npz, model_key, save_npz
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
@@ -78,6 +81,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         "random_state": "no_validation",  # lethe._rng.check_random_state (accepts a numpy Generator)
     }
     _fitted_attribute = "curator_"
+    #: The :class:`lethe.protocols.Unlearner` protocol: no certified addition (``add`` raises NotImplementedError).
+    supports_add: ClassVar[bool] = False
 
     def _augment(self, X: np.ndarray) -> np.ndarray:
         Xu = _rows_to_unit_ball(np.asarray(X, dtype=np.float64), self.row_norm)
@@ -106,9 +111,11 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
     @serialised
-    def fit(self, X: Any, y: Any) -> Any:
-        """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀."""
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀. ``sample_ids`` (or a
+        DataFrame's index) name the records for ``remove(keys=...)``."""
         self._validate_params()
+        keys = keys_of(X, sample_ids)
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -121,10 +128,17 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         model = self._make_model(Xa.shape[1], len(self.classes_))
         config = self._build(Xa.shape[0], model)
         curator = NoisyGDCurator(model, config, random_state=self.random_state)
-        self.certificate_ = curator.learn(Database(Xa, self._encode(y)))
+        self._certificate = curator.learn(Database(Xa, self._encode(y)))
         self.curator_ = curator
+        self.active_ = np.ones(Xa.shape[0], dtype=bool)
+        self.keys_ = keys
         self._sync()
         return self
+
+    @property
+    def certificate_(self) -> NoisyGDCertificate | None:
+        """The certificate of the last operation (learning, an edit or a removal); None before ``fit``."""
+        return self.__dict__.get("_certificate")
 
     def _sync(self) -> None:
         pass
@@ -169,21 +183,126 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         y_arr = np.asarray(y_new)
         if y_arr.ndim != 1 or y_arr.shape[0] != X_new.shape[0]:
             raise ValueError(f"y_new must be 1-D with {X_new.shape[0]} labels. Found shape {y_arr.shape}.")
-        request = EditRequest.from_arrays(list(np.asarray(indices).ravel()), self._augment(X_new), self._encode(y_arr))
+        idx = list(np.asarray(indices).ravel())
+        request = EditRequest.from_arrays(idx, self._augment(X_new), self._encode(y_arr))
         cert = self.curator_.unlearn(request, p=self.adaptivity)
-        self.certificate_ = cert
+        self._certificate = cert
+        rows = np.asarray(idx, dtype=np.int64)
+        self.active_[rows] = True  # a new record holds the position (removable by index, it has no key)
+        if self.keys_ is not None:  # the replaced records' keys must not name the new ones
+            self.keys_[rows] = "" if self.keys_.dtype.kind == "U" else 0
         self._sync()
         return cert
 
     @serialised
-    def remove(self, indices: Any) -> NoisyGDCertificate:
-        """Delete records ``indices`` (replace them by the dummy zero record, footnote 1) and unlearn with Ā."""
+    def remove(self, indices: Any = None, *, keys: Any = None) -> NoisyGDCertificate:
+        """Delete records (replace them by the dummy zero record, footnote 1) and unlearn with Ā: by ORIGINAL row
+        positions of ``fit``'s X (``indices``; positions never shift, a deleted row stays as the dummy record) or by
+        record key (``keys``). Exactly one of the two; a row already removed is refused. On error nothing changes.
+        """
         check_is_fitted(self, "curator_")
-        request = EditRequest.deletion(list(np.asarray(indices).ravel()), self.curator_.database.n_features)
+        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_)
+        request = EditRequest.deletion(idx.tolist(), self.curator_.database.n_features)
         cert = self.curator_.unlearn(request, p=self.adaptivity)
-        self.certificate_ = cert
+        self._certificate = cert
+        self.active_[idx] = False
+        if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
+            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self._sync()
         return cert
+
+    def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> NoisyGDCertificate:
+        """Not supported (``supports_add = False``): the curator's database has a fixed size n (Chourasia & Shah's
+        edits replace records; Thm 5.1/5.2's schedules are calibrated for n). Use :meth:`edit` to replace a
+        removed record by a new one, or refit. Raises NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): Noisy-GD's database has a fixed size "
+            "n that the schedule is calibrated for. Use edit(indices, X_new, y_new) to replace records, or refit.")
+
+    # -- no pickle of a fitted model ------------------------------------------------------------------------------
+    def __getstate__(self) -> Any:
+        if self._is_fitted_model():
+            raise TypeError(
+                f"A fitted {type(self).__name__} cannot be pickled: its curator holds the SECRET generator state "
+                "(whoever knows it knows every later noise draw) and the database, which pickle would write with the "
+                f"default file mode, and loading a pickle runs code. Use model.save(path) and "
+                f"{type(self).__name__}.load(path) (no pickle, owner-only file). Unfitted estimators pickle normally.")
+        return super().__getstate__()
+
+    # -- persistence ----------------------------------------------------------------------------------------------
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
+        """Save the fitted model without pickle: the curator's state (:meth:`NoisyGDCurator.save`'s arrays and
+        metadata: database, model, generator state, certificates) plus the estimator's parameters, classes,
+        which rows are still in and the record keys. Owner-only and atomic; with a key (``key``,
+        ``$LETHE_MODEL_KEY``, ``$LETHE_MODEL_KEY_FILE``) authenticated by an HMAC-SHA256 tag."""
+        check_is_fitted(self, "curator_")
+        params = self.get_params(deep=False)
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        arrays = {**self.curator_.state_arrays(), "active": self.active_}
+        if self.keys_ is not None:
+            arrays["keys"] = self.keys_
+        kind = self.classes_.dtype.kind
+        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
+        meta = {"class": type(self).__name__, "params": params, "classes": classes,
+                "n_features_in": int(self.n_features_in_), "curator": self.curator_.state_meta()}
+        if hasattr(self, "feature_names_in_"):
+            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+
+    @classmethod
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> Any:
+        """Load a model written by :meth:`save`: authentication (:func:`lethe.io.load_npz`'s policy), then the
+        curator's invariant checks (:meth:`NoisyGDCurator.from_state`: shapes, finiteness, rows and labels, step
+        counters, every certificate recomputed), then the estimator's: the configuration is the one its parameters
+        build for n records (same schedule), the model has the classes' shape, the rows marked removed are the
+        dummy zero record, keys blank for them and distinct otherwise. :class:`lethe.io.ModelFileError` on any
+        failure; nothing is loaded."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        where = str(path)
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
+        if meta.get("class") != cls.__name__:
+            raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        active, keys = arrays.pop("active", None), arrays.pop("keys", None)
+        if not isinstance(meta.get("curator"), dict):
+            raise fail("it holds no curator state.")
+        curator = NoisyGDCurator.from_state(arrays, meta["curator"], where=where)
+        try:
+            est = cls(**meta["params"])
+            est._validate_params()
+            est.classes_ = np.asarray(meta["classes"])
+            if est.classes_.ndim != 1 or est.classes_.size < 2 or np.unique(est.classes_).size != est.classes_.size:
+                raise ValueError(f"classes must be at least 2 distinct labels. Found {meta['classes']!r}")
+            est.n_features_in_ = int(meta["n_features_in"])
+            model = est._make_model(est.n_features_in_ + int(est.fit_intercept), len(est.classes_))
+            config = est._build(curator.database.n, model)
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"its parameters are not valid: {e}") from None
+        if model.to_dict() != curator.model.to_dict() or config != curator.config:
+            raise fail("the curator's model or configuration is not the one the estimator's parameters build.")
+        n = curator.database.n
+        if active is None or active.dtype != np.bool_ or active.shape != (n,):
+            raise fail(f"active must be {n} booleans. Found {None if active is None else (active.dtype, active.shape)}.")
+        gone = ~active
+        if np.any(curator.database.X[gone] != 0.0) or np.any(curator.database.y[gone] != 0.0):
+            raise fail("a row marked removed is not the dummy zero record.")
+        if keys is not None:
+            blank = "" if keys.dtype.kind == "U" else 0
+            if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
+                    np.unique(keys[active]).size != int(active.sum()):
+                raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+        if "feature_names_in" in meta:
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est.curator_ = curator
+        est.active_ = active.copy()
+        est.keys_ = None if keys is None else keys.copy()
+        est._certificate = curator.certificates[-1]
+        est._sync()
+        return est
 
 
 class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
