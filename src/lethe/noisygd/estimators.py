@@ -685,6 +685,7 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         "random_state": "no_validation",
     }
     _fitted_attribute = "theta_"  # serialised calls and no copy of a fitted model, as the Noisy-GD estimators
+    supports_add: ClassVar[bool] = False  # the lethe.protocols.Unlearner protocol: removals only
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-5, lam: float = 0.01, batch_size: int = 128,
                  learn_epochs: int = 30, noise_std: float | None = None, radius: float | None = None,
@@ -692,9 +693,11 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         store_init_args(self, locals())
 
     @serialised
-    def fit(self, X: Any, y: Any) -> PNSGDLogisticRegression:
-        """Learn by PNSGD on (X, y) (labels of two classes)."""
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> PNSGDLogisticRegression:
+        """Learn by PNSGD on (X, y) (labels of two classes); ``sample_ids`` (or a DataFrame's index) name the
+        records for ``remove(keys=...)``."""
         self._validate_params()
+        keys = keys_of(X, sample_ids)
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -717,7 +720,8 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         self.theta_ = pnsgd_logistic(self._X, self._y, np.zeros(p), epochs=self.learn_epochs, eta=self.plan_.eta,
                                      lam=self.lam, sigma=noise, batch_size=self.batch_size, radius=self._radius,
                                      random_state=self._rng)
-        self.certificate_: PNSGDCertificate | None = None
+        self._certificate: PNSGDCertificate | None = None
+        self.keys_ = keys
         return self
 
     @serialised
@@ -732,37 +736,165 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         """Most likely class."""
         return self.classes_[(self.decision_function(X) > 0).astype(np.intp)]
 
-    @serialised
-    def remove(self, indices: Any) -> PNSGDCertificate:
-        """Delete records ``indices`` (replaced by the dummy zero record) and unlearn; returns the certificate.
+    @property
+    def certificate_(self) -> PNSGDCertificate | None:
+        """The certificate of the last removal; None before the first (learning is not certified by itself)."""
+        return self.__dict__.get("_certificate")
 
-        Repeated, already removed or out-of-range indices raise ``ValueError`` and change nothing.
-        """
-        check_is_fitted(self, "theta_")
-        idx = np.asarray(indices).ravel()
-        n = self._X.shape[0]
-        if idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"indices must be a non-empty list of integers. Found {indices!r}.")
-        if np.unique(idx).size != idx.size or idx.min() < 0 or idx.max() >= n or self._gone[idx].any():
-            raise ValueError(f"indices must be distinct, in [0, {n}) and not removed before.")
+    def _certify(self, removed: list[int], phase_steps: list[int], n: int) -> tuple[float, int, float]:
+        """(Δ_k, epochs K, ε certified) for the k-th request, k = len(removed), given the sizes of all requests so
+        far and the steps of the earlier phases (Chien et al. 2024; :mod:`lethe.noisygd.noisy_sgd`)."""
         c = self.plan_.pnsgd.c
         E = self.plan_.pnsgd.steps_per_epoch
         zb = pnsgd_learning_shift(eta=self.plan_.eta, lipschitz=1.0, batch_size=self.batch_size, n=n, c=c)
-        removed = [*self._removed, int(idx.size)]
-        dist = pnsgd_start_distance(removed=removed, phase_steps=self._phase_steps, z_b=zb, c=c, radius=self._radius)
+        dist = pnsgd_start_distance(removed=removed, phase_steps=phase_steps, z_b=zb, c=c, radius=self._radius)
         k = pnsgd_unlearning_epochs(self.epsilon, self.delta, distance=dist, c=c, sigma=self._noise,
                                     steps_per_epoch=E)
+        eps_cert = pnsgd_unlearning_epsilon(distance=dist, c=c, sigma=self._noise, steps=k * E, delta=self.delta)
+        return dist, k, eps_cert
+
+    def _certificate_for(self, j: int, removed: list[int], phase_steps: list[int], n: int) -> PNSGDCertificate:
+        """The certificate of request j (from 1), whose phase ran ``phase_steps[j-1]`` steps if already run."""
+        dist, k, eps_cert = self._certify(removed[:j], phase_steps[:j - 1], n)
+        E = self.plan_.pnsgd.steps_per_epoch
+        return PNSGDCertificate(
+            operation="remove", theorem=self.plan_.pnsgd.theorem, epsilon=float(self.epsilon),
+            delta=float(self.delta), epsilon_certified=eps_cert, request=j, n_removed=int(removed[j - 1]),
+            distance=dist, epochs=k, steps=k * E, gradient_evaluations=k * E * int(self.batch_size))
+
+    @serialised
+    def remove(self, indices: Any = None, *, keys: Any = None) -> PNSGDCertificate:
+        """Delete records (replaced by the dummy zero record) and unlearn; returns the certificate. Records are
+        named by ORIGINAL row positions of ``fit``'s X (``indices``) or by record key (``keys``), exactly one.
+
+        Repeated, already removed, unknown or out-of-range rows raise ``ValueError`` and change nothing.
+        """
+        check_is_fitted(self, "theta_")
+        idx = removal_rows(indices, keys, active=~self._gone, record_keys=self.keys_)
+        n = self._X.shape[0]
+        removed = [*self._removed, int(idx.size)]
+        cert = self._certificate_for(len(removed), removed, self._phase_steps, n)
         X2, y2 = self._X.copy(), self._y.copy()
         X2[idx], y2[idx] = 0.0, 0.0
-        theta = pnsgd_logistic(X2, y2, self.theta_, epochs=k, eta=self.plan_.eta, lam=self.lam, sigma=self._noise,
-                               batch_size=self.batch_size, radius=self._radius, random_state=self._rng)
-        eps_cert = pnsgd_unlearning_epsilon(distance=dist, c=c, sigma=self._noise, steps=k * E, delta=self.delta)
+        theta = pnsgd_logistic(X2, y2, self.theta_, epochs=cert.epochs, eta=self.plan_.eta, lam=self.lam,
+                               sigma=self._noise, batch_size=self.batch_size, radius=self._radius,
+                               random_state=self._rng)
         self._X, self._y, self.theta_ = X2, y2, theta
         self._gone[idx] = True
+        if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
+            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self._removed.append(int(idx.size))
-        self._phase_steps.append(k * E)
-        self.certificate_ = PNSGDCertificate(
-            operation="remove", theorem=self.plan_.pnsgd.theorem, epsilon=float(self.epsilon),
-            delta=float(self.delta), epsilon_certified=eps_cert, request=len(self._removed), n_removed=int(idx.size),
-            distance=dist, epochs=k, steps=k * E, gradient_evaluations=k * E * int(self.batch_size))
-        return self.certificate_
+        self._phase_steps.append(cert.steps)
+        self._certificate = cert
+        return cert
+
+    def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> PNSGDCertificate:
+        """Not supported (``supports_add = False``): Chien et al.'s sequential accounting covers deletions from a
+        database of fixed size n. Raises NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): its unlearning certificates account "
+            "for deletions from a fixed database of n rows. Refit on the enlarged data instead.")
+
+    def __getstate__(self) -> Any:
+        if self._is_fitted_model():
+            raise TypeError(
+                f"A fitted {type(self).__name__} cannot be pickled: it holds the SECRET generator state of its later "
+                "noise and the training rows, which pickle would write with the default file mode, and loading a "
+                f"pickle runs code. Use model.save(path) and {type(self).__name__}.load(path). Unfitted estimators "
+                "pickle normally.")
+        return super().__getstate__()
+
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
+        """Save the fitted model without pickle (owner-only, atomic; HMAC-tagged under a key, as every lethe model
+        file): θ, the rows (removed ones zeroed) and labels, which rows are gone, keys, the request history and the
+        certificates. The generator state is not saved (secret): the loaded model draws fresh noise."""
+        check_is_fitted(self, "theta_")
+        params = self.get_params(deep=False)
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        arrays = {"X": self._X, "y": self._y, "gone": self._gone, "theta": self.theta_}
+        if self.keys_ is not None:
+            arrays["keys"] = self.keys_
+        kind = self.classes_.dtype.kind
+        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
+        meta = {"class": type(self).__name__, "params": params, "classes": classes,
+                "n_features_in": int(self.n_features_in_), "removed": list(self._removed),
+                "phase_steps": list(self._phase_steps),
+                "certificates": [] if self._certificate is None else [asdict(self._certificate)]}
+        if hasattr(self, "feature_names_in_"):
+            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+
+    @classmethod
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> PNSGDLogisticRegression:
+        """Load a model written by :meth:`save` after authenticating it and checking it: the plan recomputed from
+        the parameters and (n, d); rows finite in the unit ball, labels ±1, removed rows and labels zero and as many
+        as the requests removed; θ finite within the projection radius; the request history's steps and the last
+        certificate recomputed. :class:`lethe.io.ModelFileError` on any failure; nothing is loaded."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        where = str(path)
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
+        if meta.get("class") != cls.__name__:
+            raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        expected = {"X", "y", "gone", "theta"} | ({"keys"} if "keys" in arrays else set())
+        if set(arrays) != expected:
+            raise fail(f"expected arrays {sorted(expected)}. Found {sorted(arrays)}.")
+        X, y, gone, theta = arrays["X"], arrays["y"], arrays["gone"], arrays["theta"]
+        if X.dtype != np.float64 or X.ndim != 2 or not np.all(np.isfinite(X)):
+            raise fail(f"X must be a finite float64 matrix. Found {X.dtype} {X.shape}.")
+        n, d = X.shape
+        try:
+            est = cls(**meta["params"])
+            est._validate_params()
+            if n < est.batch_size:
+                raise ValueError(f"batch_size must be <= the number of rows {n}. Found {est.batch_size}")
+            est.plan_ = plan_convex_unlearning(est.epsilon, est.delta, n=n, d=d, lam=est.lam,
+                                               batch_size=est.batch_size, radius=est.radius)
+            est.classes_ = np.asarray(meta["classes"])
+            if est.classes_.shape != (2,) or est.classes_[0] == est.classes_[1]:
+                raise ValueError(f"classes must be 2 distinct labels. Found {meta['classes']!r}")
+            removed, phase = list(meta["removed"]), list(meta["phase_steps"])
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in removed + phase) or \
+                    len(removed) != len(phase) or any(v < 1 for v in removed):
+                raise ValueError("removed and phase_steps must be equally long lists of integers (removed >= 1)")
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"its parameters are not valid: {e}.") from None
+        if int(meta.get("n_features_in", -1)) != d:
+            raise fail(f"n_features_in must be {d}. Found {meta.get('n_features_in')!r}.")
+        est._noise = est.plan_.noise_std if est.noise_std is None else float(est.noise_std)
+        est._radius = 1.0 / est.lam if est.radius is None else float(est.radius)
+        if gone.dtype != np.bool_ or gone.shape != (n,) or int(gone.sum()) != sum(removed):
+            raise fail(f"gone must mark the {sum(removed)} rows the requests removed. Found {gone.dtype} "
+                       f"{gone.shape} with {int(gone.sum()) if gone.dtype == np.bool_ else '?'} marked.")
+        if y.dtype != np.float64 or y.shape != (n,) or np.any(np.abs(y[~gone]) != 1.0) or np.any(y[gone] != 0.0):
+            raise fail("y must be +1/-1 for the rows kept and 0 for the rows removed.")
+        if np.any(X[gone] != 0.0) or np.any(np.linalg.norm(X, axis=1) > 1.0 + 1e-12):
+            raise fail("rows must lie in the unit ball and the removed rows be zero.")
+        if theta.dtype != np.float64 or theta.shape != (d,) or not np.all(np.isfinite(theta)) or \
+                np.linalg.norm(theta) > est._radius * (1.0 + 1e-9):
+            raise fail(f"theta must be {d} finite values within the projection radius {est._radius!r}.")
+        keys = arrays.get("keys")
+        if keys is not None:
+            blank = "" if keys.dtype.kind == "U" else 0
+            if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
+                    np.unique(keys[~gone]).size != int((~gone).sum()):
+                raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+        certs = [est._certificate_for(j, removed, phase, n) for j in range(1, len(removed) + 1)]
+        if any(c.steps != s for c, s in zip(certs, phase, strict=True)):
+            raise fail("the steps of the unlearning phases are not those the certificates call for.")
+        saved = meta.get("certificates")
+        if saved != ([asdict(certs[-1])] if certs else []):
+            raise fail("the last certificate is not the one the request history certifies.")
+        est.n_features_in_ = d
+        if "feature_names_in" in meta:
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est._X, est._y, est._gone, est.theta_ = X.copy(), y.copy(), gone.copy(), theta.copy()
+        est.keys_ = None if keys is None else keys.copy()
+        est._removed, est._phase_steps = removed, phase
+        est._rng = check_random_state(None)  # fresh noise: the saved seed's stream is never reused
+        est._certificate = certs[-1] if certs else None
+        return est
