@@ -82,9 +82,54 @@ class UnlearningPipeline(SerialisedModel, Pipeline):
 
     @serialised
     def remove(self, indices: Any = None, *, keys: Any = None) -> Any:
-        """Remove records from the final step (by training-row position or by key) and return its certificate."""
+        """Remove records from the final step (by ORIGINAL training-row position or by key, the one meaning of
+        :class:`lethe.protocols.Unlearner`) and return its certificate."""
         self._check_steps("remove")
         return self._final_estimator.remove(indices, keys=keys)
+
+    # -- the rest of the lethe.protocols.Unlearner protocol, delegated to the final step ---------------------------
+    @property
+    def supports_add(self) -> bool:
+        """Whether the final step can add records with a certificate (its ``supports_add``)."""
+        return bool(getattr(self._final_estimator, "supports_add", False))
+
+    @property
+    def certificate_(self) -> Any:
+        """The final step's latest certificate (None before the first)."""
+        return getattr(self._final_estimator, "certificate_", None)
+
+    @serialised
+    def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> Any:
+        """Add records through the pipeline: X goes through the earlier steps (they learn nothing, so they only
+        transform), then the final step's ``add``; a DataFrame's index becomes the new records' keys when the final
+        step has keys and no ``sample_ids`` is given. NotImplementedError when the final step cannot add."""
+        self._check_steps("add")
+        final = self._final_estimator
+        if not getattr(final, "supports_add", False):
+            raise NotImplementedError(f"The final step ({type(final).__name__}) cannot add records "
+                                      "(supports_add = False).")
+        if (hasattr(X, "columns") and hasattr(X, "index") and not args and "sample_ids" not in kwargs
+                and getattr(final, "keys_", None) is not None):
+            kwargs = {**kwargs, "sample_ids": X.index.to_numpy()}
+        Xt = X
+        for _, _, step in self._iter(with_final=False, filter_passthrough=True):
+            Xt = step.transform(Xt)
+        return final.add(Xt, y, *args, **kwargs)
+
+    def save(self, path: Any, *, key: bytes | str | None = None) -> Any:
+        """Not supported: the earlier steps (any scikit-learn transformer, a FunctionTransformer's function) cannot
+        be written without pickle. Save the final step (``pipe[-1].save(path, key=...)``) and rebuild the pipeline
+        around ``type(pipe[-1]).load(path, key=...)``. Raises NotImplementedError."""
+        raise NotImplementedError(
+            "UnlearningPipeline.save: the earlier steps cannot be written without pickle. Save the final step "
+            "(pipe[-1].save(path)) and rebuild the pipeline around its load().")
+
+    @classmethod
+    def load(cls, path: Any, *, key: bytes | str | None = None) -> Any:
+        """Not supported (see :meth:`save`). Raises NotImplementedError."""
+        raise NotImplementedError(
+            "UnlearningPipeline.load: pipelines are not saved; load the final step with its class's load() and "
+            "rebuild the pipeline around it.")
 
 
 def make_unlearning_pipeline(*steps: Any, **kwargs: Any) -> UnlearningPipeline:
