@@ -290,6 +290,11 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         gone = ~active
         if np.any(curator.database.X[gone] != 0.0) or np.any(curator.database.y[gone] != 0.0):
             raise fail("a row marked removed is not the dummy zero record.")
+        if len(est.classes_) == 2 and np.any((curator.database.y == 0.0) != gone):
+            raise fail("the rows marked removed must be exactly the dummy records (label 0).")
+        if int(gone.sum()) > sum(c.r for c in curator.certificates):
+            raise fail(f"{int(gone.sum())} rows are marked removed but the edits replaced "
+                       f"{sum(c.r for c in curator.certificates)}.")
         if keys is not None:
             blank = "" if keys.dtype.kind == "U" else 0
             if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
