@@ -32,8 +32,8 @@ LAYERS: dict[str, int] = {
     "lethe._locking": FOUNDATION,  # one lock per fitted model, no copies of a secret (issue 28)
     "lethe.io": FOUNDATION,
     "lethe.datasets": FOUNDATION,
-    "lethe.schema": FOUNDATION,
-    "lethe.protocols": FOUNDATION,  # the Unlearner and Certificate protocols (typing.Protocol only, issue 25)  # declared table schemas (a data description, its loader and validator)
+    "lethe.schema": FOUNDATION,  # declared table schemas (a data description, its loader and validator)
+    "lethe.protocols": FOUNDATION,  # the Unlearner and Certificate protocols (typing.Protocol only, issue 25)
     # math: pure functions, no state
     "lethe.losses": MATH,
     "lethe.certified": MATH,  # bounds, noise, objective (the stateful modules are listed below)

@@ -782,9 +782,10 @@ class NoisyGDCurator:
             cur._check_labels(y, "load")
         except EditRequestError as e:
             raise fail(str(e)) from None
-        step, total = meta.get("step"), meta.get("total_steps")
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step, total)):
-            raise fail(f"step and total_steps must be integers >= 0. Found {step!r}, {total!r}.")
+        step_raw, total_raw = meta.get("step"), meta.get("total_steps")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step_raw, total_raw)):
+            raise fail(f"step and total_steps must be integers >= 0. Found {step_raw!r}, {total_raw!r}.")
+        step, total = int(step_raw), int(total_raw)  # type: ignore[arg-type]
         c = cur.config
         if total != c.k_learn + step * c.k_unlearn:
             raise fail(f"total_steps must be K_A + step*K_Abar = {c.k_learn + step * c.k_unlearn}. Found {total}.")

@@ -286,7 +286,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
             raise fail("the curator's model or configuration is not the one the estimator's parameters build.")
         n = curator.database.n
         if active is None or active.dtype != np.bool_ or active.shape != (n,):
-            raise fail(f"active must be {n} booleans. Found {None if active is None else (active.dtype, active.shape)}.")
+            found = None if active is None else (active.dtype, active.shape)
+            raise fail(f"active must be {n} booleans. Found {found}.")
         gone = ~active
         if np.any(curator.database.X[gone] != 0.0) or np.any(curator.database.y[gone] != 0.0):
             raise fail("a row marked removed is not the dummy zero record.")
