@@ -23,6 +23,7 @@ from lethe.nn.unlearning import ModelClipCertificate, NNUnlearningCertificate, u
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.estimators import (
+    NoisyGDBoundedMLPClassifier,
     NoisyGDLogisticRegression,
     NoisyGDMLPClassifier,
     PNSGDCertificate,
@@ -62,6 +63,8 @@ UNLEARNERS = {
     "certified-one-vs-all": (lambda: CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0), _three),
     "certified-linear": (lambda: CertifiedLinearRegression(lam=1e-2), _binary),
     "noisygd-logistic": (lambda: NoisyGDLogisticRegression(random_state=0), _binary),
+    "noisygd-bounded-mlp": (lambda: NoisyGDBoundedMLPClassifier(n_hidden=2, lam=1.0, n_iter=20, n_iter_unlearn=5,
+                                                                 random_state=0), _binary),
     "noisygd-mlp": (lambda: NoisyGDMLPClassifier(n_hidden=3, n_iter=20, n_iter_unlearn=5, random_state=0), _binary),
     "pnsgd": (lambda: PNSGDLogisticRegression(batch_size=32, learn_epochs=2, random_state=0), _binary),
     "noisy-finetune": (lambda: NoisyFineTuneClassifier(random_state=0, **NN), _three),
