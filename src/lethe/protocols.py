@@ -8,8 +8,8 @@ by having the members (structural typing); nothing inherits from these protocols
 * ``guarantee`` (str): what is promised and by which theorem;
 * ``observer`` (str): whom it covers. Certified removal (Guo et al. 2020) and noisy fine-tuning (Koloskova et al.
   2025) cover ``"one published version"``: the model after the operation against a model retrained without the
-  removed records — not an observer who also kept an earlier version. Noisy-GD's deletion privacy (Chourasia &
-  Shah 2023, Def. 4.1, Thm 4.3) covers the curator's model state after the edit against a requester who is
+  removed records — not an observer who also kept an earlier version. Noisy-GD's deletion privacy
+  (Chourasia & Shah 2023, Def. 4.1, Thm 4.3) covers the curator's model state after the edit against a requester who is
   non-adaptive (p = 0) or saw at most p earlier releases (each certificate says which);
 * ``epsilon`` (float) and ``delta`` (float or None): for an (ε, δ) guarantee both numbers. ``delta is None``
   marks a **Rényi** guarantee: ``epsilon`` is then the Rényi ε at the certificate's order ``q``, not an (ε, δ)
