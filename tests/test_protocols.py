@@ -13,9 +13,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from sklearn.preprocessing import Normalizer
+from sklearn.preprocessing import FunctionTransformer, Normalizer
 
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, MulticlassCertificate
+from lethe.io import ModelFileError
 from lethe.nn.accounting import calibrate_model_clip
 from lethe.nn.estimators import NoisyFineTuneClassifier
 from lethe.nn.models import build_module
@@ -162,7 +163,7 @@ def test_save_load_round_trip_keeps_the_model_and_its_certificate(name, tmp_path
     again.remove(keys=["r4"])  # the loaded model goes on removing, by position and by key
 
 
-def test_pipeline_delegates_and_says_it_cannot_be_saved():
+def test_pipeline_delegates_and_saves_its_stateless_steps(tmp_path):
     import pandas as pd
 
     X, y = _binary()
@@ -175,10 +176,22 @@ def test_pipeline_delegates_and_says_it_cannot_be_saved():
     cert2 = pipe.add(pd.DataFrame(X[:2], index=["new0", "new1"]), y[:2])
     assert pipe.certificate_ is cert2
     pipe.remove(keys=["new1"])
-    with pytest.raises(NotImplementedError, match="final step"):
-        pipe.save("x.npz")
-    with pytest.raises(NotImplementedError):
-        type(pipe).load("x.npz")
+    path = pipe.save(tmp_path / "p.npz", key=b"k" * 16)
+    again = type(pipe).load(path, key=b"k" * 16)
+    assert isinstance(again, Unlearner) and [n for n, _ in again.steps] == [n for n, _ in pipe.steps]
+    np.testing.assert_array_equal(again.decision_function(X), pipe.decision_function(X))
+    again.remove(keys=["r4"])
+    with pytest.raises(ValueError, match="not a record"):
+        again.remove(keys=["r3"])
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        type(pipe).load(path, key=b"j" * 16)
+    plain = pipe[-1].save(tmp_path / "final.npz")
+    with pytest.raises(ModelFileError, match="does not hold an UnlearningPipeline"):
+        type(pipe).load(plain)
+    opaque = make_unlearning_pipeline(FunctionTransformer(np.tanh),
+                                      CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0)).fit(X, y)
+    with pytest.raises(NotImplementedError, match="cannot be written without pickle"):
+        opaque.save(tmp_path / "o.npz")
 
 
 def test_output_perturbation_is_not_an_unlearner():
