@@ -283,9 +283,11 @@ def test_concurrent_removals_from_a_noisy_fine_tuned_network():
     X, y = _unit_rows(120, 4, seed=12)
     clf = NoisyFineTuneClassifier(train_epochs=2, unlearn_steps=2, post_steps=2, batch_size=16,
                                   random_state=0).fit(X, y)
-    certs = _run_threads([lambda: [clf.remove([0]) for _ in range(3)] for _ in range(4)])
+    # indices are ORIGINAL positions (issue 25): thread t removes rows 3t, 3t+1, 3t+2
+    certs = _run_threads([lambda t=t: [clf.remove([3 * t + j]) for j in range(3)] for t in range(4)])
     assert sum(len(c) for c in certs) == 12 == len(clf.certificates_)
     assert clf.X_.shape[0] == clf.y_.shape[0] == X.shape[0] - 12  # each request removed its own row
+    np.testing.assert_array_equal(clf.X_.numpy(), X[12:].astype(np.float32))  # exactly rows 0..11 left
 
 
 def test_output_perturbation_predictions_never_mix_two_fits():

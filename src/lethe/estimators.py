@@ -34,7 +34,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -154,9 +154,25 @@ class MulticlassCertificate:
         """Whether any class was retrained."""
         return bool(self.retrained_classes)
 
+    @property
+    def guarantee(self) -> str:
+        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
+        if self.epsilon == 0.0 and self.delta == 0.0:
+            return "exact removal of the one-vs-all model (Guo et al. 2020, §3.2)"
+        return (f"({self.epsilon!r}, {self.delta!r})-certified removal of the whole one-vs-all model: the K "
+                "independent perturbations make one mechanism whose joint gradient residual stays within the "
+                "budget (Guo et al. 2020, Thm 3, §4.2)")
+
+    @property
+    def observer(self) -> str:
+        """Whom it covers: one published version, the model after this operation against a model retrained without
+        the removed rows (Guo et al. 2020, Thm 3); an observer of two versions is not covered."""
+        return "one published version"
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
+        """A JSON-serialisable dict (with ``guarantee`` and ``observer``)."""
         return {
+            "guarantee": self.guarantee, "observer": self.observer,
             "epsilon": self.epsilon, "delta": self.delta, "residual_bound": self.residual_bound,
             "budget": self.budget, "budget_left": self.budget_left, "epsilon_spent": self.epsilon_spent,
             "retrained_classes": list(self.retrained_classes), "n_removed": self.n_removed, "seconds": self.seconds,
@@ -181,6 +197,66 @@ def _same(a: Any, b: Any) -> bool:
             and not isinstance(b, bool) and float(a) == float(b))
     except Exception:  # noqa: BLE001 - incomparable values are different values
         return False
+
+
+def check_sample_ids(sample_ids: Any, n: int) -> np.ndarray:
+    """Record keys for ``fit(..., sample_ids=...)`` of any :class:`lethe.protocols.Unlearner`: 1-D, one per row,
+    distinct, integers or strings (saved without pickle). TypeError / ValueError otherwise."""
+    return _check_keys(sample_ids, n)
+
+
+def keys_of(X: Any, sample_ids: Any) -> np.ndarray | None:
+    """The record keys of a fit: ``sample_ids`` if given, else a DataFrame's index, else None (no keys)."""
+    if sample_ids is not None:
+        return _check_keys(sample_ids, _n_rows(X))
+    if hasattr(X, "columns") and hasattr(X, "index") and not _is_dask_frame(X):
+        return _check_keys(np.asarray(X.index), _n_rows(X))
+    return None
+
+
+def removal_rows(indices: Any, keys: Any, *, active: np.ndarray, record_keys: np.ndarray | None) -> np.ndarray:
+    """The ONE meaning of ``remove(indices=None, *, keys=None)`` for every :class:`lethe.protocols.Unlearner`:
+    distinct ORIGINAL row positions of the fit's X (rows added later get the next positions) that are still
+    active, given either as ``indices`` or as record ``keys`` (``record_keys``: one per original row, removed
+    ones blanked). Exactly one of the two. Returns int64 positions; raises ValueError/TypeError naming the rule."""
+    if (indices is None) == (keys is None):
+        raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
+                         f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
+    if keys is not None:
+        if record_keys is None:
+            raise ValueError("keys: this model was fitted without record keys; pass sample_ids= to fit (or fit on "
+                             "a DataFrame, whose index names the records), or remove by row index.")
+        ks = np.asarray(keys)
+        if ks.ndim == 0:
+            ks = ks.reshape(1)
+        if ks.ndim != 1 or ks.size == 0:
+            raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
+        lookup = {k: i for i, k in enumerate(record_keys.tolist()) if active[i]}
+        rows = []
+        for k in ks.tolist():
+            if k not in lookup:
+                raise ValueError(f"Key {k!r} is not a record of this model (unknown, or already removed).")
+            rows.append(lookup[k])
+        idx = np.asarray(rows, dtype=np.int64)
+    else:
+        idx = np.asarray(indices)
+    if idx.ndim == 0:
+        idx = idx.reshape(1)
+    if idx.ndim != 1 or idx.size == 0:
+        raise ValueError(f"indices must be a non-empty 1-D sequence of training-row indices. Found {indices!r}.")
+    if not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
+    n = active.shape[0]
+    bad = np.flatnonzero((idx < 0) | (idx >= n))
+    if bad.size:
+        raise ValueError(f"indices must be training-row indices in [0, {n}). Found {int(idx[bad[0]])}.")
+    uniq, counts = np.unique(idx, return_counts=True)
+    if np.any(counts > 1):
+        raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
+    gone = np.flatnonzero(~active[idx])
+    if gone.size:
+        raise ValueError(f"Training row {int(idx[gone[0]])} was already removed.")
+    return idx.astype(np.int64)
 
 
 def _check_keys(sample_ids: Any, n: int) -> np.ndarray:
@@ -212,6 +288,10 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
 
     _loss = "logistic"
     _fitted_attribute = "states_"
+    #: The :class:`lethe.protocols.Unlearner` protocol: ``add`` certifies new records (a certified Newton step).
+    #: It still refuses, with a ValueError naming why, a one-vs-all model with ``negative_subsample`` and a
+    #: matrix-free sparse model.
+    supports_add: ClassVar[bool] = True
     # learned attributes (set by fit / load)
     X_: Any  # ndarray or CSR matrix (issue 14)
     Y_: np.ndarray
@@ -353,47 +433,13 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
                 f"{sw.max() if sw.size else 0:g}].")
 
     # -- removal ------------------------------------------------------------------------------------------------
-    def _rows_of_keys(self, keys: Any) -> np.ndarray:
-        if getattr(self, "keys_", None) is None:
-            raise ValueError("keys: this model was fitted without record keys; pass sample_ids= to fit (or fit on a "
-                             "DataFrame, whose index names the records), or remove by row index.")
-        ks = np.asarray(keys)
-        if ks.ndim == 0:
-            ks = ks.reshape(1)
-        if ks.ndim != 1 or ks.size == 0:
-            raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
-        lookup = {k: i for i, k in enumerate(self.keys_.tolist()) if self.active_[i]}
-        rows = []
-        for k in ks.tolist():
-            if k not in lookup:
-                raise ValueError(f"Key {k!r} is not a record of this model (unknown, or already removed).")
-            rows.append(lookup[k])
-        return np.asarray(rows, dtype=np.int64)
-
     def _check_remove_indices(self, indices: Any = None, keys: Any = None) -> np.ndarray:
         check_is_fitted(self, "states_")
         if (indices is None) == (keys is None):
             raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
                              f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
         self._check_params_unchanged("remove")
-        idx = self._rows_of_keys(keys) if keys is not None else np.asarray(indices)
-        if idx.ndim == 0:
-            idx = idx.reshape(1)
-        if idx.ndim != 1 or idx.size == 0:
-            raise ValueError(f"indices must be a non-empty 1-D sequence of training-row indices. Found {indices!r}.")
-        if not np.issubdtype(idx.dtype, np.integer):
-            raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
-        n = self.active_.shape[0]
-        bad = np.flatnonzero((idx < 0) | (idx >= n))
-        if bad.size:
-            raise ValueError(f"indices must be training-row indices in [0, {n}). Found {int(idx[bad[0]])}.")
-        uniq, counts = np.unique(idx, return_counts=True)
-        if np.any(counts > 1):
-            raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
-        gone = np.flatnonzero(~self.active_[idx])
-        if gone.size:
-            raise ValueError(f"Training row {int(idx[gone[0]])} was already removed.")
-        return idx.astype(np.int64)
+        return removal_rows(indices, keys, active=self.active_, record_keys=getattr(self, "keys_", None))
 
     def _forget_rows(self, idx: np.ndarray) -> None:
         """Clear the removed rows from memory: features, targets, and keys (a removed record's key must not stay
@@ -419,7 +465,15 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         no trace of removed keys), and for a row removed before. To remove rows one at a time (Guo et al. 2020,
         Alg. 2 with |B_j| = 1), call it once per row.
         """
-        return self.remove_rows(self._check_remove_indices(indices, keys))
+        cert = self.remove_rows(self._check_remove_indices(indices, keys))
+        self._certificate = cert
+        return cert
+
+    @property
+    def certificate_(self) -> Any:
+        """The certificate of the last ``remove`` or ``add`` (None before the first; ``fit``'s are in
+        ``fit_certificates_``): the :class:`lethe.protocols.Unlearner` protocol's latest certificate."""
+        return self.__dict__.get("_certificate")
 
     def remove_rows(self, idx: np.ndarray) -> Any:
         """Remove the training rows ``idx`` (validated positions, see :meth:`remove`) and return the certificate.
@@ -513,6 +567,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             self.keys_ = np.concatenate([self.keys_, keys])
         self.states_ = states
         self.caches_ = _new_caches(len(states), self.mechanism_.solver, None)  # the data array changed
+        self._certificate = result
         return result
 
     @property
@@ -1032,6 +1087,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         self.members_ = members
         self.keys_ = keys
         self.states_ = states
+        self._certificate = None
         self.fit_certificates_ = certs
         self.n_removed_ = 0
         self.mechanism_ = mech
@@ -1263,6 +1319,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         self.members_ = None
         self.keys_ = keys
         self.states_ = [state]
+        self._certificate = None
         self.fit_certificates_ = [cert]
         self.n_removed_ = 0
         self.mechanism_ = mech

@@ -34,8 +34,10 @@ def test_estimator_fit_remove_predict():
     assert cert.n_removed == 3 and cert.n_retained == 57 and clf.X_.shape[0] == 57
     assert cert.steps == 4 and cert.epsilon_certified <= cert.epsilon == 1.0
     assert clf.predict_proba(X).shape == (60, 3)
-    with pytest.raises(ValueError, match="indices must be distinct"):
+    with pytest.raises(ValueError, match=r"indices must be training-row indices in \[0, 60\)"):
         clf.remove([100])
+    with pytest.raises(ValueError, match="Training row 5 was already removed"):
+        clf.remove([5])
     assert clf.X_.shape[0] == 57
     with pytest.raises(ValueError, match="epsilon"):
         NoisyFineTuneClassifier(epsilon=-1.0).fit(X, y)
@@ -109,6 +111,9 @@ def test_deletion_runs_end_to_end_through_the_curator(tmp_path: Path):
 
 
 @parametrize_with_checks([NoisyFineTuneClassifier(train_epochs=20, train_lr=0.1, unlearn_steps=2, batch_size=16,
-                                                  random_state=0)])
+                                                  random_state=0)],
+                         expected_failed_checks=lambda est: {
+                             "check_estimators_pickle": "a fitted model refuses pickle (secret noise stream rng_); "
+                                                        "use save/load"}, xfail_strict=True)
 def test_sklearn_contract(estimator, check):
     check(estimator)

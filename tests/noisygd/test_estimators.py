@@ -14,7 +14,10 @@ from lethe.noisygd.estimators import NoisyGDBoundedMLPClassifier, NoisyGDLogisti
 # The bounded MLP runs 30/5 steps here (Thm 5.2's counts are millions even for 4 records); its certificates then
 # report the ε_dd those steps certify. It declares poor_score (near-prior Gibbs law) and binary-only tags.
 @parametrize_with_checks([NoisyGDLogisticRegression(random_state=0), NoisyGDMLPClassifier(random_state=0),
-                          NoisyGDBoundedMLPClassifier(random_state=0, n_iter=30, n_iter_unlearn=5)])
+                          NoisyGDBoundedMLPClassifier(random_state=0, n_iter=30, n_iter_unlearn=5)],
+                         expected_failed_checks=lambda est: {
+                             "check_estimators_pickle": "a fitted model refuses pickle (secret generator state); "
+                                                        "use save/load"}, xfail_strict=True)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -46,7 +49,7 @@ def test_logistic_remove_and_edit_certificates():
         (lambda c, X, y: c.edit([5000], X[:1], y[:1]), EditRequestError, r"\[0, 1500\)"),
         (lambda c, X, y: c.edit([1], X[:1, :3], y[:1]), ValueError, "features"),
         (lambda c, X, y: c.edit([1], X[:1], np.array([7])), ValueError, "classes_"),
-        (lambda c, X, y: c.remove([-3]), EditRequestError, r"\[0, 1500\)"),
+        (lambda c, X, y: c.remove([-3]), ValueError, r"\[0, 1500\)"),  # the one removal_rows rule (issue 25)
     ],
 )
 def test_bad_edits_change_nothing(call, exc, match):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -13,9 +14,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
+from lethe.estimators import keys_of, removal_rows
+from lethe.io import ModelFileError, load_npz, model_key, save_npz
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune
 from lethe.nn.models import build_module, check_spec
-from lethe.nn.unlearning import NNUnlearningCertificate, train, unlearn
+from lethe.nn.unlearning import NNUnlearningCertificate, flat_parameters, load_flat_parameters, train, unlearn
 
 __all__ = ["NoisyFineTuneClassifier"]
 
@@ -48,13 +51,20 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
         projected onto before them.
     random_state : None, int or numpy.random.Generator
 
+    A :class:`lethe.protocols.Unlearner`: ``remove(indices)`` takes ORIGINAL row positions of ``fit``'s X (as every
+    lethe estimator; ``active_`` marks the rows still in, ``X_``/``y_`` hold only those, in original order) or
+    ``remove(keys=...)`` record keys; ``add`` is not supported; ``certificate_`` is the last removal's certificate;
+    ``save``/``load`` write and check a :mod:`lethe.io` file.
+
     ``fit``, ``remove`` and the predictions run under the instance's lock (:mod:`lethe._locking`): concurrent calls
-    on one model are serialised (indices of ``remove`` refer to ``X_`` as the call finds it). A fitted model
-    refuses ``copy.copy``/``copy.deepcopy``: the copy would share the noise stream (``rng_``) of later removals;
-    ``sklearn.base.clone(model).fit(X, y)`` makes a second model.
+    on one model are serialised. A fitted model refuses ``copy.copy``/``copy.deepcopy`` and pickle: the copy would
+    share the secret noise stream (``rng_``) of later removals; ``sklearn.base.clone(model).fit(X, y)`` makes a
+    second model, ``save``/``load`` persists one (with a fresh noise stream).
     """
 
     _fitted_attribute = "model_"
+    #: The :class:`lethe.protocols.Unlearner` protocol: removals only (``add`` raises NotImplementedError).
+    supports_add: ClassVar[bool] = False
 
     def __init__(self, module: dict[str, Any] | None = None, *, epsilon: float = 1.0, delta: float = 1e-5,
                  model_radius: float = 5.0, grad_clip: float = 1.0, lr: float = 0.05, weight_decay: float = 0.0,
@@ -69,8 +79,9 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
                                   steps=self.unlearn_steps)
 
     @serialised
-    def fit(self, X: Any, y: Any) -> NoisyFineTuneClassifier:
-        """Train on (X, y)."""
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> NoisyFineTuneClassifier:
+        """Train on (X, y). ``sample_ids`` (or a DataFrame's index) name the records for ``remove(keys=...)``."""
+        keys = keys_of(X, sample_ids)
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         classes, codes = np.unique(y, return_inverse=True)
@@ -88,32 +99,164 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
         self.model_ = model
         self.schedule_ = schedule
         self.X_, self.y_ = Xt, yt
+        self.active_ = np.ones(X.shape[0], dtype=bool)
+        self.keys_ = keys
         self.rng_ = rng
         self.certificates_: list[NNUnlearningCertificate] = []
         return self
 
-    @serialised
-    def remove(self, indices: Any) -> NNUnlearningCertificate:
-        """Remove training rows ``indices`` (positions in the current ``X_``) as one request; return the certificate.
+    @property
+    def certificate_(self) -> NNUnlearningCertificate | None:
+        """The certificate of the last removal (None before the first): the :class:`lethe.protocols.Unlearner`
+        protocol's latest certificate (all of them are in ``certificates_``)."""
+        certs = self.__dict__.get("certificates_")
+        return certs[-1] if certs else None
 
-        On any error the estimator is unchanged.
+    @serialised
+    def remove(self, indices: Any = None, *, keys: Any = None) -> NNUnlearningCertificate:
+        """Remove training records as one request and return the certificate: by their ORIGINAL positions in
+        ``fit``'s X (``indices``; a row keeps its position after others are removed) or by record key (``keys``:
+        ``sample_ids`` given to ``fit``, or the index of the DataFrame it was fitted on). Exactly one of the two.
+
+        On any error (unknown, repeated or already removed rows; no row left) the estimator is unchanged.
         """
         check_is_fitted(self, "model_")
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_)
+        current = np.cumsum(self.active_)[idx] - 1  # positions of those rows in X_ (the retained rows)
         n = self.X_.shape[0]
-        if idx.size == 0 or np.unique(idx).size != idx.size or idx.min() < 0 or idx.max() >= n:
-            raise ValueError(f"indices must be distinct positions among the {n} current rows. Found {idx.size} "
-                             "indices with duplicates or out of range.")
         if n - idx.size < 1:
             raise ValueError(f"at least one row must remain. Found {n} rows and {idx.size} removals.")
-        keep = torch.from_numpy(np.setdiff1d(np.arange(n), idx))
+        keep = torch.from_numpy(np.setdiff1d(np.arange(n), current))
         Xr, yr = self.X_[keep], self.y_[keep]
         cert = unlearn(self.model_, Xr, yr, schedule=self.schedule_, batch_size=self.batch_size,
                        clipping=self.clipping, post_steps=self.post_steps, post_lr=self.post_lr,
                        post_radius=self.post_radius, n_removed=int(idx.size), random_state=self.rng_)
         self.X_, self.y_ = Xr, yr
+        self.active_[idx] = False
+        if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
+            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self.certificates_.append(cert)
         return cert
+
+    def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> NNUnlearningCertificate:
+        """Not supported (``supports_add = False``): noisy fine-tuning certifies removals only; adding records
+        means training on them, which no certificate of Koloskova et al. covers. Raises NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): noisy clipped fine-tuning certifies "
+            "removals only. Refit on the enlarged data instead.")
+
+    # -- no pickle of a fitted model ------------------------------------------------------------------------------
+    def __getstate__(self) -> Any:
+        if self._is_fitted_model():
+            raise TypeError(
+                f"A fitted {type(self).__name__} cannot be pickled: it holds the SECRET random state of its later "
+                "removals' noise (rng_; whoever knows it can subtract the noise) and the retained training rows, "
+                f"which pickle would write with the default file mode, and loading a pickle runs code. Use "
+                f"model.save(path) and {type(self).__name__}.load(path) (no pickle, owner-only file, fresh noise "
+                "stream at load). Unfitted estimators pickle normally.")
+        return super().__getstate__()
+
+    # -- persistence ------------------------------------------------------------------------------------------------
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
+        """Save the fitted model without pickle (:mod:`lethe.io`, owner-only, atomic): the module's parameters θ,
+        the retained rows and their labels, which original rows are still in, record keys, the certificates.
+
+        The noise stream (``rng_``) is NOT saved: it is secret (knowing it reveals the noise of later removals);
+        the loaded model draws a fresh one. With a key (``key``, ``$LETHE_MODEL_KEY`` or ``$LETHE_MODEL_KEY_FILE``,
+        :func:`lethe.io.model_key`) the file carries an HMAC-SHA256 tag that :meth:`load` checks."""
+        check_is_fitted(self, "model_")
+        params = self.get_params(deep=False)
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        arrays = {"theta": flat_parameters(self.model_), "X": self.X_.numpy(), "y": self.y_.numpy(),
+                  "active": self.active_}
+        if self.keys_ is not None:
+            arrays["keys"] = self.keys_
+        kind = self.classes_.dtype.kind
+        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
+        meta = {"class": type(self).__name__, "params": params, "classes": classes,
+                "n_features_in": int(self.n_features_in_), "schedule": self.schedule_.to_dict(),
+                "certificates": [c.to_dict() for c in self.certificates_]}
+        if hasattr(self, "feature_names_in_"):
+            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+
+    @classmethod
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> NoisyFineTuneClassifier:
+        """Load a model written by :meth:`save` after authenticating it (:func:`lethe.io.load_npz`'s policy) and
+        checking it: the parameters valid and the schedule the one they calibrate, θ finite with the module's
+        parameter count, the retained rows finite with one label of a known class each, as many as the original
+        rows still in, removed keys blanked and kept ones distinct, and the certificates those of this schedule,
+        removing exactly the rows marked out. Any failure raises :class:`lethe.io.ModelFileError`; nothing is
+        loaded. The noise stream is fresh."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{path}: {msg} The file was edited or corrupted; it is refused.")
+
+        if meta.get("class") != cls.__name__:
+            raise ModelFileError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        expected = {"theta", "X", "y", "active"} | ({"keys"} if "keys" in arrays else set())
+        if set(arrays) != expected:
+            raise fail(f"expected arrays {sorted(expected)}. Found {sorted(arrays)}.")
+        try:
+            est = cls(**meta["params"])
+            schedule = est._schedule()
+            spec = check_spec(est.module if est.module is not None else {"kind": "mlp", "hidden": [32]})
+            classes = np.asarray(meta["classes"])
+            d = int(meta["n_features_in"])
+            if classes.ndim != 1 or classes.size < 2 or np.unique(classes).size != classes.size:
+                raise ValueError(f"classes must be at least 2 distinct labels. Found {meta['classes']!r}")
+            module = build_module(spec, d, classes.size, random_state=np.random.default_rng(0))
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"its parameters are not valid: {e}.") from None
+        if meta.get("schedule") != schedule.to_dict():
+            raise fail("its schedule is not the one its parameters calibrate.")
+        theta, X, y, active = arrays["theta"], arrays["X"], arrays["y"], arrays["active"]
+        n_params = sum(p.numel() for p in module.parameters())
+        if theta.dtype != np.float64 or theta.shape != (n_params,) or not np.all(np.isfinite(theta)):
+            raise fail(f"theta must be {n_params} finite float64 values. Found {theta.dtype} {theta.shape}.")
+        if active.dtype != np.bool_ or active.ndim != 1:
+            raise fail(f"active must be a 1-D boolean array. Found {active.dtype} {active.shape}.")
+        m = int(np.count_nonzero(active))
+        if X.dtype != np.float32 or X.shape != (m, d) or not np.all(np.isfinite(X)) or m < 1:
+            raise fail(f"X must hold the {m} retained rows of {d} finite float32 features. Found {X.dtype} "
+                       f"{X.shape}.")
+        if y.dtype != np.int64 or y.shape != (m,) or (m and (y.min() < 0 or y.max() >= classes.size)):
+            raise fail(f"y must hold {m} class codes in [0, {classes.size}). Found {y.dtype} {y.shape}.")
+        keys = arrays.get("keys")
+        if keys is not None:
+            blank = "" if keys.dtype.kind == "U" else 0
+            if keys.shape != active.shape or keys.dtype.kind not in "iuU" or np.any(keys[~active] != blank) or \
+                    np.unique(keys[active]).size != m:
+                raise fail("keys must be one per original row, distinct for the rows kept and blank for the rows "
+                           "removed.")
+        try:
+            certs = [NNUnlearningCertificate.from_dict(c) for c in meta["certificates"]]
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"a certificate is not valid: {e}.") from None
+        sched = schedule.to_dict()
+        if any({k: getattr(c, k) for k in sched} != sched for c in certs):
+            raise fail("a certificate was not issued under this model's schedule.")
+        if sum(c.n_removed for c in certs) != active.size - m or (certs and certs[-1].n_retained != m):
+            raise fail(f"the certificates remove {sum(c.n_removed for c in certs)} rows and leave "
+                       f"{certs[-1].n_retained if certs else active.size}, but {active.size - m} of the "
+                       f"{active.size} rows are marked removed.")
+        load_flat_parameters(module, theta)
+        module.eval()
+        est.model_ = module
+        est.classes_ = classes
+        est.schedule_ = schedule
+        est.n_features_in_ = d
+        if "feature_names_in" in meta:
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est.X_, est.y_ = torch.from_numpy(X.copy()), torch.from_numpy(y.copy())
+        est.active_ = active.copy()
+        est.keys_ = None if keys is None else keys.copy()
+        est.rng_ = check_random_state(None)  # never the saved seed's stream again: later noise must be fresh
+        est.certificates_ = certs
+        return est
 
     @serialised
     def predict_proba(self, X: Any) -> np.ndarray:

@@ -270,13 +270,37 @@ class NNUnlearningCertificate(JsonRecord):
     n_removed: int
     gradient_evaluations: int
 
+    @property
+    def guarantee(self) -> str:
+        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
+        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} removed record(s) by noisy "
+                f"clipped fine-tuning, for every starting model; {self.theorem}")
+
+    @property
+    def observer(self) -> str:
+        """Whom it covers: one published version, the model after this removal against the model retrained without
+        the records and unlearned the same way. Earlier versions were trained with the records: an observer who kept
+        one is not covered."""
+        return "one published version"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
+        return {**super().to_dict(), "guarantee": self.guarantee, "observer": self.observer}
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NNUnlearningCertificate:
-        """Inverse of :meth:`to_dict`; raises ``ValueError`` on missing or unknown keys."""
+        """Inverse of :meth:`to_dict`; raises ``ValueError`` on missing or unknown keys, or when ``guarantee`` or
+        ``observer`` (derived, optional) disagree with the fields."""
         names = {f.name for f in fields(cls)}
-        if set(d) != names:
+        core = {k: v for k, v in d.items() if k not in ("guarantee", "observer")}
+        if set(core) != names:
             raise ValueError(f"certificate keys must be {sorted(names)}. Found {sorted(d)}.")
-        return cls(**d)
+        cert = cls(**core)
+        for k in ("guarantee", "observer"):
+            if k in d and d[k] != getattr(cert, k):
+                raise ValueError(f"certificate key {k!r} must be {getattr(cert, k)!r} for these fields. "
+                                 f"Found {d[k]!r}.")
+        return cert
 
 
 
@@ -458,6 +482,21 @@ class ModelClipCertificate(JsonRecord):
     n_retained: int
     n_removed: int
     gradient_evaluations: int
+
+    @property
+    def guarantee(self) -> str:
+        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
+        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} removed record(s) by model "
+                f"clipping, for every starting model; {self.theorem}")
+
+    @property
+    def observer(self) -> str:
+        """Whom it covers: one published version (as :attr:`NNUnlearningCertificate.observer`)."""
+        return "one published version"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
+        return {**super().to_dict(), "guarantee": self.guarantee, "observer": self.observer}
 
 
 def unlearn_model_clip(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: ModelClipSchedule,

@@ -34,7 +34,7 @@ import numpy as np
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_finite_matrix, check_positive, check_positive_int
 from lethe.exceptions import LetheError, NotFittedError
-from lethe.io import JsonRecord, load_npz, save_npz
+from lethe.io import JsonRecord, ModelFileError, load_npz, model_key, save_npz
 from lethe.noisygd.algorithm import noisy_gd
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.guarantees import (
@@ -717,28 +717,122 @@ class NoisyGDCurator:
             "certificates": [c.to_dict() for c in self._certificates],
         }
 
-    def save(self, path: str | Path) -> Path:
-        """Write the state to one ``.npz`` file (no pickle; owner-only, atomic). The publish function is not saved."""
-        return save_npz(path, self.state_arrays(), self.state_meta(), secret=True)
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
+        """Write the state to one ``.npz`` file (no pickle; owner-only, atomic). The publish function is not saved.
+
+        The file holds SECRET state: the model Θ̂_i (secret whenever f_pub is not the identity) and the generator
+        state (whoever knows it knows the noise of every later run). With a key — ``key`` (bytes or hexadecimal
+        str), else ``$LETHE_MODEL_KEY``, else the file named by ``$LETHE_MODEL_KEY_FILE``
+        (:func:`lethe.io.model_key`) — it carries an HMAC-SHA256 tag of every array and the metadata, which
+        :meth:`load` checks."""
+        return save_npz(path, self.state_arrays(), self.state_meta(), secret=True, key=model_key(key))
 
     @classmethod
-    def load(cls, path: str | Path, *, publish: Callable[[np.ndarray], Any] | None = None) -> NoisyGDCurator:
-        """Inverse of :meth:`save`."""
-        arrays, meta = load_npz(path)
+    def load(cls, path: str | Path, *, key: bytes | str | None = None,
+             publish: Callable[[np.ndarray], Any] | None = None) -> NoisyGDCurator:
+        """Inverse of :meth:`save`, after authenticating and checking the file.
+
+        Authentication follows :func:`lethe.io.load_npz` (``authenticate=True``): a tagged file needs the key and a
+        matching tag; with a key configured an untagged file is refused. Then, always, :meth:`from_state`'s
+        invariant checks. Any failure raises :class:`lethe.io.ModelFileError` (a ``ValueError``); nothing is
+        loaded."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        return cls.from_state(arrays, meta, where=str(path), publish=publish)
+
+    @classmethod
+    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, where: str = "state",
+                   publish: Callable[[np.ndarray], Any] | None = None) -> NoisyGDCurator:
+        """A curator from :meth:`state_arrays` and :meth:`state_meta`, after checking that they describe a state
+        whose certificates hold:
+
+        * structure: the arrays X (n × p), y (n,), θ (the model's parameter count), float64 and finite; the model
+          and configuration valid (their own checks, e.g. Thm G.15's ρ and η for the convex mode);
+        * data: every row within ``row_bound`` and every label valid for the model (as :meth:`learn` checks);
+        * counters: i = ``step`` ≥ 0 edits and ``total_steps`` = K_A + i·K_Ā (every run is K_A or K_Ā steps);
+        * the accountant: exactly i + 1 certificates (learning, then edits 1..i), each equal — every number, the
+          theorem and the assumptions — to the certificate this configuration issues for that operation on a
+          database of n records (recomputed here; the adaptivity p is the certificate's own);
+        * the generator state names a known bit generator.
+
+        Raises :class:`lethe.io.ModelFileError` naming the first failure."""
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
         if meta.get("kind") != _STATE_KIND:
-            raise ValueError(f"{path} does not hold a Noisy-GD curator. Found kind {meta.get('kind')!r}.")
+            raise ModelFileError(f"{where} does not hold a Noisy-GD curator. Found kind {meta.get('kind')!r}.")
         if set(arrays) != {"X", "y", "theta"}:
-            raise ValueError(f"{path}: expected arrays X, y, theta. Found {sorted(arrays)}.")
-        cur = cls(model_from_dict(meta["model"]), CuratorConfig(**meta["config"]), publish=publish)
-        cur._rng = _rng_from_state(meta["rng"])
-        cur._database = Database(arrays["X"], arrays["y"])
-        cur._theta = np.array(arrays["theta"], dtype=np.float64)
-        cur._step = int(meta["step"])
-        cur._total_steps = int(meta["total_steps"])
-        cur._certificates = [NoisyGDCertificate.from_dict(c) for c in meta["certificates"]]
+            raise fail(f"expected arrays X, y, theta. Found {sorted(arrays)}.")
+        try:
+            cur = cls(model_from_dict(meta["model"]), CuratorConfig(**meta["config"]), publish=publish)
+            cur._rng = _rng_from_state(meta["rng"])
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"its model, configuration or generator state is not valid: {e}") from None
+        X, y, theta = arrays["X"], arrays["y"], arrays["theta"]
+        p = cur.model.n_features
+        for name, arr, shape in (("X", X, (X.shape[0] if X.ndim == 2 else -1, p)), ("y", y, (X.shape[0],)),
+                                 ("theta", theta, (cur.model.n_params,))):
+            if arr.dtype != np.float64 or arr.shape != shape or not np.all(np.isfinite(arr)):
+                raise fail(f"{name} must be finite float64 of shape {shape}. Found {arr.dtype} {arr.shape}.")
+        n = int(X.shape[0])
+        if n < 1:
+            raise fail("the database has no record.")
+        try:
+            cur._check_rows(X, "load")
+            cur._check_labels(y, "load")
+        except EditRequestError as e:
+            raise fail(str(e)) from None
+        step_raw, total_raw = meta.get("step"), meta.get("total_steps")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step_raw, total_raw)):
+            raise fail(f"step and total_steps must be integers >= 0. Found {step_raw!r}, {total_raw!r}.")
+        step, total = int(step_raw), int(total_raw)  # type: ignore[arg-type]
+        c = cur.config
+        if total != c.k_learn + step * c.k_unlearn:
+            raise fail(f"total_steps must be K_A + step*K_Abar = {c.k_learn + step * c.k_unlearn}. Found {total}.")
+        raw = meta.get("certificates")
+        if not isinstance(raw, list) or len(raw) != step + 1:
+            raise fail(f"expected {step + 1} certificates (learning and {step} edits). "
+                       f"Found {len(raw) if isinstance(raw, list) else type(raw).__name__}.")
+        try:
+            certs = [NoisyGDCertificate.from_dict(d) for d in raw]
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"a certificate is not valid: {e}") from None
+        for i, cert in enumerate(certs):
+            if cert != cur._expected_certificate(i, n, cert.p, cert.r):
+                raise fail(f"certificate {i} is not the one this configuration issues for operation {i} on {n} "
+                           "records (its numbers, theorem or assumptions were changed).")
+        cur._database = Database(X, y)
+        cur._theta = np.array(theta, dtype=np.float64)
+        cur._step, cur._total_steps = step, total
+        cur._certificates = certs
         return cur
 
+    def _expected_certificate(self, i: int, n: int, p: int, r: int) -> NoisyGDCertificate:
+        """The certificate :meth:`learn` (i = 0) or the i-th :meth:`unlearn` issues on a database of n records, for
+        a requester of adaptivity p and an edit of r records (the same formulas, recomputed)."""
+        c = self.config
+        if i == 0:
+            return NoisyGDCertificate(
+                operation="learn", step=0, theorem=self._theorem(c), q=c.q,
+                epsilon_dp=self._epsilon_dp(n, c.k_learn), epsilon_dd=None, p=c.p, epsilon_dd_adaptive=None,
+                steps=c.k_learn, gradient_evaluations=n * c.k_learn, n=n, r=0, assumptions=self._assumptions())
+        before = c.k_learn + (i - 1) * c.k_unlearn
+        eps_dd = self._epsilon_dd(n, before)
+        return NoisyGDCertificate(
+            operation="edit", step=i, theorem=self._theorem(c), q=c.q,
+            epsilon_dp=self._epsilon_dp(n, before + c.k_unlearn), epsilon_dd=eps_dd, p=p,
+            epsilon_dd_adaptive=eps_dd + self._adaptive_term(n, before, p), steps=c.k_unlearn,
+            gradient_evaluations=n * c.k_unlearn, n=n, r=r, assumptions=self._assumptions())
 
+    # -- no pickle of a curator that holds a secret ----------------------------------------------------------------
+    def __getstate__(self) -> Any:
+        if self._theta is not None:
+            raise TypeError(
+                "A NoisyGDCurator that has learned cannot be pickled: it holds the SECRET model state and generator "
+                "state (whoever knows the generator knows every later noise draw) and the database, which pickle "
+                "would write with the default file mode, and loading a pickle runs code. Use curator.save(path) and "
+                "NoisyGDCurator.load(path) (no pickle, owner-only, optionally authenticated).")
+        return self.__dict__.copy()
 
 
 # ---------------------------------------------------------------------- requesters and Algorithm 1

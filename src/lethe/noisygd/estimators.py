@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,6 +27,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import store_init_args
+from lethe.estimators import keys_of, removal_rows
+from lethe.io import ModelFileError, load_npz, model_key, save_npz
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
@@ -78,6 +81,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         "random_state": "no_validation",  # lethe._rng.check_random_state (accepts a numpy Generator)
     }
     _fitted_attribute = "curator_"
+    #: The :class:`lethe.protocols.Unlearner` protocol: no certified addition (``add`` raises NotImplementedError).
+    supports_add: ClassVar[bool] = False
 
     def _augment(self, X: np.ndarray) -> np.ndarray:
         Xu = _rows_to_unit_ball(np.asarray(X, dtype=np.float64), self.row_norm)
@@ -106,9 +111,11 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         raise NotImplementedError
 
     @serialised
-    def fit(self, X: Any, y: Any) -> Any:
-        """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀."""
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Learn with A (Eq. 16) on (X, y); the data become the curator's database D₀. ``sample_ids`` (or a
+        DataFrame's index) name the records for ``remove(keys=...)``."""
         self._validate_params()
+        keys = keys_of(X, sample_ids)
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -121,10 +128,17 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         model = self._make_model(Xa.shape[1], len(self.classes_))
         config = self._build(Xa.shape[0], model)
         curator = NoisyGDCurator(model, config, random_state=self.random_state)
-        self.certificate_ = curator.learn(Database(Xa, self._encode(y)))
+        self._certificate = curator.learn(Database(Xa, self._encode(y)))
         self.curator_ = curator
+        self.active_ = np.ones(Xa.shape[0], dtype=bool)
+        self.keys_ = keys
         self._sync()
         return self
+
+    @property
+    def certificate_(self) -> NoisyGDCertificate | None:
+        """The certificate of the last operation (learning, an edit or a removal); None before ``fit``."""
+        return self.__dict__.get("_certificate")
 
     def _sync(self) -> None:
         pass
@@ -169,21 +183,132 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         y_arr = np.asarray(y_new)
         if y_arr.ndim != 1 or y_arr.shape[0] != X_new.shape[0]:
             raise ValueError(f"y_new must be 1-D with {X_new.shape[0]} labels. Found shape {y_arr.shape}.")
-        request = EditRequest.from_arrays(list(np.asarray(indices).ravel()), self._augment(X_new), self._encode(y_arr))
+        idx = list(np.asarray(indices).ravel())
+        request = EditRequest.from_arrays(idx, self._augment(X_new), self._encode(y_arr))
         cert = self.curator_.unlearn(request, p=self.adaptivity)
-        self.certificate_ = cert
+        self._certificate = cert
+        rows = np.asarray(idx, dtype=np.int64)
+        self.active_[rows] = True  # a new record holds the position (removable by index, it has no key)
+        if self.keys_ is not None:  # the replaced records' keys must not name the new ones
+            self.keys_[rows] = "" if self.keys_.dtype.kind == "U" else 0
         self._sync()
         return cert
 
     @serialised
-    def remove(self, indices: Any) -> NoisyGDCertificate:
-        """Delete records ``indices`` (replace them by the dummy zero record, footnote 1) and unlearn with Ā."""
+    def remove(self, indices: Any = None, *, keys: Any = None) -> NoisyGDCertificate:
+        """Delete records (replace them by the dummy zero record, footnote 1) and unlearn with Ā: by ORIGINAL row
+        positions of ``fit``'s X (``indices``; positions never shift, a deleted row stays as the dummy record) or by
+        record key (``keys``). Exactly one of the two; a row already removed is refused. On error nothing changes.
+        """
         check_is_fitted(self, "curator_")
-        request = EditRequest.deletion(list(np.asarray(indices).ravel()), self.curator_.database.n_features)
+        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_)
+        request = EditRequest.deletion(idx.tolist(), self.curator_.database.n_features)
         cert = self.curator_.unlearn(request, p=self.adaptivity)
-        self.certificate_ = cert
+        self._certificate = cert
+        self.active_[idx] = False
+        if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
+            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self._sync()
         return cert
+
+    def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> NoisyGDCertificate:
+        """Not supported (``supports_add = False``): the curator's database has a fixed size n (Chourasia & Shah's
+        edits replace records; Thm 5.1/5.2's schedules are calibrated for n). Use :meth:`edit` to replace a
+        removed record by a new one, or refit. Raises NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): Noisy-GD's database has a fixed size "
+            "n that the schedule is calibrated for. Use edit(indices, X_new, y_new) to replace records, or refit.")
+
+    # -- no pickle of a fitted model ------------------------------------------------------------------------------
+    def __getstate__(self) -> Any:
+        if self._is_fitted_model():
+            raise TypeError(
+                f"A fitted {type(self).__name__} cannot be pickled: its curator holds the SECRET generator state "
+                "(whoever knows it knows every later noise draw) and the database, which pickle would write with the "
+                f"default file mode, and loading a pickle runs code. Use model.save(path) and "
+                f"{type(self).__name__}.load(path) (no pickle, owner-only file). Unfitted estimators pickle normally.")
+        return super().__getstate__()
+
+    # -- persistence ----------------------------------------------------------------------------------------------
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
+        """Save the fitted model without pickle: the curator's state (:meth:`NoisyGDCurator.save`'s arrays and
+        metadata: database, model, generator state, certificates) plus the estimator's parameters, classes,
+        which rows are still in and the record keys. Owner-only and atomic; with a key (``key``,
+        ``$LETHE_MODEL_KEY``, ``$LETHE_MODEL_KEY_FILE``) authenticated by an HMAC-SHA256 tag."""
+        check_is_fitted(self, "curator_")
+        params = self.get_params(deep=False)
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        arrays = {**self.curator_.state_arrays(), "active": self.active_}
+        if self.keys_ is not None:
+            arrays["keys"] = self.keys_
+        kind = self.classes_.dtype.kind
+        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
+        meta = {"class": type(self).__name__, "params": params, "classes": classes,
+                "n_features_in": int(self.n_features_in_), "curator": self.curator_.state_meta()}
+        if hasattr(self, "feature_names_in_"):
+            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+
+    @classmethod
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> Any:
+        """Load a model written by :meth:`save`: authentication (:func:`lethe.io.load_npz`'s policy), then the
+        curator's invariant checks (:meth:`NoisyGDCurator.from_state`: shapes, finiteness, rows and labels, step
+        counters, every certificate recomputed), then the estimator's: the configuration is the one its parameters
+        build for n records (same schedule), the model has the classes' shape, the rows marked removed are the
+        dummy zero record, keys blank for them and distinct otherwise. :class:`lethe.io.ModelFileError` on any
+        failure; nothing is loaded."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        where = str(path)
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
+        if meta.get("class") != cls.__name__:
+            raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        active, keys = arrays.pop("active", None), arrays.pop("keys", None)
+        if not isinstance(meta.get("curator"), dict):
+            raise fail("it holds no curator state.")
+        curator = NoisyGDCurator.from_state(arrays, meta["curator"], where=where)
+        try:
+            est = cls(**meta["params"])
+            est._validate_params()
+            est.classes_ = np.asarray(meta["classes"])
+            if est.classes_.ndim != 1 or est.classes_.size < 2 or np.unique(est.classes_).size != est.classes_.size:
+                raise ValueError(f"classes must be at least 2 distinct labels. Found {meta['classes']!r}")
+            est.n_features_in_ = int(meta["n_features_in"])
+            model = est._make_model(est.n_features_in_ + int(est.fit_intercept), len(est.classes_))
+            config = est._build(curator.database.n, model)
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"its parameters are not valid: {e}") from None
+        if model.to_dict() != curator.model.to_dict() or config != curator.config:
+            raise fail("the curator's model or configuration is not the one the estimator's parameters build.")
+        n = curator.database.n
+        if active is None or active.dtype != np.bool_ or active.shape != (n,):
+            found = None if active is None else (active.dtype, active.shape)
+            raise fail(f"active must be {n} booleans. Found {found}.")
+        gone = ~active
+        if np.any(curator.database.X[gone] != 0.0) or np.any(curator.database.y[gone] != 0.0):
+            raise fail("a row marked removed is not the dummy zero record.")
+        if len(est.classes_) == 2 and np.any((curator.database.y == 0.0) != gone):
+            raise fail("the rows marked removed must be exactly the dummy records (label 0).")
+        if int(gone.sum()) > sum(c.r for c in curator.certificates):
+            raise fail(f"{int(gone.sum())} rows are marked removed but the edits replaced "
+                       f"{sum(c.r for c in curator.certificates)}.")
+        if keys is not None:
+            blank = "" if keys.dtype.kind == "U" else 0
+            if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
+                    np.unique(keys[active]).size != int(active.sum()):
+                raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+        if "feature_names_in" in meta:
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est.curator_ = curator
+        est.active_ = active.copy()
+        est.keys_ = None if keys is None else keys.copy()
+        est._certificate = curator.certificates[-1]
+        est._sync()
+        return est
 
 
 class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
@@ -493,9 +618,22 @@ class PNSGDCertificate:
     steps: int
     gradient_evaluations: int
 
+    @property
+    def guarantee(self) -> str:
+        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
+        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} record(s) of request "
+                f"{self.request}: the published model is indistinguishable from the model learned on the retained "
+                f"data and unlearned the same way; {self.theorem}")
+
+    @property
+    def observer(self) -> str:
+        """Whom it covers: one published version, the model after this request (Chien et al. compare the law of
+        that one model; an observer who also kept an earlier version, trained with the records, is not covered)."""
+        return "one published version"
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict."""
-        return asdict(self)
+        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
+        return {**asdict(self), "guarantee": self.guarantee, "observer": self.observer}
 
 
 class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
@@ -553,6 +691,7 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         "random_state": "no_validation",
     }
     _fitted_attribute = "theta_"  # serialised calls and no copy of a fitted model, as the Noisy-GD estimators
+    supports_add: ClassVar[bool] = False  # the lethe.protocols.Unlearner protocol: removals only
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-5, lam: float = 0.01, batch_size: int = 128,
                  learn_epochs: int = 30, noise_std: float | None = None, radius: float | None = None,
@@ -560,9 +699,11 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         store_init_args(self, locals())
 
     @serialised
-    def fit(self, X: Any, y: Any) -> PNSGDLogisticRegression:
-        """Learn by PNSGD on (X, y) (labels of two classes)."""
+    def fit(self, X: Any, y: Any, sample_ids: Any = None) -> PNSGDLogisticRegression:
+        """Learn by PNSGD on (X, y) (labels of two classes); ``sample_ids`` (or a DataFrame's index) name the
+        records for ``remove(keys=...)``."""
         self._validate_params()
+        keys = keys_of(X, sample_ids)
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_ = np.unique(y)
@@ -585,7 +726,8 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         self.theta_ = pnsgd_logistic(self._X, self._y, np.zeros(p), epochs=self.learn_epochs, eta=self.plan_.eta,
                                      lam=self.lam, sigma=noise, batch_size=self.batch_size, radius=self._radius,
                                      random_state=self._rng)
-        self.certificate_: PNSGDCertificate | None = None
+        self._certificate: PNSGDCertificate | None = None
+        self.keys_ = keys
         return self
 
     @serialised
@@ -600,37 +742,165 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         """Most likely class."""
         return self.classes_[(self.decision_function(X) > 0).astype(np.intp)]
 
-    @serialised
-    def remove(self, indices: Any) -> PNSGDCertificate:
-        """Delete records ``indices`` (replaced by the dummy zero record) and unlearn; returns the certificate.
+    @property
+    def certificate_(self) -> PNSGDCertificate | None:
+        """The certificate of the last removal; None before the first (learning is not certified by itself)."""
+        return self.__dict__.get("_certificate")
 
-        Repeated, already removed or out-of-range indices raise ``ValueError`` and change nothing.
-        """
-        check_is_fitted(self, "theta_")
-        idx = np.asarray(indices).ravel()
-        n = self._X.shape[0]
-        if idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"indices must be a non-empty list of integers. Found {indices!r}.")
-        if np.unique(idx).size != idx.size or idx.min() < 0 or idx.max() >= n or self._gone[idx].any():
-            raise ValueError(f"indices must be distinct, in [0, {n}) and not removed before.")
+    def _certify(self, removed: list[int], phase_steps: list[int], n: int) -> tuple[float, int, float]:
+        """(Δ_k, epochs K, ε certified) for the k-th request, k = len(removed), given the sizes of all requests so
+        far and the steps of the earlier phases (Chien et al. 2024; :mod:`lethe.noisygd.noisy_sgd`)."""
         c = self.plan_.pnsgd.c
         E = self.plan_.pnsgd.steps_per_epoch
         zb = pnsgd_learning_shift(eta=self.plan_.eta, lipschitz=1.0, batch_size=self.batch_size, n=n, c=c)
-        removed = [*self._removed, int(idx.size)]
-        dist = pnsgd_start_distance(removed=removed, phase_steps=self._phase_steps, z_b=zb, c=c, radius=self._radius)
+        dist = pnsgd_start_distance(removed=removed, phase_steps=phase_steps, z_b=zb, c=c, radius=self._radius)
         k = pnsgd_unlearning_epochs(self.epsilon, self.delta, distance=dist, c=c, sigma=self._noise,
                                     steps_per_epoch=E)
+        eps_cert = pnsgd_unlearning_epsilon(distance=dist, c=c, sigma=self._noise, steps=k * E, delta=self.delta)
+        return dist, k, eps_cert
+
+    def _certificate_for(self, j: int, removed: list[int], phase_steps: list[int], n: int) -> PNSGDCertificate:
+        """The certificate of request j (from 1), whose phase ran ``phase_steps[j-1]`` steps if already run."""
+        dist, k, eps_cert = self._certify(removed[:j], phase_steps[:j - 1], n)
+        E = self.plan_.pnsgd.steps_per_epoch
+        return PNSGDCertificate(
+            operation="remove", theorem=self.plan_.pnsgd.theorem, epsilon=float(self.epsilon),
+            delta=float(self.delta), epsilon_certified=eps_cert, request=j, n_removed=int(removed[j - 1]),
+            distance=dist, epochs=k, steps=k * E, gradient_evaluations=k * E * int(self.batch_size))
+
+    @serialised
+    def remove(self, indices: Any = None, *, keys: Any = None) -> PNSGDCertificate:
+        """Delete records (replaced by the dummy zero record) and unlearn; returns the certificate. Records are
+        named by ORIGINAL row positions of ``fit``'s X (``indices``) or by record key (``keys``), exactly one.
+
+        Repeated, already removed, unknown or out-of-range rows raise ``ValueError`` and change nothing.
+        """
+        check_is_fitted(self, "theta_")
+        idx = removal_rows(indices, keys, active=~self._gone, record_keys=self.keys_)
+        n = self._X.shape[0]
+        removed = [*self._removed, int(idx.size)]
+        cert = self._certificate_for(len(removed), removed, self._phase_steps, n)
         X2, y2 = self._X.copy(), self._y.copy()
         X2[idx], y2[idx] = 0.0, 0.0
-        theta = pnsgd_logistic(X2, y2, self.theta_, epochs=k, eta=self.plan_.eta, lam=self.lam, sigma=self._noise,
-                               batch_size=self.batch_size, radius=self._radius, random_state=self._rng)
-        eps_cert = pnsgd_unlearning_epsilon(distance=dist, c=c, sigma=self._noise, steps=k * E, delta=self.delta)
+        theta = pnsgd_logistic(X2, y2, self.theta_, epochs=cert.epochs, eta=self.plan_.eta, lam=self.lam,
+                               sigma=self._noise, batch_size=self.batch_size, radius=self._radius,
+                               random_state=self._rng)
         self._X, self._y, self.theta_ = X2, y2, theta
         self._gone[idx] = True
+        if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
+            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
         self._removed.append(int(idx.size))
-        self._phase_steps.append(k * E)
-        self.certificate_ = PNSGDCertificate(
-            operation="remove", theorem=self.plan_.pnsgd.theorem, epsilon=float(self.epsilon),
-            delta=float(self.delta), epsilon_certified=eps_cert, request=len(self._removed), n_removed=int(idx.size),
-            distance=dist, epochs=k, steps=k * E, gradient_evaluations=k * E * int(self.batch_size))
-        return self.certificate_
+        self._phase_steps.append(cert.steps)
+        self._certificate = cert
+        return cert
+
+    def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> PNSGDCertificate:
+        """Not supported (``supports_add = False``): Chien et al.'s sequential accounting covers deletions from a
+        database of fixed size n. Raises NotImplementedError."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): its unlearning certificates account "
+            "for deletions from a fixed database of n rows. Refit on the enlarged data instead.")
+
+    def __getstate__(self) -> Any:
+        if self._is_fitted_model():
+            raise TypeError(
+                f"A fitted {type(self).__name__} cannot be pickled: it holds the SECRET generator state of its later "
+                "noise and the training rows, which pickle would write with the default file mode, and loading a "
+                f"pickle runs code. Use model.save(path) and {type(self).__name__}.load(path). Unfitted estimators "
+                "pickle normally.")
+        return super().__getstate__()
+
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
+        """Save the fitted model without pickle (owner-only, atomic; HMAC-tagged under a key, as every lethe model
+        file): θ, the rows (removed ones zeroed) and labels, which rows are gone, keys, the request history and the
+        certificates. The generator state is not saved (secret): the loaded model draws fresh noise."""
+        check_is_fitted(self, "theta_")
+        params = self.get_params(deep=False)
+        rs = params["random_state"]
+        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+        arrays = {"X": self._X, "y": self._y, "gone": self._gone, "theta": self.theta_}
+        if self.keys_ is not None:
+            arrays["keys"] = self.keys_
+        kind = self.classes_.dtype.kind
+        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
+        meta = {"class": type(self).__name__, "params": params, "classes": classes,
+                "n_features_in": int(self.n_features_in_), "removed": list(self._removed),
+                "phase_steps": list(self._phase_steps),
+                "certificates": [] if self._certificate is None else [asdict(self._certificate)]}
+        if hasattr(self, "feature_names_in_"):
+            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+
+    @classmethod
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> PNSGDLogisticRegression:
+        """Load a model written by :meth:`save` after authenticating it and checking it: the plan recomputed from
+        the parameters and (n, d); rows finite in the unit ball, labels ±1, removed rows and labels zero and as many
+        as the requests removed; θ finite within the projection radius; the request history's steps and the last
+        certificate recomputed. :class:`lethe.io.ModelFileError` on any failure; nothing is loaded."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        where = str(path)
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
+        if meta.get("class") != cls.__name__:
+            raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        expected = {"X", "y", "gone", "theta"} | ({"keys"} if "keys" in arrays else set())
+        if set(arrays) != expected:
+            raise fail(f"expected arrays {sorted(expected)}. Found {sorted(arrays)}.")
+        X, y, gone, theta = arrays["X"], arrays["y"], arrays["gone"], arrays["theta"]
+        if X.dtype != np.float64 or X.ndim != 2 or not np.all(np.isfinite(X)):
+            raise fail(f"X must be a finite float64 matrix. Found {X.dtype} {X.shape}.")
+        n, d = X.shape
+        try:
+            est = cls(**meta["params"])
+            est._validate_params()
+            if n < est.batch_size:
+                raise ValueError(f"batch_size must be <= the number of rows {n}. Found {est.batch_size}")
+            est.plan_ = plan_convex_unlearning(est.epsilon, est.delta, n=n, d=d, lam=est.lam,
+                                               batch_size=est.batch_size, radius=est.radius)
+            est.classes_ = np.asarray(meta["classes"])
+            if est.classes_.shape != (2,) or est.classes_[0] == est.classes_[1]:
+                raise ValueError(f"classes must be 2 distinct labels. Found {meta['classes']!r}")
+            removed, phase = list(meta["removed"]), list(meta["phase_steps"])
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in removed + phase) or \
+                    len(removed) != len(phase) or any(v < 1 for v in removed):
+                raise ValueError("removed and phase_steps must be equally long lists of integers (removed >= 1)")
+        except (TypeError, ValueError, KeyError) as e:
+            raise fail(f"its parameters are not valid: {e}.") from None
+        if int(meta.get("n_features_in", -1)) != d:
+            raise fail(f"n_features_in must be {d}. Found {meta.get('n_features_in')!r}.")
+        est._noise = est.plan_.noise_std if est.noise_std is None else float(est.noise_std)
+        est._radius = 1.0 / est.lam if est.radius is None else float(est.radius)
+        if gone.dtype != np.bool_ or gone.shape != (n,) or int(gone.sum()) != sum(removed):
+            raise fail(f"gone must mark the {sum(removed)} rows the requests removed. Found {gone.dtype} "
+                       f"{gone.shape} with {int(gone.sum()) if gone.dtype == np.bool_ else '?'} marked.")
+        if y.dtype != np.float64 or y.shape != (n,) or np.any(np.abs(y[~gone]) != 1.0) or np.any(y[gone] != 0.0):
+            raise fail("y must be +1/-1 for the rows kept and 0 for the rows removed.")
+        if np.any(X[gone] != 0.0) or np.any(np.linalg.norm(X, axis=1) > 1.0 + 1e-12):
+            raise fail("rows must lie in the unit ball and the removed rows be zero.")
+        if theta.dtype != np.float64 or theta.shape != (d,) or not np.all(np.isfinite(theta)) or \
+                np.linalg.norm(theta) > est._radius * (1.0 + 1e-9):
+            raise fail(f"theta must be {d} finite values within the projection radius {est._radius!r}.")
+        keys = arrays.get("keys")
+        if keys is not None:
+            blank = "" if keys.dtype.kind == "U" else 0
+            if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
+                    np.unique(keys[~gone]).size != int((~gone).sum()):
+                raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+        certs = [est._certificate_for(j, removed, phase, n) for j in range(1, len(removed) + 1)]
+        if any(c.steps != s for c, s in zip(certs, phase, strict=True)):
+            raise fail("the steps of the unlearning phases are not those the certificates call for.")
+        saved = meta.get("certificates")
+        if saved != ([asdict(certs[-1])] if certs else []):
+            raise fail("the last certificate is not the one the request history certifies.")
+        est.n_features_in_ = d
+        if "feature_names_in" in meta:
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est._X, est._y, est._gone, est.theta_ = X.copy(), y.copy(), gone.copy(), theta.copy()
+        est.keys_ = None if keys is None else keys.copy()
+        est._removed, est._phase_steps = removed, phase
+        est._rng = check_random_state(None)  # fresh noise: the saved seed's stream is never reused
+        est._certificate = certs[-1] if certs else None
+        return est

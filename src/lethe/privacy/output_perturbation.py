@@ -144,6 +144,11 @@ def _logistic_objective(w: np.ndarray, X: np.ndarray, ys: np.ndarray, lam: float
 class OutputPerturbationLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     """(ε, δ)-DP binary logistic regression by output perturbation (lecture 9).
 
+    Not a :class:`lethe.protocols.Unlearner` (deliberately: it has no ``remove``). Output perturbation is
+    (ε, δ)-DP *training*: the released model hides each record from the start, and removing one would mean
+    retraining on the rest with fresh noise — no certificate of this class covers an update. For certified removal
+    use :class:`lethe.estimators.CertifiedLogisticRegression` or the Noisy-GD estimators.
+
     Fits w* = argmin_w (1/n) Σ_i log(1 + exp(−y_i wᵀx̃_i)) + (λ/2)‖w‖² with L-BFGS-B, refines it with
     Newton steps until the gradient norm is at most ``tol``·L/n, and releases only
     w_priv = ŵ + N(0, σ² I). The non-private minimiser is never stored.
