@@ -80,12 +80,7 @@ def _fit(name, keys=True):
 
 
 def _is_certificate(cert):
-    """isinstance(cert, Certificate), except that lethe.certified.mechanism.Certificate lacks ``observer`` until the
-    pending merge (its own case below is xfail(strict=True) and flips when the field lands)."""
-    from lethe.certified.mechanism import Certificate as GuoCertificate
-
-    if type(cert) is GuoCertificate and not hasattr(cert, "observer"):
-        return all(hasattr(cert, m) for m in ("guarantee", "epsilon", "delta", "to_dict"))
+    """isinstance(cert, Certificate): every certificate, Guo's included, has guarantee, observer, ε, δ, to_dict."""
     return isinstance(cert, Certificate)
 
 
@@ -251,12 +246,9 @@ CERTS = _certificates()
 CLASSES = {"mechanism": "Certificate", "multiclass": MulticlassCertificate, "noisygd-learn": NoisyGDCertificate,
            "noisygd-edit-p0": NoisyGDCertificate, "noisygd-edit-p2": NoisyGDCertificate, "pnsgd": PNSGDCertificate,
            "nn": NNUnlearningCertificate, "model-clip": ModelClipCertificate}
-PENDING = pytest.mark.xfail(strict=True, reason="lethe.certified.mechanism.Certificate gets its `observer` field "
-                                                "when the branch that adds it (issue 25/attack work) merges")
 
 
-@pytest.mark.parametrize("name", [pytest.param("mechanism", marks=PENDING),
-                                  *[k for k in sorted(CLASSES) if k != "mechanism"]])
+@pytest.mark.parametrize("name", sorted(CLASSES))
 def test_every_certificate_is_a_certificate_and_round_trips_through_json(name):
     cert = CERTS[name]
     assert isinstance(cert, Certificate)
