@@ -258,3 +258,135 @@ def test_neighbouring_centres_are_within_the_sensitivity(fit_intercept):
         gaps.append(float(np.linalg.norm(with_z._state.w - without._state.w)))
     assert max(gaps) <= with_z.sensitivity_
     assert max(gaps) > 0.05 * with_z.sensitivity_  # the target matters: the check is not vacuous
+
+
+# -- protocol, concurrency, verified files (issues 25 and 28 applied to the release stream) ---------------------------
+def test_is_an_unlearner_and_its_certificates_are_certificates():
+    from lethe.protocols import Certificate as CertificateProtocol
+    from lethe.protocols import Unlearner
+
+    X, y = _data(n=800)
+    m = _model().fit(X, y)
+    assert isinstance(m, Unlearner) and m.supports_add is False
+    assert m.certificate_ is m.releases_[-1].certificate
+    assert isinstance(m.certificate_, CertificateProtocol)
+    before = [r.coef.copy() for r in m.releases_]
+    with pytest.raises(NotImplementedError, match="cannot add"):
+        m.add(X[:2], y[:2])
+    assert len(m.releases_) == len(before)
+
+
+def test_release_certificates_publish_no_data_dependent_bound():
+    """The centre's residual bound β is a function of the rows, not covered by the accounting: certificates carry
+    the public cap only (every field is a parameter or a count)."""
+    X, y = _data(n=800)
+    m = _model(horizon=5).fit(X, y)
+    m.remove([1])
+    for rel in m.releases_:
+        d = rel.certificate.to_dict()
+        assert "residual_bound" not in d
+        assert d["residual_cap"] == 0.01
+
+
+def test_concurrent_removals_are_serialised():
+    import threading
+
+    X, y = _data(n=1500)
+    m = _model(horizon=200).fit(X, y)
+    errors: list[BaseException] = []
+
+    def work(rows):
+        try:
+            for r in rows:
+                m.remove([int(r)])
+        except BaseException as e:  # pragma: no cover - a failure is reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(np.arange(t, 96, 8),)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert m.n_removed_ == 96 and int(np.count_nonzero(~m._active)) == 96
+    assert m._state.n == int(np.count_nonzero(m._active))
+    assert [r.version for r in m.releases_] == list(range(97))
+    assert _centre_residual(m) <= m._state.residual_bound <= 0.01
+
+
+def _edit(path, tmp_path, **changes):
+    import json
+
+    from lethe.io import load_npz, save_npz
+
+    arrays, meta = load_npz(path)
+    for k, fn in changes.items():
+        if k == "meta":
+            fn(meta)
+        else:
+            arrays[k] = fn(arrays[k])
+    out = tmp_path / "edited.npz"
+    save_npz(out, arrays, json.loads(json.dumps(meta)))
+    return out
+
+
+@pytest.mark.parametrize("edit", ["w doubled", "w shifted", "beta above cap", "beta nan", "sensitivity lowered",
+                                  "row outside ball", "removed row restored", "n inconsistent"])
+def test_edited_files_are_refused(tmp_path, edit):
+    X, y = _data(n=800)
+    m = _model(horizon=5).fit(X, y)
+    m.remove([0])
+    path = m.save(tmp_path / "m.npz")
+    ReleasedLogisticRegression.load(path)  # the genuine file loads
+
+    def meta_state(key, value):
+        def f(meta):
+            meta["state"][key] = value
+        return f
+
+    def sens(meta):
+        meta["accountant"]["sensitivity"] *= 0.5
+        meta["accountant"]["sigma"] *= 0.5
+
+    edits = {
+        "w doubled": dict(w=lambda w: 2 * w),
+        "w shifted": dict(w=lambda w: w + 0.05 * X[0] / np.linalg.norm(X[0])),
+        "beta above cap": dict(meta=meta_state("residual_bound", 0.5)),
+        "beta nan": dict(meta=meta_state("residual_bound", float("nan"))),
+        "sensitivity lowered": dict(meta=sens),
+        "row outside ball": dict(X=lambda a: np.vstack([a[:1], a[1:2] * 3.0, a[2:]])),
+        "removed row restored": dict(X=lambda a: np.vstack([X[:1], a[1:]])),
+        "n inconsistent": dict(meta=meta_state("n", 10)),
+    }
+    bad = _edit(path, tmp_path, **edits[edit])
+    with pytest.raises(ValueError):
+        ReleasedLogisticRegression.load(bad)
+
+
+def test_a_centre_edit_is_caught_only_by_the_re_measure(tmp_path, monkeypatch):
+    """Mutation check: without the residual re-measure, a moved centre loads."""
+    import lethe.release as rel_mod
+
+    X, y = _data(n=800)
+    m = _model(horizon=5).fit(X, y)
+    path = m.save(tmp_path / "m.npz")
+    bad = _edit(path, tmp_path, w=lambda w: w + 0.05 * X[0] / np.linalg.norm(X[0]))
+    with pytest.raises(ValueError, match="re-measured"):
+        ReleasedLogisticRegression.load(bad)
+    monkeypatch.setattr(rel_mod, "measured_residual", lambda *a, **k: (np.zeros(X.shape[1]), 0.0))
+    ReleasedLogisticRegression.load(bad)  # the mutation lets the edited centre through
+
+
+def test_authenticated_files(tmp_path):
+    X, y = _data(n=800)
+    m = _model(horizon=5).fit(X, y)
+    key = bytes(range(32))
+    path = m.save(tmp_path / "m.npz", key=key)
+    assert ReleasedLogisticRegression.load(path, key=key).privacy_spent() == m.privacy_spent()
+    with pytest.raises(ValueError):
+        ReleasedLogisticRegression.load(path)  # tagged file, no key
+    with pytest.raises(ValueError):
+        ReleasedLogisticRegression.load(path, key=bytes(range(1, 33)))  # wrong key
+    plain = m.save(tmp_path / "plain.npz")
+    with pytest.raises(ValueError):
+        ReleasedLogisticRegression.load(plain, key=key)  # untagged file with a key configured

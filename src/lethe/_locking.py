@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 _LOCK_ATTR = "_lethe_lock"
+#: The attribute that holds an instance's lock: never copied, pickled or compared.
+LOCK_ATTR = _LOCK_ATTR
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,4 +92,4 @@ class SerialisedModel:
         return new
 
 
-__all__ = ["SerialisedModel", "instance_lock", "serialised"]
+__all__ = ["LOCK_ATTR", "SerialisedModel", "instance_lock", "serialised"]

@@ -29,13 +29,15 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from lethe._locking import LOCK_ATTR, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.bounds import release_sensitivity
+from lethe.certified.common import measured_residual
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
-from lethe.estimators import _check_keys
+from lethe.estimators import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
-from lethe.io import load_npz, save_npz
+from lethe.io import load_npz, model_key, save_npz
 from lethe.losses import get_loss
 from lethe.privacy.release import (
     RELEASE_OBSERVER,
@@ -132,6 +134,10 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
     (1, 'every published release', 2)
     """
 
+    #: Records cannot be added to a release stream (lethe.protocols.Unlearner): a new record would need its own
+    #: accounting from its first release; fit a new model instead.
+    supports_add: bool = False
+
     def __init__(self, lam: float = 1e-3, epsilon: float = 1.0, delta: float = 1e-5, horizon: int = 1000,
                  cadence: int = 1, fit_intercept: bool = False, residual_cap: float = 0.01,
                  n_floor: int | str = "auto", normalize_rows: bool = False, solver: str = "auto",
@@ -170,6 +176,7 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         return X if y is None else (X, y)
 
     # -- fit --------------------------------------------------------------------------------------------------------
+    @serialised
     def fit(self, X: Any, y: Any, sample_ids: Any = None) -> ReleasedLogisticRegression:
         """Train the centre (b = 0, certified residual ≤ β_cap) and publish release 0 (private too).
 
@@ -180,7 +187,7 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         classes, codes = np.unique(y, return_inverse=True)
         if classes.size != 2:
             raise ValueError(f"y must hold exactly 2 classes (binary logistic regression). Found {classes.size}.")
-        keys = _check_keys(sample_ids, X.shape[0]) if sample_ids is not None else None
+        keys = check_sample_ids(sample_ids, X.shape[0]) if sample_ids is not None else None
         n = X.shape[0]
         n_floor = auto_n_floor(n) if self.n_floor == "auto" else int(self.n_floor)
         if n < n_floor:
@@ -230,8 +237,8 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
             releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
             delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
             sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
-            n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap),
-            residual_bound=float(self._state.residual_bound), lam=float(self.lam), cadence=int(self.cadence))
+            n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
+            cadence=int(self.cadence))
         release = Release(version=len(self.releases_), coef=coef, intercept=intercept, certificate=cert)
         self._accountant = accountant
         self.releases_.append(release)
@@ -243,6 +250,18 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "releases_")
         return self.releases_[-1]
 
+    @property
+    def certificate_(self) -> ReleaseCertificate:
+        """The certificate of the latest release (lethe.protocols.Unlearner): what the whole sequence so far spent."""
+        return self.release_.certificate
+
+    def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Not supported (``supports_add = False``); raises ``NotImplementedError`` and changes nothing."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): the release stream's accounting "
+            "starts at fit for every record; fit a new model on the enlarged data (a new stream, its own budget).")
+
+    @serialised
     def privacy_spent(self) -> dict[str, Any]:
         """``{"epsilon", "delta", "releases", "horizon"}``: ε spent at δ by the releases so far."""
         check_is_fitted(self, "releases_")
@@ -287,6 +306,7 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
             raise ValueError("A training row given was already removed.")
         return idx.astype(np.int64)
 
+    @serialised
     def remove(self, indices: Any = None, *, keys: Any = None) -> Release | None:
         """Remove training rows (ORIGINAL positions in ``fit``'s X, or record keys) as one batch.
 
@@ -334,6 +354,7 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         """The latest release's intercept, shape (1,)."""
         return np.array([self.release_.intercept])
 
+    @serialised
     def decision_function(self, X: Any) -> np.ndarray:
         """Margins of the latest release."""
         rel = self.release_
@@ -362,12 +383,15 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
 
     def __getstate__(self) -> Any:
         self._refuse_copy("pickled")
-        return super().__getstate__()
+        state = super().__getstate__()
+        if isinstance(state, dict):
+            state = {k: v for k, v in state.items() if k != LOCK_ATTR}
+        return state
 
     def __copy__(self) -> Any:
         self._refuse_copy("copied")
         new = type(self).__new__(type(self))
-        new.__dict__.update(self.__dict__)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != LOCK_ATTR})
         return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
@@ -377,11 +401,13 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         for k, v in self.__dict__.items():
-            new.__dict__[k] = _copy.deepcopy(v, memo)
+            if k != LOCK_ATTR:
+                new.__dict__[k] = _copy.deepcopy(v, memo)
         return new
 
     # -- persistence ------------------------------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
+    @serialised
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
         """Save the model (secret centre, remaining rows, the accountant and every release) without pickle, owner-only.
 
         The stream goes on from the file: the accountant's state is in it, so a loaded model can never publish more
@@ -408,12 +434,19 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
             "releases": [{"version": r.version, "intercept": r.intercept, "certificate": r.certificate.to_dict()}
                          for r in self.releases_],
         }
-        return save_npz(path, arrays, meta, secret=True)
+        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
 
     @classmethod
-    def load(cls, path: str | Path) -> ReleasedLogisticRegression:
-        """Load a model written by :meth:`save` (never unpickles); later releases draw fresh OS randomness."""
-        arrays, meta = load_npz(path)
+    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> ReleasedLogisticRegression:
+        """Load a model written by :meth:`save` (never unpickles); later releases draw fresh OS randomness.
+
+        The file is authenticated as the estimators' files are (``key=``, ``$LETHE_MODEL_KEY`` or
+        ``$LETHE_MODEL_KEY_FILE``; docs/estimators.md "Model files") and, always, checked before anything is built
+        from it (:func:`_check_release_file`): shapes and finiteness, the rows' invariants, the accountant's σ
+        against the sensitivity recomputed from the parameters, and the centre's residual ‖∇L_0(w)‖ re-measured
+        from the saved rows — a centre farther from the minimiser than β_cap would break the sensitivity bound
+        every release rests on, so such a file is refused."""
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
         params = dict(meta["params"])
@@ -454,4 +487,53 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         if est._accountant.releases != len(releases):
             raise ValueError(f"{path}: the accountant records {est._accountant.releases} releases but the file holds "
                              f"{len(releases)}.")
+        _check_release_file(est, path)
         return est
+
+
+def _check_release_file(est: ReleasedLogisticRegression, path: str | Path) -> None:
+    """The invariants of a loaded release stream; ``ValueError`` naming the first one that fails.
+
+    Structure: X (n, D) and w (D,) finite, Y (n,) in {−1, +1} on active rows, active (n,), keys (n,); removed rows
+    erased (zero features and targets); active rows in the unit ball; n of the state = active rows ≥ n_floor.
+    Privacy: the accountant's sensitivity equals :func:`release_sensitivity` recomputed from the file's public
+    parameters (λ, n_floor, β_cap), so σ cannot have been lowered through an edited sensitivity (the accountant
+    itself refuses a σ too small for its sensitivity); the state's β ≤ β_cap; and the centre's residual
+    ‖∇L_0(w; D)‖, re-measured from the saved rows with its rounding allowance a
+    (:func:`lethe.certified.common.measured_residual`), satisfies ‖g̃‖ − a ≤ β (else the recorded β is certainly
+    not an upper bound and the release noise no longer covers the centre's distance from the minimiser)."""
+    X, Y, active, st = est._X, est._Y, est._active, est._state
+    n, d = X.shape
+    if Y.shape != (n,) or active.shape != (n,) or st.w.shape != (d,):
+        raise ValueError(f"{path}: inconsistent shapes X {X.shape}, Y {Y.shape}, active {active.shape}, "
+                         f"w {st.w.shape}.")
+    if est._keys is not None and est._keys.shape != (n,):
+        raise ValueError(f"{path}: keys must have shape ({n},). Found {est._keys.shape}.")
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(st.w)) and math.isfinite(st.residual_bound)):
+        raise ValueError(f"{path}: the rows, the centre and its residual bound must be finite.")
+    n_act = int(np.count_nonzero(active))
+    if st.n != n_act:
+        raise ValueError(f"{path}: the state's n = {st.n} differs from the {n_act} active rows.")
+    if n_act < est.n_floor_:
+        raise ValueError(f"{path}: {n_act} active rows, fewer than n_floor = {est.n_floor_}.")
+    if np.any(X[~active]) or np.any(Y[~active]):
+        raise ValueError(f"{path}: removed rows must be erased (zero features and targets).")
+    if not np.all(np.isin(Y[active], (-1.0, 1.0))):
+        raise ValueError(f"{path}: targets of active rows must be -1 or +1.")
+    if n_act and float(np.max(np.einsum("ij,ij->i", X[active], X[active]))) > 1.0 + 1e-9:
+        raise ValueError(f"{path}: an active row lies outside the unit ball.")
+    cap = float(est.residual_cap)
+    if not 0.0 <= st.residual_bound <= cap:
+        raise ValueError(f"{path}: the centre's residual bound {st.residual_bound!r} must lie in [0, residual_cap = "
+                         f"{cap}].")
+    loss = get_loss("logistic")
+    assert loss.grad_bound is not None
+    expected = release_sensitivity(float(est.lam), int(est.n_floor_), cap, loss.grad_bound,
+                                   loss_at_zero=_LOGISTIC_AT_ZERO)
+    if est._accountant.sensitivity != expected:
+        raise ValueError(f"{path}: the accountant's sensitivity {est._accountant.sensitivity!r} is not the one its "
+                         f"parameters give ({expected!r}): the file was edited.")
+    g, allowance = measured_residual(est._mech, st.w, st.b, X, Y, active)
+    if float(np.linalg.norm(g)) - allowance > st.residual_bound:
+        raise ValueError(f"{path}: the centre's residual, re-measured from the saved rows, exceeds its recorded bound "
+                         "(the weights or the rows were edited).")

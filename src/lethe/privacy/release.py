@@ -190,6 +190,10 @@ class ReleaseCertificate:
     cannot tell whether the target was in the data beyond (``epsilon``, ``delta``) — ``epsilon`` is what the
     ``releases`` published so far spent at ``delta``; ``epsilon_budget`` covers the whole ``horizon``. The scope:
     histories in which the records other than the target number at least ``n_floor`` at every release.
+
+    Every field is a public parameter or a count of releases: no data-dependent quantity (in particular not the
+    centre's residual bound β, which is a function of the rows and is not covered by the accounting — the
+    certificate states the public cap ``residual_cap`` ≥ β instead).
     """
 
     observer: str
@@ -205,7 +209,6 @@ class ReleaseCertificate:
     noise_multiplier: float
     n_floor: int
     residual_cap: float
-    residual_bound: float
     lam: float
     cadence: int
     theorems: tuple[str, ...] = RELEASE_THEOREMS
