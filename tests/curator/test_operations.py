@@ -101,3 +101,26 @@ def test_forget_now_fails_when_not_done(curator: Curator, capsys: pytest.Capture
     assert cli.main(["process", "--all", "--data-dir", str(curator.data_dir)]) == 0
     capsys.readouterr()
     assert cli.main(["status", "--data-dir", str(curator.data_dir)]) == 0
+
+
+def test_drop_commands_need_confirmation(curator: Curator, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lethe model drop` and `lethe dataset drop` refuse without --yes (nothing dropped) and drop with it."""
+    d = str(curator.data_dir)
+    curator.close()
+    assert cli.main(["model", "drop", "clf", "--data-dir", d]) != 0
+    assert "Dropping model 'clf' destroys all its versions; confirm with --yes." in capsys.readouterr().err
+    assert cli.main(["dataset", "drop", "people", "--data-dir", d]) != 0
+    assert "Dropping dataset 'people' deletes all its records; confirm with --yes." in capsys.readouterr().err
+    c = Curator(d)
+    try:
+        assert [m["name"] for m in c.status()["models"]] == ["clf"] and c.dataset_info("people")["n_records"] > 0
+    finally:
+        c.close()
+    assert cli.main(["model", "drop", "clf", "--yes", "--data-dir", d]) == 0
+    assert cli.main(["dataset", "drop", "people", "--yes", "--data-dir", d]) == 0
+    capsys.readouterr()
+    c = Curator(d)
+    try:
+        assert c.status()["models"] == [] and c.status()["datasets"] == []
+    finally:
+        c.close()

@@ -114,11 +114,17 @@ def _dataset_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dataset_drop(args: argparse.Namespace) -> int:
-    if not args.yes:
-        raise ValueError(f"Dropping dataset {args.name!r} deletes all its records; confirm with --yes.")
-    _print(_curator(args).drop_dataset(args.name))
-    return 0
+def _drop(kind: str, arg: str, consequence: str) -> Callable[[argparse.Namespace], int]:
+    """A command that drops a dataset or a model (the curator's ``drop_<kind>``), only when confirmed with --yes."""
+
+    def drop(args: argparse.Namespace) -> int:
+        name = getattr(args, arg)
+        if not args.yes:
+            raise ValueError(f"Dropping {kind} {name!r} {consequence}; confirm with --yes.")
+        _print(getattr(_curator(args), f"drop_{kind}")(name))
+        return 0
+
+    return drop
 
 
 def _parse_params(items: list[str]) -> dict[str, Any]:
@@ -212,13 +218,6 @@ def _model_versions(args: argparse.Namespace) -> int:
 
 def _model_retrain(args: argparse.Namespace) -> int:
     _print(_curator(args).retrain(args.model, random_state=args.seed))
-    return 0
-
-
-def _model_drop(args: argparse.Namespace) -> int:
-    if not args.yes:
-        raise ValueError(f"Dropping model {args.model!r} destroys all its versions; confirm with --yes.")
-    _print(_curator(args).drop_model(args.model))
     return 0
 
 
@@ -358,7 +357,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = dsub.add_parser("drop", parents=[common], help="delete a dataset's records (its models must be dropped first)")
     p.add_argument("name")
     p.add_argument("--yes", action="store_true", help="confirm")
-    p.set_defaults(func=_guard(_dataset_drop))
+    p.set_defaults(func=_guard(_drop("dataset", "name", "deletes all its records")))
     p = dsub.add_parser("list", parents=[common], help="list datasets")
     p.set_defaults(func=_guard(_dataset_list))
 
@@ -416,7 +415,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = msub.add_parser("drop", parents=[common], help="remove a model and destroy all its artifacts")
     p.add_argument("model")
     p.add_argument("--yes", action="store_true", help="confirm")
-    p.set_defaults(func=_guard(_model_drop))
+    p.set_defaults(func=_guard(_drop("model", "model", "destroys all its versions")))
     p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
     p.add_argument("model")
     p.set_defaults(func=_guard(_show("public_model", "model")))
