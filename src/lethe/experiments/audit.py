@@ -320,23 +320,105 @@ def render_document(res: dict[str, Any]) -> str:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Options of ``lethe audit``."""
+    """Options of ``lethe audit``: the papers' experiment (default), or the audit of the user's own model."""
     p = parser or argparse.ArgumentParser(prog="lethe audit", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (seconds)")
-    p.add_argument("--out", default=None, help="write the Markdown report here, the numbers beside it as .json "
-                                               "(default: print it)")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--trials", type=int, default=None)
-    p.add_argument("--shadows", type=int, default=None)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--experiment", choices=["mnist"], default=None,
+                   help="run the papers' MNIST experiment (the default when no --model-file is given)")
+    own = p.add_argument_group("audit of your own model (docs/audit.md, 'Auditing your own model')")
+    own.add_argument("--model-file", action="append", default=None, metavar="PATH",
+                     help="a model saved by CertifiedLogisticRegression.save; repeat for every published version, "
+                          "oldest first")
+    own.add_argument("--deleted", default=None, metavar="CSV", help="the records that were deleted, with labels")
+    own.add_argument("--heldout", default=None, metavar="CSV",
+                     help="records of the same kind never trained on, with labels")
+    own.add_argument("--schema", default=None, metavar="YAML",
+                     help="encode the CSVs by this schema (lethe.schema; its label column) as the model was trained")
+    own.add_argument("--label", default="label", help="label column of the CSVs without --schema")
+    own.add_argument("--epsilon", type=float, default=None,
+                     help="check against this ε instead of the one each model file states (with --delta)")
+    own.add_argument("--delta", type=float, default=None)
+    own.add_argument("--alpha", type=float, default=0.05, help="the intervals have confidence 1 - alpha")
+    exp = p.add_argument_group("the MNIST experiment")
+    exp.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    exp.add_argument("--out", default=None, help="write the Markdown report here, the numbers beside it as .json "
+                                                 "(default: print it); with --model-file: the table and its .json")
+    exp.add_argument("--data-dir", default=None)
+    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--trials", type=int, default=None)
+    exp.add_argument("--shadows", type=int, default=None)
+    exp.add_argument("--no-progress", action="store_true")
     return p
+
+
+def _read_records(path: str, schema: Any, label: str) -> tuple[Any, np.ndarray]:
+    """(encoded rows, labels) of a CSV: by the schema (its label column, :class:`~lethe.preprocessing.SchemaEncoder`),
+    or its numeric columns with the label in column ``label``."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    if schema is not None:
+        from lethe.preprocessing import SchemaEncoder
+
+        X, y = schema.split(frame)
+        return SchemaEncoder(schema).transform(X), y
+    if label not in frame.columns:
+        raise ValueError(f"{path}: the label column {label!r} is missing (give --label or --schema). Found columns "
+                         f"{[str(c) for c in frame.columns][:20]}.")
+    y = frame.pop(label).to_numpy()
+    try:
+        X = frame.to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{path}: every column but the label must be numeric without --schema.") from None
+    return X, y
+
+
+def run_model_audit(args: argparse.Namespace) -> int:
+    """``lethe audit --model-file ...``: audit every version; exit 0 if none exceeds its bound, 1 if one does."""
+    from lethe.audit.model import audit_model
+    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.experiments._common import write_json
+
+    if args.deleted is None or args.heldout is None:
+        print("lethe audit: --model-file needs --deleted CSV and --heldout CSV.", file=sys.stderr)
+        return 2
+    try:
+        schema = None
+        if args.schema is not None:
+            from lethe.schema import load_schema
+
+            schema = load_schema(args.schema)
+        versions = [CertifiedLogisticRegression.load(path) for path in args.model_file]
+        X_del, y_del = _read_records(args.deleted, schema, args.label)
+        X_held, y_held = _read_records(args.heldout, schema, args.label)
+        for path, m in zip(args.model_file, versions, strict=True):
+            if X_del.shape[1] != m.n_features_in_ or X_held.shape[1] != m.n_features_in_:
+                raise ValueError(f"{path} was trained on {m.n_features_in_} features; the records encode to "
+                                 f"{X_del.shape[1]} (deleted) and {X_held.shape[1]} (held-out). Give the --schema "
+                                 "it was trained with.")
+        audit = audit_model(versions, X_del, y_del, X_held, y_held, epsilon=args.epsilon, delta=args.delta,
+                            alpha=args.alpha, names=[Path(p).name for p in args.model_file], random_state=args.seed)
+    except (ValueError, OSError, KeyError) as exc:
+        print(f"lethe audit: {exc}", file=sys.stderr)
+        return 2
+    text = str(audit)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n", encoding="utf-8")
+        write_json(out.with_suffix(".json"), {**audit.to_dict(), "passed": audit.passed})
+    print(text)
+    return 0 if audit.passed else 1
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run with parsed options (shared with the CLI subcommand)."""
     from lethe.experiments._common import QUICK, write_json
 
+    if getattr(args, "model_file", None):
+        if getattr(args, "experiment", None) is not None:
+            print("lethe audit: give either --experiment or --model-file, not both.", file=sys.stderr)
+            return 2
+        return run_model_audit(args)
     cfg = dict(QUICK.audit) if args.quick else dict(DEFAULTS)
     for key in ("trials", "shadows"):
         if getattr(args, key) is not None:
