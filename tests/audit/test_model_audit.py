@@ -173,6 +173,9 @@ def test_cli_audits_every_saved_version(removed, tmp_path, capsys):
     assert main([*args, "--label", "target"]) == 2
     assert "the label column 'target' is missing" in capsys.readouterr().err
     assert main([*args, "--experiment", "mnist"]) == 2
+    # the papers' experiment is still there (its settings checked before MNIST is read)
+    assert main(["audit", "--experiment", "mnist", "--quick", "--no-progress", "--trials", "0"]) == 2
+    assert "trials must be >= 1" in capsys.readouterr().err
 
 
 def test_cli_encodes_the_records_by_the_schema(tmp_path, capsys):
@@ -205,3 +208,20 @@ def test_cli_encodes_the_records_by_the_schema(tmp_path, capsys):
     assert main(["audit", "--model-file", model, "--deleted", str(tmp_path / "del.csv"), "--heldout",
                  str(tmp_path / "held.csv"), "--label", "y"]) == 2
     assert "must be numeric without --schema" in capsys.readouterr().err
+
+
+def test_the_docs_section_is_the_generators_and_its_example_prints_what_it_shows(capsys):
+    """docs/audit.md ends with the section render_document appends (regenerating keeps it), and the section's
+    example, run here, prints exactly the table the section shows."""
+    import re
+    from pathlib import Path
+
+    from lethe.experiments.audit import OWN_MODEL_SECTION, render_document
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text(encoding="utf-8")
+    assert OWN_MODEL_SECTION.startswith("## Auditing your own model") and doc.endswith(OWN_MODEL_SECTION)
+    assert render_document({"seed": 0, "seconds": 1.0, "markdown": "table"}).endswith("table\n\n" + OWN_MODEL_SECTION)
+    code = re.search(r"```python\n(.*?)```", OWN_MODEL_SECTION, re.S).group(1)
+    shown = re.search(r"```text\n(.*?)```", OWN_MODEL_SECTION, re.S).group(1)
+    exec(compile(code, "docs/audit.md", "exec"), {})
+    assert capsys.readouterr().out == shown

@@ -155,7 +155,7 @@ def margins(model: Any, X: Any) -> np.ndarray:
     return z
 
 
-def confidence_scores(z: np.ndarray, y: Any, classes: Sequence[Any]) -> np.ndarray:
+def confidence_scores(z: np.ndarray, y: Any, classes: Any) -> np.ndarray:
     """φ, the margin towards the true label (higher = lower loss = "member"), for margins ``z`` and labels ``y``
     among ``classes`` (binary: (negative, positive); K one-vs-all margins: the K classes in column order)."""
     cls = np.asarray(classes)
