@@ -284,3 +284,13 @@ def test_quick_mnist_audit_exercises_newton_removal(tmp_path):
     doc = (tmp_path / "audit.md").read_text()
     assert doc.startswith("# Membership-inference audit") and "0 retrainings in" in doc
     assert main(["--quick", "--no-progress", "--trials", "0"]) == 2
+
+
+def test_the_parser_keeps_the_experiment_as_the_default_and_accepts_model_versions():
+    from lethe.experiments.audit import build_parser
+
+    args = build_parser().parse_args([])
+    assert args.model_file is None and args.experiment is None and not args.quick  # the MNIST experiment
+    args = build_parser().parse_args(["--model-file", "a.npz", "--model-file", "b.npz", "--deleted", "d.csv",
+                                      "--heldout", "h.csv"])
+    assert args.model_file == ["a.npz", "b.npz"] and args.alpha == 0.05 and args.label == "label"

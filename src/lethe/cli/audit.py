@@ -46,10 +46,15 @@ def register(subparsers: Any) -> None:
     parser_class = subparsers._parser_class
     subparsers._parser_class = _LazyAuditParser
     try:
-        p = subparsers.add_parser("audit", help="membership-inference audit of certified removal and Noisy-GD",
-                                  description="Loss-threshold and (offline and online) LiRA attacks telling removed "
-                                              "and retained training points from never-seen ones, with confidence "
-                                              "intervals, next to the guarantees' bounds.")
+        p = subparsers.add_parser("audit", help="membership-inference audit of your model's versions (--model-file), "
+                                                "or of certified removal and Noisy-GD on MNIST (the papers' "
+                                                "experiment)",
+                                  description="With --model-file: the loss-threshold attack telling the deleted "
+                                              "records from held-out ones on every published version of your model, "
+                                              "with confidence intervals, next to the bound its (ε, δ) implies "
+                                              "(exit 1 if a version exceeds it). Without: the papers' experiment "
+                                              "(--experiment mnist), loss-threshold and LiRA attacks telling removed "
+                                              "and retained training points from never-seen ones.")
     finally:
         subparsers._parser_class = parser_class
     p.set_defaults(func=_handler)
