@@ -162,7 +162,8 @@ def _forget(args: argparse.Namespace) -> int:
     for i, key in enumerate(keys):
         try:
             view, created = c.submit_deletion(args.dataset, key, client_request_id=args.request_id)
-            out.append({"item": i, "id": view["id"], "status": view["status"], "created": created})
+            out.append({"item": i, "id": view["id"], "status": view["status"], "created": created,
+                        "outcome": view.get("outcome")})
         except CuratorError as exc:
             failed += 1
             out.append({"item": i, "error": str(exc)})
@@ -171,7 +172,7 @@ def _forget(args: argparse.Namespace) -> int:
         for item in out:
             if "id" in item:
                 view = c.request_status(item["id"])
-                item["status"] = view["status"]
+                item["status"], item["outcome"] = view["status"], view.get("outcome")
                 if view["status"] != "done":  # --now promises processing: anything else is a failure
                     failed += 1
                     item["error"] = view["error"] or "not processed; see `lethe status` for faults"

@@ -4,8 +4,9 @@ Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything
 deletions, read its own requests and their certificates, predict). Tokens are created with ``lethe token create``.
 The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
 
-Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model, key,
-request or certificate; 409 repeated request, or a request id reused for another deletion; 413 body too large
+Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model,
+request or certificate (never a key: see ``lethe.curator.intake.decide``); 409 a request id reused for another
+deletion; 413 body too large
 (checked before parsing and before authentication); 422 malformed body or wrong feature dimension (the answer names
 the field and the rule, never echoes the input); 503 busy (the processing lock or the database was held too long;
 retry), or a fault the operator must repair.
@@ -94,6 +95,10 @@ class RequestOut(BaseModel):
     status: str = Field(description="pending | done | failed")
     attempts: int
     error: str | None
+    outcome: str | None = Field(default=None, description=(
+        "once done: 'removed' (certificates name the versions without the record) or 'no record held' (the key was "
+        "never held or was already deleted: one answer for both, so no answer tells anyone but the owner of an "
+        "earlier request whether a key was deleted)"))
     submitted_at: str | None
     processed_at: str | None
     seconds_to_publication: float | None = Field(

@@ -136,6 +136,26 @@ def log_failure(logger: logging.Logger, what: str, exc: BaseException, *, level:
                what, type(exc).__name__, frames.rstrip("\n"))
 
 
+#: Stored request statuses shown as another: a request that follows another requester's pending request of the same
+#: key (``waiting``, :mod:`lethe.curator.intake`) is shown as ``pending``, like any request that holds a record.
+SHOWN_STATUS: dict[str, str] = {"waiting": "pending"}
+#: What a done request's ``outcome`` is: "removed" (it has a certificate or receipt) or "no record held" (its key
+#: was never held or was already deleted — one answer for both, see :func:`lethe.curator.intake.decide`).
+OUTCOME_REMOVED, OUTCOME_NO_RECORD = "removed", "no record held"
+
+
+def shown_status(status: str) -> str:
+    """The status a request is shown with (see :data:`SHOWN_STATUS`)."""
+    return SHOWN_STATUS.get(status, status)
+
+
+def request_outcome(status: str, n_certificates: int) -> str | None:
+    """A request's outcome: None until it is done (or when it failed); then whether a record was removed."""
+    if status != "done":
+        return None
+    return OUTCOME_REMOVED if n_certificates else OUTCOME_NO_RECORD
+
+
 def check_payload(payload: dict[str, Any]) -> dict[str, Any]:
     """Refuse ledger payloads with keys that would carry positions, raw values or keys; scrub ``error`` texts.
 
