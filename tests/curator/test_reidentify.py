@@ -91,6 +91,7 @@ def flow(tmp_path: Path) -> dict[str, Any]:
     c.train("people", "clf", params=PARAMS, random_state=0)
     tokens = {name: c.create_token(name, "requester") for name in ("alice", "bob", "carol")}
     tokens["ops"] = c.create_token("ops", "admin")
+    tokens["viewer"] = c.create_token("viewer", "model-reader")  # the published models (issue 26: a scope of its own)
     rng = np.random.default_rng(7)
     picks = rng.choice(np.arange(LOW, HIGH), size=13, replace=False)
     owners = ["alice", "bob", "carol", "alice", "bob", "alice", "carol", "bob", "alice", "ops", "carol", "alice",

@@ -438,7 +438,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tsub = tk.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     p = tsub.add_parser("create", parents=[common], help="create a token (printed once)")
     p.add_argument("name")
-    p.add_argument("--scope", choices=("admin", "requester"), required=True)
+    p.add_argument("--scope", choices=("admin", "requester", "model-reader"), required=True,
+                   help="admin: everything; requester: deletions (its own); model-reader: published models "
+                        "(weights, predictions)")
     p.set_defaults(func=_guard(_token_create))
     p = tsub.add_parser("list", parents=[common], help="list tokens (names and scopes)")
     p.set_defaults(func=_guard(_token_list))

@@ -1,7 +1,9 @@
 """The curator's HTTP API (FastAPI). Thin: every endpoint calls one :class:`~lethe.curator.service.Curator` method.
 
-Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything) and ``requester`` (submit
-deletions, read its own requests and their certificates, predict). Tokens are created with ``lethe token create``.
+Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything), ``requester`` (submit
+deletions, read its own requests and their certificates) and ``model-reader`` (the published models: weights and
+predictions; issue 26 — reading the published sequence is what a version-diff attack needs, so a deletion requester
+does not get it). Tokens are created with ``lethe token create``.
 The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
 
 Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model,
@@ -93,12 +95,12 @@ class RequestOut(BaseModel):
     dataset: str | None
     requester: str
     status: str = Field(description="pending | done | failed")
-    attempts: int
-    error: str | None
     outcome: str | None = Field(default=None, description=(
         "once done: 'removed' (certificates name the versions without the record) or 'no record held' (the key was "
         "never held or was already deleted: one answer for both, so no answer tells anyone but the owner of an "
         "earlier request whether a key was deleted)"))
+    attempts: int
+    error: str | None
     submitted_at: str | None
     processed_at: str | None
     seconds_to_publication: float | None = Field(
@@ -429,7 +431,18 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     async def _unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
-    Caller = Annotated[Principal, Depends(principal)]
+    async def deletion_caller(p: Principal = Depends(principal)) -> Principal:  # noqa: B008
+        if not p.can_request:
+            raise PermissionDeniedError(f"This needs the requester or admin scope. Found scope {p.scope!r}.")
+        return p
+
+    async def model_reader(p: Principal = Depends(principal)) -> Principal:  # noqa: B008
+        if not p.can_read_models:
+            raise PermissionDeniedError(f"This needs the model-reader or admin scope. Found scope {p.scope!r}.")
+        return p
+
+    Caller = Annotated[Principal, Depends(deletion_caller)]  # deletions: requesters (their own) and admins
+    Reader = Annotated[Principal, Depends(model_reader)]  # published models: model-readers and admins
     Admin = Annotated[Principal, Depends(admin)]
 
     @app.get("/healthz", tags=["service"])
@@ -478,7 +491,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         return json_safe(curator.certificate(certificate_id, principal=p))
 
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
-    def predict(model: Name, body: PredictIn, p: Caller) -> Any:
+    def predict(model: Name, body: PredictIn, p: Reader) -> Any:
         """Predictions of the model's published version."""
         return json_safe(curator.predict(model, body.features))
 
@@ -493,7 +506,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         return json_safe(curator.model_versions(model))
 
     @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
-    def public_model(model: Name, p: Caller) -> Any:
+    def public_model(model: Name, p: Reader) -> Any:
         """The published version's public weights (never the secret perturbation), feature names and classes."""
         return json_safe(curator.public_model(model))
 
