@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from lethe.curator import Curator
+from lethe.curator import Curator, Settings
 from lethe.curator.api import create_app
+
+from .conftest import PARAMS
 
 SCOPED = {"alice": "requester", "bob": "requester", "viewer": "model-reader", "ops": "admin"}
 
@@ -66,3 +70,117 @@ def test_token_scope_is_checked(curator: Curator) -> None:
     curator.create_token("viewer", "model-reader")
     assert [t["scope"] for t in curator.list_tokens() if t["name"] == "viewer"] == ["model-reader"]
     assert curator.authenticate("lethe_not-a-token") is None
+
+
+# -- published models through the release mechanism ------------------------------------------------------------------
+RELEASED = {"lam": 0.05, "epsilon": 1.0, "delta": 1e-4, "horizon": 12, "cadence": 1}
+K = 10  # single deletions, one batch each
+
+
+def _diff_attack(c: Curator, model: str, data: Any, targets: list[int]) -> int:
+    """The version-diff attack (lethe.audit.version_diff) by an observer of the published sequence who knows every
+    record: for each single deletion, rank every candidate by |cos(w_new − w_old, H⁻¹∇ℓᵢ)|; count the hits."""
+    from lethe.audit.version_diff import diff_geometry, single_deletion_scores
+
+    X, y = data.X, np.where(data.y == 1.0, 1.0, -1.0)
+    lam = float(c.budget(model)["params"]["lam"])
+    hits = 0
+    alive = np.ones(len(data.keys), dtype=bool)
+    for t in targets:
+        w_old = np.asarray(c.public_model(model)["arrays"]["w"])
+        c.submit_deletion("people", data.keys[t])
+        c.process_pending(force=True)
+        w_new = np.asarray(c.public_model(model)["arrays"]["w"])
+        cand = np.flatnonzero(alive)
+        geom = diff_geometry(X[cand], y[cand], w_old, lam, n=int(alive.sum()))
+        guess = cand[int(np.argmax(single_deletion_scores(geom, w_old, w_new)))]
+        hits += int(guess == t)
+        alive[t] = False
+    return hits
+
+
+def _allowed_hits(n_candidates: int, epsilon: float, delta: float, trials: int) -> int:
+    """The most hits the certificate allows over ``trials`` single deletions at confidence 1 − 1e-3: the per-trial
+    rate e^ε/N + δ (an (ε, δ) guarantee bounds any test's power by e^ε × its false-positive rate + δ), through a
+    binomial upper quantile."""
+    from scipy.stats import binom
+
+    rate = min(1.0, math.exp(epsilon) / n_candidates + delta)
+    return int(binom.ppf(1 - 1e-3, trials, rate))
+
+
+@pytest.fixture
+def streams(tmp_path: Any, data: Any) -> Any:
+    def make(mechanism: str, params: dict[str, Any]) -> Curator:
+        c = Curator(tmp_path / f"lethe-{len(made)}", settings=Settings(batch_size=1))
+        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.train("people", "m", mechanism=mechanism, params=params, random_state=0)
+        return c
+    made: list[Curator] = []
+
+    def factory(mechanism: str, params: dict[str, Any]) -> Curator:
+        made.append(make(mechanism, params))
+        return made[-1]
+    yield factory
+    for c in made:
+        c.close()
+
+
+def test_version_diff_identifies_deletions_on_certified_removal_not_on_releases(streams: Any, data: Any,
+                                                                                monkeypatch: Any) -> None:
+    targets = [int(t) for t in np.random.default_rng(7).choice(len(data.keys), size=K, replace=False)]
+    allowed = _allowed_hits(len(data.keys) - K, RELEASED["epsilon"], RELEASED["delta"], K)
+    # certified removal: the secret b cancels between versions; the docs say its certificates cover one version
+    cr = streams("certified-removal", PARAMS)
+    hits_cr = _diff_attack(cr, "m", data, targets)
+    assert hits_cr > allowed and hits_cr >= K - 2, hits_cr
+    cert = cr.request_certificates(cr.list_requests()["items"][0]["id"])[0]["certificate"]
+    assert cert["observer"] == "one published version"
+    # released models: every published version is a release with fresh noise
+    rel = streams("released-logistic", RELEASED)
+    hits_rel = _diff_attack(rel, "m", data, targets)
+    assert hits_rel <= allowed, (hits_rel, allowed)
+    cert = rel.request_certificates(rel.list_requests()["items"][0]["id"])[0]["certificate"]
+    assert cert["observer"] == "every published release" and cert["published"] is True
+    # mutation check: the same releases with noise that does not refresh (one seed for every release) — the diff
+    # cancels it and the attack identifies the deletions again
+    import lethe.curator.batches as batches
+
+    monkeypatch.setattr(batches, "check_random_state", lambda _seed: np.random.default_rng(0))
+    stale = streams("released-logistic", RELEASED)
+    assert _diff_attack(stale, "m", data, targets) > allowed
+
+
+def test_released_model_cadence_accounting_and_horizon(streams: Any, data: Any) -> None:
+    c = streams("released-logistic", {**RELEASED, "horizon": 3, "cadence": 2})
+    b = c.budget("m")
+    assert (b["releases"], b["horizon"], b["releases_left"], b["observer"]) == (1, 3, 2, "every published release")
+    assert 0 < b["epsilon_spent"] < b["epsilon"] == 1.0
+    ws = [np.asarray(c.public_model("m")["arrays"]["w"])]
+    spent = [b["epsilon_spent"]]
+    for i in range(6):
+        c.submit_deletion("people", data.keys[i])
+        c.process_pending(force=True)
+        ws.append(np.asarray(c.public_model("m")["arrays"]["w"]))
+        spent.append(c.budget("m")["epsilon_spent"])
+    # a release after every 2nd batch; between releases the published weights do not move (no noise spent)
+    moved = [not np.array_equal(a, b) for a, b in zip(ws, ws[1:], strict=False)]
+    assert moved == [False, True, False, True, False, False]
+    assert all(x <= y for x, y in zip(spent, spent[1:], strict=False)) and spent[-1] <= 1.0 + 1e-9
+    b = c.budget("m")
+    assert (b["releases"], b["releases_left"], b["horizon_spent"]) == (3, 0, True)
+    assert b["n"] == len(data.keys) - 6  # the removals were carried out on the secret centre all the same
+    # durable: a new Curator on the same directory reads the same accounting; /metrics exports it
+    again = Curator(c.data_dir)
+    try:
+        assert again.budget("m")["releases"] == 3 and again.budget("m")["horizon_spent"] is True
+        text = "\n".join(f"{k} {v}" for k, v in again.metrics()["models"][0].items())
+        assert "releases 3" in text and "horizon 3" in text
+    finally:
+        again.close()
+    # the secret centre is never published
+    pub = c.public_model("m")
+    assert set(pub["arrays"]) == {"w"}
+    req = c.list_requests()["items"][0]
+    cert = c.request_certificates(req["id"])[0]["certificate"]
+    assert cert["horizon_spent"] is True and cert["published"] is False

@@ -556,6 +556,9 @@ def render_metrics(m: dict[str, Any]) -> str:
                 "lethe_model_budget_left": ("Budget left before retraining", "budget_left"),
                 "lethe_model_epsilon_spent": ("Epsilon spent by the accumulated residual", "epsilon_spent"),
                 "lethe_model_retrainings": ("Retrainings forced by the budget", "retrainings"),
+                "lethe_model_releases": ("Releases published of the stream (released models)", "releases"),
+                "lethe_model_release_horizon": ("Releases the stream's (epsilon, delta) covers", "horizon"),
+                "lethe_model_releases_left": ("Releases left before the horizon", "releases_left"),
             }
             for name, (doc, key) in per_model.items():
                 fam = GaugeMetricFamily(name, doc, labels=["model"])

@@ -43,6 +43,8 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "residual_bound", "step_bound", "budget_left", "epsilon_spent", "worst_case_bound",
     # lifecycle and counts
     "retrained", "n_removed", "n_remaining", "n_retained", "n", "step", "steps", "edit_requests",
+    # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
+    "observer", "horizon", "cadence", "releases", "published", "horizon_spent",
 })
 
 #: The subset a requester sees on its own certificates: nothing that depends on other records of its batch.
@@ -50,7 +52,14 @@ REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "assumptions",
     "epsilon", "delta", "budget", "q", "p", "r", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
     "epsilon_certified", "rdp_slope", "sigma", "lr", "grad_clip", "model_radius", "weight_decay", "clipping",
+    "observer", "horizon", "cadence",
 })
+
+#: Who a certificate's guarantee covers (issue 26): the certificates of the mechanisms that bound what ONE version
+#: reveals (certified removal, Noisy-GD, noisy fine-tuning: a diff of consecutive versions can identify the removed
+#: records) say "one published version"; released models (``released-logistic``) say "every published release".
+OBSERVER_ONE_VERSION = "one published version"
+OBSERVER_RELEASES = "every published release"
 
 #: Ledger payload keys that are never accepted (they would carry positions, raw values or keys).
 FORBIDDEN_PAYLOAD_KEYS: frozenset[str] = frozenset({
@@ -79,6 +88,8 @@ def public_certificate(cert: Any, *, requester: bool = False) -> dict[str, Any]:
         return {}
     allowed = REQUESTER_CERTIFICATE_FIELDS if requester else CERTIFICATE_FIELDS
     out: dict[str, Any] = {}
+    if "guarantee" in cert and "observer" not in cert:  # a mechanism that does not say: one version (the default)
+        out["observer"] = OBSERVER_ONE_VERSION
     for k, v in cert.items():
         if k not in allowed:
             continue

@@ -302,8 +302,8 @@ class ReadViews:
             a, b = as_utc(sub), as_utc(done)
             if a is not None and b is not None:
                 delays.append(max((b - a).total_seconds(), 0.0))
-        for k, v in SHOWN_STATUS.items():
-            counts[v] = counts.get(v, 0) + counts.pop(k, 0)
+        for stored, shown in SHOWN_STATUS.items():
+            counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
                 "faults": len(self.serving.verify_models()), "purge_pending": self.retention.purge_pending()}
