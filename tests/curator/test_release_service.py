@@ -184,3 +184,22 @@ def test_released_model_cadence_accounting_and_horizon(streams: Any, data: Any) 
     req = c.list_requests()["items"][0]
     cert = c.request_certificates(req["id"])[0]["certificate"]
     assert cert["horizon_spent"] is True and cert["published"] is False
+
+
+def test_console_model_page_shows_privacy_spent(streams: Any, data: Any) -> None:
+    from tests.console.test_console import sign_in
+
+    c = streams("released-logistic", {**RELEASED, "horizon": 2})
+    token = c.create_token("ops", "admin")
+    with TestClient(create_app(c, run_worker=False), base_url="http://127.0.0.1") as cl:
+        sign_in(cl, token)
+        page = cl.get("/console/models")
+        assert page.status_code == 200
+        assert "Privacy spent" in page.text and "releases 1 of 2" in page.text
+        assert "every published release" in page.text
+        assert "horizon spent" not in page.text
+        for i in range(2):
+            c.submit_deletion("people", data.keys[i])
+            c.process_pending(force=True)
+        page = cl.get("/console/models")
+        assert "releases 2 of 2" in page.text and "horizon spent" in page.text
