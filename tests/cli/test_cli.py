@@ -73,9 +73,11 @@ def test_curator_commands_end_to_end(tmp_path: Path, csv: Path, capsys: pytest.C
     trained = json.loads(out)
     assert trained["version"] == 1 and trained["params"]["lam"] == 0.01 and trained["budget_left"] > 0
     rc, out, _ = run(capsys, "forget", "people", "id3", "id4", "missing", *dd)
-    assert rc == 1  # one key was unknown; the others were acknowledged
+    assert rc == 0  # an unknown key is answered like a deleted one: done at once, no record held (issue 26)
     items = json.loads(out)
-    assert [("id" in i) for i in items] == [True, True, False] and "Unknown key" in items[2]["error"]
+    assert [(i["status"], i["outcome"]) for i in items] == [("pending", None), ("pending", None),
+                                                             ("done", "no record held")]
+    assert "missing" not in out
     rc, out, _ = run(capsys, "status", *dd)
     assert json.loads(out)["requests"]["pending"] == 2
     rc, out, _ = run(capsys, "process", "--all", *dd)

@@ -89,6 +89,7 @@ class Server:
     admin: str
     alice: str
     bob: str
+    reader: str = ""  # a model-reader token (published models only)
 
 
 @pytest.fixture
@@ -96,9 +97,10 @@ def server(tmp_path: Path, curator: Curator) -> Iterator[Server]:
     admin = curator.create_token("ops", "admin")
     alice = curator.create_token("alice", "requester")
     bob = curator.create_token("bob", "requester")
+    reader = curator.create_token("viewer", "model-reader")
     curator.close()
     url, proc = start_server(curator.data_dir, log_name="uvicorn-stdout.log")
     try:
-        yield Server(url, curator.data_dir, proc, admin, alice, bob)
+        yield Server(url, curator.data_dir, proc, admin, alice, bob, reader)
     finally:
         stop_server(proc)

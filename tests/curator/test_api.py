@@ -33,7 +33,8 @@ def wait_done(c: httpx.Client, rid: str) -> dict[str, Any]:
 
 
 def test_deletion_end_to_end(server: Server, data: Data) -> None:
-    with client(server, server.alice) as alice, client(server, server.admin) as admin:
+    with client(server, server.alice) as alice, client(server, server.admin) as admin, \
+            client(server, server.reader) as reader:
         r = alice.post("/v1/deletions", json={"dataset": "people", "key": "user-0005", "request_id": "a-1"})
         assert r.status_code == 202, r.text
         req = r.json()
@@ -60,7 +61,8 @@ def test_deletion_end_to_end(server: Server, data: Data) -> None:
         assert budget["version"] == 2 and budget["n_records"] == 199 and budget["removals_since_training"] == 1
         assert budget["residual_bound"] == pytest.approx(body["residual_bound"])
         assert "b" not in budget and "w" not in budget
-        pred = alice.post("/v1/models/clf/predict", json={"features": data.X[:5].tolist()})
+        assert alice.post("/v1/models/clf/predict", json={"features": data.X[:5].tolist()}).status_code == 403
+        pred = reader.post("/v1/models/clf/predict", json={"features": data.X[:5].tolist()})
         assert pred.status_code == 200 and pred.json()["version"] == 2
         assert set(pred.json()["predictions"]) <= {0.0, 1.0}
         status = admin.get("/v1/status").json()
@@ -77,25 +79,28 @@ def test_bad_requests_get_4xx_and_change_nothing(server: Server) -> None:
     ok = {"dataset": "people", "key": "user-0001"}
     with client(server, None) as anon, client(server, "lethe_wrong") as wrong, \
             client(server, server.alice) as alice, client(server, server.bob) as bob, \
-            client(server, server.admin) as admin:
+            client(server, server.admin) as admin, client(server, server.reader) as reader:
         cases: list[tuple[httpx.Response, int, str]] = [
             (anon.post("/v1/deletions", json=ok), 401, "Missing bearer token"),
             (wrong.post("/v1/deletions", json=ok), 401, "Unknown or revoked token"),
             (httpx.post(server.url + "/v1/deletions", json=ok, headers={"Authorization": "Basic eDp5"}), 401, ""),
             (alice.get("/v1/models/clf/budget"), 403, "admin scope"),
             (alice.get("/v1/status"), 403, "admin scope"),
-            (alice.post("/v1/deletions", json={"dataset": "people", "key": "nobody"}), 404, "Unknown key"),
+            (alice.get("/v1/models/clf"), 403, "model-reader"),
+            (alice.post("/v1/models/clf/predict", json={"features": [[0.0] * 10]}), 403, "model-reader"),
+            (reader.post("/v1/deletions", json=ok), 403, "requester or admin"),
+            (reader.get("/v1/deletions"), 403, "requester or admin"),
             (alice.post("/v1/deletions", json={"dataset": "nope", "key": "user-0001"}), 404, "Unknown dataset"),
             (alice.post("/v1/deletions", json={"dataset": "people"}), 422, "missing"),
             (alice.post("/v1/deletions", json={**ok, "extra": 1}), 422, "extra"),
             (alice.post("/v1/deletions", json={**ok, "key": ""}), 422, "at least 1 character"),
             (alice.post("/v1/deletions", content=b"{not json", headers={"Content-Type": "application/json"}),
              422, "JSON"),
-            (alice.post("/v1/models/clf/predict", json={"features": [[0.1, 0.2]]}), 422, "10 numbers"),
-            (alice.post("/v1/models/clf/predict", json={"features": []}), 422, "at least 1"),
-            (alice.post("/v1/models/clf/predict", content=b'{"features": [[NaN,0,0,0,0,0,0,0,0,0]]}',
+            (reader.post("/v1/models/clf/predict", json={"features": [[0.1, 0.2]]}), 422, "10 numbers"),
+            (reader.post("/v1/models/clf/predict", json={"features": []}), 422, "at least 1"),
+            (reader.post("/v1/models/clf/predict", content=b'{"features": [[NaN,0,0,0,0,0,0,0,0,0]]}',
                         headers={"Content-Type": "application/json"}), 422, "finite"),
-            (alice.post("/v1/models/other/predict", json={"features": [[0.0] * 10]}), 404, "Unknown model"),
+            (reader.post("/v1/models/other/predict", json={"features": [[0.0] * 10]}), 404, "Unknown model"),
             (alice.get("/v1/deletions/does-not-exist"), 404, "Unknown request"),
             (alice.get("/v1/certificates/does-not-exist"), 404, "Unknown certificate"),
             (admin.get("/v1/models/other/budget"), 404, "Unknown model"),
@@ -113,13 +118,14 @@ def test_bad_requests_get_4xx_and_change_nothing(server: Server) -> None:
         assert bob.get(f"/v1/deletions/{rid}").status_code == 404
         assert bob.get(f"/v1/deletions/{rid}/certificates").status_code == 404
         assert admin.get(f"/v1/deletions/{rid}").status_code == 200
-        # repeated: the same key again (by anyone), or the same request id for another key
-        assert bob.post("/v1/deletions", json=ok).status_code == 409
+        # repeated: the same key again by its owner (its own request), or the same request id for another key
+        again = alice.post("/v1/deletions", json=ok)
+        assert again.status_code == 200 and again.json()["id"] == rid
         reuse = alice.post("/v1/deletions", json={"dataset": "people", "key": "user-0002", "request_id": "x"})
         assert reuse.status_code == 409 and "different deletion" in reuse.text
         wait_done(alice, rid)
         gone = alice.post("/v1/deletions", json=ok)
-        assert gone.status_code == 409 and "already deleted" in gone.text
+        assert gone.status_code == 200 and gone.json()["id"] == rid and gone.json()["outcome"] == "removed"
     c.close()
 
 
@@ -178,12 +184,12 @@ def test_body_limit_before_parsing_and_auth(server: Server) -> None:
 
 def test_422_never_echoes_input_and_surrogates_are_4xx(server: Server) -> None:
     marker = "SECRET-MARKER-" + "z" * 5000
-    with client(server, server.alice) as alice:
+    with client(server, server.alice) as alice, client(server, server.reader) as reader:
         r = alice.post("/v1/deletions", json={"dataset": "people", "key": "user-0001", "extra": marker})
         assert r.status_code == 422 and "SECRET-MARKER" not in r.text and '"input"' not in r.text
         r = alice.post("/v1/deletions", json={"dataset": "people", "key": 12345678})
         assert r.status_code == 422 and "12345678" not in r.text
-        r = alice.post("/v1/models/clf/predict", json={"features": [[987654.321] * 3]})
+        r = reader.post("/v1/models/clf/predict", json={"features": [[987654.321] * 3]})
         assert r.status_code == 422 and "987654" not in r.text
         for field in ("key", "dataset", "request_id"):
             body = {"dataset": "people", "key": "user-0001", field: "ab\\ud800cd"}
@@ -192,16 +198,16 @@ def test_422_never_echoes_input_and_surrogates_are_4xx(server: Server) -> None:
             assert 400 <= r.status_code < 500, (field, r.status_code, r.text)
         assert alice.get("/v1/deletions/%ED%A0%80").status_code == 404
         assert alice.get("/v1/certificates/%ED%A0%80").status_code == 404
-        r = alice.post("/v1/models/%ED%A0%80/predict", json={"features": [[0.0] * 10]})
+        r = reader.post("/v1/models/%ED%A0%80/predict", json={"features": [[0.0] * 10]})
         assert r.status_code == 404
-        r = alice.post("/v1/models/clf/predict", content=b'{"features": [[1, 2]], "x\\ud800": 1}',
+        r = reader.post("/v1/models/clf/predict", content=b'{"features": [[1, 2]], "x\\ud800": 1}',
                        headers={"Content-Type": "application/json"})
         assert r.status_code == 422
 
 
 def test_list_versions_and_public_model_endpoints(server: Server) -> None:
     with client(server, server.alice) as alice, client(server, server.bob) as bob, \
-            client(server, server.admin) as admin:
+            client(server, server.admin) as admin, client(server, server.reader) as reader:
         rid = alice.post("/v1/deletions", json={"dataset": "people", "key": "user-0009"}).json()["id"]
         wait_done(alice, rid)
         page = alice.get("/v1/deletions", params={"limit": 10}).json()
@@ -213,7 +219,9 @@ def test_list_versions_and_public_model_endpoints(server: Server) -> None:
         assert alice.get("/v1/models/clf/versions").status_code == 403
         hist = admin.get("/v1/models/clf/versions").json()
         assert [h["version"] for h in hist] == [1, 2] and hist[1]["certificate"]["n_removed"] == 1
-        pub = alice.get("/v1/models/clf").json()
+        assert alice.get("/v1/models/clf").status_code == 403  # weights are the model-reader scope's
+        assert reader.get("/v1/deletions").status_code == 403
+        pub = reader.get("/v1/models/clf").json()
         assert pub["version"] == 2 and set(pub["arrays"]) == {"w"} and "b" not in json.dumps(pub["arrays"])
 
 

@@ -11,7 +11,7 @@ from lethe.curator import Curator
 from lethe.curator import errors as E
 from lethe.curator.api import STATUS_CODES, http_status
 from lethe.curator.console import queries as Q
-from lethe.curator.intake import Known, NewRequest, Submission, decide
+from lethe.curator.intake import Known, NewRequest, Plan, Submission, decide
 from lethe.curator.settings import Principal
 from lethe.curator.store import Dataset
 from lethe.curator.views import decode_cursor, encode_cursor
@@ -47,19 +47,24 @@ def _request(rid: str, requester: str, crid: str | None, digest: str, status: st
 
 
 def test_decide_covers_every_answer() -> None:
-    """Every combination of what the store may hold about a submission, against the rules written out here."""
+    """Every combination of what the store may hold about a submission, against the rules written out here (issue
+    26: no answer tells a non-owner "never held" from "already deleted"; a repeat by the owner is its own request)."""
     ds = Dataset(id=1, name="people", n_features=2, feature_names={}, key_column="k", label_column="y")
     sub_plain = Submission("people", "user-1", ALICE, None)
     sub_crid = Submission("people", "user-1", ALICE, "r1")
     mine_same = _request("q1", "alice", "r1", "d1")
     mine_other_key = _request("q2", "alice", "r1", "d2")
     bobs = _request("q3", "bob", None, "d1", status="done")
+    bobs_pending = _request("q5", "bob", None, "d1", status="pending")
     mine_other_id = _request("q4", "alice", "r9", "d1")  # the caller's own request of the key, under another id
-    for sub, dataset, by_crid, live, record in itertools.product(
+    mine_no_record = _request("q6", "alice", None, "o1", status="done")  # held under the owner digest
+    for sub, dataset, by_crid, live, record, own in itertools.product(
             (sub_plain, sub_crid), (None, ds), (None, mine_same, mine_other_key),
-            (None, mine_same, bobs, mine_other_id), (None, 7)):
+            (None, mine_same, bobs, bobs_pending, mine_other_id), (None, 7), (None, mine_no_record)):
+        if live is not None and live.requester == "alice" and own is not None:
+            continue  # one live request per requester and key
         known = Known(dataset, "d1" if dataset is not None else "", by_crid if sub.client_request_id else None, live,
-                      record)
+                      record, own=own, owner_digest="o1")
         if dataset is None:
             with pytest.raises(E.NotFoundError, match="Unknown dataset"):
                 decide(sub, known)
@@ -71,30 +76,36 @@ def test_decide_covers_every_answer() -> None:
                 with pytest.raises(E.ConflictError, match="already used"):
                     decide(sub, known)
             continue
-        if live is not None:
-            if live is mine_same and sub.client_request_id == "r1":
-                assert decide(sub, known) is mine_same  # the same submission, committed concurrently
-            else:
-                with pytest.raises(E.ConflictError) as info:
-                    decide(sub, known)
-                # the earlier request is named to its own requester only
-                assert (live.id in str(info.value)) == (live.requester == "alice")
-            continue
-        if record is None:
-            with pytest.raises(E.NotFoundError, match="Unknown key"):
+        if live is bobs and record is not None and own is None:
+            # bob's done request and a record: a key held again after its deletion (cannot happen today)
+            with pytest.raises(E.ConflictError) as info:
                 decide(sub, known)
+            assert "user-1" not in str(info.value)
+            continue
+        out = decide(sub, known)
+        if live is not None and live.requester == "alice":
+            assert out is live  # the caller's own request of the key (idempotent per requester and key)
+        elif own is not None:
+            assert out is own
+        elif live is bobs_pending:
+            assert out == Plan("waiting", bobs_pending.record_id)  # follows bob's request, shown as pending
+        elif record is None:
+            assert out == Plan("done", None)  # never held, or deleted (by bob): the same plan
         else:
-            assert decide(sub, known) is None  # a new request
+            assert live is None and out == Plan("pending", 7)
 
 
-def test_decide_names_the_earlier_request_to_an_admin() -> None:
+def test_decide_never_tells_never_held_from_deleted() -> None:
+    """The key-status oracle (issue 26), at the decision: for anyone but the earlier request's owner (an admin
+    included), a key deleted by bob and a key never held get the same plan."""
     ds = Dataset(id=1, name="people", n_features=2, feature_names={}, key_column="k", label_column="y")
-    bobs = _request("q3", "bob", None, "d1")
-    with pytest.raises(E.ConflictError, match="q3"):
-        decide(Submission("people", "user-1", ADMIN, None), Known(ds, "d1", None, bobs, 7))
-    with pytest.raises(E.ConflictError, match="pending or done") as info:
-        decide(Submission("people", "user-1", ALICE, None), Known(ds, "d1", None, bobs, 7))
-    assert "q3" not in str(info.value)
+    bobs = _request("q3", "bob", None, "d1", status="done")
+    for who in (ALICE, ADMIN):
+        sub = Submission("people", "user-1", who, None)
+        deleted = decide(sub, Known(ds, "d1", None, bobs, None, owner_digest="o1"))
+        never = decide(sub, Known(ds, "d1", None, None, None, owner_digest="o1"))
+        assert deleted == never == Plan("done", None)
+    assert decide(Submission("people", "user-1", BOB, None), Known(ds, "d1", None, bobs, None)) is bobs
 
 
 def test_one_cursor_for_the_api_and_the_console(curator: Curator) -> None:

@@ -76,7 +76,8 @@ def test_no_byte_of_a_deleted_record_remains(server: Server, data: Data) -> None
         assert body["status"] == "done"
         assert len(body["certificates"]) == 1
         # a prediction after processing must not resurrect anything either
-        assert client.post("/v1/models/clf/predict", json={"features": [data.X[target].tolist()]}).status_code == 200
+        assert client.post("/v1/models/clf/predict", json={"features": [data.X[target].tolist()]},
+                           headers={"Authorization": f"Bearer {server.reader}"}).status_code == 200
     for running in (True, False):
         found = scan(server.data_dir, tpats)
         assert found == {}, f"deleted record's bytes found (server running={running}): {found}"

@@ -137,8 +137,6 @@ def test_batching_waits_for_size_or_delay(tmp_path: Path, data: Data) -> None:
 
 def test_refusals_change_nothing(curator: Curator) -> None:
     before = snapshot(curator)
-    with pytest.raises(NotFoundError, match="Unknown key 'nobody'"):
-        curator.submit_deletion("people", "nobody")
     with pytest.raises(NotFoundError, match="Unknown dataset"):
         curator.submit_deletion("nope", "user-0001")
     with pytest.raises(InvalidInputError, match="key must be"):
@@ -169,17 +167,23 @@ def test_repeated_and_idempotent_requests(curator: Curator) -> None:
     assert not created and again["id"] == v1["id"]
     with pytest.raises(ConflictError, match="different deletion"):
         curator.submit_deletion("people", "user-0011", principal=alice, client_request_id="r-1")
-    with pytest.raises(ConflictError, match="already pending"):
-        curator.submit_deletion("people", "user-0010", principal=bob)
+    mine, created = curator.submit_deletion("people", "user-0010", principal=alice)  # a repeat: its own request
+    assert not created and mine["id"] == v1["id"]
     with pytest.raises(NotFoundError):  # bob cannot see alice's request
         curator.request_status(v1["id"], principal=bob)
     assert snapshot(curator) == before
+    # bob asks for the same key while alice's request is pending: a request of his own, pending, that completes
+    # with alice's batch (issue 26: answered like any present key)
+    follower, created = curator.submit_deletion("people", "user-0010", principal=bob)
+    assert created and follower["status"] == "pending" and v1["id"] not in str(follower)
     curator.process_pending(force=True)
-    # after processing: the idempotent repeat still answers, a new request for the key is refused
+    # after processing: the idempotent repeat still answers, a repeat by alice is her own request
     again, created = curator.submit_deletion("people", "user-0010", principal=alice, client_request_id="r-1")
-    assert not created and again["status"] == "done"
-    with pytest.raises(ConflictError, match="already deleted"):
-        curator.submit_deletion("people", "user-0010", principal=alice)
+    assert not created and again["status"] == "done" and again["outcome"] == "removed"
+    again, created = curator.submit_deletion("people", "user-0010", principal=alice)
+    assert not created and again["id"] == v1["id"]
+    bobs = curator.request_status(follower["id"], principal=bob)
+    assert bobs["status"] == "done" and bobs["outcome"] == "removed" and len(bobs["certificates"]) == 1
     certs = curator.request_certificates(v1["id"], principal=alice)
     assert len(certs) == 1
     with pytest.raises(NotFoundError):

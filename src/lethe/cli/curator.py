@@ -168,7 +168,8 @@ def _forget(args: argparse.Namespace) -> int:
     for i, key in enumerate(keys):
         try:
             view, created = c.submit_deletion(args.dataset, key, client_request_id=args.request_id)
-            out.append({"item": i, "id": view["id"], "status": view["status"], "created": created})
+            out.append({"item": i, "id": view["id"], "status": view["status"], "created": created,
+                        "outcome": view.get("outcome")})
         except CuratorError as exc:
             failed += 1
             out.append({"item": i, "error": str(exc)})
@@ -177,7 +178,7 @@ def _forget(args: argparse.Namespace) -> int:
         for item in out:
             if "id" in item:
                 view = c.request_status(item["id"])
-                item["status"] = view["status"]
+                item["status"], item["outcome"] = view["status"], view.get("outcome")
                 if view["status"] != "done":  # --now promises processing: anything else is a failure
                     failed += 1
                     item["error"] = view["error"] or "not processed; see `lethe status` for faults"
@@ -436,7 +437,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     tsub = tk.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     p = tsub.add_parser("create", parents=[common], help="create a token (printed once)")
     p.add_argument("name")
-    p.add_argument("--scope", choices=("admin", "requester"), required=True)
+    p.add_argument("--scope", choices=("admin", "requester", "model-reader"), required=True,
+                   help="admin: everything; requester: deletions (its own); model-reader: published models "
+                        "(weights, predictions)")
     p.set_defaults(func=_guard(_token_create))
     p = tsub.add_parser("list", parents=[common], help="list tokens (names and scopes)")
     p.set_defaults(func=_guard(_token_list))

@@ -1,11 +1,14 @@
 """The curator's HTTP API (FastAPI). Thin: every endpoint calls one :class:`~lethe.curator.service.Curator` method.
 
-Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything) and ``requester`` (submit
-deletions, read its own requests and their certificates, predict). Tokens are created with ``lethe token create``.
+Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything), ``requester`` (submit
+deletions, read its own requests and their certificates) and ``model-reader`` (the published models: weights and
+predictions; issue 26 — reading the published sequence is what a version-diff attack needs, so a deletion requester
+does not get it). Tokens are created with ``lethe token create``.
 The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
 
-Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model, key,
-request or certificate; 409 repeated request, or a request id reused for another deletion; 413 body too large
+Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model,
+request or certificate (never a key: see ``lethe.curator.intake.decide``); 409 a request id reused for another
+deletion; 413 body too large
 (checked before parsing and before authentication); 422 malformed body or wrong feature dimension (the answer names
 the field and the rule, never echoes the input); 503 busy (the processing lock or the database was held too long;
 retry), or a fault the operator must repair.
@@ -92,6 +95,10 @@ class RequestOut(BaseModel):
     dataset: str | None
     requester: str
     status: str = Field(description="pending | done | failed")
+    outcome: str | None = Field(default=None, description=(
+        "once done: 'removed' (certificates name the versions without the record) or 'no record held' (the key was "
+        "never held or was already deleted: one answer for both, so no answer tells anyone but the owner of an "
+        "earlier request whether a key was deleted)"))
     attempts: int
     error: str | None
     submitted_at: str | None
@@ -424,7 +431,18 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     async def _unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
-    Caller = Annotated[Principal, Depends(principal)]
+    async def deletion_caller(p: Principal = Depends(principal)) -> Principal:  # noqa: B008
+        if not p.can_request:
+            raise PermissionDeniedError(f"This needs the requester or admin scope. Found scope {p.scope!r}.")
+        return p
+
+    async def model_reader(p: Principal = Depends(principal)) -> Principal:  # noqa: B008
+        if not p.can_read_models:
+            raise PermissionDeniedError(f"This needs the model-reader or admin scope. Found scope {p.scope!r}.")
+        return p
+
+    Caller = Annotated[Principal, Depends(deletion_caller)]  # deletions: requesters (their own) and admins
+    Reader = Annotated[Principal, Depends(model_reader)]  # published models: model-readers and admins
     Admin = Annotated[Principal, Depends(admin)]
 
     @app.get("/healthz", tags=["service"])
@@ -473,7 +491,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         return json_safe(curator.certificate(certificate_id, principal=p))
 
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
-    def predict(model: Name, body: PredictIn, p: Caller) -> Any:
+    def predict(model: Name, body: PredictIn, p: Reader) -> Any:
         """Predictions of the model's published version."""
         return json_safe(curator.predict(model, body.features))
 
@@ -488,7 +506,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         return json_safe(curator.model_versions(model))
 
     @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
-    def public_model(model: Name, p: Caller) -> Any:
+    def public_model(model: Name, p: Reader) -> Any:
         """The published version's public weights (never the secret perturbation), feature names and classes."""
         return json_safe(curator.public_model(model))
 
@@ -538,6 +556,9 @@ def render_metrics(m: dict[str, Any]) -> str:
                 "lethe_model_budget_left": ("Budget left before retraining", "budget_left"),
                 "lethe_model_epsilon_spent": ("Epsilon spent by the accumulated residual", "epsilon_spent"),
                 "lethe_model_retrainings": ("Retrainings forced by the budget", "retrainings"),
+                "lethe_model_releases": ("Releases published of the stream (released models)", "releases"),
+                "lethe_model_release_horizon": ("Releases the stream's (epsilon, delta) covers", "horizon"),
+                "lethe_model_releases_left": ("Releases left before the horizon", "releases_left"),
             }
             for name, (doc, key) in per_model.items():
                 fam = GaugeMetricFamily(name, doc, labels=["model"])

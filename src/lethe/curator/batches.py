@@ -388,6 +388,12 @@ class BatchProcessor:
                     req.processed_at = utcnow()
                     status = "failed"
                     add_event(s, "request_failed", {"batch_id": batch_id, "error": error}, request_id=rid)
+                    # the requests that follow it (lethe.curator.intake) fail with it: nothing was removed
+                    for f in s.scalars(select(DeletionRequest).where(
+                            DeletionRequest.dataset_id == req.dataset_id, DeletionRequest.status == "waiting",
+                            DeletionRequest.record_id == req.record_id)):
+                        f.status, f.error, f.processed_at, f.record_id = "failed", error, req.processed_at, None
+                        add_event(s, "request_failed", {"batch_id": batch_id, "error": error}, request_id=f.id)
         log.warning("batch %s of dataset %s not processed (%s)", batch_id, ds_name, status)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status=status,
                            error=error)

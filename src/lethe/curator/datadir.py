@@ -56,5 +56,12 @@ class DataDirectory:
         """HMAC-SHA256 of (dataset, key) under the secret pepper: how a request refers to its key."""
         return hmac.digest(self._pepper, f"{dataset_id}\x00{key}".encode(), "sha256").hex()
 
+    def owner_digest(self, key_digest: str, requester: str) -> str:
+        """HMAC-SHA256 of (a key's digest, a requester) under the pepper: how a request that holds no record of its
+        own (the key was never held, was already deleted, or is pending under another requester's request) refers to
+        its key — one per requester and key, never equal to a :meth:`key_digest` (whose message starts with a
+        digit, this one with ``o``)."""
+        return hmac.digest(self._pepper, f"owner\x00{key_digest}\x00{requester}".encode(), "sha256").hex()
+
 
 __all__ = ["DataDirectory"]

@@ -180,8 +180,8 @@ class DatasetCatalog:
                                         f"(lethe model drop MODEL --yes).")
                 now = utcnow()
                 batch_id = str(uuid.uuid4())
-                pending = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
-                                                                  DeletionRequest.status == "pending")).all()
+                pending = s.scalars(select(DeletionRequest).where(
+                    DeletionRequest.dataset_id == ds.id, DeletionRequest.status.in_(("pending", "waiting")))).all()
                 self.publisher.dropped_dataset_receipts(s, list(pending), batch_id, now)
                 n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id)) or 0
                 s.execute(Record.__table__.delete().where(Record.dataset_id == ds.id))  # type: ignore[attr-defined]

@@ -85,8 +85,10 @@ class Known:
     dataset : the dataset named (None: unknown or dropped).
     digest : the key's keyed digest in that dataset ("" if the dataset is unknown).
     by_client_id : the caller's request under the same client request id, if any.
-    live : the pending or done request of the same key, if any.
+    live : the pending or done request that holds the key's record (under ``digest``), if any.
     record_id : the key's record, if present.
+    own : the caller's own request of the key that holds no record (under its owner digest,
+        :meth:`DataDirectory.owner_digest`), if any.
     """
 
     dataset: Dataset | None
@@ -94,44 +96,65 @@ class Known:
     by_client_id: DeletionRequest | NewRequest | None
     live: DeletionRequest | NewRequest | None
     record_id: int | None
+    own: DeletionRequest | NewRequest | None = None
+    owner_digest: str = ""
 
 
-def refuse_repeat(earlier: DeletionRequest | NewRequest, principal: Principal, dataset: str) -> None:
-    """Refuse a submission whose key has a live request ``earlier`` (naming it only to its requester or an
-    admin; another requester learns only that the key is taken care of, not whether pending or done)."""
-    if principal.is_admin or earlier.requester == principal.name:
-        ref = f" (request {earlier.id})"
-        if earlier.status == "pending":
-            raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending{ref}.")
-        raise ConflictError(f"This key was already deleted from dataset {dataset!r}{ref}.")
-    raise ConflictError(f"A deletion of this key from dataset {dataset!r} is already pending or done.")
+#: A request that holds no record of its own: its key was never held or was already deleted. It is done at once,
+#: with no certificate (the view's ``outcome`` says "no record held"), whoever deleted the key and whenever.
+NO_RECORD = "done"
+#: A request whose key is pending under another requester's request: shown as ``pending``; it completes (with the
+#: same certificates) when that request's batch does, or fails with it (:mod:`lethe.curator.publisher`).
+FOLLOWER = "waiting"
 
 
-def decide(sub: Submission, known: Known) -> DeletionRequest | NewRequest | None:
-    """The one decision on a submission: the existing request that answers it (``created=False``), or None — a new
-    request is to be created for ``known.record_id``; a refusal raises (:class:`CuratorError`).
+@dataclass(frozen=True)
+class Plan:
+    """A new request :func:`decide` asks for: its stored ``status`` ("pending": it holds ``record_id``; "done": no
+    record held; "waiting": it follows the pending request that holds ``record_id``) and whether it is stored under
+    the key's digest (the one request that holds the record) or under the owner digest."""
+
+    status: str
+    record_id: int | None
+
+    @property
+    def holds_record(self) -> bool:
+        return self.status == "pending"
+
+
+def decide(sub: Submission, known: Known) -> DeletionRequest | NewRequest | Plan:
+    """The one decision on a submission: the existing request that answers it (``created=False``), or the
+    :class:`Plan` of a new request; a refusal raises (:class:`CuratorError`).
 
     Idempotent under the client request id (the same id with the same dataset and key is the same request; with
-    another deletion a conflict); one live request per key (a repeat is refused, see :func:`refuse_repeat`); an
-    unknown key is not found."""
+    another deletion a conflict) and per requester and key (a repeat returns the caller's own request).
+
+    No answer tells a requester whether a key it does not own a request of was never held or was already deleted
+    (the key-status oracle, issue 26): both get a new request, done at once with outcome "no record held" — the same
+    code path, the same fields. A key pending under another requester's request is answered like a present key (a
+    new pending request, completed with that request's batch). No message names the key."""
     ds, p, crid = known.dataset, sub.principal, sub.client_request_id
     if ds is None:
         raise NotFoundError(f"Unknown dataset {sub.dataset!r}.")
     if crid is not None:
         prev = known.by_client_id
         if prev is not None:
-            if prev.dataset_id == ds.id and hmac.compare_digest(prev.key_digest, known.digest):
+            if prev.dataset_id == ds.id and (hmac.compare_digest(prev.key_digest, known.digest)
+                                             or hmac.compare_digest(prev.key_digest, known.owner_digest or "-")):
                 return prev
             raise ConflictError(f"request_id {crid!r} was already used for a different deletion request.")
     earlier = known.live
-    if earlier is not None:
-        if crid is not None and earlier.requester == p.name and earlier.client_request_id == crid:
-            # the same submission committed concurrently between our two reads (READ COMMITTED)
-            return earlier
-        refuse_repeat(earlier, p, sub.dataset)
+    if earlier is not None and earlier.requester == p.name:
+        return earlier  # the caller's own request of this key (a repeat, or committed concurrently)
+    if known.own is not None:
+        return known.own
+    if earlier is not None and earlier.status == "pending":
+        return Plan(FOLLOWER, earlier.record_id)
     if known.record_id is None:
-        raise NotFoundError(f"Unknown key {sub.key!r} in dataset {sub.dataset!r}.")
-    return None
+        return Plan(NO_RECORD, None)
+    if earlier is not None:  # cannot happen while records are never re-added under a deleted key
+        raise ConflictError(f"A deletion from dataset {sub.dataset!r} cannot be accepted now; retry later.")
+    return Plan("pending", known.record_id)
 
 
 def submission(dataset: str, key: str, principal: Principal, client_request_id: str | None) -> Submission:
@@ -343,6 +366,8 @@ class DeletionIntake:
                     if not ds.name.startswith(DROPPED_PREFIX)}
         digests = [self.data_dir.key_digest(datasets[sub.dataset].id, sub.key) if sub.dataset in datasets else ""
                    for sub in group]
+        owners = [self.data_dir.owner_digest(dg, sub.principal.name) if dg else ""
+                  for sub, dg in zip(group, digests, strict=True)]
         by_crid: dict[tuple[str, str], DeletionRequest | NewRequest] = {}
         crids = [(sub.principal.name, sub.client_request_id) for sub in group if sub.client_request_id is not None]
         if crids:
@@ -351,11 +376,12 @@ class DeletionIntake:
                     DeletionRequest.client_request_id.in_({c for _, c in crids}))):
                 by_crid[(r.requester, str(r.client_request_id))] = r
         ds_ids = {ds.id for ds in datasets.values()}
-        live: dict[tuple[int, str], DeletionRequest | NewRequest] = {}
+        live: dict[tuple[int, str], DeletionRequest | NewRequest] = {}  # by key digest and by owner digest
         records: dict[tuple[int, str], int] = {}
         if ds_ids:
             for r in s.scalars(select(DeletionRequest).where(
-                    DeletionRequest.dataset_id.in_(ds_ids), DeletionRequest.key_digest.in_(set(digests)),
+                    DeletionRequest.dataset_id.in_(ds_ids),
+                    DeletionRequest.key_digest.in_(set(digests) | set(owners)),
                     DeletionRequest.status != "failed")):
                 live[(r.dataset_id, r.key_digest)] = r
             lookup = {DatasetCatalog.record_key(datasets[sub.dataset], sub.key, dg)
@@ -367,34 +393,33 @@ class DeletionIntake:
         rows: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         in_group: set[str] = set()  # ids of the requests this group creates (no certificate can name them yet)
-        for sub, digest in zip(group, digests, strict=True):
+        for sub, digest, owner in zip(group, digests, owners, strict=True):
             ds = datasets.get(sub.dataset)
             p, crid = sub.principal, sub.client_request_id
             known = Known(dataset=ds, digest=digest,
                           by_client_id=by_crid.get((p.name, crid)) if crid is not None else None,
                           live=live.get((ds.id, digest)) if ds is not None else None,
                           record_id=records.get((ds.id, DatasetCatalog.record_key(ds, sub.key, digest)))
-                          if ds is not None else None)
+                          if ds is not None else None,
+                          own=live.get((ds.id, owner)) if ds is not None else None, owner_digest=owner)
             try:
                 existing = decide(sub, known)
             except CuratorError as exc:
                 outcomes.append((None, exc))
                 continue
-            if existing is not None:
+            if not isinstance(existing, Plan):
                 outcomes.append(((self.views.request_view(s, existing, p, new=existing.id in in_group), False),
                                  None))
                 continue
-            assert ds is not None and known.record_id is not None
-            row = {"id": str(uuid.uuid4()), "requester": p.name, "client_request_id": crid,
-                   "dataset_id": ds.id, "record_id": known.record_id, "key_digest": digest, "status": "pending",
-                   "attempts": 0, "submitted_at": utcnow()}
+            assert ds is not None
+            row = new_row(sub, ds.id, existing, digest if existing.holds_record else owner)
             rows.append(row)
             req = NewRequest(**row)  # not an ORM instance: the group is inserted in bulk below
             payload = check_payload({"dataset": sub.dataset, "requester": p.name})
             events.append({"at": req.submitted_at, "kind": "request_submitted", "payload": payload,
                            "model_id": None, "version_id": None, "request_id": req.id})
             in_group.add(req.id)
-            live[(ds.id, digest)] = req
+            live[(ds.id, req.key_digest)] = req
             if crid is not None:
                 by_crid[(p.name, crid)] = req
             outcomes.append(((self.views.request_view(s, req, p, new=True), True), None))
@@ -414,28 +439,28 @@ class DeletionIntake:
         except NotFoundError:
             return Known(None, "", None, None, None)
         digest = self.data_dir.key_digest(ds.id, sub.key)
+        owner = self.data_dir.owner_digest(digest, sub.principal.name)
         prev = None
         if sub.client_request_id is not None:
             prev = s.scalar(select(DeletionRequest).where(DeletionRequest.requester == sub.principal.name,
                                                           DeletionRequest.client_request_id == sub.client_request_id))
-        earlier = s.scalars(select(DeletionRequest).where(DeletionRequest.dataset_id == ds.id,
-                                                          DeletionRequest.key_digest == digest,
-                                                          DeletionRequest.status != "failed")).first()
+        live = {r.key_digest: r for r in s.scalars(select(DeletionRequest).where(
+            DeletionRequest.dataset_id == ds.id, DeletionRequest.key_digest.in_((digest, owner)),
+            DeletionRequest.status != "failed"))}
         record_id = s.scalar(select(Record.id).where(Record.dataset_id == ds.id,
                                                      Record.key == DatasetCatalog.record_key(ds, sub.key, digest)))
-        return Known(ds, digest, prev, earlier, record_id)
+        return Known(ds, digest, prev, live.get(digest), record_id, own=live.get(owner), owner_digest=owner)
 
     def answer_in(self, s: Any, sub: Submission) -> Answer:
         """The submission's answer within the write transaction (or savepoint) ``s``."""
         known = self._known(s, sub)
         existing = decide(sub, known)
-        if existing is not None:
+        if not isinstance(existing, Plan):
             return self.views.request_view(s, existing, sub.principal), False
-        assert known.dataset is not None and known.record_id is not None
-        req = DeletionRequest(id=str(uuid.uuid4()), requester=sub.principal.name,
-                              client_request_id=sub.client_request_id, dataset_id=known.dataset.id,
-                              record_id=known.record_id, key_digest=known.digest, status="pending", attempts=0,
-                              submitted_at=utcnow())
+        assert known.dataset is not None
+        row = new_row(sub, known.dataset.id, existing,
+                      known.digest if existing.holds_record else known.owner_digest)
+        req = DeletionRequest(**row)
         s.add(req)
         s.flush()  # the unique constraints fire here (IntegrityError → the caller answers from the winner)
         add_event(s, "request_submitted", {"dataset": sub.dataset, "requester": sub.principal.name},
@@ -443,4 +468,12 @@ class DeletionIntake:
         return self.views.request_view(s, req, sub.principal, new=True), True
 
 
-__all__ = ["DeletionIntake", "Known", "NewRequest", "Submission", "decide", "refuse_repeat", "submission"]
+def new_row(sub: Submission, dataset_id: int, plan: Plan, digest: str) -> dict[str, Any]:
+    """The stored columns of the new request ``plan`` describes (a request with no record is done at once)."""
+    now = utcnow()
+    return {"id": str(uuid.uuid4()), "requester": sub.principal.name, "client_request_id": sub.client_request_id,
+            "dataset_id": dataset_id, "record_id": plan.record_id, "key_digest": digest, "status": plan.status,
+            "attempts": 0, "submitted_at": now, "processed_at": now if plan.status == NO_RECORD else None}
+
+
+__all__ = ["DeletionIntake", "Known", "NewRequest", "Submission", "Plan", "decide", "new_row", "submission"]

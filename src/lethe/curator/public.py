@@ -43,6 +43,8 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "residual_bound", "step_bound", "budget_left", "epsilon_spent", "worst_case_bound",
     # lifecycle and counts
     "retrained", "n_removed", "n_remaining", "n_retained", "n", "step", "steps", "edit_requests",
+    # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
+    "observer", "horizon", "cadence", "releases", "published", "horizon_spent",
 })
 
 #: The subset a requester sees on its own certificates: nothing that depends on other records of its batch.
@@ -50,7 +52,14 @@ REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "assumptions",
     "epsilon", "delta", "budget", "q", "p", "r", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
     "epsilon_certified", "rdp_slope", "sigma", "lr", "grad_clip", "model_radius", "weight_decay", "clipping",
+    "observer", "horizon", "cadence",
 })
+
+#: Who a certificate's guarantee covers (issue 26): the certificates of the mechanisms that bound what ONE version
+#: reveals (certified removal, Noisy-GD, noisy fine-tuning: a diff of consecutive versions can identify the removed
+#: records) say "one published version"; released models (``released-logistic``) say "every published release".
+OBSERVER_ONE_VERSION = "one published version"
+OBSERVER_RELEASES = "every published release"
 
 #: Ledger payload keys that are never accepted (they would carry positions, raw values or keys).
 FORBIDDEN_PAYLOAD_KEYS: frozenset[str] = frozenset({
@@ -79,6 +88,8 @@ def public_certificate(cert: Any, *, requester: bool = False) -> dict[str, Any]:
         return {}
     allowed = REQUESTER_CERTIFICATE_FIELDS if requester else CERTIFICATE_FIELDS
     out: dict[str, Any] = {}
+    if "guarantee" in cert and "observer" not in cert:  # a mechanism that does not say: one version (the default)
+        out["observer"] = OBSERVER_ONE_VERSION
     for k, v in cert.items():
         if k not in allowed:
             continue
@@ -134,6 +145,26 @@ def log_failure(logger: logging.Logger, what: str, exc: BaseException, *, level:
     frames = "".join(traceback.format_tb(exc.__traceback__)) if exc.__traceback__ is not None else ""
     logger.log(level, "%s (%s; message withheld: it may name records)\nTraceback (most recent call last):\n%s",
                what, type(exc).__name__, frames.rstrip("\n"))
+
+
+#: Stored request statuses shown as another: a request that follows another requester's pending request of the same
+#: key (``waiting``, :mod:`lethe.curator.intake`) is shown as ``pending``, like any request that holds a record.
+SHOWN_STATUS: dict[str, str] = {"waiting": "pending"}
+#: What a done request's ``outcome`` is: "removed" (it has a certificate or receipt) or "no record held" (its key
+#: was never held or was already deleted — one answer for both, see :func:`lethe.curator.intake.decide`).
+OUTCOME_REMOVED, OUTCOME_NO_RECORD = "removed", "no record held"
+
+
+def shown_status(status: str) -> str:
+    """The status a request is shown with (see :data:`SHOWN_STATUS`)."""
+    return SHOWN_STATUS.get(status, status)
+
+
+def request_outcome(status: str, n_certificates: int) -> str | None:
+    """A request's outcome: None until it is done (or when it failed); then whether a record was removed."""
+    if status != "done":
+        return None
+    return OUTCOME_REMOVED if n_certificates else OUTCOME_NO_RECORD
 
 
 def check_payload(payload: dict[str, Any]) -> dict[str, Any]:

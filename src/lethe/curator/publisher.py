@@ -177,6 +177,13 @@ class VersionPublisher:
                 if req.record_id is None:
                     raise RuntimeError(f"batch {batch_id}: a record vanished")
                 record_ids.append(int(req.record_id))
+            # the requests that follow one of these (the same key, pending under another requester's request when
+            # they were submitted: lethe.curator.intake) complete with it, with the same certificates
+            followers = list(s.execute(select(*REQUEST_COLUMNS).where(
+                DeletionRequest.dataset_id == dataset_id, DeletionRequest.status == "waiting",
+                DeletionRequest.record_id.in_(record_ids)))) if record_ids else []
+            for req in [*reqs, *followers]:
+                assert req is not None
                 if published:
                     for model_id, old, v, mech, cert in published:
                         certs.append({"id": str(uuid.uuid4()), "kind": "removal", "request_id": req.id,
@@ -194,7 +201,8 @@ class VersionPublisher:
             gone: Any = s.execute(delete(Record).where(Record.id.in_(record_ids)))
             if gone.rowcount != len(record_ids):
                 raise RuntimeError(f"batch {batch_id}: a record vanished")
-            s.execute(update(DeletionRequest).where(DeletionRequest.id.in_(request_ids))
+            s.execute(update(DeletionRequest).where(DeletionRequest.id.in_([*request_ids,
+                                                                             *(f.id for f in followers)]))
                       .values(record_id=None, status="done", processed_at=now)
                       .execution_options(synchronize_session=False))
             # Core executemany: no ORM work while this transaction holds the write lock the submissions wait for

@@ -216,12 +216,15 @@ class Curator:
 
         Idempotent under ``client_request_id``: the same id with the same dataset and key returns the existing
         request (created=False); the same id with another deletion is a :class:`ConflictError`.
-        Unknown key → :class:`NotFoundError`; a key already requested or deleted → :class:`ConflictError` (naming
-        the earlier request only to its own requester or an admin).
+        A repeat by the same requester returns its own request (created=False). A key the dataset does not hold —
+        never held, or already deleted by anyone — gets a new request, done at once with outcome "no record held"
+        and no certificate: the same answer for both, so nobody but the owner of an earlier request learns whether
+        a key was deleted (issue 26's key-status oracle). A key pending under another requester's request gets a
+        new pending request that completes (or fails) with that request's batch (:func:`lethe.curator.intake.decide`).
 
         Uniqueness is enforced by the database (``uq_client_request``, ``uq_live_request_key``), so concurrent
         submissions on PostgreSQL cannot both be accepted: the loser's insert fails and it is answered as if it had
-        come second (the existing request, or a conflict).
+        come second (the existing request, or a new request that follows it).
 
         Group commit: concurrent submissions of this process are queued and written by one transaction (one
         fsync) per group, each in a savepoint of its own, in arrival order — so each gets the answer it would have

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-SCOPES = ("admin", "requester")
+#: admin: everything; requester: submit deletions, read its own requests and certificates; model-reader: the
+#: published models (weights, predictions) and nothing of any request (issue 26: reading the published sequence is
+#: what a version-diff attack needs, so it is granted separately).
+SCOPES = ("admin", "requester", "model-reader")
 REQUEST_STATUSES = ("pending", "done", "failed")
 KEYS_HASHED = "hmac-sha256"  # Dataset.feature_names["keys"]: the records table holds key digests, not keys
 DROPPED_PREFIX = "~dropped~"  # a dropped dataset's row keeps this name (requests and certificates refer to it)
@@ -60,6 +63,16 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.scope == "admin"
+
+    @property
+    def can_request(self) -> bool:
+        """May submit deletions and read its own requests (admin, requester)."""
+        return self.scope in ("admin", "requester")
+
+    @property
+    def can_read_models(self) -> bool:
+        """May read published models: weights, predictions (admin, model-reader)."""
+        return self.scope in ("admin", "model-reader")
 
 
 CLI_PRINCIPAL = Principal("cli", "admin")

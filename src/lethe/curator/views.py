@@ -23,10 +23,13 @@ from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, NotFoundError
 from lethe.curator.public import (
     FORBIDDEN_PAYLOAD_KEYS,
+    SHOWN_STATUS,
     check_payload,
     public_certificate,
     public_error,
+    request_outcome,
     requester_error,
+    shown_status,
 )
 from lethe.curator.retention import Retention
 from lethe.curator.serving import Serving
@@ -123,7 +126,8 @@ class ReadViews:
         error = public_error(req.error) if principal.is_admin else requester_error(req.error)
         ds_name = ds.name if ds is not None and not ds.name.startswith(DROPPED_PREFIX) else None
         return {"id": req.id, "request_id": req.client_request_id, "dataset": ds_name,
-                "requester": req.requester, "status": req.status, "attempts": req.attempts, "error": error,
+                "requester": req.requester, "status": shown_status(req.status), "attempts": req.attempts,
+                "error": error, "outcome": request_outcome(req.status, len(certs)),
                 "submitted_at": iso(req.submitted_at), "processed_at": iso(req.processed_at),
                 "seconds_to_publication": seconds_between(req.submitted_at, req.processed_at),
                 "certificates": list(certs)}
@@ -162,7 +166,8 @@ class ReadViews:
                 check_name("requester", requester)
                 q = q.where(db.DeletionRequest.requester == requester)
             if status is not None:
-                q = q.where(db.DeletionRequest.status == status)
+                q = q.where(db.DeletionRequest.status.in_(
+                    [status, *(k for k, v in SHOWN_STATUS.items() if v == status)]))
             if dataset is not None:
                 check_name("dataset", dataset)
                 q = q.where(db.DeletionRequest.dataset_id == DatasetCatalog.find(s, dataset).id)
@@ -297,6 +302,8 @@ class ReadViews:
             a, b = as_utc(sub), as_utc(done)
             if a is not None and b is not None:
                 delays.append(max((b - a).total_seconds(), 0.0))
+        for stored, shown in SHOWN_STATUS.items():
+            counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
                 "faults": len(self.serving.verify_models()), "purge_pending": self.retention.purge_pending()}

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
+from lethe.curator.public import SHOWN_STATUS, shown_status
 from lethe.curator.store import (
     CONSOLE_INDEXES,
     CertificateRow,
@@ -80,7 +81,8 @@ def list_requests(s: Session, flt: RequestFilter, *, after: str | None = None, b
     """One page of requests, newest first. ``after``: rows older than that cursor; ``before``: newer rows."""
     conds: list[Any] = []
     if flt.status:
-        conds.append(DeletionRequest.status == flt.status)
+        conds.append(DeletionRequest.status.in_([flt.status, *(k for k, v in SHOWN_STATUS.items()
+                                                               if v == flt.status)]))
     if flt.requester:
         conds.append(DeletionRequest.requester == flt.requester)
     if flt.dataset:
@@ -110,7 +112,7 @@ def list_requests(s: Session, flt: RequestFilter, *, after: str | None = None, b
     names = dict(s.execute(select(Dataset.id, Dataset.name)).all())
     versions = _versions_of(s, [r.id for r in rows])
     out = [{"id": r.id, "request_id": r.client_request_id, "requester": r.requester,
-            "dataset": names.get(r.dataset_id), "status": r.status, "attempts": r.attempts,
+            "dataset": names.get(r.dataset_id), "status": shown_status(r.status), "attempts": r.attempts,
             "submitted_at": iso(r.submitted_at), "processed_at": iso(r.processed_at),
             "versions": versions.get(r.id, [])} for r in rows]
     if not rows:
@@ -144,7 +146,8 @@ def get_request(s: Session, request_id: str) -> dict[str, Any] | None:
         return None
     ds = s.get(Dataset, r.dataset_id)
     return {"id": r.id, "request_id": r.client_request_id, "requester": r.requester,
-            "dataset": ds.name if ds else None, "status": r.status, "attempts": r.attempts, "error": r.error,
+            "dataset": ds.name if ds else None, "status": shown_status(r.status), "attempts": r.attempts,
+            "error": r.error,
             "submitted_at": iso(r.submitted_at), "processed_at": iso(r.processed_at)}
 
 

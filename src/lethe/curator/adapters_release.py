@@ -1,0 +1,172 @@
+"""Curator adapter ``released-logistic``: published models are private releases (issue 26, part 3).
+
+Registered by importing this module (``lethe.curator`` does). Every version the service publishes of such a model
+is a release of :mod:`lethe.release`: the secret, unperturbed centre w̃ (the regularised minimiser on the current
+records, maintained by certified Newton removals with ``residual_cap``) plus FRESH Gaussian noise, calibrated so that
+the whole sequence of at most ``horizon`` releases is (ε, δ)-DP for every record — deleted, pending or kept —
+against an observer of every published release and every prediction (docs/release_privacy.md). Predictions are
+served from the release only (the public array ``w``); the centre is a secret array, never returned.
+
+Cadence: a release after every ``cadence`` batches of removals (removal steps; a batch of m deletions is one step,
+as in :meth:`lethe.release.ReleasedLogisticRegression.remove`). A batch that does not complete a cadence publishes a
+version whose public weights are the previous release's (no new noise is spent); its records are reflected in the
+next release. The accountant (releases used of the horizon, ε spent at δ) is kept in the artifact's metadata, so it
+is durable with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
+
+Horizon spent (documented alternative to a refusal that would leave the record in the data): the removal is still
+carried out on the secret centre, but no release is drawn — the version keeps serving the last release, the
+certificate says ``published: false, horizon_spent: true``, the summary shows ``horizon_spent`` to operators, and the
+whole-sequence guarantee (which covers every record, the deleted one included, at every release) is unchanged. To
+publish again, train a new model: a new stream, whose budget composes with the old one's for records in both.
+
+The math is the library's: :func:`lethe.certified.bounds.release_sensitivity`,
+:class:`lethe.privacy.release.ReleaseAccountant` and :class:`lethe.certified.mechanism.CertifiedRemoval`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from lethe.curator.adapters import MechanismAdapter, register_adapter
+from lethe.curator.artifacts import Artifact
+from lethe.curator.public import OBSERVER_RELEASES
+
+__all__ = ["ReleasedLogisticAdapter"]
+
+
+@register_adapter
+class ReleasedLogisticAdapter(MechanismAdapter):
+    """Binary logistic regression published only through releases (:class:`lethe.release.ReleasedLogisticRegression`).
+
+    Parameters (JSON): ``lam`` (λ), ``epsilon``, ``delta`` (of the whole sequence), ``horizon`` (T, releases the
+    budget covers, release 0 at training included), ``cadence`` (K: a release every K removal steps),
+    ``residual_cap`` (β_cap), ``n_floor`` ("auto" or a public lower bound on the rows), ``solver``, ``tol``,
+    ``max_iter``. Rows must have ‖x‖ ≤ 1 (register the dataset with ``--normalize rows``).
+    """
+
+    name = "released-logistic"
+    secret_arrays = ("centre",)
+    _DEFAULTS: ClassVar[dict[str, Any]] = {
+        "lam": 1e-2, "epsilon": 1.0, "delta": 1e-5, "horizon": 1000, "cadence": 1, "residual_cap": 0.01,
+        "n_floor": "auto", "solver": "auto", "tol": None, "max_iter": 2000,
+    }
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        from lethe.release import ReleasedLogisticRegression
+
+        full = cls._with_defaults(params, cls._DEFAULTS)
+        ReleasedLogisticRegression(**full)._check_params()
+        return full
+
+    # -- helpers ----------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _signs(y: np.ndarray, classes: list[Any]) -> np.ndarray:
+        y = np.asarray(y)
+        cls = np.asarray(classes, dtype=y.dtype if y.dtype.kind not in "iufb" else np.float64)
+        bad = ~np.isin(y, cls)
+        if np.any(bad):
+            raise ValueError("Labels must be one of the 2 classes seen at training. Found a new label.")
+        return np.where(y == cls[1], 1.0, -1.0)
+
+    def _mechanism(self, X: np.ndarray, solver: str | None = None) -> Any:
+        from lethe.certified.mechanism import CertifiedRemoval
+
+        p = self.params
+        mech = CertifiedRemoval(loss="logistic", lam=float(p["lam"]), residual_cap=float(p["residual_cap"]),
+                                tol=p["tol"], max_iter=int(p["max_iter"]), solver=p["solver"], bound="tight",
+                                calibration="analytic")
+        return mech.resolved(X, solver=solver) if solver is not None else mech.resolved(X)
+
+    @staticmethod
+    def _state_meta(st: Any) -> dict[str, Any]:
+        return {"n": int(st.n), "residual_bound": float(st.residual_bound), "x_norm_bound": float(st.x_norm_bound),
+                "removals_since_training": int(st.removals_since_training), "retrainings": int(st.retrainings),
+                "train_iterations": int(st.train_iterations)}
+
+    def _certificate(self, acc: Any, meta: dict[str, Any], *, published: bool, n_removed: int,
+                     operation: str) -> dict[str, Any]:
+        from lethe.release import _GUARANTEE
+
+        return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": _GUARANTEE,
+                "theorem": "docs/release_privacy.md", "noise": "gaussian", "epsilon": acc.epsilon,
+                "delta": acc.delta, "horizon": acc.horizon, "cadence": int(self.params["cadence"]),
+                "sigma": acc.sigma, "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases,
+                "published": published, "horizon_spent": bool(meta["horizon_spent"]),
+                "residual_bound": meta["state"]["residual_bound"], "n_removed": n_removed,
+                "n_remaining": meta["state"]["n"], "retrained": False}
+
+    # -- the adapter contract ---------------------------------------------------------------------------------------
+    def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
+        from lethe.release import ReleasedLogisticRegression
+
+        est = ReleasedLogisticRegression(**self.params, random_state=rng).fit(X, y)
+        rel = est.release_
+        acc = est._accountant
+        meta = {"mechanism": self.name, "classes": [c.item() if hasattr(c, "item") else c for c in est.classes_],
+                "accountant": acc.to_dict(), "pending": 0, "release_version": rel.version,
+                "n_floor": int(est.n_floor_), "solver": est._mech.solver, "horizon_spent": False,
+                "state": self._state_meta(est._state), "n": int(est._state.n)}
+        artifact = Artifact(arrays={"centre": np.array(est._state.w, dtype=np.float64),
+                                    "w": np.array(rel.coef, dtype=np.float64)}, meta=meta)
+        return artifact, self._certificate(acc, meta, published=True, n_removed=0, operation="train")
+
+    def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
+               rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
+        from lethe.certified.mechanism import ModelState, NewtonCache
+        from lethe.privacy.release import ReleaseAccountant
+
+        m = artifact.meta
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        Y = self._signs(y, m["classes"])
+        idx = np.asarray(indices, dtype=np.int64)
+        n = X.shape[0]
+        if idx.size == 0 or np.unique(idx).size != idx.size or idx.min() < 0 or idx.max() >= n:
+            raise ValueError(f"indices must be distinct rows of the {n} current records.")
+        if n != int(m["state"]["n"]):
+            raise ValueError(f"The model holds {m['state']['n']} records; the data given has {n}.")
+        if n - idx.size < int(m["n_floor"]):
+            raise ValueError(f"Removing {idx.size} rows would leave {n - idx.size}, fewer than n_floor = "
+                             f"{m['n_floor']}: the releases' sensitivity bound needs n_floor rows. Nothing was "
+                             "removed.")
+        centre = np.array(artifact.arrays["centre"], dtype=np.float64)
+        state = ModelState(w=centre, b=np.zeros_like(centre), **m["state"])
+        mech = self._mechanism(X, solver=m["solver"])
+        new_state, _ = mech.remove(state, X, Y, idx, cache=NewtonCache(), check_input=False)
+        acc = ReleaseAccountant.from_dict(m["accountant"])
+        pending = int(m["pending"]) + 1
+        due = pending >= int(self.params["cadence"])
+        w_pub = np.array(artifact.arrays["w"], dtype=np.float64)
+        published, horizon_spent, version = False, bool(m["horizon_spent"]), int(m["release_version"])
+        if due and acc.remaining > 0:
+            acc = acc.record()
+            w_pub = new_state.w + rng.normal(0.0, acc.sigma, size=new_state.w.shape[0])
+            published, pending, version = True, 0, version + 1
+        elif due:
+            horizon_spent = True  # no release: the version keeps serving the last one (module docstring)
+        meta = {**m, "accountant": acc.to_dict(), "pending": pending, "release_version": version,
+                "horizon_spent": horizon_spent, "state": self._state_meta(new_state), "n": int(new_state.n)}
+        out = Artifact(arrays={"centre": np.array(new_state.w, dtype=np.float64), "w": w_pub}, meta=meta)
+        return out, self._certificate(acc, meta, published=published, n_removed=int(idx.size), operation="remove")
+
+    def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
+        w = artifact.arrays["w"]  # the release only; never the centre
+        if X.ndim != 2 or X.shape[1] != w.shape[0]:
+            raise ValueError(f"features must have {w.shape[0]} columns. Found shape {X.shape}.")
+        classes = artifact.meta["classes"]
+        return np.where(X @ w > 0.0, classes[1], classes[0])
+
+    def summary(self, artifact: Artifact) -> dict[str, Any]:
+        from lethe.privacy.release import ReleaseAccountant
+
+        m = artifact.meta
+        acc = ReleaseAccountant.from_dict(m["accountant"])
+        return {"mechanism": self.name, "observer": OBSERVER_RELEASES, "epsilon": acc.epsilon, "delta": acc.delta,
+                "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases, "horizon": acc.horizon,
+                "releases_left": acc.remaining, "cadence": int(self.params["cadence"]),
+                "pending_removals": int(m["pending"]), "release_version": int(m["release_version"]),
+                "horizon_spent": bool(m["horizon_spent"]), "sigma": acc.sigma, "n": int(m["state"]["n"]),
+                "n_floor": int(m["n_floor"]), "residual_bound": float(m["state"]["residual_bound"]),
+                "retrainings": int(m["state"]["retrainings"])}
