@@ -461,8 +461,9 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     def healthz(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict[str, Any]:  # noqa: B008
         """Liveness (200 whenever the server answers) and health: ``status`` is ``degraded`` when a model's stored
         state fails verification, a dataset's files are missing or damaged, or the storage cannot be written (full
-        disk, read-only: ``storage`` is then ``"faulty"``; it clears once a write succeeds again). Anyone sees the
-        counts; an admin token adds ``detail`` (each fault and its repair, as ``lethe status`` shows them)."""
+        disk, read-only: ``storage`` is then ``"faulty"``; it clears once a write succeeds again). Healthy:
+        ``{"status": "ok"}``; degraded: ``{"status": "degraded", "faults": n, "storage": "ok" | "faulty"}``. Anyone
+        sees the counts; an admin token adds ``detail`` (each fault and its repair, as ``lethe status`` shows them)."""
         storage = curator.retention.storage.probe()
         out: dict[str, Any] = {"status": "ok", "faults": 0, "storage": "ok" if storage is None else "faulty"}
         try:
@@ -472,6 +473,8 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         out["faults"] = len(faults)
         if faults or storage is not None:
             out["status"] = "degraded"
+        else:
+            out = {"status": "ok"}  # the healthy answer as it always was
         if creds is not None and creds.scheme.lower() == "bearer":
             p = curator.cached_principal(creds.credentials) or curator.authenticate(creds.credentials)
             if p is not None and p.is_admin:

@@ -303,7 +303,8 @@ class ReadViews:
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
                 "faults": len(self.serving.verify_models()) + len(self.retention.verify_datasets()),
-                "storage_fault": self.retention.storage.probe() is not None, "purge_pending": self.retention.purge_pending()}
+                "storage_fault": self.retention.storage.probe() is not None,
+                "purge_pending": self.retention.purge_pending()}
 
     def safe_url(self) -> str:
         return self.store.write_engine.url.render_as_string(hide_password=True)

@@ -123,7 +123,8 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
                 storage.report_failure(exc)
             failures += 1
             if failures == 1 or failures & (failures - 1) == 0:  # the 1st, 2nd, 4th, 8th … failure in a row
-                log_failure(log, f"worker: processing failed ({failures} in a row); will retry", exc)
+                log_failure(log, "worker: processing failed; will retry" if failures == 1 else
+                            f"worker: processing failed again ({failures} in a row); will retry", exc)
             results = []
             if once:
                 raise
