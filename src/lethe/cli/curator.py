@@ -201,8 +201,9 @@ def _status(args: argparse.Namespace) -> int:
     status = _curator(args).status()
     _print(status)
     for f in status.get("faults", []):
-        print(f"lethe: fault: model {f['model']} version {f['version']}: {f['error']} "
-              f"(repair: {f['repair']})", file=sys.stderr)
+        what = (f"model {f['model']} version {f['version']}" if "model" in f else
+                f"dataset {f['dataset']}" if "dataset" in f else f"storage {f.get('storage', '')}")
+        print(f"lethe: fault: {what}: {f['error']} (repair: {f['repair']})", file=sys.stderr)
     return 0 if status.get("healthy", True) else 3
 
 

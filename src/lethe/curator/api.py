@@ -241,6 +241,31 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+class NoSniffMiddleware:
+    """Every response says ``X-Content-Type-Options: nosniff`` (a browser must not reinterpret a JSON answer, or
+    any other, as HTML or script). A pure ASGI middleware, outermost: refusals of the body limit get it too."""
+
+    HEADER = (b"x-content-type-options", b"nosniff")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == self.HEADER[0] for k, _v in headers):
+                    headers.append(self.HEADER)
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
 def _safe_errors(errors: Any) -> list[dict[str, Any]]:
     """Validation errors without the input: location (each part cut to 64 characters), message and type only."""
     out = []
@@ -384,10 +409,13 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
                   description="Deletion requests end to end: durable requests, certified removal, certificates, "
                               "purge. See docs/curator.md.")
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(NoSniffMiddleware)  # type: ignore[arg-type]  # added last: outermost
     bearer = HTTPBearer(auto_error=False, description="A token from `lethe token create`.")
 
     @app.exception_handler(CuratorError)
     async def _curator_error(request: Request, exc: CuratorError) -> JSONResponse:
+        if isinstance(exc, errors.StorageError):
+            curator.retention.storage.report_failure(exc)  # /healthz degraded until a write succeeds again
         return JSONResponse({"detail": str(exc)}, status_code=http_status(exc))
 
     @app.exception_handler(RequestValidationError)
@@ -403,6 +431,8 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
             return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
         message = storage_message(exc, curator.data_dir)
         log.error("storage failure: %s", message)  # the operator's view names the directory; the answer does not
+        if "is full" in message or "read-only" in message:
+            curator.retention.storage.report_failure(exc)  # /healthz degraded until a write succeeds again
         if "is full" in message:
             return JSONResponse({"detail": "The server's storage is full; nothing was changed. The operator has "
                                            "been notified."}, status_code=507)
@@ -446,14 +476,28 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     Admin = Annotated[Principal, Depends(admin)]
 
     @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, Any]:
-        """Liveness (200 when the server answers) and health: ``degraded`` when a model's stored state fails
-        verification (details, for operators only, in ``GET /v1/status`` and ``lethe status``)."""
+    def healthz(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> dict[str, Any]:  # noqa: B008
+        """Liveness (200 whenever the server answers) and health: ``status`` is ``degraded`` when a model's stored
+        state fails verification, a dataset's files are missing or damaged, or the storage cannot be written (full
+        disk, read-only: ``storage`` is then ``"faulty"``; it clears once a write succeeds again). Healthy:
+        ``{"status": "ok"}``; degraded: ``{"status": "degraded", "faults": n, "storage": "ok" | "faulty"}``. Anyone
+        sees the counts; an admin token adds ``detail`` (each fault and its repair, as ``lethe status`` shows them)."""
+        storage = curator.retention.storage.probe()
+        out: dict[str, Any] = {"status": "ok", "faults": 0, "storage": "ok" if storage is None else "faulty"}
         try:
-            n = len(curator.verify_models())
+            faults = curator.verify_models() + curator.retention.verify_datasets()
         except Exception:  # the database itself is unavailable: still alive, not healthy
-            return {"status": "degraded", "faults": None}
-        return {"status": "ok"} if n == 0 else {"status": "degraded", "faults": n}
+            return {**out, "status": "degraded", "faults": None}
+        out["faults"] = len(faults)
+        if faults or storage is not None:
+            out["status"] = "degraded"
+        else:
+            out = {"status": "ok"}  # the healthy answer as it always was
+        if creds is not None and creds.scheme.lower() == "bearer":
+            p = curator.cached_principal(creds.credentials) or curator.authenticate(creds.credentials)
+            if p is not None and p.is_admin:
+                out["detail"] = {"faults": json_safe(faults), "storage": json_safe(storage)}
+        return out
 
     @app.post("/v1/deletions", response_model=RequestOut, status_code=202, responses={200: {"model": RequestOut},
               **ERRORS}, tags=["deletions"])
@@ -575,6 +619,8 @@ def render_metrics(m: dict[str, Any]) -> str:
             yield used
             yield GaugeMetricFamily("lethe_artifact_faults", "Models whose published artifact fails verification",
                                     value=m["faults"])
+            yield GaugeMetricFamily("lethe_storage_fault", "1 if the data directory cannot be written (full disk, "
+                                    "read-only)", value=1.0 if m.get("storage_fault") else 0.0)
             yield GaugeMetricFamily("lethe_purge_pending", "1 if deleted records await a purge",
                                     value=1.0 if m["purge_pending"] else 0.0)
 

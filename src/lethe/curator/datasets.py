@@ -28,6 +28,9 @@ from lethe.curator.validation import check_name
 
 log = logging.getLogger("lethe.curator")
 
+#: how long a registration waits for the processing lock (a batch in progress) before it gives up (BusyError)
+REGISTER_LOCK_TIMEOUT = 600.0
+
 
 @dataclass(eq=False)
 class DatasetCatalog:
@@ -95,7 +98,15 @@ class DatasetCatalog:
         elif y_stored.dtype.kind != "f":
             values, codes = np.unique(y_stored, return_inverse=True)
             classes, y_stored = [str(v) for v in values], codes.astype(np.float64)
-        fpath, lpath = self.matrices.write(X, y_stored, store=store)
+        # the files are written and the registration committed under the processing lock: recovery (which destroys
+        # data-plane files no dataset refers to) runs under it too, so it never sees the files of a registration in
+        # flight; a crash in between leaves files nobody refers to, which the next recovery destroys
+        release = self.lock.acquire(REGISTER_LOCK_TIMEOUT)
+        try:
+            fpath, lpath = self.matrices.write(X, y_stored, store=store)
+        except BaseException:
+            release()
+            raise
         try:
             with self.store.write() as s, s.begin():
                 if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
@@ -119,6 +130,8 @@ class DatasetCatalog:
             for rel in (fpath, lpath):
                 destroy_file(self.matrices.resolve(rel))
             raise
+        finally:
+            release()
         log.info("registered dataset %s (id %d): %d records, %d features", name, ds_id, n, d)
         return self.info(name)
 

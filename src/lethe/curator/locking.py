@@ -7,7 +7,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from lethe.curator.errors import BusyError
@@ -43,6 +43,21 @@ class ProcessingLock:
                     self._fd = None
         finally:
             self._thread_lock.release()
+
+    def acquire(self, timeout: float | None = 60.0) -> Callable[[], None]:
+        """Take the lock as :meth:`hold` does, without a ``with`` block; return the function that releases it
+        (call it exactly once, in a ``finally``)."""
+        cm = self.hold(timeout)
+        cm.__enter__()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                cm.__exit__(None, None, None)
+
+        return release
 
     def _acquire_file(self, deadline: float | None, timeout: float | None) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)

@@ -53,6 +53,32 @@ class ScrubbingFormatter(logging.Formatter):
         return f"Traceback (most recent call last):\n{frames}{name} (message withheld: it may name rows)"
 
 
+class DroppingFileHandler(logging.FileHandler):
+    """A log file that survives a full disk: a record that cannot be written (``ENOSPC``, a read-only file system,
+    any error of the stream) is dropped and counted — no traceback on stderr for each one, as
+    :meth:`logging.Handler.handleError` prints — and the first record written again says how many were dropped."""
+
+    def __init__(self, filename: str | Path, mode: str = "a", encoding: str | None = None,
+                 delay: bool = False) -> None:
+        super().__init__(filename, mode=mode, encoding=encoding, delay=delay)
+        self.dropped = 0  # records dropped since the last one written
+        self.dropped_total = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.dropped:  # say first how many records are missing before this one (the note is not counted)
+            missing, self.dropped = self.dropped, 0
+            super().emit(logging.LogRecord(record.name, logging.WARNING, __file__, 0,
+                                           "logging: %d record(s) dropped (the log file could not be written)",
+                                           (missing,), None))
+            if self.dropped:  # still failing: the note was dropped too
+                self.dropped, self.dropped_total = missing, self.dropped_total - 1
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's API
+        self.dropped += 1
+        self.dropped_total += 1
+
+
 def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None]:
     """Log ``lethe.*`` INFO and above to ``<data_dir>/logs/<name>.log`` (mode 0600). Returns a remover.
 
@@ -62,7 +88,7 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.close(fd)
-    handler = logging.FileHandler(path)
+    handler = DroppingFileHandler(path)
     handler.setFormatter(ScrubbingFormatter("%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"))
     logger = logging.getLogger("lethe")
     logger.addHandler(handler)
@@ -80,4 +106,4 @@ def configure_file_logging(data_dir: str | Path, name: str) -> Callable[[], None
 
 
 
-__all__ = ["NoBar", "ScrubbingFormatter", "configure_file_logging", "progress_bar"]
+__all__ = ["DroppingFileHandler", "NoBar", "ScrubbingFormatter", "configure_file_logging", "progress_bar"]

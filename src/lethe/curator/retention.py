@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from lethe.curator.artifacts import ArtifactStore, destroy_file
 from lethe.curator.dataplane import DataPlane, MatrixStore
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.serving import Serving
-from lethe.curator.settings import KEYS_HASHED
+from lethe.curator.settings import DROPPED_PREFIX, KEYS_HASHED
+from lethe.curator.storage import StorageHealth
 from lethe.curator.store import Dataset, LedgerEvent, ModelVersion, Record, Store, add_event, utcnow
 
 log = logging.getLogger("lethe.curator")
@@ -34,8 +35,13 @@ class Retention:
     ----------
     store, artifacts, matrices : the store, the artifact files and the data plane's files.
     data_dir : the data directory.
-    lock : the processing lock (:meth:`recover` takes it).
+    lock : the processing lock (:meth:`recover` takes it; so does a registration while it writes its files and
+        commits, so recovery never sees the files of a registration in flight).
     serving : its cache of public arrays forgets destroyed versions.
+
+    Attributes
+    ----------
+    storage : :class:`lethe.curator.storage.StorageHealth` of the data directory (faults operators see).
     """
 
     store: Store
@@ -44,6 +50,39 @@ class Retention:
     data_dir: Path
     lock: ProcessingLock
     serving: Serving
+    storage: StorageHealth = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.storage = StorageHealth(self.data_dir)
+
+    def verify_datasets(self) -> list[dict[str, Any]]:
+        """Check that every live dataset's data-plane files exist and have the size its rows need (N × d and N
+        float64); return the faults for operators: ``[{dataset, error, repair}]`` (empty when all is well)."""
+        with self.store.read() as s:
+            rows = s.execute(select(Dataset.name, DataPlane.features_path, DataPlane.labels_path, DataPlane.n_rows,
+                                    DataPlane.n_features).join(DataPlane, DataPlane.dataset_id == Dataset.id)
+                             .where(Dataset.name.not_like(f"{DROPPED_PREFIX}%")).order_by(Dataset.id)).all()
+        faults = []
+        for name, fpath, lpath, n, d in rows:
+            problems = []
+            for relpath, width in ((fpath, int(d)), (lpath, 1)):
+                try:
+                    path = self.matrices.resolve(relpath)
+                    if str(relpath).endswith(".zarr"):
+                        if not path.is_dir():
+                            problems.append(f"{relpath} is missing")
+                        continue
+                    size = path.stat().st_size
+                except (OSError, ValueError) as exc:
+                    problems.append(f"{relpath} cannot be read ({type(exc).__name__})")
+                    continue
+                if size != 8 * int(n) * width:
+                    problems.append(f"{relpath} has {size} bytes; {int(n)} rows need {8 * int(n) * width}")
+            if problems:
+                faults.append({"dataset": name, "error": "; ".join(problems),
+                               "repair": f"drop its models and the dataset (lethe dataset drop {name} --yes), then "
+                                         "register it again from its source"})
+        return faults
 
     def destroy_superseded(self, *, record: bool = True) -> list[tuple[int, int, str]]:
         """Destroy the artifacts of superseded versions; with ``record``, mark them destroyed (one transaction).

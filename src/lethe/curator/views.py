@@ -269,7 +269,10 @@ class ReadViews:
                                     .group_by(db.DeletionRequest.status)).all())
             oldest = s.scalar(select(func.min(db.DeletionRequest.submitted_at))
                               .where(db.DeletionRequest.status == "pending"))
-        faults = self.serving.verify_models()
+        faults = self.serving.verify_models() + self.retention.verify_datasets()
+        storage = self.retention.storage.probe()  # a write under the data directory, now (see lethe.curator.storage)
+        if storage is not None:
+            faults.append({"storage": str(self.data_dir), "error": storage["error"], "repair": storage["repair"]})
         worker = read_state(self.data_dir)  # a worker process's own report (lethe.curator.wakeup)
         warm = self.warm_count() or (int(worker.get("warm_models", 0)) if worker is not None else 0)
         return {"data_dir": str(self.data_dir), "database": self.safe_url(), "healthy": not faults,
@@ -306,7 +309,9 @@ class ReadViews:
             counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
-                "faults": len(self.serving.verify_models()), "purge_pending": self.retention.purge_pending()}
+                "faults": len(self.serving.verify_models()) + len(self.retention.verify_datasets()),
+                "storage_fault": self.retention.storage.probe() is not None,
+                "purge_pending": self.retention.purge_pending()}
 
     def safe_url(self) -> str:
         return self.store.write_engine.url.render_as_string(hide_password=True)

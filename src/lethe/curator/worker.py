@@ -31,17 +31,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lethe.curator.adapters import get_adapter
-from lethe.curator.errors import BusyError
+from lethe.curator.errors import BusyError, StorageError
 from lethe.curator.public import log_failure
 from lethe.curator.service import Curator
+from lethe.curator.storage import is_storage_error
 
 log = logging.getLogger("lethe.curator.worker")
+
+#: the first wait after a failed attempt (seconds); it doubles with each failure in a row, up to MAX_BACKOFF
+FIRST_BACKOFF = 1.0
+MAX_BACKOFF = 60.0
+
+
+def backoff_delay(failures: int, first: float = FIRST_BACKOFF, cap: float = MAX_BACKOFF) -> float:
+    """The wait after ``failures`` failed attempts in a row: ``first · 2^(failures − 1)``, at most ``cap``
+    (0 when nothing failed)."""
+    if failures <= 0:
+        return 0.0
+    return float(min(cap, first * 2.0 ** min(failures - 1, 62)))
 
 
 def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, stop: threading.Event | None = None,
                on_ready: Callable[[], None] | None = None, progress: bool = False,
                wait: Callable[[float], object] | None = None, parent_pid: int | None = None,
-               on_state: Callable[[], None] | None = None) -> int:
+               on_state: Callable[[], None] | None = None,
+               backoff: Callable[[float], object] | None = None) -> int:
     """Process deletion requests; return the number of batches processed.
 
     Parameters
@@ -57,6 +71,16 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
         started this worker died).
     on_state : called after recovery and whenever the set of warm models changed (a worker process writes its
         state file).
+    backoff : ``backoff(seconds)`` waits after a failed attempt, not woken by new requests (default: ``stop.wait``).
+        The wait doubles with each failure in a row (:func:`backoff_delay`: 1 s, 2 s, 4 s … up to 60 s) and is back
+        to nothing after a success.
+
+    Notes
+    -----
+    Before each attempt the worker checks that the data directory can be written
+    (:meth:`lethe.curator.storage.StorageHealth.probe`). While it cannot (a full disk), no batch is attempted — so
+    no batch computes a removal it cannot publish and drops its warm solver state for it, to rebuild it at the
+    next attempt — and the worker waits with the backoff; ``/healthz`` and ``lethe status`` report the fault.
     """
     stop = stop or threading.Event()
     curator.recover()
@@ -79,18 +103,34 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
         curator.work_available.clear()
 
     sleep = wait or wait_event
+    pause = backoff or stop.wait
+    storage = curator.retention.storage
     batches = 0
+    failures = 0
     while True:
+        failed = False
         try:
+            fault = storage.probe()
+            if fault is not None:
+                raise StorageError(fault["error"])
             results = curator.process_pending(force=drain, progress=progress)
             batches += len(results)
         except BusyError:
             results = []
-        except Exception as exc:  # keep serving: the batch's transaction rolled back; it is retried on the next poll
-            log_failure(log, "worker: processing failed; will retry", exc)
+        except Exception as exc:  # keep serving: the batch's transaction rolled back; it is retried after a backoff
+            failed = True
+            if is_storage_error(exc) or isinstance(exc, StorageError):
+                storage.report_failure(exc)
+            failures += 1
+            if failures == 1 or failures & (failures - 1) == 0:  # the 1st, 2nd, 4th, 8th … failure in a row
+                log_failure(log, "worker: processing failed; will retry" if failures == 1 else
+                            f"worker: processing failed again ({failures} in a row); will retry", exc)
             results = []
             if once:
                 raise
+        if not failed and failures:
+            log.info("worker: processing works again after %d failed attempt(s)", failures)
+            failures = 0
         if on_state is not None and curator.warm_state() != warm_seen:
             warm_seen = curator.warm_state()
             on_state()
@@ -99,6 +139,11 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
         if parent_pid is not None and os.getppid() != parent_pid:
             log.warning("worker: the server that started it is gone; stopping")
             return batches
+        if failed:
+            pause(backoff_delay(failures))  # not shortened by new requests: they would only fail the same way
+            if stop.is_set():
+                return batches
+            continue
         if results:
             continue  # more may be due at once: requests that arrived during this batch form the next one
         sleep(curator.settings.poll_interval)  # until a request is committed, or the poll interval has passed
@@ -233,4 +278,4 @@ class WorkerProcess:
         self.thread.join(self.stop_timeout)
 
 
-__all__ = ["BackgroundWorker", "WorkerProcess", "run_worker"]
+__all__ = ["BackgroundWorker", "WorkerProcess", "backoff_delay", "run_worker"]

@@ -94,6 +94,15 @@ def check(curator: Curator) -> Health:
                 "Every deletion for this model's dataset will fail until the model is repaired; "
                 "no certificate can be issued from a corrupt file.",
                 "Retrain the model from the current data (see docs/curator.md, operating guide)."))
+    for f in curator.retention.verify_datasets():
+        h.faults.append(Fault(f"Dataset “{f['dataset']}”: its files are missing or damaged ({f['error']})",
+                              "Training and every deletion for this dataset will fail; its records cannot be read.",
+                              f"Repair: {f['repair']}."))
+    storage = curator.retention.storage.probe()
+    if storage is not None:
+        h.faults.append(Fault("The data directory cannot be written", storage["error"],
+                              "Free space (or restore write access); submissions are refused (507) and no batch is "
+                              "processed until a write succeeds again."))
     due = max(STALL_SECONDS, 10 * settings.max_delay + 10 * settings.poll_interval)
     if waited is not None and waited > due:
         h.faults.append(Fault(
