@@ -33,7 +33,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import lethe, start_server, stop  # noqa: E402
@@ -136,10 +135,11 @@ def main() -> None:
           f"{100 * (le_after - sk_after):11.2f}")
     print(f"held-out accuracy reported by `lethe train --heldout`: {trained['heldout']['accuracy']:.4f} "
           f"(the same model's, from the encoded held-out dataset)")
+    ratio = budget.get("residual_bound", 0) / budget["budget"]
     print(f"versions: {v_before} -> {v_after}; records {budget.get('n_records')}; retrainings "
-          f"{budget.get('retrainings')}; residual bound / budget {budget.get('residual_bound', 0) / budget['budget']:.3f}")
-    print(f"ingest (lethe dataset add --schema) {ingest:.1f} s; train {train_s:.1f} s (scikit-learn fit {sk_fit:.1f} s); "
-          f"{args.requests} submissions {submitted:.1f} s; all published after {done:.1f} s")
+          f"{budget.get('retrainings')}; residual bound / budget {ratio:.3f}")
+    print(f"ingest (lethe dataset add --schema) {ingest:.1f} s; train {train_s:.1f} s (scikit-learn fit "
+          f"{sk_fit:.1f} s); {args.requests} submissions {submitted:.1f} s; all published after {done:.1f} s")
 
 
 if __name__ == "__main__":
