@@ -301,3 +301,37 @@ def test_scan_catches_a_vocabulary_learned_from_rows(tab: Any) -> None:
     c.train("learned", "lm", params=PARAMS, random_state=0)
     blob = json.dumps(c.public_model("lm"))
     assert [t for t in _scan_targets() if t in blob] == [SECRET_CATEGORY]
+
+
+def test_cli_schema_heldout_and_any_param(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As a user would: `lethe dataset add --schema`, `lethe train --heldout --param fit_intercept=...`."""
+    import lethe.cli as cli
+
+    schema_path = tmp_path / "schema.yaml"
+    load_schema(dict(SCHEMA, key=None)).save(schema_path)
+    write_table(tmp_path / "train.csv", 200, seed=0)
+    write_table(tmp_path / "test.csv", 100, seed=1, prefix="test", rare=False)
+    dd = ["--data-dir", str(tmp_path / "data")]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        rc = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, err = run("dataset", "add", "shop", str(tmp_path / "train.csv"), "--schema", str(schema_path),
+                       "--key", "customer", *dd)
+    assert rc == 0, err
+    assert json.loads(out)["feature_names"] == load_schema(SCHEMA).feature_names()
+    rc, _, err = run("dataset", "add", "shop-test", str(tmp_path / "test.csv"), "--schema", str(schema_path), *dd)
+    assert rc == 1 and "needs a key column" in err  # the schema's key is null and no --key
+    assert run("dataset", "add", "shop-test", str(tmp_path / "test.csv"), "--schema", str(schema_path),
+               "--key", "customer", *dd)[0] == 0
+    rc, out, err = run("train", "shop", "m", "--lam", "1e-3", "--sigma", "1", "--param", "fit_intercept=false",
+                       "--heldout", "shop-test", "--seed", "0", *dd)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["params"]["fit_intercept"] is False and 0.6 < res["heldout"]["accuracy"] <= 1.0
+    rc, _, err = run("train", "shop", "m2", "--param", "fit_intercept=1", *dd)
+    assert rc == 1 and "fit_intercept must be a bool" in err
+    rc, _, err = run("dataset", "add", "x", str(tmp_path / "train.csv"), *dd)
+    assert rc == 1 and "key and label" in err
