@@ -246,7 +246,7 @@ def test_nothing_published_names_a_value_learned_from_rows(tab: Any) -> None:
     the undeclared category), then scan everything the service publishes: API answers, model export, feature
     names, certificates, console pages, metrics. The schema's own categories and bounds are public; nothing else."""
     c, _tmp, _train, _test = tab
-    c.train("shop", "m", params=PARAMS, random_state=0, heldout="shop-test")
+    acc1 = c.train("shop", "m", params=PARAMS, random_state=0, heldout="shop-test")["heldout"]["accuracy"]
     admin = c.create_token("ops", "admin")
     alice = c.create_token("alice", "requester")
     deleted = [RARE_KEY, "cust-00003", "cust-00005", "cust-00006"]
@@ -277,6 +277,11 @@ def test_nothing_published_names_a_value_learned_from_rows(tab: Any) -> None:
             r = cl.get(path)
             assert r.status_code == 200, path
             published.append(r.text)
+        with c.store.read() as s:
+            accs = Q.holdout_accuracies(s, c.serving.find_model(s, "m").id)
+        assert accs[1] == acc1 and set(accs) == {1, 2}  # every version's held-out accuracy, shown by the console
+        models_page = cl.get("/console/models").text
+        assert all(f"{100 * a:.1f} %" in models_page for a in accs.values())
         for rid in rids:
             published.append(cl.get(f"/console/requests/{rid}").text)
             published.append(cl.get(f"/console/requests/{rid}/certificate.html").text)
