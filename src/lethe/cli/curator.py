@@ -105,7 +105,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
     _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
                               normalize=args.normalize, progress=_progress() or args.progress,
                               header=not args.no_header, categorical=categorical, file_format=args.format,
-                              store=args.store))
+                              store=args.store, schema=args.schema))
     return 0
 
 
@@ -147,7 +147,7 @@ def _train(args: argparse.Namespace) -> int:
             params[name] = getattr(args, name)
     c = _curator(args)
     _print(c.train(args.dataset, args.model, mechanism=args.mechanism, params=params, random_state=args.seed,
-                   progress=_progress() or args.progress))
+                   progress=_progress() or args.progress, heldout=args.heldout))
     return 0
 
 
@@ -342,14 +342,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = dsub.add_parser("add", parents=[common], help="register a dataset from CSV, Parquet or .npz")
     p.add_argument("name")
     p.add_argument("file", help="a CSV, Parquet or .npz file (any name with --format)")
-    p.add_argument("--key", required=True, help="column (or array) of stable record keys, e.g. a user id")
-    p.add_argument("--label", required=True, help="label column (or array)")
+    p.add_argument("--schema", help="a declared schema (YAML or JSON, docs/tabular.md): the columns, their public "
+                   "categories and bounds, the label and key; rows are encoded by it, nothing is learned from them "
+                   "(recommended for tables)")
+    p.add_argument("--key", help="column (or array) of stable record keys, e.g. a user id (required without "
+                   "--schema; with one, only when the schema's key is null)")
+    p.add_argument("--label", help="label column (or array) (required without --schema)")
     p.add_argument("--features", help="comma-separated feature columns (default: all others; .npz: 'X')")
     p.add_argument("--normalize", choices=("none", "rows"), default="none",
                    help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")
     p.add_argument("--no-header", action="store_true",
                    help="CSV: the first line is data; name columns by position (--key 0 --label 5)")
-    p.add_argument("--categorical", help="comma-separated feature columns to one-hot encode (col=value columns)")
+    p.add_argument("--categorical", help="comma-separated feature columns to one-hot encode (col=value columns, "
+                   "categories learned from the rows: the feature names then say which values were in the data; "
+                   "prefer --schema)")
     p.add_argument("--format", choices=("csv", "parquet", "npz"), help="file format (default: from the suffix)")
     p.add_argument("--store", choices=("files", "zarr"), default="files",
                    help="keep the features in fixed-width files (default) or in a Zarr store computed on a Dask "
@@ -374,7 +380,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--delta", type=float)
     p.add_argument("--noise", choices=("gaussian", "laplace", "none"))
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="any mechanism parameter (value parsed as JSON); repeatable")
+                   help="any mechanism parameter (value parsed as JSON), e.g. fit_intercept=true; repeatable")
+    p.add_argument("--heldout", metavar="DATASET", help="a registered held-out dataset with the same features "
+                   "(register the test file with the same --schema): report the model's accuracy on it; the console "
+                   "plots it for every version")
     p.add_argument("--seed", type=int, help="seed of the secret perturbation: for tests only (a known seed reveals "
                    "it)")
     p.add_argument("--progress", action="store_true")

@@ -142,23 +142,28 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     and retraining (Alg. 2), one-vs-all with a joint budget for more than two classes.
 
     Parameters (JSON): ``loss`` ("logistic", default, or "squared") and every option of the estimator of that loss
-    except ``random_state`` (the service draws fresh entropy), ``normalize_rows`` (see ``lethe dataset add
-    --normalize``) and ``negative_subsample`` (not supported: the subsample would have to be stored per row):
-    ``lam``, ``sigma``, ``epsilon``, ``delta``, ``noise``, ``tol``, ``max_iter``, ``solver``, ``bound``,
-    ``calibration``, ``refresh`` — with the estimator's defaults (``bound="tight"``, ``calibration="analytic"``,
-    ``solver="auto"``: ``anchor`` where a d × d matrix may be kept, else ``pcg``; the version's artifact records the
-    concrete one). Labels may be numbers or strings; with more than two values the model
-    is one-vs-all.
+    except ``random_state`` (the service draws fresh entropy for every operation) and ``negative_subsample`` (not
+    supported: the subsample of each binary model would have to be kept per record): ``lam``, ``sigma``,
+    ``epsilon``, ``delta``, ``noise``, ``tol``, ``max_iter``, ``solver``, ``bound``, ``calibration``, ``refresh``,
+    ``fit_intercept`` and (logistic) ``normalize_rows`` — with the estimator's defaults (``bound="tight"``,
+    ``calibration="analytic"``, ``solver="auto"``: ``anchor`` where a d × d matrix may be kept, else ``pcg``; the
+    version's artifact records the concrete one), except that a model of a dataset registered with a schema gets
+    ``fit_intercept=True`` unless told otherwise (:data:`TABULAR_DEFAULTS`). Labels may be numbers or strings; with
+    more than two values the model is one-vs-all.
 
-    Artifact arrays: ``w`` (public; shape (d,), or (K, d) one-vs-all) and ``b`` (SECRET: the perturbations). Metadata:
-    the classes and, per binary model, n, β, the ‖X‖₂ bound and the counters of :class:`ModelState`.
+    ``fit_intercept`` and ``normalize_rows`` are applied as the estimator applies them (rows normalised, then the
+    logistic loss trains on [xᵢ/√2, 1/√2], the squared loss on [xᵢ, 1]): at training by the estimator itself, at
+    :meth:`restore` and :meth:`predict` by :meth:`model_rows`, the same map.
+
+    Artifact arrays: ``w`` (public; shape (d,), or (K, d) one-vs-all; d + 1 with an intercept, the last entry the
+    intercept's weight on the constant feature) and ``b`` (SECRET: the perturbations). Metadata: the classes and,
+    per binary model, n, β, the ‖X‖₂ bound and the counters of :class:`ModelState`.
     """
 
     name = "certified-removal"
     secret_arrays = ("b",)
     supports_warm = True
-    # fit_intercept: the artifact format stores w over the record's own d features (no intercept column)
-    _UNSUPPORTED = ("random_state", "normalize_rows", "negative_subsample", "fit_intercept")
+    _UNSUPPORTED = ("random_state", "negative_subsample")
 
     @staticmethod
     def _estimator_class(loss: str) -> type:
@@ -190,9 +195,15 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         cls._mechanism_of(full)  # validates every value (errors say name, rule and value)
         return full
 
-    @staticmethod
-    def _mechanism_of(params: dict[str, Any]) -> CertifiedRemoval:
-        return CertifiedRemoval(**params)
+    #: Options of the estimator that shape the rows, not the mechanism (validated here, applied by the estimator).
+    _ROW_OPTIONS = ("fit_intercept", "normalize_rows")
+
+    @classmethod
+    def _mechanism_of(cls, params: dict[str, Any]) -> CertifiedRemoval:
+        for name in cls._ROW_OPTIONS:
+            if name in params and not isinstance(params[name], bool):
+                raise TypeError(f"{name} must be a bool (true or false). Found {params[name]!r}.")
+        return CertifiedRemoval(**{k: v for k, v in params.items() if k not in cls._ROW_OPTIONS})
 
     @property
     def mechanism(self) -> CertifiedRemoval:
@@ -201,6 +212,20 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         if mech is None:
             mech = self.__dict__["_mech"] = self._mechanism_of(self.params)
         return mech
+
+    def model_rows(self, X: np.ndarray) -> np.ndarray:
+        """The rows the weights apply to, as the estimator's ``_validate_X`` forms them: ``normalize_rows`` (logistic)
+        then the intercept column. ``X`` itself when neither is set (not copied)."""
+        from lethe.estimators import _INTERCEPT_SCALE
+        from lethe.preprocessing import normalize_rows
+
+        logistic = self.params["loss"] == "logistic"
+        if logistic and self.params.get("normalize_rows", False):
+            X = normalize_rows(np.asarray(X, dtype=np.float64))
+        if self.params.get("fit_intercept", False):
+            scale = _INTERCEPT_SCALE if logistic else 1.0
+            X = np.column_stack([np.asarray(X, dtype=np.float64) * scale, np.full(X.shape[0], scale)])
+        return X
 
     def _estimator(self, random_state: Any) -> Any:
         options = {k: v for k, v in self.params.items() if k != "loss"}
@@ -287,6 +312,8 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         if int(np.count_nonzero(active)) != states[0].n:
             raise ValueError(f"The version is for {states[0].n} records; the data has {int(np.count_nonzero(active))}.")
         est = self._estimator(None)
+        n_features = int(X.shape[1])
+        X = self.model_rows(X)  # with an intercept or normalize_rows: a private copy (removal zeroes its rows)
         K = len(states)
         Y = np.zeros((K, n_full))
         if self.params["loss"] == "logistic":
@@ -307,7 +334,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         est.states_ = states
         est.trained_params_ = est._current_params()  # the version's parameters (remove() checks them)
         est.n_removed_ = int(artifact.meta.get("n_removed", 0))
-        est.n_features_in_ = int(X.shape[1])
+        est.n_features_in_ = n_features
         # the concrete solver the version was computed with (solver="auto" resolves at training; versions written
         # before it existed name their solver in the parameters)
         est.mechanism_ = est._mechanism().resolved(X, solver=_saved_solver(artifact.meta.get("solver"), est.solver))
@@ -341,9 +368,10 @@ class CertifiedRemovalAdapter(MechanismAdapter):
 
     def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
         W = np.atleast_2d(artifact.arrays["w"])
-        if X.ndim != 2 or X.shape[1] != W.shape[1]:
-            raise ValueError(f"features must have {W.shape[1]} columns. Found shape {X.shape}.")
-        scores = X @ W.T
+        d = W.shape[1] - int(bool(self.params.get("fit_intercept", False)))
+        if X.ndim != 2 or X.shape[1] != d:
+            raise ValueError(f"features must have {d} columns. Found shape {X.shape}.")
+        scores = self.model_rows(X) @ W.T
         classes = artifact.meta.get("classes")
         if classes is None:
             return scores[:, 0]
@@ -523,5 +551,12 @@ class NoisyGDAdapter(MechanismAdapter):
                 "target_epsilon_dp": self.params["epsilon_dp"], "target_epsilon_dd": self.params["epsilon_dd"]}
 
 
-__all__ = ["CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel", "available_mechanisms",
-           "get_adapter", "register_adapter"]
+#: Defaults of a model trained on a dataset registered with a schema (``lethe dataset add --schema``), where the
+#: parameters do not say otherwise: an intercept (a table's classes are rarely balanced around the origin of the
+#: encoded rows). λ keeps the estimator's default; choose it with ``lethe.plan_lambda`` on public data (Adult:
+#: λ = 3·10⁻⁵, see docs/tabular.md).
+TABULAR_DEFAULTS: dict[str, dict[str, Any]] = {"certified-removal": {"fit_intercept": True}}
+
+
+__all__ = ["TABULAR_DEFAULTS", "CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel",
+           "available_mechanisms", "get_adapter", "register_adapter"]

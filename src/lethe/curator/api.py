@@ -134,10 +134,13 @@ class CertificateOut(BaseModel):
 
 
 class PredictIn(BaseModel):
-    """Rows to predict, each with the dataset's number of features."""
+    """Rows to predict: ``features`` (each with the dataset's number of features) or, for a dataset registered with
+    a schema, ``records`` (JSON objects with the schema's columns, encoded by it); exactly one of them."""
 
     model_config = ConfigDict(extra="forbid")
-    features: list[list[FiniteFloat]] = Field(min_length=1, max_length=10_000)
+    features: list[list[FiniteFloat]] | None = Field(default=None, min_length=1, max_length=10_000)
+    records: list[dict[str, str | float | bool | None]] | None = Field(default=None, min_length=1,
+                                                                       max_length=10_000)
 
 
 class PredictOut(BaseModel):
@@ -537,7 +540,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
     def predict(model: Name, body: PredictIn, p: Reader) -> Any:
         """Predictions of the model's published version."""
-        return json_safe(curator.predict(model, body.features))
+        return json_safe(curator.predict(model, body.features, records=body.records))
 
     @app.get("/v1/models/{model}/budget", response_model=BudgetOut, responses=ERRORS, tags=["models"])
     def budget(model: Name, p: Admin) -> Any:

@@ -189,7 +189,9 @@ def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None
             from lethe.certified.mechanism import CertifiedRemoval
 
             try:
-                mech_obj = CertifiedRemoval(**b["params"])
+                # fit_intercept / normalize_rows shape the rows, not the mechanism (lethe.curator.adapters)
+                mech_obj = CertifiedRemoval(**{k: v for k, v in b["params"].items()
+                                               if k not in ("fit_intercept", "normalize_rows")})
             except (TypeError, ValueError) as exc:
                 raise ArtifactError(f"the bound parameters are invalid: {exc}") from None
             if mech_obj.noise == "laplace":

@@ -7,7 +7,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import func, select
@@ -23,8 +23,11 @@ from lethe.curator.publisher import VersionPublisher
 from lethe.curator.retention import Retention
 from lethe.curator.settings import DROPPED_PREFIX, KEYS_HASHED, NORMALIZE
 from lethe.curator.store import Dataset, DeletionRequest, Model, Record, Store, add_event, iso, utcnow
-from lethe.curator.tables import normalize_rows, read_table
+from lethe.curator.tables import encode_with_schema, normalize_rows, read_schema_frame, read_table
 from lethe.curator.validation import check_name
+
+if TYPE_CHECKING:
+    from lethe.schema import Schema
 
 log = logging.getLogger("lethe.curator")
 
@@ -68,9 +71,14 @@ class DatasetCatalog:
     def register(self, name: str, path: str | Path, *, key: str, label: str,
                          features: list[str] | None = None, normalize: str = "none",
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
-                         file_format: str | None = None, store: str = "files") -> dict[str, Any]:
+                         file_format: str | None = None, store: str = "files",
+                         declared: Schema | None = None) -> dict[str, Any]:
         """Ingest a table (see :meth:`lethe.curator.service.Curator.register_dataset`): its values to the data plane,
-        its keys' digests to the records table, in one transaction; nothing of it is left if that fails."""
+        its keys' digests to the records table, in one transaction; nothing of it is left if that fails.
+
+        With ``declared`` (a validated :class:`lethe.schema.Schema` whose key and label are set): the rows are encoded
+        by :func:`lethe.curator.tables.encode_with_schema` and the schema is kept with the dataset (it is public:
+        held-out sets and raw records to predict are encoded by it)."""
         check_name("dataset name", name)
         if name.startswith(DROPPED_PREFIX):
             raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
@@ -78,8 +86,17 @@ class DatasetCatalog:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
         if store not in STORES:
             raise InvalidInputError(f"store must be one of {STORES}. Found {store!r}.")
-        table = read_table(path, key=key, label=label, features=features, header=header, categorical=categorical,
-                           file_format=file_format)
+        if declared is not None:
+            if categorical or features or normalize != "none":
+                raise InvalidInputError("A schema declares the columns and their encoding: --categorical, "
+                                        "--features and --normalize do not apply with --schema. Found "
+                                        f"categorical={categorical!r}, features={features!r}, normalize={normalize!r}.")
+            table = encode_with_schema(read_schema_frame(path, declared, file_format=file_format, header=header),
+                                       declared, source=Path(path).name)
+            key, label = str(declared.key), str(declared.label.name if declared.label is not None else "")
+        else:
+            table = read_table(path, key=key, label=label, features=features, header=header,
+                               categorical=categorical, file_format=file_format)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
         n, d = X.shape
         with self.store.read() as s:
@@ -91,6 +108,8 @@ class DatasetCatalog:
             schema["label_classes"] = table.label_classes
         if table.categories is not None:
             schema["categories"] = table.categories
+        if declared is not None:
+            schema["schema"] = declared.to_dict()
         classes: list[str] | None = None
         y_stored = np.asarray(table.y, dtype=np.float64) if table.y.dtype.kind != "U" else table.y
         if table.label_classes is not None:  # text labels: the table holds codes into the sorted class list
@@ -145,7 +164,7 @@ class DatasetCatalog:
                     "source": ds.source, "created_at": iso(ds.created_at),
                     "feature_names": list(ds.feature_names.get("names", [])),
                     "label_classes": ds.feature_names.get("label_classes"),
-                    "categories": ds.feature_names.get("categories")}
+                    "categories": ds.feature_names.get("categories"), "schema": ds.feature_names.get("schema")}
 
     def data_view(self, s: Any, dataset_id: int, n_features: int) -> tuple[DataView, DataPlane | None, np.ndarray]:
         """A dataset's row space: (view, its data plane or None, record id of each row).

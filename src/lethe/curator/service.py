@@ -47,7 +47,7 @@ from lethe.curator.batches import BatchProcessor, BatchResult
 from lethe.curator.datadir import DataDirectory
 from lethe.curator.dataplane import MatrixStore
 from lethe.curator.datasets import DatasetCatalog
-from lethe.curator.errors import StorageError, storage_message
+from lethe.curator.errors import InvalidInputError, StorageError, storage_message
 from lethe.curator.intake import DeletionIntake
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.publisher import VersionPublisher
@@ -55,6 +55,7 @@ from lethe.curator.retention import Retention
 from lethe.curator.serving import Serving
 from lethe.curator.settings import CLI_PRINCIPAL, LOCK_FILE, Principal, Settings
 from lethe.curator.store import Store, sqlite_url
+from lethe.curator.tables import resolve_schema
 from lethe.curator.tokens import TokenRegistry
 from lethe.curator.training import ModelTrainer
 from lethe.curator.views import ReadViews
@@ -155,10 +156,11 @@ class Curator:
         return self.tokens.cached_principal(token)
 
     # -- datasets and models ------------------------------------------------------------------------------------------
-    def register_dataset(self, name: str, path: str | Path, *, key: str, label: str,
+    def register_dataset(self, name: str, path: str | Path, *, key: str | None = None, label: str | None = None,
                          features: list[str] | None = None, normalize: str = "none",
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
-                         file_format: str | None = None, store: str = "files") -> dict[str, Any]:
+                         file_format: str | None = None, store: str = "files",
+                         schema: Any = None) -> dict[str, Any]:
         """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
 
         ``store``: ``"files"`` (fixed-width files) or ``"zarr"`` (a Zarr store computed on a Dask cluster,
@@ -166,10 +168,22 @@ class Curator:
 
         ``header``, ``categorical`` (one-hot encoded columns), ``file_format``: see
         :func:`lethe.curator.tables.read_table`. String labels are mapped to 0, 1, ... (sorted); the classes and
-        categories are kept with the dataset (``dataset_info``)."""
-        return self.datasets.register(name, path, key=key, label=label, features=features, normalize=normalize,
-                                      progress=progress, header=header, categorical=categorical,
-                                      file_format=file_format, store=store)
+        categories are kept with the dataset (``dataset_info``).
+
+        ``schema`` (a path to a YAML/JSON schema, a mapping or a :class:`lethe.schema.Schema`; recommended for
+        tables): the rows are encoded by :class:`lethe.preprocessing.SchemaEncoder` — nothing of the encoding is
+        learned from the rows — and the schema is kept with the dataset (public). The key and label columns are the
+        schema's (``key`` may name the key column when the schema's is null; a ``label`` other than the schema's is
+        refused)."""
+        declared = resolve_schema(schema, key=key, label=label) if schema is not None else None
+        if declared is None and (key is None or label is None):
+            raise InvalidInputError(f"key and label (--key, --label) are required without a schema (--schema). "
+                                    f"Found key={key!r}, label={label!r}.")
+        assert declared is not None or (key is not None and label is not None)
+        return self.datasets.register(name, path, key=key or "", label=label or "", features=features,
+                                      normalize=normalize, progress=progress, header=header,
+                                      categorical=categorical, file_format=file_format, store=store,
+                                      declared=declared)
 
     def dataset_info(self, name: str) -> dict[str, Any]:
         """A dataset's description: size, columns, normalisation, label classes and categories."""
@@ -184,13 +198,17 @@ class Curator:
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
-              progress: bool = False) -> dict[str, Any]:
+              progress: bool = False, heldout: str | None = None) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1.
 
         ``random_state`` seeds the secret perturbation: use it in tests only (a known seed reveals b).
+        ``heldout``: another registered dataset with the same features (a test file registered with the same
+        schema); the result reports version 1's accuracy on it (``heldout``), and the console records and plots
+        every later version's. A dataset registered with a schema gets the tabular defaults
+        (:data:`lethe.curator.adapters.TABULAR_DEFAULTS`: an intercept) where ``params`` do not say otherwise.
         """
         return self.models.train(dataset, model, mechanism=mechanism, params=params, random_state=random_state,
-                                 progress=progress)
+                                 progress=progress, heldout=heldout)
 
     def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
         """Repair or refresh a model: train it again on the dataset's current records with its mechanism and
@@ -279,9 +297,10 @@ class Curator:
         return self.retention.recover()
 
     # -- serving and integrity ----------------------------------------------------------------------------------------
-    def predict(self, model: str, features: Any) -> dict[str, Any]:
-        """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers)."""
-        return self.serving.predict(model, features)
+    def predict(self, model: str, features: Any = None, *, records: Any = None) -> dict[str, Any]:
+        """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
+        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns)."""
+        return self.serving.predict(model, features, records=records)
 
     def public_model(self, model: str) -> dict[str, Any]:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s

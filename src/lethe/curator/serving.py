@@ -106,7 +106,8 @@ class Serving:
                 info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
                                         "version": v.number,
                         "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
-                        "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records}
+                        "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records,
+                        "schema": ds.feature_names.get("schema")}
                 relpath, sha = v.artifact, v.sha256
             art = self._public_cache.get(info["version_id"])
             if art is not None:
@@ -138,21 +139,32 @@ class Serving:
         art, info = self.load_published(model)
         return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
                 "feature_names": info["feature_names"], "normalize": info["normalize"],
-                "classes": art.meta.get("classes"),
+                "classes": art.meta.get("classes"), "schema": info.get("schema"),
                 "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items()}}
 
 
-    def predict(self, model: str, features: Any) -> dict[str, Any]:
-        """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers)."""
-        try:
-            X = np.asarray(features, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"features must be a list of rows of numbers: {exc}") from exc
+    def predict(self, model: str, features: Any = None, *, records: Any = None) -> dict[str, Any]:
+        """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
+        of a dataset registered with a schema, raw ``records`` (JSON objects with the schema's columns; extra
+        fields such as the label are ignored), encoded by that schema. Errors name the column and the rule, never
+        a value sent."""
+        if (features is None) == (records is None):
+            raise InvalidInputError("Give exactly one of features (rows of numbers) and records (objects with the "
+                                    "schema's columns). Found "
+                                    f"{'both' if features is not None else 'neither'}.")
         with self.store.read() as s:
             m = self.find_model(s, model)
             ds = s.get(Dataset, m.dataset_id)
             assert ds is not None
             d = ds.n_features
+            declared, ds_name = ds.feature_names.get("schema"), ds.name
+        if records is not None:
+            X = self._encode_records(records, declared, ds_name)
+        else:
+            try:
+                X = np.asarray(features, dtype=np.float64)
+            except (TypeError, ValueError) as exc:
+                raise InvalidInputError(f"features must be a list of rows of numbers: {exc}") from exc
         if X.ndim != 2 or X.shape[1] != d or X.shape[0] < 1:
             raise InvalidInputError(f"features must be a non-empty list of rows with {d} numbers each. "
                                     f"Found shape {X.shape}.")
@@ -164,6 +176,25 @@ class Serving:
         pred = adapter.predict(art, Xp)
         return {"model": model, "version": info["version"],
                 "predictions": [p if isinstance(p, str) else float(p) for p in pred.tolist()]}
+
+    @staticmethod
+    def _encode_records(records: Any, declared: Any, dataset: str) -> np.ndarray:
+        """Raw records encoded by the dataset's schema; :class:`InvalidInputError` naming the column and the rule
+        (the library's message without its ``Found ...`` part: a value sent to predict is never echoed)."""
+        from lethe.preprocessing import SchemaEncoder
+        from lethe.schema import Schema
+
+        if declared is None:
+            raise InvalidInputError(f"records are accepted for models of datasets registered with a schema (lethe "
+                                    f"dataset add --schema); dataset {dataset!r} has none: send features.")
+        if not isinstance(records, list) or not records or not all(isinstance(r, dict) for r in records):
+            raise InvalidInputError("records must be a non-empty list of JSON objects (one per record).")
+        schema = Schema.from_dict(declared)
+        try:
+            return np.asarray(SchemaEncoder(schema).transform(records), dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"records do not follow the schema of dataset {dataset!r}: "
+                                    f"{_without_value(str(exc))}") from None
 
     def verify_models(self) -> list[dict[str, Any]]:
         """Check every published version's artifact (checksum, HMAC, binding, invariants, record count); return
@@ -213,6 +244,12 @@ class Serving:
                     "version": v.number, "version_id": v.id, "published_at": iso(v.created_at),
                     "n_records": v.n_records, "versions_total": int(n_versions or 0), **v.summary}
 
+
+
+def _without_value(message: str) -> str:
+    """A schema error's column and rule, without the value it found (the schema's messages end in ``Found ...``)."""
+    head = message.split(" Found ", 1)[0].rstrip()
+    return head if head.endswith(".") else head + "."
 
 
 __all__ = ["Serving"]

@@ -4,14 +4,25 @@ CSV options: with or without a header line (without one, columns are named ``"0"
 ``--label`` name them by position); categorical feature columns, one-hot encoded here (one column ``col=value`` per
 value seen, in sorted order); string labels (mapped to 0, 1, ... in sorted order, the classes kept with the
 dataset); any file name, with the format given explicitly (``file_format``) when the suffix does not say it.
+
+With a declared schema (:mod:`lethe.schema`, ``lethe dataset add --schema``): :func:`read_schema_frame` reads the
+file, :func:`encode_with_schema` encodes it with :class:`lethe.preprocessing.SchemaEncoder` — categories, bounds and
+scalings are the schema's, nothing is learned from the rows (the one-hot path above learns its categories from the
+rows, and its ``col=value`` names then say which values were in the data).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from lethe.schema import Schema
 
 SUFFIXES = (".csv", ".parquet", ".pq", ".npz")
 FORMATS = {"csv": ".csv", "parquet": ".parquet", "npz": ".npz"}
@@ -205,10 +216,119 @@ def _read_npz(path: Path, key: str, label: str,
     return list(keys.tolist()), X, y, fnames
 
 
+def read_schema_frame(path: str | Path, schema: Schema, *, file_format: str | None = None,
+                      header: bool = True) -> pd.DataFrame:
+    """A CSV or Parquet file as a DataFrame whose categorical and key columns are text, as a schema reads them.
+
+    CSV: declared categorical columns, the key and a text label are read as strings exactly as written (``"?"``
+    stays ``"?"``); an empty cell is missing (NaN), which a categorical column encodes as its declared rule says
+    and a numeric column as its ``missing`` rule says. ``.npz`` is refused (a schema is for named columns)."""
+    import pandas as pd
+
+    from lethe.schema import CategoricalColumn
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Dataset file {str(path)!r} does not exist.")
+    suffix = FORMATS.get(file_format, "") if file_format is not None else path.suffix.lower()
+    if file_format is not None and file_format not in FORMATS:
+        raise ValueError(f"file_format (--format) must be one of {sorted(FORMATS)}. Found {file_format!r}.")
+    if suffix not in (".csv", ".parquet", ".pq"):
+        raise ValueError(f"A dataset registered with a schema must be a CSV or Parquet file (named columns). "
+                         f"Found {path.name!r}.")
+    if suffix != ".csv":
+        frame = pd.read_parquet(path)
+        frame.columns = [str(c) for c in frame.columns]
+        return frame
+    text = {c.name: str for c in schema.columns if isinstance(c, CategoricalColumn)}
+    if schema.key is not None:
+        text[schema.key] = str
+    if schema.label is not None and not all(_is_plain_number(c) for c in schema.label.classes):
+        text[schema.label.name] = str
+    return pd.read_csv(path, dtype=text, keep_default_na=False, na_values=[""], header=0 if header else None,
+                       skipinitialspace=True)
+
+
+def resolve_schema(source: object, *, key: str | None = None, label: str | None = None) -> Schema:
+    """The schema to register a dataset with: :func:`lethe.schema.load_schema` of ``source`` (a YAML/JSON path, a
+    mapping or a Schema), with ``key`` as its key column when the schema's is null. A ``key`` or ``label`` other
+    than the schema's is refused (``ValueError``: the schema is the one description of the table)."""
+    import dataclasses
+
+    from lethe.schema import SchemaError, load_schema
+
+    schema = load_schema(source)  # type: ignore[arg-type]
+    if key is not None:
+        if schema.key is None:
+            schema = dataclasses.replace(schema, key=key)
+        elif schema.key != key:
+            raise SchemaError(f"key (--key) must be the schema's key column {schema.key!r} when the schema names "
+                              f"one. Found {key!r}.")
+    if label is not None and (schema.label is None or schema.label.name != label):
+        raise SchemaError(f"label (--label) must be the schema's label column "
+                          f"{None if schema.label is None else schema.label.name!r}. Found {label!r}.")
+    return schema
+
+
+def _is_plain_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def encode_with_schema(frame: pd.DataFrame, schema: Schema, *, source: str = "the file") -> Table:
+    """Encode a table by a declared schema (:class:`lethe.preprocessing.SchemaEncoder`): nothing of the encoding
+    is learned from the rows. Keys from ``schema.key``, labels checked against the declared classes; text classes
+    are stored as their positions in the declared list (kept as ``label_classes``), numeric classes as numbers.
+
+    Raises ``ValueError`` (:class:`lethe.schema.SchemaError`) naming the column and the rule."""
+    from lethe.preprocessing import SchemaEncoder
+    from lethe.schema import SchemaError
+
+    if schema.key is None:
+        raise SchemaError(f"A dataset registered with a schema needs a key column (the record keys of erasure "
+                          f"requests): set 'key' in the schema or give --key. Found key: null for {source}.")
+    if schema.label is None:
+        raise SchemaError(f"A dataset registered with a schema needs a label: set 'label' in the schema. "
+                          f"Found label: null for {source}.")
+    cols = [str(c) for c in frame.columns]
+    if schema.key not in cols:
+        raise SchemaError(f"column {schema.key!r}: the key column is missing from {source}. Columns: {cols[:50]}.")
+    schema.check_columns(cols, label=True)
+    keys = [_key_text(k) for k in frame[schema.key].tolist()]
+    _check_keys(keys, schema.key)
+    y_raw = frame[schema.label.name].to_numpy()
+    declared = list(schema.label.classes)
+    if all(_is_plain_number(c) for c in declared):
+        try:
+            y = np.asarray(y_raw, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise SchemaError(f"column {schema.label.name!r}: a label must be one of the classes {declared}; "
+                              f"found a non-numeric label in {source}.") from None
+        bad = ~np.isin(y, np.asarray(declared, dtype=np.float64))
+        classes: list[str] | None = None
+    else:
+        text = np.asarray([str(v) for v in y_raw.tolist()], dtype=object)
+        names = [str(c) for c in declared]
+        index = {c: i for i, c in enumerate(names)}
+        codes = np.fromiter((index.get(v, -1) for v in text), dtype=np.int64, count=text.size)
+        bad = codes < 0
+        y, classes = codes.astype(np.float64), names
+    if bad.any():
+        raise SchemaError(f"column {schema.label.name!r}: a label must be one of the classes {declared}; found "
+                          f"another value in the row with key {keys[int(np.flatnonzero(bad)[0])]!r}.")
+    X = np.ascontiguousarray(SchemaEncoder(schema).transform(frame), dtype=np.float64)
+    if X.shape[0] < 2:
+        raise ValueError(f"A dataset needs at least 2 records. Found {X.shape[0]}.")
+    bad_x = np.argwhere(~np.isfinite(X))
+    if bad_x.size:
+        raise ValueError(f"features must be finite. Found a non-finite value in the row with key "
+                         f"{keys[int(bad_x[0][0])]!r}.")
+    return Table(keys=keys, X=X, y=y, feature_names=schema.feature_names(), label_classes=classes)
+
+
 def normalize_rows(X: np.ndarray) -> np.ndarray:
     """xᵢ / max(1, ‖xᵢ‖₂): rows already inside the unit ball are unchanged (the same map is applied at predict)."""
     norms = np.sqrt(np.einsum("ij,ij->i", X, X))
     return X / np.maximum(norms, 1.0)[:, None]
 
 
-__all__ = ["Table", "normalize_rows", "read_table"]
+__all__ = ["Table", "encode_with_schema", "normalize_rows", "read_schema_frame", "read_table", "resolve_schema"]

@@ -7,13 +7,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import func, select
 
 from lethe._rng import RandomState, check_random_state
-from lethe.curator.adapters import get_adapter
+from lethe.curator.adapters import TABULAR_DEFAULTS, get_adapter
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.datasets import DatasetCatalog
-from lethe.curator.errors import ConflictError, InvalidInputError
+from lethe.curator.errors import ConflictError, InvalidInputError, NotFoundError
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
 from lethe.curator.publisher import VersionPublisher
@@ -23,6 +24,10 @@ from lethe.curator.store import Dataset, Model, ModelVersion, Record, Store, add
 from lethe.curator.validation import check_name, cli_hint
 
 log = logging.getLogger("lethe.curator")
+
+#: Ledger events of held-out evaluation (the kinds the console reads: lethe.curator.console.queries).
+HOLDOUT_SET = "holdout_assigned"
+HOLDOUT_ACCURACY = "holdout_accuracy"
 
 
 @dataclass(eq=False)
@@ -48,10 +53,18 @@ class ModelTrainer:
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
-              progress: bool = False) -> dict[str, Any]:
+              progress: bool = False, heldout: str | None = None) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1 (see
         :meth:`lethe.curator.service.Curator.train`)."""
         check_name("model name", model)
+        with self.store.read() as s:
+            ds0 = self.datasets.find(s, dataset)
+            tabular = ds0.feature_names.get("schema") is not None
+            names = list(ds0.feature_names.get("names", []))
+            if heldout is not None:
+                self._check_heldout(s, ds0, heldout, names)
+        if tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
+            params = {**TABULAR_DEFAULTS.get(mechanism, {}), **(params or {})}
         try:
             adapter = get_adapter(mechanism, params)
         except (TypeError, ValueError) as exc:
@@ -92,10 +105,48 @@ class ModelTrainer:
                     add_event(s, "train", {"dataset": ds_name, "mechanism": mechanism, "params": adapter.params,
                                            **summary}, model_id=m.id, version_id=v.id)
                     self.publisher.train_certificate(s, m, v, None, cert, now)
+                    model_id, version_id = m.id, v.id
             bar.update(1)
         log.info("trained model %s (mechanism %s) on dataset %s: version 1, n=%d", model, mechanism, ds_name,
                  ids.size)
-        return self.serving.budget(model)
+        out = self.serving.budget(model)
+        if heldout is not None:
+            out["heldout"] = self._evaluate_heldout(adapter, artifact, model, model_id, version_id, heldout)
+        return out
+
+    def _check_heldout(self, s: Any, ds: Dataset, heldout: str, names: list[str]) -> None:
+        """A held-out set is another registered dataset with the same features (same schema or same columns)."""
+        try:
+            other = self.datasets.find(s, heldout)
+        except NotFoundError:
+            raise InvalidInputError(f"heldout (--heldout) must name a registered dataset (register the test file "
+                                    f"with the same --schema first). Found {heldout!r}.") from None
+        if other.id == ds.id:
+            raise InvalidInputError(f"heldout (--heldout) must be another dataset than the training data. "
+                                    f"Found {heldout!r}.")
+        if list(other.feature_names.get("names", [])) != names or other.normalize != ds.normalize:
+            raise InvalidInputError(f"heldout (--heldout) must have the training dataset's features and "
+                                    f"normalisation (register it with the same schema). Found dataset {heldout!r} "
+                                    f"with {other.n_features} features and normalize={other.normalize!r}.")
+
+    def _evaluate_heldout(self, adapter: Any, artifact: Any, model: str, model_id: int, version_id: int,
+                          heldout: str) -> dict[str, Any]:
+        """Accuracy of version 1 on the held-out dataset, recorded in the ledger with the held-out assignment (the
+        console's evaluator then records every later version's, and plots them)."""
+        with self.store.read() as s:
+            ds = self.datasets.find(s, heldout)
+            _ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
+        out: dict[str, Any] = {"dataset": heldout, "n": int(X.shape[0]), "accuracy": None}
+        if artifact.meta.get("classes") is not None and X.shape[0] > 0:
+            pred = adapter.predict(artifact, np.asarray(X, dtype=np.float64))
+            out["accuracy"] = float(np.mean(pred == y))
+        with self.store.write() as s, s.begin():
+            add_event(s, HOLDOUT_SET, {"model": model, "dataset": heldout}, model_id=model_id)
+            if out["accuracy"] is not None:
+                add_event(s, HOLDOUT_ACCURACY, {"model": model, "version": 1, "accuracy": out["accuracy"],
+                                                "n": out["n"], "dataset": heldout},
+                          model_id=model_id, version_id=version_id)
+        return out
 
     def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
         """Train ``model`` again on its dataset's current records and publish the next version (see
