@@ -687,7 +687,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         Authentication first (:func:`lethe.io.load_npz` with the model key of :func:`lethe.io.model_key`: ``key``,
         else ``$LETHE_MODEL_KEY``, else ``$LETHE_MODEL_KEY_FILE``): a tagged file needs the key and a matching tag;
         with a key configured an untagged file (a stripped tag) is refused; a wrong key or an edited file fails
-        (:class:`lethe.io.ModelFileError`). Then the checks: the class; S shards and R stages per shard as recorded; the partition recomputed from the record keys
+        (:class:`lethe.io.ModelFileError`). Then the checks: the class; S shards and R stages per shard as recorded;
+        the partition recomputed from the record keys
         with the saved hash key equals the saved one; every shard's active row set has the recorded size and
         SHA-256 digest; empty shards are exactly those without rows. skops rebuilds only its default types,
         :data:`SKOPS_TRUSTED` and ``trusted``; a type outside them raises (nothing is loaded).

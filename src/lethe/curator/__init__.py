@@ -8,6 +8,7 @@ Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas, pyarrow, tqdm
 from __future__ import annotations
 
 from lethe.curator import adapters_nn as _adapters_nn  # noqa: F401  (registers mechanism 'noisy-finetune')
+from lethe.curator import adapters_sharded as _adapters_sharded  # noqa: F401  (registers mechanism 'sharded')
 from lethe.curator.adapters import (
     CertifiedRemovalAdapter,
     MechanismAdapter,
