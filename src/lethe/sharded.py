@@ -64,6 +64,10 @@ SKOPS_TRUSTED = (
     "sklearn.linear_model._sgd_fast.Log",
     "sklearn.linear_model._sgd_fast.SquaredLoss",
     "sklearn.linear_model._sgd_fast.ModifiedHuber",
+    # HistGradientBoosting with declared categorical_features keeps a preprocessor holding
+    # functools.partial(check_array, ...); skops loads a partial's function only if that function is trusted itself
+    "functools.partial",
+    "sklearn.utils.validation.check_array",
 )
 
 
@@ -315,6 +319,14 @@ class _Constant:
 
 
 _MODES = ("fit", "partial_fit")
+
+
+@dataclass(frozen=True, eq=False)
+class _Serialized:
+    """A fitted shard (or checkpoint) kept as its skops bytes, not rebuilt (``_from_state(..., lazy=True)``): a
+    removal that does not retrain the shard carries it over unchanged, and saving writes the same bytes."""
+
+    data: bytes
 
 
 class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
@@ -666,6 +678,9 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                         for k, v in t_arrays.items():
                             arrays[f"{name}__{k}"] = v
                         kinds.append({"kind": "torch", "params": sorted(t_arrays), **t_meta})
+                    elif isinstance(item, _Serialized):
+                        arrays[name] = np.frombuffer(item.data, dtype=np.uint8)
+                        kinds.append({"kind": "skops"})
                     else:
                         arrays[name] = np.frombuffer(sio.dumps(item), dtype=np.uint8)
                         kinds.append({"kind": "skops"})
@@ -706,11 +721,16 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
 
     @classmethod
     def _from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, source: str, estimator: Any = None,
-                    trusted: Sequence[str] = ()) -> Any:
+                    trusted: Sequence[str] = (), lazy: bool = False) -> Any:
         """The model of (arrays, metadata) written by :meth:`_state_arrays`, after the invariant checks of
-        :meth:`load` (``source`` names the origin in error messages)."""
+        :meth:`load` (``source`` names the origin in error messages). ``lazy=True`` keeps the fitted shards and
+        checkpoints as their bytes (:class:`_Serialized`, not rebuilt, not type-checked): such a model can
+        :meth:`remove` (retrained shards are rebuilt; the others carried over byte for byte) and be saved, not
+        predict."""
         sio = _skops()
         path = source
+        if lazy and meta.get("mode") != "fit":
+            raise ValueError(f"lazy=True needs a model without slices (mode 'fit'). Found mode {meta.get('mode')!r}.")
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
         allowed = set(SKOPS_TRUSTED) | set(trusted)
@@ -785,7 +805,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                     t._set_state({k: arrays[f"{name}__{k}"] for k in st["params"]}, st)
                     items.append(t)
                 else:
-                    items.append(skops_load(name))
+                    items.append(_Serialized(arrays[name].tobytes()) if lazy else skops_load(name))
             if (items[-1] is None) != (rows.size == 0):
                 raise ValueError(f"{path}: shard {s} is {'empty' if items[-1] is None else 'trained'} but holds "
                                  f"{rows.size} rows.")

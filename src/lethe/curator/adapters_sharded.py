@@ -159,9 +159,10 @@ class ShardedAdapter(MechanismAdapter):
         meta = {**m["state"], "key_hex": bytes(a["hash_key"]).hex()}
         return arrays, meta
 
-    def _model(self, artifact: Artifact, X: np.ndarray, y: np.ndarray) -> Any:
+    def _model(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, *, lazy: bool = False) -> Any:
         """The sharded model of a version, over its training data (X, y) — checked to be the data it was trained
-        on — with the invariant checks of :meth:`lethe.sharded.ShardedClassifier.load`."""
+        on — with the invariant checks of :meth:`lethe.sharded.ShardedClassifier.load`. ``lazy``: the shards stay
+        bytes (a removal rebuilds only the shards it retrains and carries the others over byte for byte)."""
         from lethe.sharded import ShardedClassifier
 
         if artifact.meta.get("data_sha256") != _data_digest(X, y):
@@ -169,7 +170,7 @@ class ShardedAdapter(MechanismAdapter):
                              "(rows, order or values): removal would not be exact.")
         arrays, meta = self._unpack(artifact)
         arrays["X"], arrays["y"] = np.asarray(X, dtype=np.float64), np.asarray(y)
-        return ShardedClassifier._from_state(arrays, meta, source="the sharded artifact")
+        return ShardedClassifier._from_state(arrays, meta, source="the sharded artifact", lazy=lazy)
 
     # -- the mechanism ----------------------------------------------------------------------------------------------
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, *,
@@ -198,7 +199,7 @@ class ShardedAdapter(MechanismAdapter):
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         """Remove rows ``indices`` of (X, y) — the data of ``artifact`` — retraining only the shards that held them.
         ``rng`` is not used: an exact removal draws nothing (the seeds are the version's)."""
-        model = self._model(artifact, X, y)
+        model = self._model(artifact, X, y, lazy=True)
         idx = np.asarray(indices, dtype=np.int64)
         cert = model.remove(indices=idx)
         keep = np.ones(X.shape[0], dtype=bool)
