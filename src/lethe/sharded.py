@@ -95,7 +95,7 @@ def shard_assignment(keys: Any, key: bytes, n_shards: int, n_slices: int = 1) ->
     The bias of ``mod`` is below S·R / 2⁶⁴ per value. Both arrays are int64.
     """
     keys = np.asarray(keys)
-    h = np.fromiter((int.from_bytes(hmac.new(key, _encode_key(k), hashlib.sha256).digest()[:8], "big")
+    h = np.fromiter((int.from_bytes(hmac.digest(key, _encode_key(k), "sha256")[:8], "big")  # one-shot, in C
                      for k in keys), dtype=np.uint64, count=keys.shape[0])
     shard = (h % np.uint64(n_shards)).astype(np.int64)
     slc = ((h // np.uint64(n_shards)) % np.uint64(n_slices)).astype(np.int64)
