@@ -498,3 +498,89 @@ def test_partition_matches_an_independent_hmac_computation():
             for k, s, r in zip(keys.tolist(), shard.tolist(), slc.tolist(), strict=True):
                 h = int.from_bytes(hmac.new(KEY, (prefix + str(k)).encode(), hashlib.sha256).digest()[:8], "big")
                 assert (s, r) == (h % S, (h // S) % R)
+
+
+# -- authenticated model files (lethe.io's HMAC tag; the policy of the certified estimators) -------------------------
+MODEL_KEY = bytes(range(32))
+
+
+def _rewrite(path, out, change):
+    """Copy a saved file entry by entry (the tag included, if any), applying ``change(entries)``: an edit made on disk
+    by someone without the model key."""
+    with np.load(path, allow_pickle=False) as z:
+        entries = {k: z[k] for k in z.files}
+    change(entries)
+    with open(out, "wb") as f:
+        np.savez(f, **entries)
+    return out
+
+
+def test_authenticated_save_load_and_refusals(tmp_path, monkeypatch):
+    from lethe.io import KEY_ENV, KEY_FILE_ENV, TAG_KEY, ModelFileError
+
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+    X, y = _data()
+    ids = _ids(len(y))
+    model = _make("hgb-R1").fit(X, y, sample_ids=ids)
+    path = model.save(tmp_path / "m.npz", key=MODEL_KEY)
+    with np.load(path) as z:
+        assert TAG_KEY in z.files
+    loaded = ShardedClassifier.load(path, key=MODEL_KEY)
+    assert _same_model(model, loaded, X)
+    assert ShardedClassifier.load(path, key=MODEL_KEY.hex()).key_ == model.key_  # hexadecimal str accepted
+
+    with pytest.raises(ModelFileError, match="no model key was given"):
+        ShardedClassifier.load(path)
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        ShardedClassifier.load(path, key=bytes(32))
+
+    def flip_label(e):  # a label edited: no invariant check sees it (the rows' digests are over positions)
+        e["y"] = e["y"].copy()
+        e["y"][0] = (e["y"][0] + 1) % 3
+
+    def strip(e):
+        del e[TAG_KEY]
+
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        ShardedClassifier.load(_rewrite(path, tmp_path / "edited.npz", flip_label), key=MODEL_KEY)
+    stripped = _rewrite(path, tmp_path / "stripped.npz", strip)
+    with pytest.raises(ModelFileError, match="no authentication tag"):
+        ShardedClassifier.load(stripped, key=MODEL_KEY)
+    # the stripped and edited file loads without a key, and is wrong: the tag is what catches the edit (mutation
+    # check: without authentication the edited label goes through every invariant check)
+    both = _rewrite(stripped, tmp_path / "both.npz", flip_label)
+    assert not np.array_equal(ShardedClassifier.load(both).y_, model.y_)
+    with pytest.raises(ModelFileError, match="no authentication tag"):
+        ShardedClassifier.load(both, key=MODEL_KEY)
+
+    # the environment: $LETHE_MODEL_KEY (hexadecimal) signs and checks without key=; an untagged file is then refused
+    plain = model.save(tmp_path / "plain.npz")
+    monkeypatch.setenv(KEY_ENV, MODEL_KEY.hex())
+    env_path = model.save(tmp_path / "env.npz")
+    assert _same_model(model, ShardedClassifier.load(env_path), X)
+    assert _same_model(model, ShardedClassifier.load(path), X)
+    with pytest.raises(ModelFileError, match="no authentication tag"):
+        ShardedClassifier.load(plain)
+    monkeypatch.delenv(KEY_ENV)
+    key_file = tmp_path / "model.key"
+    key_file.write_text(MODEL_KEY.hex() + "\n")
+    monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
+    assert _same_model(model, ShardedClassifier.load(env_path), X)
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        model.save(tmp_path / "short.npz", key=b"short")
+    assert not (tmp_path / "short.npz").exists()
+
+
+def test_compacted_model_drops_removed_rows_and_stays_exact():
+    X, y = _data()
+    ids = _ids(len(y))
+    model = _make("hgb-R1").fit(X, y, sample_ids=ids)
+    model.remove(keys=ids[[3, 50, 77]])
+    small = model._compacted()
+    keep = np.setdiff1d(np.arange(len(y)), [3, 50, 77])
+    assert np.array_equal(small.keys_, ids[keep]) and np.array_equal(small.X_, X[keep]) and small.active_.all()
+    small.remove(keys=ids[[10, 11]])
+    fresh = _make("hgb-R1").fit(X[np.setdiff1d(keep, [10, 11])], y[np.setdiff1d(keep, [10, 11])],
+                                sample_ids=ids[np.setdiff1d(keep, [10, 11])])
+    assert np.array_equal(small.predict_proba(X), fresh.predict_proba(X))

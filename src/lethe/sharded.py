@@ -42,7 +42,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.estimators import _check_keys
-from lethe.io import JsonRecord, load_npz, save_npz
+from lethe.io import JsonRecord, load_npz, model_key, save_npz
 
 __all__ = ["ExactCertificate", "ShardedClassifier", "ShardedRegressor", "TorchShardClassifier", "shard_assignment"]
 
@@ -64,6 +64,10 @@ SKOPS_TRUSTED = (
     "sklearn.linear_model._sgd_fast.Log",
     "sklearn.linear_model._sgd_fast.SquaredLoss",
     "sklearn.linear_model._sgd_fast.ModifiedHuber",
+    # HistGradientBoosting with declared categorical_features keeps a preprocessor holding
+    # functools.partial(check_array, ...); skops loads a partial's function only if that function is trusted itself
+    "functools.partial",
+    "sklearn.utils.validation.check_array",
 )
 
 
@@ -91,7 +95,7 @@ def shard_assignment(keys: Any, key: bytes, n_shards: int, n_slices: int = 1) ->
     The bias of ``mod`` is below S·R / 2⁶⁴ per value. Both arrays are int64.
     """
     keys = np.asarray(keys)
-    h = np.fromiter((int.from_bytes(hmac.new(key, _encode_key(k), hashlib.sha256).digest()[:8], "big")
+    h = np.fromiter((int.from_bytes(hmac.digest(key, _encode_key(k), "sha256")[:8], "big")  # one-shot, in C
                      for k in keys), dtype=np.uint64, count=keys.shape[0])
     shard = (h % np.uint64(n_shards)).astype(np.int64)
     slc = ((h // np.uint64(n_shards)) % np.uint64(n_slices)).astype(np.int64)
@@ -315,6 +319,14 @@ class _Constant:
 
 
 _MODES = ("fit", "partial_fit")
+
+
+@dataclass(frozen=True, eq=False)
+class _Serialized:
+    """A fitted shard (or checkpoint) kept as its skops bytes, not rebuilt (``_from_state(..., lazy=True)``): a
+    removal that does not retrain the shard carries it over unchanged, and saving writes the same bytes."""
+
+    data: bytes
 
 
 class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
@@ -603,14 +615,40 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
     def _row_digest(self, rows: np.ndarray) -> str:
         return hashlib.sha256(np.ascontiguousarray(rows, dtype=np.int64).tobytes()).hexdigest()
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
         """Save without pickle: one owner-only (0600) ``.npz`` written atomically (:func:`lethe.io.save_npz`).
 
         It holds the SECRET hash key and the training rows (retraining needs them); fitted scikit-learn estimators
         and checkpoints as skops bytes, torch modules as float64 parameter arrays, the partition, seeds and per-shard
-        row digests as JSON. An HMAC tag over the file (being added to :mod:`lethe.io`) is to be written here and
-        checked in :meth:`load` before anything is read.
+        row digests as JSON.
+
+        With a model key — ``key`` (bytes or hexadecimal str), else ``$LETHE_MODEL_KEY`` (hexadecimal), else the file
+        named by ``$LETHE_MODEL_KEY_FILE`` (:func:`lethe.io.model_key`; the same policy as the certified estimators)
+        — the file carries an HMAC-SHA256 tag of all its arrays and metadata, which :meth:`load` checks before
+        anything read from the file is used. The model key authenticates the file; it is not the hash key of the
+        partition (that one is inside the file).
         """
+        with self._mutex:
+            check_is_fitted(self, "estimators_")
+            arrays, meta = self._state_arrays()
+            return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+
+    def _compacted(self) -> Any:
+        """A copy without the removed rows (the estimators are shared, not copied): the same model, whose rows are
+        only the remaining records in their order. A removed record's values and key are not in it, and its later
+        removals and a fresh fit partition and order the remaining records as this model does (shards and slices
+        depend on the record keys only, and the relative order of the remaining rows is kept)."""
+        check_is_fitted(self, "estimators_")
+        new = type(self).__new__(type(self))
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+        act = self.active_
+        for name in ("X_", "y_", "keys_", "shard_of_", "slice_of_"):
+            new.__dict__[name] = getattr(self, name)[act]
+        new.__dict__["active_"] = np.ones(int(np.count_nonzero(act)), dtype=bool)
+        return new
+
+    def _state_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The fitted state as (arrays, JSON metadata): what :meth:`save` writes and :meth:`_from_state` reads."""
         sio = _skops()
         with self._mutex:
             check_is_fitted(self, "estimators_")
@@ -640,6 +678,9 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                         for k, v in t_arrays.items():
                             arrays[f"{name}__{k}"] = v
                         kinds.append({"kind": "torch", "params": sorted(t_arrays), **t_meta})
+                    elif isinstance(item, _Serialized):
+                        arrays[name] = np.frombuffer(item.data, dtype=np.uint8)
+                        kinds.append({"kind": "skops"})
                     else:
                         arrays[name] = np.frombuffer(sio.dumps(item), dtype=np.uint8)
                         kinds.append({"kind": "skops"})
@@ -651,14 +692,18 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                     "n_shard_fits": int(self.n_shard_fits_), "prototype": proto_meta, "shards": shards}
             if is_classifier(self):
                 meta["classes"] = self.classes_.tolist()
-            # HMAC hook: when lethe.io signs model files, sign this one here (and verify first thing in load)
-            return save_npz(path, arrays, meta, secret=True)
+            return arrays, meta
 
     @classmethod
-    def load(cls, path: str | Path, *, estimator: Any = None, trusted: Sequence[str] = ()) -> Any:
+    def load(cls, path: str | Path, *, estimator: Any = None, trusted: Sequence[str] = (),
+             key: bytes | str | None = None) -> Any:
         """Load a model written by :meth:`save` (never unpickles) and check its invariants.
 
-        Checks: the class; S shards and R stages per shard as recorded; the partition recomputed from the record keys
+        Authentication first (:func:`lethe.io.load_npz` with the model key of :func:`lethe.io.model_key`: ``key``,
+        else ``$LETHE_MODEL_KEY``, else ``$LETHE_MODEL_KEY_FILE``): a tagged file needs the key and a matching tag;
+        with a key configured an untagged file (a stripped tag) is refused; a wrong key or an edited file fails
+        (:class:`lethe.io.ModelFileError`). Then the checks: the class; S shards and R stages per shard as recorded;
+        the partition recomputed from the record keys
         with the saved hash key equals the saved one; every shard's active row set has the recorded size and
         SHA-256 digest; empty shards are exactly those without rows. skops rebuilds only its default types,
         :data:`SKOPS_TRUSTED` and ``trusted``; a type outside them raises (nothing is loaded).
@@ -671,9 +716,21 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         trusted : sequence of str
             More types skops may rebuild.
         """
+        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        return cls._from_state(arrays, meta, source=str(path), estimator=estimator, trusted=trusted)
+
+    @classmethod
+    def _from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, source: str, estimator: Any = None,
+                    trusted: Sequence[str] = (), lazy: bool = False) -> Any:
+        """The model of (arrays, metadata) written by :meth:`_state_arrays`, after the invariant checks of
+        :meth:`load` (``source`` names the origin in error messages). ``lazy=True`` keeps the fitted shards and
+        checkpoints as their bytes (:class:`_Serialized`, not rebuilt, not type-checked): such a model can
+        :meth:`remove` (retrained shards are rebuilt; the others carried over byte for byte) and be saved, not
+        predict."""
         sio = _skops()
-        # HMAC hook: verify the file's tag here, before anything read from it is trusted (see save)
-        arrays, meta = load_npz(path)
+        path = source
+        if lazy and meta.get("mode") != "fit":
+            raise ValueError(f"lazy=True needs a model without slices (mode 'fit'). Found mode {meta.get('mode')!r}.")
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
         allowed = set(SKOPS_TRUSTED) | set(trusted)
@@ -710,6 +767,12 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"{path}: {len(meta['shards'])} shards recorded, n_shards is {S}: the file was edited.")
         secret = bytes.fromhex(meta["key_hex"])
         keys, active = arrays["keys"], arrays["active"].astype(bool)
+        n_rows = keys.shape[0]
+        if not (arrays["X"].shape[0] == arrays["y"].shape[0] == active.shape[0] == n_rows) or arrays["X"].ndim != 2 \
+                or arrays["X"].shape[1] != int(meta["n_features_in"]):
+            raise ValueError(f"{path}: the rows (X {arrays['X'].shape}, y {arrays['y'].shape}), the record keys "
+                             f"({n_rows}) and the removal mask ({active.shape[0]}) do not describe the same rows "
+                             f"of {meta['n_features_in']} features.")
         shard, slc = shard_assignment(keys, secret, S, R)
         if not (np.array_equal(shard, arrays["shard_of"]) and np.array_equal(slc, arrays["slice_of"])):
             raise ValueError(f"{path}: the saved partition differs from the keyed hash of the record keys.")
@@ -742,7 +805,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                     t._set_state({k: arrays[f"{name}__{k}"] for k in st["params"]}, st)
                     items.append(t)
                 else:
-                    items.append(skops_load(name))
+                    items.append(_Serialized(arrays[name].tobytes()) if lazy else skops_load(name))
             if (items[-1] is None) != (rows.size == 0):
                 raise ValueError(f"{path}: shard {s} is {'empty' if items[-1] is None else 'trained'} but holds "
                                  f"{rows.size} rows.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from lethe.curator import adapters_nn as _adapters_nn  # noqa: F401  (registers mechanism 'noisy-finetune')
 from lethe.curator import adapters_release as _adapters_release  # noqa: F401  (registers 'released-logistic')
+from lethe.curator import adapters_sharded as _adapters_sharded  # noqa: F401  (registers mechanism 'sharded')
 from lethe.curator.adapters import (
     CertifiedRemovalAdapter,
     MechanismAdapter,

@@ -137,10 +137,12 @@ class Serving:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
         perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
         art, info = self.load_published(model)
+        # arrays a mechanism needs to predict but does not publish (e.g. a sharded model's shards)
+        unpublished = getattr(get_adapter(info["mechanism"], info["params"]), "unpublished_arrays", ())
         return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
                 "feature_names": info["feature_names"], "normalize": info["normalize"],
                 "classes": art.meta.get("classes"), "schema": info.get("schema"),
-                "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items()}}
+                "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in unpublished}}
 
 
     def predict(self, model: str, features: Any = None, *, records: Any = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from sqlalchemy import func, select
@@ -78,10 +78,12 @@ class ModelTrainer:
                     raise ConflictError(f"A model named {model!r} already exists.")
                 ds_id, ds_name = ds.id, ds.name
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
+                keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
             adapter.check_features(X.shape[1])
             bar.update(1)
             try:
-                artifact, cert = adapter.train(X, y, rng)
+                artifact, cert = (adapter.train(X, y, rng) if keys is None
+                                  else cast(Any, adapter).train(X, y, rng, keys=keys))
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {cli_hint(str(exc))}") from exc
             bar.update(1)
@@ -161,9 +163,11 @@ class ModelTrainer:
                 model_id, mech, params, ds_id = m.id, m.mechanism, dict(m.params), ds.id
                 old_vid = m.current_version_id
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
-            adapter = get_adapter(mech, params)
+                adapter = get_adapter(mech, params)
+                keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
             try:
-                artifact, cert = adapter.train(X, y, rng)
+                artifact, cert = (adapter.train(X, y, rng) if keys is None
+                                  else cast(Any, adapter).train(X, y, rng, keys=keys))
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
             summary = adapter.summary(artifact)
@@ -208,6 +212,13 @@ class ModelTrainer:
             self.serving.forget()
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+
+def _record_keys(s: Any, dataset_id: int, ids: Any) -> list[str]:
+    """The record keys (the keyed digests the records table holds) of records ``ids``, in that order: for mechanisms
+    that partition by record key (``uses_record_keys``, e.g. ``sharded``). Read in the snapshot ``ids`` came from."""
+    by_id = dict(s.execute(select(Record.id, Record.key).where(Record.dataset_id == dataset_id)).all())
+    return [by_id[int(i)] for i in ids]
 
 
 __all__ = ["ModelTrainer"]
