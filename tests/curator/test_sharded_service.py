@@ -218,3 +218,24 @@ def test_http_deletion_on_a_sharded_model(tmp_path: Path, data: Data) -> None:
     assert np.array_equal(adapter._model(art, X, y).predict_proba(data.X), fresh.predict_proba(data.X))
     assert np.array_equal(np.asarray(pred["predictions"]), fresh.predict(data.X[:4]).astype(float))
     c2.close()
+
+
+def test_console_pages_render_a_sharded_model(tmp_path: Path, data: Data) -> None:
+    from ..console.test_console import PAGES, client, sign_in
+
+    c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.train("people", "sh", mechanism="sharded", params=HGB, random_state=0)
+    req, _ = c.submit_deletion("people", "user-0030")
+    c.process_pending(force=True)
+    admin = c.create_token("ops", "admin")
+    with client(c) as cl:
+        sign_in(cl, admin)
+        for page in PAGES:
+            r = cl.get(page)
+            assert r.status_code == 200, (page, r.text[:300])
+        models = cl.get("/console/models").text
+        assert "sharded" in models and "retrained_shards" not in models
+        cert = cl.get(f"/console/requests/{req['id']}")
+        assert cert.status_code == 200 and "exact" in cert.text and "retrained_shards" not in cert.text
+    c.close()
