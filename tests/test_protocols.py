@@ -307,3 +307,27 @@ def test_nn_from_dict_round_trip_and_refusal():
     assert NNUnlearningCertificate.from_dict(json.loads(json.dumps(cert.to_dict()))) == cert
     with pytest.raises(ValueError, match="observer"):
         NNUnlearningCertificate.from_dict({**cert.to_dict(), "observer": "everyone"})
+
+
+def test_release_stream_and_sharded_models_follow_the_protocols():
+    """The estimators added in round 3 (private releases, exact sharding) are Unlearners with Certificates too."""
+    from sklearn.linear_model import LogisticRegression
+
+    from lethe.release import ReleasedLogisticRegression
+    from lethe.sharded import ShardedClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 5))
+    X /= np.linalg.norm(X, axis=1, keepdims=True) * 1.01
+    y = (X[:, 0] > 0).astype(int)
+    for model in (ReleasedLogisticRegression(lam=1e-2, horizon=5, random_state=0),
+                  ShardedClassifier(LogisticRegression(), n_shards=4, random_state=0)):
+        assert isinstance(model, Unlearner) and model.supports_add is False
+        model.fit(X, y)
+        with pytest.raises(NotImplementedError, match="cannot add"):
+            model.add(X[:2], y[:2])
+        out = model.remove(indices=[3])
+        cert = getattr(out, "certificate", out)
+        assert isinstance(cert, Certificate) and model.certificate_ == cert
+        d = json.loads(json.dumps(cert.to_dict()))
+        assert d["observer"] == cert.observer and isinstance(cert.guarantee, str) and cert.guarantee

@@ -251,9 +251,11 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         return self.releases_[-1]
 
     @property
-    def certificate_(self) -> ReleaseCertificate:
-        """The certificate of the latest release (lethe.protocols.Unlearner): what the whole sequence so far spent."""
-        return self.release_.certificate
+    def certificate_(self) -> ReleaseCertificate | None:
+        """The certificate of the latest release (lethe.protocols.Unlearner): what the whole sequence so far spent;
+        None before ``fit``."""
+        releases = self.__dict__.get("releases_")
+        return releases[-1].certificate if releases else None
 
     def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
         """Not supported (``supports_add = False``); raises ``NotImplementedError`` and changes nothing."""

@@ -172,9 +172,18 @@ class ExactCertificate(JsonRecord):
     OPERATOR_ONLY: ClassVar[frozenset[str]] = frozenset({"retrained_shards", "restart_slices", "rows_replayed",
                                                          "seconds"})
 
+    @property
+    def observer(self) -> str:
+        """Whom the guarantee covers (:class:`lethe.protocols.Certificate`): one published version. The version
+        equals the model retrained without the records; an observer of consecutive versions also sees which shard
+        changed and how (docs/sharded.md, "What consecutive releases reveal"), which this certificate does not
+        cover."""
+        return "one published version"
+
     def to_dict(self) -> dict[str, Any]:
-        """Every field (operators only), JSON-serialisable."""
+        """Every field (operators only), JSON-serialisable, with ``observer``."""
         d = super().to_dict()
+        d["observer"] = self.observer
         d["retrained_shards"] = list(self.retrained_shards)
         d["restart_slices"] = list(self.restart_slices)
         return d
@@ -333,6 +342,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
     """Shared machinery of :class:`ShardedClassifier` and :class:`ShardedRegressor`."""
 
     _aggregations: ClassVar[tuple[str, ...]] = ()
+    #: lethe.protocols.Unlearner: records cannot be added to a fitted sharded model (see :meth:`add`).
+    supports_add: ClassVar[bool] = False
 
     def __init__(self, estimator: Any = None, *, n_shards: int = 8, n_slices: int = 1, aggregation: str | None = None,
                  key: bytes | None = None, random_state: RandomState = None) -> None:
@@ -588,11 +599,25 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             if classes is not None:
                 self.__dict__["classes_"] = classes
             shards = tuple(sorted(restart))
-            return ExactCertificate(guarantee="exact", epsilon=0.0, delta=0.0, n_removed=int(len(pos)),
+            cert = ExactCertificate(guarantee="exact", epsilon=0.0, delta=0.0, n_removed=int(len(pos)),
                                     n_remaining=int(np.count_nonzero(active)), n_shards=self.n_shards_,
                                     n_shards_retrained=len(shards), retrained_shards=shards,
                                     restart_slices=tuple(restart[s] for s in shards), rows_replayed=int(replayed),
                                     seconds=time.perf_counter() - t0)
+            self.__dict__["last_certificate_"] = cert
+            return cert
+
+    @property
+    def certificate_(self) -> ExactCertificate | None:
+        """The certificate of the last removal (None before one; :class:`lethe.protocols.Unlearner`)."""
+        return self.__dict__.get("last_certificate_")
+
+    def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
+        """Not supported (``supports_add = False``); raises ``NotImplementedError`` and changes nothing."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot add records (supports_add = False): a record's shard and slice come from "
+            "its keyed hash, and an added record would need its slice's checkpoints rebuilt; fit again on the "
+            "enlarged data.")
 
     # -- prediction ------------------------------------------------------------------------------------------------
     def _members(self) -> list[tuple[int, Any]]:

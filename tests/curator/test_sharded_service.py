@@ -186,6 +186,7 @@ def test_http_deletion_on_a_sharded_model(tmp_path: Path, data: Data) -> None:
     c.register_dataset("people", data.csv, key="user_id", label="label")
     c.train("people", "sh", mechanism="sharded", params=HGB, random_state=5)
     admin, alice = c.create_token("ops", "admin"), c.create_token("alice", "requester")
+    reader = c.create_token("viewer", "model-reader")  # weights and predictions are this scope's (issue 26)
     c.close()
     url, proc = start_server(c.data_dir, log_name="uvicorn-stdout.log")
     try:
@@ -202,6 +203,7 @@ def test_http_deletion_on_a_sharded_model(tmp_path: Path, data: Data) -> None:
             cert = h.get(f"/v1/deletions/{rid}/certificates").json()[0]["certificate"]
             assert cert["guarantee"] == "exact" and cert["epsilon"] == 0.0 and cert["delta"] == 0.0
             assert set(cert) <= REQUESTER_CERTIFICATE_FIELDS and "n_removed" not in cert
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {reader}"}, timeout=30) as h:
             pred = h.post("/v1/models/sh/predict", json={"features": data.X[:4].tolist()}).json()
             assert pred["version"] == 2
             public = h.get("/v1/models/sh")

@@ -183,7 +183,8 @@ class ShardedAdapter(MechanismAdapter):
             raise ValueError("mechanism 'sharded' needs the record keys of the rows (the curator passes them).")
         keys = np.asarray([str(k) for k in keys])
         if keys.shape != (X.shape[0],):
-            raise ValueError(f"keys must hold one key per row ({X.shape[0]}). Found shape {keys.shape}.")
+            n_keys = keys.size
+            raise ValueError(f"keys must hold one key per row ({X.shape[0]}). Found {n_keys} key(s).")
         y = np.asarray(y)
         if np.unique(y).size < 2:
             raise ValueError(f"mechanism 'sharded' needs at least 2 label values. Found {np.unique(y).size}.")

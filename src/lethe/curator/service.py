@@ -177,8 +177,9 @@ class Curator:
         refused)."""
         declared = resolve_schema(schema, key=key, label=label) if schema is not None else None
         if declared is None and (key is None or label is None):
+            missing = [n for n, v in (("key", key), ("label", label)) if v is None]
             raise InvalidInputError(f"key and label (--key, --label) are required without a schema (--schema). "
-                                    f"Found key={key!r}, label={label!r}.")
+                                    f"Missing: {', '.join(missing)}.")
         assert declared is not None or (key is not None and label is not None)
         return self.datasets.register(name, path, key=key or "", label=label or "", features=features,
                                       normalize=normalize, progress=progress, header=header,
