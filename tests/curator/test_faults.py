@@ -194,6 +194,26 @@ def test_worker_backs_off_on_a_full_disk_and_keeps_its_warm_state(
     assert curator.status()["healthy"]
 
 
+def test_a_batch_failing_as_a_whole_is_backed_off_not_retried_at_once(curator: Curator, data: Data,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that fails as a whole (here: its artifact cannot be written, while the probe still succeeds — a disk
+    that fills during the batch) comes back as ``retry``; before, the worker took it again at once (``results`` was
+    not empty), as fast as it could."""
+    curator.submit_deletion("people", data.keys[0])
+    monkeypatch.setattr(ArtifactStore, "save", _enospc)
+    stop = _Stop(2)
+    polls: list[float] = []
+
+    def poll_wait(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) >= 50:
+            stop.set()
+
+    run_worker(curator, drain=True, stop=stop, wait=poll_wait)
+    assert stop.waits == [1.0, 2.0]  # before: no wait at all between the attempts
+    assert polls == []
+
+
 def test_worker_recovers_from_a_failure_and_resets_its_backoff(curator: Curator, data: Data,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A failure that is not the storage's (the batch itself raised) is backed off too; one success resets it."""

@@ -115,6 +115,10 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
                 raise StorageError(fault["error"])
             results = curator.process_pending(force=drain, progress=progress)
             batches += len(results)
+            if any(r.status == "retry" for r in results):  # a batch failed as a whole (nothing published): back
+                failed = True                                # off, not an immediate retry; a storage fault is seen
+                failures += 1                                # by the probe (and reported) before the next attempt
+                storage.probe()
         except BusyError:
             results = []
         except Exception as exc:  # keep serving: the batch's transaction rolled back; it is retried after a backoff
