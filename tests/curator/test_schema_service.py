@@ -127,8 +127,9 @@ def test_heldout_accuracy_tabular_defaults_and_every_version(tab: Any) -> None:
         assert Q.holdout_accuracies(s, m_id) == {1: held["accuracy"]}
     for k in list(train["customer"][10:14]):
         c.submit_deletion("shop", k)
-    c.process_pending(force=True)
-    health.evaluate_holdout(c)  # the console's evaluator: every later version
+    results = c.process_pending(force=True)
+    assert [(r.status, r.new_versions, r.error) for r in results] == [("done", {"m": 2}, None)], results
+    assert health.evaluate_holdout(c) == 1, c.status()  # the console's evaluator: every later version
     with c.store.read() as s:
         accs = Q.holdout_accuracies(s, m_id)
     assert set(accs) == {1, 2} and abs(accs[2] - accs[1]) < 0.05
@@ -254,8 +255,9 @@ def test_nothing_published_names_a_value_learned_from_rows(tab: Any) -> None:
         h = {"Authorization": f"Bearer {alice}"}
         rids = [cl.post("/v1/deletions", json={"dataset": "shop", "key": k}, headers=h).json()["id"]
                 for k in deleted]
-        c.process_pending(force=True)
-        health.evaluate_holdout(c)
+        results = c.process_pending(force=True)
+        assert [(r.status, r.new_versions, r.error) for r in results] == [("done", {"m": 2}, None)], results
+        health.evaluate_holdout(c)  # (the console's evaluator thread may have been first)
         ha = {"Authorization": f"Bearer {admin}"}
         published: list[str] = []
         for path in ("/v1/models/m", "/v1/models/m/versions", "/v1/models/m/budget", "/v1/status", "/metrics",
@@ -340,3 +342,33 @@ def test_cli_schema_heldout_and_any_param(tmp_path: Path, capsys: pytest.Capture
     assert rc == 1 and "fit_intercept must be a bool" in err
     rc, _, err = run("dataset", "add", "x", str(tmp_path / "train.csv"), *dd)
     assert rc == 1 and "key and label" in err
+
+
+def test_holdout_rows_are_never_taken_from_another_store(tmp_path: Path) -> None:
+    """Two stores in one process whose held-out datasets share an id and a row count but not their features: each
+    version is evaluated on its own store's rows (the console's cache was keyed by (dataset id, n) only, so the
+    second store got the first one's rows, its predictions failed and its versions were never evaluated)."""
+    from lethe.curator.settings import Settings as S
+
+    stores = []
+    for i, n_features in enumerate((3, 5)):
+        rng = np.random.default_rng(i)
+        cols = {f"f{j}": rng.normal(size=60) for j in range(n_features)}
+        frame = pd.DataFrame({"id": [f"r{k}" for k in range(60)], **cols})
+        frame["y"] = (frame["f0"] > 0).astype(int)
+        frame.to_csv(tmp_path / f"t{i}.csv", index=False)
+        c = Curator(tmp_path / f"d{i}", settings=S(batch_size=1))
+        c.register_dataset("test", tmp_path / f"t{i}.csv", key="id", label="y", normalize="rows")  # id 1, 60 rows
+        c.register_dataset("train", tmp_path / f"t{i}.csv", key="id", label="y", normalize="rows")
+        c.train("train", "m", params={"lam": 0.01}, random_state=0, heldout="test")
+        stores.append(c)
+    try:
+        for c in stores:
+            c.submit_deletion("train", "r7")
+            c.process_pending(force=True)
+            assert health.evaluate_holdout(c) == 1  # version 2 of this store's model, on this store's rows
+            with c.store.read() as s:
+                assert set(Q.holdout_accuracies(s, c.serving.find_model(s, "m").id)) == {1, 2}
+    finally:
+        for c in stores:
+            c.close()

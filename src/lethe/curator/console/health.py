@@ -199,7 +199,7 @@ def record_checkpoint(curator: Curator) -> dict[str, Any]:
 
 # -- held-out accuracy ------------------------------------------------------------------------------------------------
 _cache_lock = threading.Lock()
-_holdout_cache: dict[tuple[int, int], tuple[np.ndarray, Any]] = {}
+_holdout_cache: dict[tuple[str, int, int], tuple[np.ndarray, Any]] = {}
 
 
 def _holdout_arrays(curator: Curator, s: Any, name: str) -> tuple[np.ndarray, Any] | None:
@@ -207,7 +207,9 @@ def _holdout_arrays(curator: Curator, s: Any, name: str) -> tuple[np.ndarray, An
     if ds is None:
         return None
     n = int(s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id)) or 0)
-    key = (ds.id, n)
+    # keyed by the data directory too: dataset ids restart at 1 in every store, and a process may serve several
+    # (the cache once returned another store's held-out rows, whose predictions then failed and went unrecorded)
+    key = (str(curator.data_dir), ds.id, n)
     with _cache_lock:
         hit = _holdout_cache.get(key)
     if hit is not None:
