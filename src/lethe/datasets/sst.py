@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from lethe.datasets.mnist import data_home
+from lethe.datasets.pypi import pypi_file
 
 PYPI_SDIST = "vaderSentiment==3.3.2"
 _INNER = "additional_resources/hutto_ICWSM_2014.tar.gz"
@@ -45,22 +43,16 @@ def parse_ground_truth(text: str) -> tuple[list[int], list[float], list[str]]:
 
 
 def _fetch(dest: Path) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", PYPI_SDIST,
-                        "-d", tmp, "--quiet"], check=True)
-        sdists = list(Path(tmp).glob("vaderSentiment-*.tar.gz"))
-        if not sdists:
-            raise RuntimeError(f"pip download {PYPI_SDIST} produced no sdist.")
-        with tarfile.open(sdists[0]) as outer:
-            inner_name = next((n for n in outer.getnames() if n.endswith(_INNER)), None)
-            if inner_name is None:
-                raise RuntimeError(f"{sdists[0].name} does not contain {_INNER}.")
-            fobj = outer.extractfile(inner_name)
-            assert fobj is not None
-            with tarfile.open(fileobj=io.BytesIO(fobj.read())) as inner:
-                member = inner.extractfile(_MEMBER)
-                assert member is not None
-                text = member.read().decode("latin-1")
+    with pypi_file(PYPI_SDIST, "vaderSentiment-*.tar.gz", wheel=False) as sdist, tarfile.open(sdist) as outer:
+        inner_name = next((n for n in outer.getnames() if n.endswith(_INNER)), None)
+        if inner_name is None:
+            raise RuntimeError(f"{sdist.name} does not contain {_INNER}.")
+        fobj = outer.extractfile(inner_name)
+        assert fobj is not None
+        with tarfile.open(fileobj=io.BytesIO(fobj.read())) as inner:
+            member = inner.extractfile(_MEMBER)
+            assert member is not None
+            text = member.read().decode("latin-1")
     ids, scores, sents = parse_ground_truth(text)
     tmp_dest = dest.with_suffix(".tmp")
     tmp_dest.write_text(json.dumps({"source": f"PyPI sdist {PYPI_SDIST}, {_MEMBER}", "id": ids, "score": scores,
