@@ -17,6 +17,7 @@ removal; eight threads: n and active rows disagree, bounds exceeded, ``onepass``
 from __future__ import annotations
 
 import copy
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -349,6 +350,44 @@ def test_a_fitted_model_holding_secret_noise_refuses_copies(index):
             how(model)
     twin = clone(model).fit(X, y)  # the supported path: a second model with fresh noise
     assert type(twin) is type(model)
+
+
+@pytest.mark.parametrize("index", [3, 4, 5])
+def test_a_fitted_noisy_model_refuses_pickle_naming_its_secret_and_refuses_add(index):
+    """SerialisedModel's one refusal: pickle names what the model holds and sends to save/load; add says why not."""
+    import pickle
+
+    models = _secret_models()
+    if index >= len(models):
+        pytest.skip("torch is not installed")
+    model, X, y = models[index]
+    assert type(pickle.loads(pickle.dumps(model))) is type(model)  # unfitted: pickles
+    model.fit(X, y)
+    secret = type(model)._secret_state
+    assert "SECRET" in secret
+    with pytest.raises(TypeError, match=re.escape(f"cannot be pickled: it holds {secret}") + r".*\.load\(path\)"):
+        pickle.dumps(model)
+    with pytest.raises(NotImplementedError, match=r"cannot add records \(supports_add = False\): \w"):
+        model.add(X[:2], y[:2])
+    assert model.supports_add is False
+
+
+def test_serialised_model_refusals_raise_the_class_error_only_when_fitted():
+    import pickle
+
+    from lethe._locking import SerialisedModel
+
+    class Model(SerialisedModel):
+        _fitted_attribute = "w_"
+        _secret_state = "the secret w_"
+        _refusal_error = ValueError
+
+    m = Model()
+    assert type(copy.copy(m)) is Model and type(pickle.loads(pickle.dumps(m))) is Model
+    m.w_ = 1.0
+    for how, word in ((copy.copy, "copied"), (copy.deepcopy, "copied"), (pickle.dumps, "pickled")):
+        with pytest.raises(ValueError, match=f"A fitted Model cannot be {word}"):
+            how(m)
 
 
 def test_a_fitted_pipeline_refuses_copies_through_its_final_step():

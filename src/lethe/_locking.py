@@ -21,7 +21,7 @@ import copy
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 _LOCK_ATTR = "_lethe_lock"
 #: The attribute that holds an instance's lock: never copied, pickled or compared.
@@ -54,27 +54,50 @@ class SerialisedModel:
     """Mixin: a lazily created per-instance lock kept out of pickles and copies, and no copy of a fitted model.
 
     Subclasses name the attribute that marks a fitted model in ``_fitted_attribute`` (e.g. ``"states_"``) and
-    decorate their state-reading and state-changing methods with :func:`serialised`.
+    decorate their state-reading and state-changing methods with :func:`serialised`. A subclass whose fitted state is
+    secret names what it holds in ``_secret_state`` (e.g. ``"the SECRET perturbation b and the remaining training
+    rows"``): pickling a fitted model then raises ``TypeError`` saying so (:meth:`_refuse`), and the message sends the
+    user to ``save``/``load``. A model without certified addition calls :meth:`_refuse_add` from its ``add``.
     """
 
     _fitted_attribute: ClassVar[str] = ""
+    #: What a fitted model holds that must not be pickled (a sentence part); "" = it pickles normally.
+    _secret_state: ClassVar[str] = ""
+    #: Why a fitted model is not copied (copy.copy, copy.deepcopy).
+    _copy_reason: ClassVar[str] = (
+        "the copy would be a second live model holding the same SECRET noise, and two models released with one "
+        "secret are not covered by their certificates. Use sklearn.base.clone(model).fit(X, y) for a second model "
+        "(fresh noise), or save()/load() to persist one where the model offers them.")
+    #: The exception a refused pickle or copy raises.
+    _refusal_error: ClassVar[type[Exception]] = TypeError
 
     def _is_fitted_model(self) -> bool:
         return bool(self._fitted_attribute) and self._fitted_attribute in self.__dict__
 
+    def _refuse(self, how: str, reason: str) -> None:
+        """Raise ``_refusal_error`` (``TypeError`` unless a subclass names another) if this model is fitted: it
+        cannot be ``how`` (e.g. "pickled") because ``reason``."""
+        if self._is_fitted_model():
+            raise self._refusal_error(f"A fitted {type(self).__name__} cannot be {how}: {reason}")
+
+    def _refuse_add(self, reason: str) -> NoReturn:
+        """The ``add`` of a model with ``supports_add = False`` (:class:`lethe.protocols.Unlearner`): raise
+        ``NotImplementedError`` saying why (``reason``); nothing changes."""
+        raise NotImplementedError(f"{type(self).__name__} cannot add records (supports_add = False): {reason}")
+
     def __getstate__(self) -> Any:
+        if self._secret_state:
+            name = type(self).__name__
+            self._refuse("pickled", f"it holds {self._secret_state}, which pickle would write with the default "
+                         f"file mode, and loading a pickle runs code. Use model.save(path) and {name}.load(path) "
+                         "(no pickle, owner-only file). Unfitted estimators pickle normally.")
         state = super().__getstate__()  # type: ignore[misc]
         if isinstance(state, dict) and _LOCK_ATTR in state:
             state = {k: v for k, v in state.items() if k != _LOCK_ATTR}
         return state
 
     def _refuse_copy(self, how: str) -> None:
-        if self._is_fitted_model():
-            raise TypeError(
-                f"A fitted {type(self).__name__} cannot be copied ({how}): the copy would be a second live model "
-                "holding the same SECRET noise, and two models released with one secret are not covered by their "
-                "certificates. Use sklearn.base.clone(model).fit(X, y) for a second model (fresh noise), or "
-                "save()/load() to persist one where the model offers them.")
+        self._refuse(f"copied ({how})", self._copy_reason)
 
     def __copy__(self) -> Any:
         self._refuse_copy("copy.copy")

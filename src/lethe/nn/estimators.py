@@ -63,6 +63,8 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
     """
 
     _fitted_attribute = "model_"
+    _secret_state = ("the SECRET random state of its later removals' noise (rng_; whoever knows it can subtract the "
+                     "noise; a loaded model draws a fresh stream) and the retained training rows")
     #: The :class:`lethe.protocols.Unlearner` protocol: removals only (``add`` raises NotImplementedError).
     supports_add: ClassVar[bool] = False
 
@@ -141,20 +143,7 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
     def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> NNUnlearningCertificate:
         """Not supported (``supports_add = False``): noisy fine-tuning certifies removals only; adding records
         means training on them, which no certificate of Koloskova et al. covers. Raises NotImplementedError."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot add records (supports_add = False): noisy clipped fine-tuning certifies "
-            "removals only. Refit on the enlarged data instead.")
-
-    # -- no pickle of a fitted model ------------------------------------------------------------------------------
-    def __getstate__(self) -> Any:
-        if self._is_fitted_model():
-            raise TypeError(
-                f"A fitted {type(self).__name__} cannot be pickled: it holds the SECRET random state of its later "
-                "removals' noise (rng_; whoever knows it can subtract the noise) and the retained training rows, "
-                f"which pickle would write with the default file mode, and loading a pickle runs code. Use "
-                f"model.save(path) and {type(self).__name__}.load(path) (no pickle, owner-only file, fresh noise "
-                "stream at load). Unfitted estimators pickle normally.")
-        return super().__getstate__()
+        self._refuse_add("noisy clipped fine-tuning certifies removals only. Refit on the enlarged data instead.")
 
     # -- persistence ------------------------------------------------------------------------------------------------
     @serialised

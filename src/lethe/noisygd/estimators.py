@@ -16,6 +16,7 @@ import math
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -62,6 +63,46 @@ def _rows_to_unit_ball(X: np.ndarray, how: str) -> np.ndarray:
     return X
 
 
+def _file_meta(est: Any) -> dict[str, Any]:
+    """What every Noisy-GD model file records about its estimator: class, parameters (an integer seed or None:
+    a generator is not saved), classes, ``n_features_in_`` and the feature names if any."""
+    params = est.get_params(deep=False)
+    rs = params["random_state"]
+    params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
+    kind = est.classes_.dtype.kind
+    classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in est.classes_]
+    meta = {"class": type(est).__name__, "params": params, "classes": classes,
+            "n_features_in": int(est.n_features_in_)}
+    if hasattr(est, "feature_names_in_"):
+        meta["feature_names_in"] = [str(c) for c in est.feature_names_in_]
+    return meta
+
+
+def _open_file(cls: type, path: str | Path, key: bytes | str | None,
+               ) -> tuple[dict[str, np.ndarray], dict[str, Any], Callable[[str], ModelFileError]]:
+    """(arrays, metadata, fail) of an authenticated model file of class ``cls`` (:func:`lethe.io.load_npz`'s
+    policy); ``fail(msg)`` is the :class:`~lethe.io.ModelFileError` that refuses it."""
+    arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+    where = str(path)
+
+    def fail(msg: str) -> ModelFileError:
+        return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
+
+    if meta.get("class") != cls.__name__:
+        raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+    return arrays, meta, fail
+
+
+def _check_file_keys(keys: np.ndarray | None, gone: np.ndarray, fail: Callable[[str], ModelFileError]) -> None:
+    """Record keys of a model file: one per row, distinct for the rows kept, blank for the rows removed."""
+    if keys is None:
+        return
+    blank = "" if keys.dtype.kind == "U" else 0
+    if keys.shape != gone.shape or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
+            np.unique(keys[~gone]).size != int((~gone).sum()):
+        raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+
+
 class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Shared fit/predict/edit logic; subclasses define the model, the schedule and the curator config.
 
@@ -81,6 +122,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         "random_state": "no_validation",  # lethe._rng.check_random_state (accepts a numpy Generator)
     }
     _fitted_attribute = "curator_"
+    _secret_state = ("its curator's SECRET generator state (whoever knows it knows every later noise draw) and the "
+                     "database")
     #: The :class:`lethe.protocols.Unlearner` protocol: no certified addition (``add`` raises NotImplementedError).
     supports_add: ClassVar[bool] = False
 
@@ -215,19 +258,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         """Not supported (``supports_add = False``): the curator's database has a fixed size n (Chourasia & Shah's
         edits replace records; Thm 5.1/5.2's schedules are calibrated for n). Use :meth:`edit` to replace a
         removed record by a new one, or refit. Raises NotImplementedError."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot add records (supports_add = False): Noisy-GD's database has a fixed size "
-            "n that the schedule is calibrated for. Use edit(indices, X_new, y_new) to replace records, or refit.")
-
-    # -- no pickle of a fitted model ------------------------------------------------------------------------------
-    def __getstate__(self) -> Any:
-        if self._is_fitted_model():
-            raise TypeError(
-                f"A fitted {type(self).__name__} cannot be pickled: its curator holds the SECRET generator state "
-                "(whoever knows it knows every later noise draw) and the database, which pickle would write with the "
-                f"default file mode, and loading a pickle runs code. Use model.save(path) and "
-                f"{type(self).__name__}.load(path) (no pickle, owner-only file). Unfitted estimators pickle normally.")
-        return super().__getstate__()
+        self._refuse_add("Noisy-GD's database has a fixed size n that the schedule is calibrated for. Use "
+                         "edit(indices, X_new, y_new) to replace records, or refit.")
 
     # -- persistence ----------------------------------------------------------------------------------------------
     @serialised
@@ -237,18 +269,10 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         which rows are still in and the record keys. Owner-only and atomic; with a key (``key``,
         ``$LETHE_MODEL_KEY``, ``$LETHE_MODEL_KEY_FILE``) authenticated by an HMAC-SHA256 tag."""
         check_is_fitted(self, "curator_")
-        params = self.get_params(deep=False)
-        rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
         arrays = {**self.curator_.state_arrays(), "active": self.active_}
         if self.keys_ is not None:
             arrays["keys"] = self.keys_
-        kind = self.classes_.dtype.kind
-        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
-        meta = {"class": type(self).__name__, "params": params, "classes": classes,
-                "n_features_in": int(self.n_features_in_), "curator": self.curator_.state_meta()}
-        if hasattr(self, "feature_names_in_"):
-            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
+        meta = {**_file_meta(self), "curator": self.curator_.state_meta()}
         return save_npz(path, arrays, meta, secret=True, key=model_key(key))
 
     @classmethod
@@ -259,14 +283,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         build for n records (same schedule), the model has the classes' shape, the rows marked removed are the
         dummy zero record, keys blank for them and distinct otherwise. :class:`lethe.io.ModelFileError` on any
         failure; nothing is loaded."""
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        arrays, meta, fail = _open_file(cls, path, key)
         where = str(path)
-
-        def fail(msg: str) -> ModelFileError:
-            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
-
-        if meta.get("class") != cls.__name__:
-            raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
         active, keys = arrays.pop("active", None), arrays.pop("keys", None)
         if not isinstance(meta.get("curator"), dict):
             raise fail("it holds no curator state.")
@@ -296,11 +314,7 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         if int(gone.sum()) > sum(c.r for c in curator.certificates):
             raise fail(f"{int(gone.sum())} rows are marked removed but the edits replaced "
                        f"{sum(c.r for c in curator.certificates)}.")
-        if keys is not None:
-            blank = "" if keys.dtype.kind == "U" else 0
-            if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
-                    np.unique(keys[active]).size != int(active.sum()):
-                raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+        _check_file_keys(keys, gone, fail)
         if "feature_names_in" in meta:
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         est.curator_ = curator
@@ -691,6 +705,7 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         "random_state": "no_validation",
     }
     _fitted_attribute = "theta_"  # serialised calls and no copy of a fitted model, as the Noisy-GD estimators
+    _secret_state = "the SECRET generator state of its later noise and the training rows"
     supports_add: ClassVar[bool] = False  # the lethe.protocols.Unlearner protocol: removals only
 
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-5, lam: float = 0.01, batch_size: int = 128,
@@ -797,18 +812,8 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> PNSGDCertificate:
         """Not supported (``supports_add = False``): Chien et al.'s sequential accounting covers deletions from a
         database of fixed size n. Raises NotImplementedError."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot add records (supports_add = False): its unlearning certificates account "
-            "for deletions from a fixed database of n rows. Refit on the enlarged data instead.")
-
-    def __getstate__(self) -> Any:
-        if self._is_fitted_model():
-            raise TypeError(
-                f"A fitted {type(self).__name__} cannot be pickled: it holds the SECRET generator state of its later "
-                "noise and the training rows, which pickle would write with the default file mode, and loading a "
-                f"pickle runs code. Use model.save(path) and {type(self).__name__}.load(path). Unfitted estimators "
-                "pickle normally.")
-        return super().__getstate__()
+        self._refuse_add("its unlearning certificates account for deletions from a fixed database of n rows. Refit "
+                         "on the enlarged data instead.")
 
     @serialised
     def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
@@ -816,20 +821,11 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         file): θ, the rows (removed ones zeroed) and labels, which rows are gone, keys, the request history and the
         certificates. The generator state is not saved (secret): the loaded model draws fresh noise."""
         check_is_fitted(self, "theta_")
-        params = self.get_params(deep=False)
-        rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
         arrays = {"X": self._X, "y": self._y, "gone": self._gone, "theta": self.theta_}
         if self.keys_ is not None:
             arrays["keys"] = self.keys_
-        kind = self.classes_.dtype.kind
-        classes = [int(c) if kind in "iub" else float(c) if kind == "f" else str(c) for c in self.classes_]
-        meta = {"class": type(self).__name__, "params": params, "classes": classes,
-                "n_features_in": int(self.n_features_in_), "removed": list(self._removed),
-                "phase_steps": list(self._phase_steps),
+        meta = {**_file_meta(self), "removed": list(self._removed), "phase_steps": list(self._phase_steps),
                 "certificates": [] if self._certificate is None else [asdict(self._certificate)]}
-        if hasattr(self, "feature_names_in_"):
-            meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
         return save_npz(path, arrays, meta, secret=True, key=model_key(key))
 
     @classmethod
@@ -838,14 +834,7 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         the parameters and (n, d); rows finite in the unit ball, labels ±1, removed rows and labels zero and as many
         as the requests removed; θ finite within the projection radius; the request history's steps and the last
         certificate recomputed. :class:`lethe.io.ModelFileError` on any failure; nothing is loaded."""
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
-        where = str(path)
-
-        def fail(msg: str) -> ModelFileError:
-            return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
-
-        if meta.get("class") != cls.__name__:
-            raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
+        arrays, meta, fail = _open_file(cls, path, key)
         expected = {"X", "y", "gone", "theta"} | ({"keys"} if "keys" in arrays else set())
         if set(arrays) != expected:
             raise fail(f"expected arrays {sorted(expected)}. Found {sorted(arrays)}.")
@@ -884,11 +873,7 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
                 np.linalg.norm(theta) > est._radius * (1.0 + 1e-9):
             raise fail(f"theta must be {d} finite values within the projection radius {est._radius!r}.")
         keys = arrays.get("keys")
-        if keys is not None:
-            blank = "" if keys.dtype.kind == "U" else 0
-            if keys.shape != (n,) or keys.dtype.kind not in "iuU" or np.any(keys[gone] != blank) or \
-                    np.unique(keys[~gone]).size != int((~gone).sum()):
-                raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
+        _check_file_keys(keys, gone, fail)
         certs = [est._certificate_for(j, removed, phase, n) for j in range(1, len(removed) + 1)]
         if any(c.steps != s for c, s in zip(certs, phase, strict=True)):
             raise fail("the steps of the unlearning phases are not those the certificates call for.")
