@@ -13,10 +13,10 @@ rows (``"error"``). These are per-record maps, so they do not affect the privacy
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from numbers import Integral, Real
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
