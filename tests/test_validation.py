@@ -28,3 +28,25 @@ def test_inf_and_minus_inf_do_not_cancel():
     X[0, 0], X[1, 1] = np.inf, -np.inf
     with pytest.raises(ValueError, match="finite"):
         check_finite_matrix("X", X)
+
+
+def test_check_nonnegative_int_accepts_integers_and_rejects_the_rest():
+    import numpy as _np
+
+    from lethe._validation import check_nonnegative_int
+
+    assert check_nonnegative_int("k", 0) == 0 and check_nonnegative_int("k", _np.int64(7)) == 7
+    with pytest.raises(TypeError, match=r"k must be an integer. Found True of type bool"):
+        check_nonnegative_int("k", True)
+    with pytest.raises(TypeError, match=r"k must be an integer. Found 1.0"):
+        check_nonnegative_int("k", 1.0)
+    with pytest.raises(ValueError, match=r"k must be >= 0. Found -1"):
+        check_nonnegative_int("k", -1)
+
+
+def test_check_each_checks_every_value_in_order_and_names_the_first_bad_one():
+    from lethe._validation import check_each, check_positive
+
+    assert check_each(check_positive, a=1, b=2.5) == (1.0, 2.5)
+    with pytest.raises(ValueError, match=r"^b must be > 0. Found 0"):
+        check_each(check_positive, a=1, b=0, c=-1)

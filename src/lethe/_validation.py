@@ -5,11 +5,13 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
+
+T = TypeVar("T")
 
 
 def store_init_args(estimator: Any, args: Mapping[str, Any]) -> None:
@@ -69,6 +71,26 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def check_nonnegative_int(name: str, value: Any) -> int:
+    """An integer >= 0 (anything with ``__index__`` but a bool, e.g. a count of steps)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{name} must be an integer. Found {value!r} of type {type(value).__name__}.")
+    k = int(value)
+    if k < 0:
+        raise ValueError(f"{name} must be >= 0. Found {k}.")
+    return k
+
+
+def check_each(check: Callable[[str, Any], T], **values: Any) -> tuple[T, ...]:
+    """``check(name, value)`` for each keyword argument, in order; the checked values as a tuple.
+
+    >>> lipschitz, sigma2 = check_each(check_positive, lipschitz=1, sigma2=0.5)
+    >>> lipschitz, sigma2
+    (1.0, 0.5)
+    """
+    return tuple(check(name, value) for name, value in values.items())
+
+
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     """One of a fixed set of strings."""
     if value not in choices:
@@ -119,7 +141,7 @@ def row_norms(X: Any) -> np.ndarray:
     """
     if sp.issparse(X):
         canonical = sp.isspmatrix_csr(X) and X.dtype == np.float64 and X.has_canonical_format
-        return _sparse_row_norms(X if canonical else _canonical_csr(X))[0]
+        return _sparse_row_norms(X if canonical else canonical_csr(X))[0]
     X = np.asarray(X, dtype=np.float64)
     # Unscaled first (one read of X, no n × d temporary): Σⱼ xᵢⱼ² neither overflows nor loses accuracy to
     # underflow when it lies in [2⁻⁹⁰⁰, 2⁹⁰⁰] (each xᵢⱼ² ≤ the sum, so none overflows; the squares that underflow are
@@ -182,7 +204,7 @@ def format_norm(v: float) -> str:
     return s
 
 
-def _canonical_csr(X: Any, name: str = "X", *, copy: bool = True) -> sp.csr_matrix:
+def canonical_csr(X: Any, name: str = "X", *, copy: bool = True) -> sp.csr_matrix:
     """A canonical float64 CSR matrix (sorted indices, duplicates summed) with finite stored values: a new copy, or
     with ``copy=False`` possibly sharing ``X``'s arrays (the one check of sparse input, for the estimators and for
     :func:`lethe.certified.data.check_data_matrix`)."""
@@ -217,7 +239,7 @@ def normalize_rows(X: Any) -> np.ndarray:
     [[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]]
     """
     if sp.issparse(X):
-        A = _canonical_csr(X)
+        A = canonical_csr(X)
         norms = _sparse_row_norms(A)[0]
         with np.errstate(over="ignore"):
             _scale_sparse_rows_onto_sphere(A, norms > 1.0)

@@ -39,7 +39,7 @@ from lethe._locking import SerialisedModel, serialised
 from lethe.io import ModelFileError, load_npz, model_key, save_npz
 
 
-def _step_learns_from_data(step: Any) -> bool:
+def step_learns_from_data(step: Any) -> bool:
     if step is None or (isinstance(step, str) and step == "passthrough"):
         return False
     if isinstance(step, FrozenEstimator):
@@ -61,7 +61,7 @@ class UnlearningPipeline(SerialisedModel, Pipeline):
 
     def _check_steps(self, action: str) -> None:
         for name, step in self.steps[:-1]:
-            if _step_learns_from_data(step):
+            if step_learns_from_data(step):
                 raise ValueError(
                     f"Cannot {action}: step {name!r} ({type(step).__name__}) learns from the training data, so its "
                     "fitted state would keep removed records (e.g. a StandardScaler's mean_) and no certificate would "

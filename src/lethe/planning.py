@@ -57,7 +57,7 @@ from lethe.certified.cache import NewtonCache
 from lethe.certified.newton import resolve_solver
 from lethe.certified.noise import residual_budget
 from lethe.estimators import CertifiedLogisticRegression, joint_residual
-from lethe.pipeline import _step_learns_from_data
+from lethe.pipeline import step_learns_from_data
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def _prepare(X: Any, y: Any, estimator: Any) -> tuple[Any, np.ndarray, Any]:
     y = np.asarray(y)
     if hasattr(estimator, "steps"):
         for name, step in estimator.steps[:-1]:
-            if _step_learns_from_data(step):
+            if step_learns_from_data(step):
                 raise ValueError(f"Cannot plan: step {name!r} ({type(step).__name__}) of the pipeline learns from the "
                                  "training data, so no certificate would cover it. Use a stateless step (e.g. "
                                  "lethe.preprocessing.SchemaEncoder) or one fitted on public data wrapped in "

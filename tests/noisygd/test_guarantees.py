@@ -128,3 +128,16 @@ def test_orders_must_exceed_one(q):
         noisy_gd_rdp(q, lipschitz=1.0, sigma2=1.0, eta=0.1, n=10, n_steps=1)
     with pytest.raises(ValueError, match="q"):
         membership_advantage_bound(q, 0.1)
+
+
+def test_check_convex_run_names_the_rule_and_value_it_refuses():
+    from lethe.noisygd.guarantees import check_convex_run
+
+    ok = {"q": 2.0, "lipschitz": 1.0, "smoothness": 0.0, "lam": 1.0, "sigma2": 1.0, "eta": 0.5, "n": 3}
+    assert check_convex_run(**ok) == (2.0, 1.0, 0.0, 1.0, 1.0, 0.5, 3)
+    for name, bad, rule in [("q", 1.0, "must be > 1"), ("lipschitz", 0.0, "must be > 0"),
+                            ("smoothness", -1.0, "must be >= 0"), ("lam", 0.0, "must be > 0"),
+                            ("sigma2", -1.0, "must be > 0"), ("eta", 0.0, "must be > 0"), ("n", 0, "must be >= 1"),
+                            ("eta", 1.0, r"must be < 1/\(lam \+ smoothness\) = 1.0 \(Thm G.15, G.9\)")]:
+        with pytest.raises(ValueError, match=rf"^{name}.*{rule}"):
+            check_convex_run(**{**ok, name: bad})

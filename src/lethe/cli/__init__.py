@@ -59,13 +59,13 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         return text
 
 
-def _show_defaults(parser: argparse.ArgumentParser) -> None:
+def show_defaults(parser: argparse.ArgumentParser) -> None:
     """Print every option's default in ``--help``, in this parser and all its subcommands."""
     parser.formatter_class = DefaultsHelpFormatter
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
-                _show_defaults(child)
+                show_defaults(child)
         elif (action.help is None and action.option_strings
               and action.default not in (None, False, argparse.SUPPRESS)):
             action.help = " "  # a help text, so that the formatter prints the default
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
             if missing_extra_message(exc) is None:
                 raise
             _register_unavailable(sub, name, exc)
-    _show_defaults(parser)
+    show_defaults(parser)
     return parser
 
 

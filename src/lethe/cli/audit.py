@@ -22,11 +22,11 @@ class _LazyAuditParser(argparse.ArgumentParser):
     def _build(self) -> None:
         if not self._built:
             self._built = True
-            from lethe.cli import _show_defaults
+            from lethe.cli import show_defaults
             from lethe.experiments.audit import build_parser
 
             build_parser(self)
-            _show_defaults(self)
+            show_defaults(self)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
         self._build()

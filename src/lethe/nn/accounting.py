@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
+from lethe._validation import check_each, check_nonnegative, check_open_unit, check_positive, check_positive_int
 from lethe.io import JsonRecord
-from lethe.privacy.gaussian import _log_gaussian_delta
+from lethe.privacy.gaussian import log_gaussian_delta
 from lethe.privacy.rdp import rdp_to_dp_tight
 
 __all__ = [
@@ -368,7 +368,7 @@ def _model_clip_log_step(epsilon: float, log_d: float, sigma: float, model_clip:
     log_em1 = math.log(math.expm1(epsilon))
     x = log_em1 - log_d
     eps_t = x + math.log1p(math.exp(-x)) if x > 0 else math.log1p(math.exp(x))  # log(1 + (e^ε − 1)/δ_t)
-    return log_d + _log_gaussian_delta(eps_t, 2.0 * model_clip / sigma) + math.log1p(_MODEL_CLIP_MARGIN)
+    return log_d + log_gaussian_delta(eps_t, 2.0 * model_clip / sigma) + math.log1p(_MODEL_CLIP_MARGIN)
 
 
 def _delta_from_log(log_d: float) -> float:
@@ -387,7 +387,7 @@ def model_clip_contraction(epsilon: float, *, sigma: float, model_clip: float) -
     e = check_nonnegative("epsilon", epsilon)
     s = check_positive("sigma", sigma)
     c2 = check_positive("model_clip", model_clip)
-    return _delta_from_log(_log_gaussian_delta(e, 2.0 * c2 / s))
+    return _delta_from_log(log_gaussian_delta(e, 2.0 * c2 / s))
 
 
 def model_clip_delta(epsilon: float, *, sigma: float, model_clip: float, steps: int,
@@ -493,8 +493,7 @@ def calibrate_model_clip(epsilon: float, delta: float, *, model_clip: float, lr:
     """
     e = check_positive("epsilon", epsilon)
     d = check_open_unit("delta", delta)
-    c2 = check_positive("model_clip", model_clip)
-    eta = check_positive("lr", lr)
+    c2, eta = check_each(check_positive, model_clip=model_clip, lr=lr)
     lam = check_nonnegative("weight_decay", weight_decay)
     _contraction(eta, lam)
     if (sigma is None) == (steps is None):

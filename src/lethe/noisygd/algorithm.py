@@ -278,7 +278,7 @@ def clip_rows(G: np.ndarray, clip: float) -> np.ndarray:
     return G / np.maximum(1.0, norms / clip)[:, None]
 
 
-def _clip_factors(sq_norms: np.ndarray, clip: float | None) -> np.ndarray:
+def clip_factors(sq_norms: np.ndarray, clip: float | None) -> np.ndarray:
     """min(1, L/‖g_i‖) from squared norms (1 where no clipping)."""
     if clip is None:
         return np.ones_like(sq_norms)
@@ -302,14 +302,14 @@ def logistic_mean_gradient(theta: np.ndarray, X: np.ndarray, y: np.ndarray, clip
     if np.ndim(theta) == 1:
         coef = -y * expit(-y * (X @ theta))  # ℓ'(z) per example
         if clip is not None:
-            coef = coef * _clip_factors(coef**2 * np.einsum("ij,ij->i", X, X), clip)
+            coef = coef * clip_factors(coef**2 * np.einsum("ij,ij->i", X, X), clip)
         return X.T @ coef / X.shape[0]
     # Chains: (θᵀXᵀ)ᵀ and (CᵀX)ᵀ are the same products as X θ and Xᵀ C, written so that OpenBLAS runs them as
     # one GEMM over the row-major X (about 2x faster than X @ θ for a few columns).
     Z = (theta.T @ X.T).T
     coef = -y[:, None] * expit(-y[:, None] * Z)  # ℓ'(z) per example and chain
     if clip is not None:
-        coef = coef * _clip_factors(coef**2 * np.einsum("ij,ij->i", X, X)[:, None], clip)
+        coef = coef * clip_factors(coef**2 * np.einsum("ij,ij->i", X, X)[:, None], clip)
     return (coef.T @ X).T / X.shape[0]
 
 
@@ -328,7 +328,7 @@ def multinomial_mean_gradient(W: np.ndarray, X: np.ndarray, y: np.ndarray, clip:
     P = softmax(X @ W, axis=1)
     P[np.arange(X.shape[0]), y.astype(np.intp)] -= 1.0
     if clip is not None:
-        c = _clip_factors(np.einsum("ij,ij->i", X, X) * np.einsum("ij,ij->i", P, P), clip)
+        c = clip_factors(np.einsum("ij,ij->i", X, X) * np.einsum("ij,ij->i", P, P), clip)
         P = P * c[:, None]
     return X.T @ P / X.shape[0]
 

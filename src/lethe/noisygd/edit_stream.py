@@ -46,9 +46,9 @@ from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel, model
 from lethe.noisygd.schedule import (
     ConvexSchedule,
     NonConvexSchedule,
-    _nonconvex_eta_max,
     convex_deletion_epsilon,
     nonconvex_deletion_epsilon,
+    nonconvex_eta_max,
 )
 
 __all__ = [
@@ -314,7 +314,7 @@ class CuratorConfig(JsonRecord):
             if isinstance(self.max_edit_size, bool) or not isinstance(self.max_edit_size, int) or (
                     self.max_edit_size < 1):
                 raise ValueError(f"max_edit_size must be an integer >= 1. Found {self.max_edit_size!r}.")
-            eta_max = _nonconvex_eta_max(lam=self.lam, B=self.B, q=self.q, smoothness=self.smoothness)
+            eta_max = nonconvex_eta_max(lam=self.lam, B=self.B, q=self.q, smoothness=self.smoothness)
             if self.eta > eta_max * (1.0 + 1e-12):
                 raise ValueError(
                     f"guarantee='nonconvex' needs eta <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). "

@@ -22,8 +22,17 @@ processing             deletion_epsilon`        steps that saw the record; later
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int, check_renyi_order
+from lethe._validation import (
+    check_each,
+    check_nonnegative,
+    check_nonnegative_int,
+    check_open_unit,
+    check_positive,
+    check_positive_int,
+    check_renyi_order,
+)
 from lethe.privacy.rdp import gaussian_rdp, rdp_to_dp, rdp_to_dp_tight
 
 __all__ = [
@@ -36,13 +45,19 @@ __all__ = [
 ]
 
 
-def _check_steps(name: str, k: object) -> int:
-    if isinstance(k, bool) or not hasattr(k, "__index__"):
-        raise TypeError(f"{name} must be an integer. Found {k!r} of type {type(k).__name__}.")
-    k = int(k)  # type: ignore[call-overload]
-    if k < 0:
-        raise ValueError(f"{name} must be >= 0. Found {k}.")
-    return k
+def check_convex_run(q: Any, lipschitz: Any, smoothness: Any, lam: Any, sigma2: Any, eta: Any, n: Any,
+                     ) -> tuple[float, float, float, float, float, float, int]:
+    """The inputs of a convex Noisy-GD run (Thm G.9, G.15), checked: q > 1; L, λ, σ², η > 0; β ≥ 0; n ≥ 1;
+    η < 1/(β + λ). Returns (q, L, β, λ, σ², η, n)."""
+    q = check_renyi_order("q", q)
+    lipschitz = check_positive("lipschitz", lipschitz)
+    smoothness = check_nonnegative("smoothness", smoothness)
+    lam, sigma2, eta = check_each(check_positive, lam=lam, sigma2=sigma2, eta=eta)
+    n = check_positive_int("n", n)
+    if not eta < 1.0 / (lam + smoothness):
+        raise ValueError(
+            f"eta must be < 1/(lam + smoothness) = {1.0 / (lam + smoothness)!r} (Thm G.15, G.9). Found {eta!r}.")
+    return q, lipschitz, smoothness, lam, sigma2, eta, n
 
 
 def noisy_gd_rdp(q: float, *, lipschitz: float, sigma2: float, eta: float, n: int, n_steps: int) -> float:
@@ -57,11 +72,9 @@ def noisy_gd_rdp(q: float, *, lipschitz: float, sigma2: float, eta: float, n: in
     0.2
     """
     q = check_renyi_order("q", q)
-    lipschitz = check_positive("lipschitz", lipschitz)
-    sigma2 = check_positive("sigma2", sigma2)
-    eta = check_positive("eta", eta)
+    lipschitz, sigma2, eta = check_each(check_positive, lipschitz=lipschitz, sigma2=sigma2, eta=eta)
     n = check_positive_int("n", n)
-    k = _check_steps("n_steps", n_steps)
+    k = check_nonnegative_int("n_steps", n_steps)
     per_step = gaussian_rdp(q, sensitivity=2.0 * eta * lipschitz / n, sigma=math.sqrt(2.0 * eta * sigma2))
     return k * per_step  # Rényi composition of K identical steps (Thm B.3)
 
@@ -79,16 +92,8 @@ def noisy_gd_rdp_convex(
     ...                           n_steps=10**6), 12)
     2.0
     """
-    q = check_renyi_order("q", q)
-    lipschitz = check_positive("lipschitz", lipschitz)
-    smoothness = check_nonnegative("smoothness", smoothness)
-    lam = check_positive("lam", lam)
-    sigma2 = check_positive("sigma2", sigma2)
-    eta = check_positive("eta", eta)
-    n = check_positive_int("n", n)
-    k = _check_steps("n_steps", n_steps)
-    if not eta < 1.0 / (smoothness + lam):
-        raise ValueError(f"eta must be < 1/(smoothness + lam) = {1.0 / (smoothness + lam)!r} (Thm G.9). Found {eta}.")
+    q, lipschitz, smoothness, lam, sigma2, eta, n = check_convex_run(q, lipschitz, smoothness, lam, sigma2, eta, n)
+    k = check_nonnegative_int("n_steps", n_steps)
     return 4.0 * q * lipschitz**2 / (lam * sigma2 * n**2) * -math.expm1(-lam * eta * k / 2.0)
 
 

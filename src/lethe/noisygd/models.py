@@ -23,7 +23,7 @@ import numpy as np
 from scipy.special import expit, log_expit, logsumexp, softmax
 
 from lethe.noisygd.algorithm import (
-    _clip_factors,
+    clip_factors,
     logistic_loss,
     logistic_mean_gradient,
     multinomial_loss,
@@ -149,7 +149,7 @@ class MLPModel:
             sq = np.einsum("ij,ij->i", X, X) * np.einsum("ij,ij->i", A, A) + np.einsum(
                 "ij,ij->i", H, H
             ) * np.einsum("ij,ij->i", delta, delta)
-            c = _clip_factors(sq, clip)[:, None]
+            c = clip_factors(sq, clip)[:, None]
             A, delta = A * c, delta * c
         n = X.shape[0]
         return np.concatenate([(X.T @ A).ravel() / n, (H.T @ delta).ravel() / n])
@@ -268,7 +268,7 @@ class BoundedMLPModel:
             Tp2 = (1.0 - T**2) ** 2
             Sp2 = (1.0 - S**2) ** 2
             sq = s * s * ((Gv**2) @ Tp2 + np.einsum("ik,ik->i", Ga**2, (X**2) @ Sp2))
-            c = _clip_factors(sq, clip)[:, None]
+            c = clip_factors(sq, clip)[:, None]
             Gv, Ga = Gv * c, Ga * c
         n = X.shape[0]
         gW = s * (1.0 - S**2) * (X.T @ Ga) / n

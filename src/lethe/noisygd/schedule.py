@@ -32,9 +32,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lethe._validation import check_nonnegative, check_positive, check_positive_int, check_renyi_order
+from lethe._validation import (
+    check_nonnegative,
+    check_nonnegative_int,
+    check_positive,
+    check_positive_int,
+    check_renyi_order,
+)
 from lethe.io import JsonRecord
-from lethe.noisygd.guarantees import _check_steps
+from lethe.noisygd.guarantees import check_convex_run
 
 __all__ = [
     "ConvexSchedule",
@@ -57,13 +63,6 @@ def _ceil_steps(x: float) -> int:
     the ε that the K actually run certifies.
     """
     return max(0, math.ceil(x - 1e-9))
-
-
-def _check_convex_eta(eta: float, lam: float, smoothness: float) -> None:
-    if not eta < 1.0 / (lam + smoothness):
-        raise ValueError(
-            f"eta must be < 1/(lam + smoothness) = {1.0 / (lam + smoothness)!r} (Thm G.15, G.9). Found {eta!r}."
-        )
 
 
 def convex_deletion_epsilon(
@@ -108,15 +107,8 @@ def convex_deletion_epsilon(
     ...                               eta=0.25, n=n), 12) == round(math.exp(-1.0), 12)
     True
     """
-    k = _check_steps("k_unlearn", k_unlearn)
-    q = check_renyi_order("q", q)
-    lipschitz = check_positive("lipschitz", lipschitz)
-    smoothness = check_nonnegative("smoothness", smoothness)
-    lam = check_positive("lam", lam)
-    sigma2 = check_positive("sigma2", sigma2)
-    eta = check_positive("eta", eta)
-    n = check_positive_int("n", n)
-    _check_convex_eta(eta, lam, smoothness)
+    k = check_nonnegative_int("k_unlearn", k_unlearn)
+    q, lipschitz, smoothness, lam, sigma2, eta, n = check_convex_run(q, lipschitz, smoothness, lam, sigma2, eta, n)
     return 4.0 * q * lipschitz**2 / (lam * sigma2 * n**2) * math.exp(-eta * lam * k / 2.0)
 
 
@@ -140,14 +132,7 @@ def convex_unlearning_steps(
     8
     """
     epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
-    q = check_renyi_order("q", q)
-    lipschitz = check_positive("lipschitz", lipschitz)
-    smoothness = check_nonnegative("smoothness", smoothness)
-    lam = check_positive("lam", lam)
-    sigma2 = check_positive("sigma2", sigma2)
-    eta = check_positive("eta", eta)
-    n = check_positive_int("n", n)
-    _check_convex_eta(eta, lam, smoothness)
+    q, lipschitz, smoothness, lam, sigma2, eta, n = check_convex_run(q, lipschitz, smoothness, lam, sigma2, eta, n)
     bound = 2.0 / (eta * lam) * math.log(4.0 * q * lipschitz**2 / (lam * epsilon_dd * sigma2 * n**2))
     k = _ceil_steps(bound)
     # The returned K must certify epsilon_dd as computed by convex_deletion_epsilon (what certificates report).
@@ -368,7 +353,7 @@ def _check_schedule_inputs(lipschitz: Any, smoothness: Any, lam: Any, n: Any, d:
     return lipschitz, smoothness, lam, n, d, r, q, epsilon_dp, epsilon_dd
 
 
-def _nonconvex_eta_max(*, lam: float, B: float, q: float, smoothness: float) -> float:
+def nonconvex_eta_max(*, lam: float, B: float, q: float, smoothness: float) -> float:
     """λ/(64Bq²(β+λ)²): the largest step size Thm G.22 (invoked by Thm 5.2's proof) allows."""
     return lam / (64.0 * B * q**2 * (smoothness + lam) ** 2)
 
@@ -477,7 +462,7 @@ def nonconvex_schedule(
         raise ValueError(f"d must be > epsilon_dp = {epsilon_dp} (Thm 5.2). Found {d}.")
 
     bl = (smoothness + lam) ** 2
-    eta = min(lam * epsilon_dd / (64.0 * d * q * B * bl), _nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness))
+    eta = min(lam * epsilon_dd / (64.0 * d * q * B * bl), nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness))
     scale = 2.0 * B / (lam * eta)
     log_b = math.log(B)
     k_learn = _ceil_steps(scale * math.log(q * log_b / epsilon_dd))
@@ -549,8 +534,8 @@ def nonconvex_deletion_epsilon(
     >>> math.isclose(e, max(e0, e_star)), e_star > e0
     (True, True)
     """
-    k_learn = _check_steps("k_learn", k_learn)
-    k_unlearn = _check_steps("k_unlearn", k_unlearn)
+    k_learn = check_nonnegative_int("k_learn", k_learn)
+    k_unlearn = check_nonnegative_int("k_unlearn", k_unlearn)
     q = check_renyi_order("q", q)
     B = _check_B(B)
     eta = check_positive("eta", eta)
@@ -561,7 +546,7 @@ def nonconvex_deletion_epsilon(
     r = check_positive_int("r", r)
     if r > n:
         raise ValueError(f"r must be <= n = {n}. Found {r}.")
-    eta_max = _nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness)
+    eta_max = nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness)
     if eta > eta_max * (1.0 + 1e-12):
         raise ValueError(f"eta must be <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). Found {eta!r}.")
     log_b = math.log(B)

@@ -107,7 +107,7 @@ def _log_delta_am(a: float, mu: float) -> float:
     return -0.5 * a * a - math.log(2.0) + math.log(drop)
 
 
-def _log_gaussian_delta(epsilon: float, mu: float) -> float:
+def log_gaussian_delta(epsilon: float, mu: float) -> float:
     """log δ(ε) of the Gaussian mechanism with μ = Δ/σ > 0 (Balle & Wang 2018, Thm 8)."""
     return _log_delta_am(mu / 2.0 - epsilon / mu, mu)
 
@@ -147,7 +147,7 @@ def analytic_gaussian_delta(epsilon: float, sigma: float, sensitivity: float = 1
     d = check_nonnegative("sensitivity", sensitivity)
     if d == 0.0:
         return 0.0
-    return math.exp(_log_gaussian_delta(eps, d / s))
+    return math.exp(log_gaussian_delta(eps, d / s))
 
 
 def analytic_gaussian_epsilon(delta: float, sigma: float, sensitivity: float = 1.0) -> float:
@@ -185,15 +185,15 @@ def analytic_gaussian_epsilon(delta: float, sigma: float, sensitivity: float = 1
         return 0.0
     mu = d / s
     log_target = math.log(dl)
-    if _log_gaussian_delta(0.0, mu) <= log_target:
+    if log_gaussian_delta(0.0, mu) <= log_target:
         return 0.0
     hi = 1.0
-    while _log_gaussian_delta(hi, mu) > log_target:
+    while log_gaussian_delta(hi, mu) > log_target:
         hi *= 2.0
     lo = hi / 2.0 if hi > 1.0 else 0.0
-    root = optimize.brentq(lambda e: _log_gaussian_delta(e, mu) - log_target, lo, hi, xtol=1e-15, rtol=1e-15)
+    root = optimize.brentq(lambda e: log_gaussian_delta(e, mu) - log_target, lo, hi, xtol=1e-15, rtol=1e-15)
     eps = float(root) * (1.0 + _SIGMA_PADDING) + 1e-300
-    while _log_gaussian_delta(eps, mu) > log_target:  # pragma: no cover - guard against rounding
+    while log_gaussian_delta(eps, mu) > log_target:  # pragma: no cover - guard against rounding
         eps = eps * (1.0 + _SIGMA_PADDING) + 1e-15
     return eps
 
@@ -325,6 +325,6 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         u = _root_in_log(lambda x: _log_b_minus(eps, x), log_target, increasing=False)
         alpha = math.sqrt(1.0 + u / 2.0) + math.sqrt(u / 2.0)
     sigma_unit = alpha / math.sqrt(2.0 * eps) * (1.0 + _SIGMA_PADDING)
-    while _log_gaussian_delta(eps, 1.0 / sigma_unit) > log_target:  # pragma: no cover - rounding guard
+    while log_gaussian_delta(eps, 1.0 / sigma_unit) > log_target:  # pragma: no cover - rounding guard
         sigma_unit *= 1.0 + _SIGMA_PADDING
     return sigma_unit * d

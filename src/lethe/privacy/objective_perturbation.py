@@ -32,10 +32,20 @@ minimiser for b' = b − ∇J_b(ŵ), a data-dependent shift of norm ≤ τ that 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
 
 __all__ = ["objective_perturbation_epsilon", "objective_perturbation_sigma"]
+
+
+def _check_glm(delta: Any, lam: Any, n_samples: Any, lipschitz: Any, curvature: Any,
+               ) -> tuple[float, float, int, float, float]:
+    """The setting of both functions below, checked: δ in (0, 1), λ > 0, n ≥ 1, L > 0, c ≥ 0."""
+    d = check_open_unit("delta", delta)
+    lm = check_positive("lam", lam)
+    n = check_positive_int("n_samples", n_samples)
+    return d, lm, n, check_positive("lipschitz", lipschitz), check_nonnegative("curvature", curvature)
 
 
 def _determinant_term(lam: float, n_samples: int, curvature: float) -> float:
@@ -60,11 +70,7 @@ def objective_perturbation_epsilon(
     1.0044
     """
     s = check_positive("sigma", sigma)
-    d = check_open_unit("delta", delta)
-    lm = check_positive("lam", lam)
-    n = check_positive_int("n_samples", n_samples)
-    L = check_positive("lipschitz", lipschitz)
-    c = check_nonnegative("curvature", curvature)
+    d, lm, n, L, c = _check_glm(delta, lam, n_samples, lipschitz, curvature)
     return 2.0 * L * math.sqrt(2.0 * math.log(1.0 / d)) / s + 2.0 * L * L / (s * s) + _determinant_term(lm, n, c)
 
 
@@ -90,11 +96,7 @@ def objective_perturbation_sigma(
     True
     """
     e = check_positive("epsilon", epsilon)
-    d = check_open_unit("delta", delta)
-    lm = check_positive("lam", lam)
-    n = check_positive_int("n_samples", n_samples)
-    L = check_positive("lipschitz", lipschitz)
-    c = check_nonnegative("curvature", curvature)
+    d, lm, n, L, c = _check_glm(delta, lam, n_samples, lipschitz, curvature)
     det = _determinant_term(lm, n, c)
     r = e - det
     if not r > 0:

@@ -36,7 +36,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
-from lethe._validation import check_choice, check_open_unit, check_positive, check_positive_int
+from lethe._validation import check_choice, check_each, check_open_unit, check_positive, check_positive_int
 from lethe.privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 
 __all__ = [
@@ -109,12 +109,9 @@ def excess_risk_bound(
     >>> round(excess_risk_bound(0.5, 1e-5, 1.0, 0.01, 1000, 10), 4)
     6.5
     """
-    eps = check_open_unit("epsilon", epsilon)
-    dl = check_open_unit("delta", delta)
-    L = check_positive("lipschitz", lipschitz)
-    mu = check_positive("strong_convexity", strong_convexity)
-    n = check_positive_int("n_samples", n_samples)
-    d = check_positive_int("n_features", n_features)
+    eps, dl = check_each(check_open_unit, epsilon=epsilon, delta=delta)
+    L, mu = check_each(check_positive, lipschitz=lipschitz, strong_convexity=strong_convexity)
+    n, d = check_each(check_positive_int, n_samples=n_samples, n_features=n_features)
     return 3.0 * L * L * math.sqrt(d * math.log(1.25 / dl)) / (eps * mu * n)
 
 
