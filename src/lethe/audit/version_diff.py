@@ -221,6 +221,25 @@ def averaged_difference(before: Sequence[Any] | np.ndarray, after: Sequence[Any]
     return B.mean(axis=0), A.mean(axis=0)
 
 
+def _check_epsilon_delta(epsilon: Any, delta: Any) -> tuple[float, float]:
+    """An (ε, δ) guarantee: ε ≥ 0, δ in [0, 1)."""
+    eps = check_nonnegative("epsilon", epsilon)
+    if not 0.0 <= delta < 1.0:
+        raise ValueError(f"delta must be in [0, 1). Found {delta}.")
+    return eps, delta
+
+
+def _average_false_positive_rate(n_candidates: Any, guesses: Any, deleted: Any) -> float:
+    """α = min(1, g/(N − k + 1)): the average false-positive rate of g guesses among N candidates of which k were
+    deleted (the derivation in :func:`allowed_identification_rate`)."""
+    N = check_positive_int("n_candidates", n_candidates)
+    g = check_positive_int("guesses", guesses)
+    k = check_positive_int("deleted", deleted)
+    if k > N:
+        raise ValueError(f"deleted must be <= n_candidates = {N}. Found {k}.")
+    return min(1.0, g / (N - k + 1))
+
+
 def allowed_identification_rate(epsilon: float, delta: float, n_candidates: int, *, guesses: int = 1,
                                 deleted: int = 1) -> float:
     """The largest probability with which a deleted row can be among an attacker's ``guesses`` named candidates,
@@ -246,15 +265,8 @@ def allowed_identification_rate(epsilon: float, delta: float, n_candidates: int,
     (ε, δ) of Z_r, hence within (2ε, (1 + e^ε)δ) of each other (group privacy); pass those values then
     (:func:`delete_vs_keep_from_presence`).
     """
-    eps = check_nonnegative("epsilon", epsilon)
-    if not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must be in [0, 1). Found {delta}.")
-    N = check_positive_int("n_candidates", n_candidates)
-    g = check_positive_int("guesses", guesses)
-    k = check_positive_int("deleted", deleted)
-    if k > N:
-        raise ValueError(f"deleted must be <= n_candidates = {N}. Found {k}.")
-    alpha = min(1.0, g / (N - k + 1))
+    eps, delta = _check_epsilon_delta(epsilon, delta)
+    alpha = _average_false_positive_rate(n_candidates, guesses, deleted)
     return float(min(1.0, math.exp(eps) * alpha + delta, 1.0 - math.exp(-eps) * (1.0 - delta - alpha)))
 
 
@@ -273,21 +285,14 @@ def allowed_identification_rate_gdp(mu: float, n_candidates: int, *, guesses: in
     from scipy.stats import norm
 
     mu = check_nonnegative("mu", mu)
-    N = check_positive_int("n_candidates", n_candidates)
-    g = check_positive_int("guesses", guesses)
-    k = check_positive_int("deleted", deleted)
-    if k > N:
-        raise ValueError(f"deleted must be <= n_candidates = {N}. Found {k}.")
-    alpha = min(1.0, g / (N - k + 1))
+    alpha = _average_false_positive_rate(n_candidates, guesses, deleted)
     return float(min(1.0, norm.cdf(norm.ppf(alpha) + mu)))
 
 
 def delete_vs_keep_from_presence(epsilon: float, delta: float) -> tuple[float, float]:
     """(2ε, (1 + e^ε)δ): the guarantee between "r deleted" and "r kept" implied by an (ε, δ) guarantee between
     each of them and "r never present" (group privacy for a pair at distance 2)."""
-    eps = check_nonnegative("epsilon", epsilon)
-    if not 0.0 <= delta < 1.0:
-        raise ValueError(f"delta must be in [0, 1). Found {delta}.")
+    eps, delta = _check_epsilon_delta(epsilon, delta)
     return 2.0 * eps, (1.0 + math.exp(eps)) * delta
 
 

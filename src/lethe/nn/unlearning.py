@@ -25,7 +25,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -213,8 +213,36 @@ def train(model: nn.Module, X: Any, y: Any, *, epochs: int = 1, lr: float = 0.1,
     return model
 
 
+class _RemovalCertificate(JsonRecord):
+    """What the two removal certificates below share: the :class:`lethe.protocols.Certificate` protocol's
+    ``guarantee`` (the promise of an (ε, δ) removal by ``_method``) and ``observer``, and ``to_dict`` with both."""
+
+    _method: ClassVar[str]
+    epsilon: float
+    delta: float
+    n_removed: int
+    theorem: str
+
+    @property
+    def guarantee(self) -> str:
+        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
+        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} removed record(s) by "
+                f"{self._method}, for every starting model; {self.theorem}")
+
+    @property
+    def observer(self) -> str:
+        """Whom it covers: one published version, the model after this removal against the model retrained without
+        the records and unlearned the same way. Earlier versions were trained with the records: an observer who kept
+        one is not covered."""
+        return "one published version"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
+        return {**super().to_dict(), "guarantee": self.guarantee, "observer": self.observer}
+
+
 @dataclass(frozen=True)
-class NNUnlearningCertificate(JsonRecord):
+class NNUnlearningCertificate(_RemovalCertificate):
     """What one noisy fine-tuning removal guarantees, by which theorem, with which numbers, and its cost.
 
     Attributes
@@ -270,22 +298,7 @@ class NNUnlearningCertificate(JsonRecord):
     n_removed: int
     gradient_evaluations: int
 
-    @property
-    def guarantee(self) -> str:
-        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
-        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} removed record(s) by noisy "
-                f"clipped fine-tuning, for every starting model; {self.theorem}")
-
-    @property
-    def observer(self) -> str:
-        """Whom it covers: one published version, the model after this removal against the model retrained without
-        the records and unlearned the same way. Earlier versions were trained with the records: an observer who kept
-        one is not covered."""
-        return "one published version"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
-        return {**super().to_dict(), "guarantee": self.guarantee, "observer": self.observer}
+    _method: ClassVar[str] = "noisy clipped fine-tuning"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NNUnlearningCertificate:
@@ -443,7 +456,7 @@ def unlearn(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: Fin
 
 
 @dataclass(frozen=True)
-class ModelClipCertificate(JsonRecord):
+class ModelClipCertificate(_RemovalCertificate):
     """What one model-clipping removal (Koloskova et al. 2025, second variant) guarantees, and its cost.
 
     Attributes
@@ -483,20 +496,7 @@ class ModelClipCertificate(JsonRecord):
     n_removed: int
     gradient_evaluations: int
 
-    @property
-    def guarantee(self) -> str:
-        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
-        return (f"({self.epsilon!r}, {self.delta!r})-unlearning of the {self.n_removed} removed record(s) by model "
-                f"clipping, for every starting model; {self.theorem}")
-
-    @property
-    def observer(self) -> str:
-        """Whom it covers: one published version (as :attr:`NNUnlearningCertificate.observer`)."""
-        return "one published version"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict: the fields plus ``guarantee`` and ``observer``."""
-        return {**super().to_dict(), "guarantee": self.guarantee, "observer": self.observer}
+    _method: ClassVar[str] = "model clipping"
 
 
 def unlearn_model_clip(model: nn.Module, X_retained: Any, y_retained: Any, *, schedule: ModelClipSchedule,
