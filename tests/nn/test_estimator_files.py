@@ -3,24 +3,16 @@ the invariant checks, and with a key by the HMAC tag (issue 28, for the neural f
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-from lethe.io import KEY_ENV, KEY_FILE_ENV, META_KEY, ModelFileError, write_npz_atomic
+from lethe.io import ModelFileError
 from lethe.nn.estimators import NoisyFineTuneClassifier
 
+from .._files import KEY, edit_model_file, no_key_in_environment  # noqa: F401 (autouse fixture)
+
 torch.set_num_threads(1)
-KEY = bytes(range(32))
-
-
-@pytest.fixture(autouse=True)
-def _no_key_in_environment(monkeypatch):
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
 
 
 def _fitted():
@@ -32,18 +24,6 @@ def _fitted():
     clf.remove([4, 9])
     clf.remove(keys=["u20"])
     return clf, X
-
-
-def _edit(path: Path, out: Path, arrays_fn=None, meta_fn=None) -> Path:
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(bytes(arrays.pop(META_KEY)).decode())
-    if arrays_fn:
-        arrays_fn(arrays)
-    if meta_fn:
-        meta_fn(meta)
-    write_npz_atomic(out, arrays, json.dumps(meta, sort_keys=True).encode(), mode=0o600)
-    return out
 
 
 EDITS = {
@@ -64,7 +44,7 @@ def test_edited_files_are_refused(tmp_path, what):
     clf, _ = _fitted()
     path = clf.save(tmp_path / "m.npz")
     with pytest.raises(ModelFileError, match="refused"):
-        NoisyFineTuneClassifier.load(_edit(path, tmp_path / "bad.npz", *EDITS[what]))
+        NoisyFineTuneClassifier.load(edit_model_file(path, tmp_path / "bad.npz", *EDITS[what]))
 
 
 def test_round_trip_and_tag_policy(tmp_path):
@@ -78,7 +58,7 @@ def test_round_trip_and_tag_policy(tmp_path):
         NoisyFineTuneClassifier.load(path, key=bytes(32))
     with pytest.raises(ModelFileError, match="no model key was given"):
         NoisyFineTuneClassifier.load(path)
-    nudged = _edit(path, tmp_path / "n.npz", lambda a: a["theta"].__setitem__(0, a["theta"][0] + 1e-3))
+    nudged = edit_model_file(path, tmp_path / "n.npz", lambda a: a["theta"].__setitem__(0, a["theta"][0] + 1e-3))
     with pytest.raises(ModelFileError, match="failed authentication"):
         NoisyFineTuneClassifier.load(nudged, key=KEY)
     with pytest.raises(ModelFileError, match="no authentication tag"):

@@ -11,25 +11,16 @@ certificate recomputation of ``NoisyGDCurator.from_state`` disabled, the edited-
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from lethe.io import KEY_ENV, KEY_FILE_ENV, META_KEY, TAG_KEY, ModelFileError, write_npz_atomic
+from lethe.io import KEY_ENV, TAG_KEY, ModelFileError
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.estimators import NoisyGDLogisticRegression, PNSGDLogisticRegression
 from lethe.noisygd.models import LogisticModel
 from lethe.noisygd.schedule import convex_schedule
 
-KEY = bytes(range(32))
-
-
-@pytest.fixture(autouse=True)
-def _no_key_in_environment(monkeypatch):
-    monkeypatch.delenv(KEY_ENV, raising=False)
-    monkeypatch.delenv(KEY_FILE_ENV, raising=False)
+from .._files import KEY, edit_model_file, no_key_in_environment, read_model_file, set_in  # noqa: F401 (autouse fixture)
 
 
 def _data(n=80, p=3, seed=0):
@@ -50,39 +41,16 @@ def _curator(p=1):
     return cur
 
 
-def _read(path: Path):
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    return arrays, json.loads(bytes(arrays.pop(META_KEY)).decode())
-
-
-def _edit(path: Path, out: Path, arrays_fn=None, meta_fn=None) -> Path:
-    """Rewrite a file with its arrays / metadata edited (any tag kept as it was)."""
-    arrays, meta = _read(path)
-    if arrays_fn:
-        arrays_fn(arrays)
-    if meta_fn:
-        meta_fn(meta)
-    write_npz_atomic(out, arrays, json.dumps(meta, sort_keys=True).encode(), mode=0o600)
-    return out
-
-
-def _set(d, path, value):
-    for k in path[:-1]:
-        d = d[k]
-    d[path[-1]] = value
-
-
 def _scale_config_sigma2(meta):
     meta["config"]["sigma2"] *= 4.0
 
 
 CURATOR_EDITS = {
-    "certificate epsilon": (None, lambda m: _set(m, ["certificates", 2, "epsilon_dd"], 1e-3)),
-    "certificate adaptivity": (None, lambda m: _set(m, ["certificates", 2, "p"], 0)),
+    "certificate epsilon": (None, lambda m: set_in(m, ["certificates", 2, "epsilon_dd"], 1e-3)),
+    "certificate adaptivity": (None, lambda m: set_in(m, ["certificates", 2, "p"], 0)),
     "sigma2": (None, _scale_config_sigma2),
-    "step counter": (None, lambda m: _set(m, ["step"], 1)),
-    "total steps": (None, lambda m: _set(m, ["total_steps"], m["total_steps"] + 1)),
+    "step counter": (None, lambda m: set_in(m, ["step"], 1)),
+    "total steps": (None, lambda m: set_in(m, ["total_steps"], m["total_steps"] + 1)),
     "row outside the ball": (lambda a: a["X"].__setitem__((0, 0), 5.0), None),
     "NaN theta": (lambda a: a["theta"].__setitem__(0, np.nan), None),
     "theta shape": (lambda a: a.__setitem__("theta", a["theta"][:-1]), None),
@@ -109,7 +77,7 @@ def test_curator_round_trip_continues_bit_identically(tmp_path):
 def test_curator_refuses_edits_without_a_key(tmp_path, what):
     path = _curator().save(tmp_path / "c.npz")
     arrays_fn, meta_fn = CURATOR_EDITS[what]
-    bad = _edit(path, tmp_path / "bad.npz", arrays_fn, meta_fn)
+    bad = edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn)
     with pytest.raises(ModelFileError, match="refused|does not hold"):
         NoisyGDCurator.load(bad)
 
@@ -119,9 +87,9 @@ def test_curator_tag_refuses_any_edit_and_the_policy_holds(tmp_path, what, monke
     path = _curator().save(tmp_path / "c.npz", key=KEY)
     arrays_fn, meta_fn = CURATOR_EDITS[what]
     with pytest.raises(ModelFileError, match="failed authentication"):
-        NoisyGDCurator.load(_edit(path, tmp_path / "bad.npz", arrays_fn, meta_fn), key=KEY)
+        NoisyGDCurator.load(edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn), key=KEY)
     # even an edit the invariants cannot see (theta moved by a little) is refused by the tag
-    nudged = _edit(path, tmp_path / "nudge.npz", lambda a: a["theta"].__setitem__(0, a["theta"][0] + 1e-3))
+    nudged = edit_model_file(path, tmp_path / "nudge.npz", lambda a: a["theta"].__setitem__(0, a["theta"][0] + 1e-3))
     with pytest.raises(ModelFileError, match="failed authentication"):
         NoisyGDCurator.load(nudged, key=KEY)
     with pytest.raises(ModelFileError, match="failed authentication"):
@@ -133,7 +101,7 @@ def test_curator_tag_refuses_any_edit_and_the_policy_holds(tmp_path, what, monke
         NoisyGDCurator.load(untagged, key=KEY)  # a key is configured: an untagged file is refused
     monkeypatch.setenv(KEY_ENV, KEY.hex())  # the environment's key is used by default, for save and load
     env_path = _curator().save(tmp_path / "e.npz")
-    assert TAG_KEY in _read(env_path)[0]
+    assert TAG_KEY in read_model_file(env_path)[0]
     NoisyGDCurator.load(env_path)
 
 
@@ -146,8 +114,8 @@ def _estimator():
 
 
 ESTIMATOR_EDITS = {
-    "parameters": (None, lambda m: _set(m, ["params", "lam"], 0.02)),
-    "config and parameters": (None, lambda m: _set(m, ["curator", "config", "k_unlearn"],
+    "parameters": (None, lambda m: set_in(m, ["params", "lam"], 0.02)),
+    "config and parameters": (None, lambda m: set_in(m, ["curator", "config", "k_unlearn"],
                                                    m["curator"]["config"]["k_unlearn"] - 1)),
     "removed row restored": (lambda a: a["active"].__setitem__(2, True), None),
     "removed row's values": (lambda a: a["X"].__setitem__((10, 0), 0.1), None),
@@ -161,7 +129,7 @@ def test_noisygd_estimator_file_refuses_edits(tmp_path, what):
     path = est.save(tmp_path / "m.npz")
     arrays_fn, meta_fn = ESTIMATOR_EDITS[what]
     with pytest.raises(ModelFileError, match="refused"):
-        NoisyGDLogisticRegression.load(_edit(path, tmp_path / "bad.npz", arrays_fn, meta_fn))
+        NoisyGDLogisticRegression.load(edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn))
 
 
 def test_noisygd_estimator_round_trip(tmp_path):
@@ -183,10 +151,10 @@ def _pnsgd():
 
 
 PNSGD_EDITS = {
-    "request history": (None, lambda m: _set(m, ["removed"], [1, 2])),
-    "phase steps": (None, lambda m: _set(m, ["phase_steps", 0], m["phase_steps"][0] - 1)),
-    "certificate epsilon": (None, lambda m: _set(m, ["certificates", 0, "epsilon_certified"], 1e-6)),
-    "epsilon target": (None, lambda m: _set(m, ["params", "epsilon"], 10.0)),
+    "request history": (None, lambda m: set_in(m, ["removed"], [1, 2])),
+    "phase steps": (None, lambda m: set_in(m, ["phase_steps", 0], m["phase_steps"][0] - 1)),
+    "certificate epsilon": (None, lambda m: set_in(m, ["certificates", 0, "epsilon_certified"], 1e-6)),
+    "epsilon target": (None, lambda m: set_in(m, ["params", "epsilon"], 10.0)),
     "theta outside the radius": (lambda a: a.__setitem__("theta", a["theta"] * 1e6), None),
     "removed row restored": (lambda a: a["gone"].__setitem__(5, False), None),
 }
@@ -198,7 +166,7 @@ def test_pnsgd_file_refuses_edits(tmp_path, what):
     path = est.save(tmp_path / "m.npz")
     arrays_fn, meta_fn = PNSGD_EDITS[what]
     with pytest.raises(ModelFileError, match="refused"):
-        PNSGDLogisticRegression.load(_edit(path, tmp_path / "bad.npz", arrays_fn, meta_fn))
+        PNSGDLogisticRegression.load(edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn))
 
 
 def test_pnsgd_round_trip_draws_fresh_noise(tmp_path):
