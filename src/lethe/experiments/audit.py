@@ -456,11 +456,21 @@ def _read_records(path: str, schema: Any, label: str) -> tuple[Any, np.ndarray]:
     return X, y
 
 
+def _write_outputs(out: str | None, text: str, payload: dict[str, Any]) -> None:
+    """With ``--out PATH``: the Markdown ``text`` at PATH and ``payload`` as JSON beside it (PATH with ``.json``)."""
+    from lethe.experiments._common import write_json
+
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        write_json(path.with_suffix(".json"), payload)
+
+
 def run_model_audit(args: argparse.Namespace) -> int:
     """``lethe audit --model-file ...``: audit every version; exit 0 if none exceeds its bound, 1 if one does."""
     from lethe.audit.model import audit_model
     from lethe.estimators import CertifiedLogisticRegression
-    from lethe.experiments._common import write_json
 
     if args.deleted is None or args.heldout is None:
         print("lethe audit: --model-file needs --deleted CSV and --heldout CSV.", file=sys.stderr)
@@ -485,18 +495,14 @@ def run_model_audit(args: argparse.Namespace) -> int:
         print(f"lethe audit: {exc}", file=sys.stderr)
         return 2
     text = str(audit)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n", encoding="utf-8")
-        write_json(out.with_suffix(".json"), {**audit.to_dict(), "passed": audit.passed})
+    _write_outputs(args.out, text + "\n", {**audit.to_dict(), "passed": audit.passed})
     print(text)
     return 0 if audit.passed else 1
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run with parsed options (shared with the CLI subcommand)."""
-    from lethe.experiments._common import QUICK, write_json
+    from lethe.experiments._common import QUICK
 
     if getattr(args, "model_file", None):
         if getattr(args, "experiment", None) is not None:
@@ -514,10 +520,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
     text = render_document(res)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        write_json(out.with_suffix(".json"), {k: v for k, v in res.items() if k != "markdown"})
+        _write_outputs(args.out, text, {k: v for k, v in res.items() if k != "markdown"})
     else:
         print(text)
     return 0
