@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # What the papers report (Guo et al. 2020 §4 / Table 1; Chourasia & Shah 2023 §5). Used only as the "paper" column.
@@ -49,6 +50,11 @@ def _ratio(x: Any) -> str:
     return f"{x:.2g}×"
 
 
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table as lines: the header, its separator, one line per row of cells."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
 def render(results: dict[str, Any]) -> str:
     """The report as Markdown. ``results`` is what :func:`lethe.experiments.reproduce.run` returns."""
     prof = results["profile"]
@@ -76,24 +82,21 @@ def render(results: dict[str, Any]) -> str:
     if g:
         lines += ["## Guo et al. Fig. 1 — accuracy vs λ, σ, ε and supported removals", "",
                   f"![Fig. 1]({g['png']})", "",
-                  "| λ | σ | test accuracy | budget ε′ (ε = 1) | mean certified step (Cor. 1) | expected supported "
-                  "removals |", "|---|---|---|---|---|---|"]
-        for r in g["grid"]:
-            lines.append(f"| {r['lam']:g} | {r['sigma']:g} | {_pct(r['accuracy'])} | {_f(r['budget'])} | "
-                         f"{_f(r['mean_step'])} | {_f(r['supported_removals'], 'd')} |")
+                  *_table(["λ", "σ", "test accuracy", "budget ε′ (ε = 1)", "mean certified step (Cor. 1)",
+                           "expected supported removals"],
+                          ([f"{r['lam']:g}", f"{r['sigma']:g}", _pct(r["accuracy"]), _f(r["budget"]),
+                            _f(r["mean_step"]), _f(r["supported_removals"], "d")] for r in g["grid"]))]
         ref = [r for r in g["grid"] if r["lam"] == 1e-3 and r["sigma"] == 10.0]
         lines += ["", f"Paper: {PAPER['mnist_acc_ref']}. Ours at λ = 1e-3, σ = 10: "
                   f"{_pct(ref[0]['accuracy']) if ref else 'not in this profile’s grid'}.", "",
                   f"Accuracy vs ε while supporting {g['epsilon'][0]['removals'] if g['epsilon'] else '—'} "
                   "removals (σ chosen from the probed steps, then the removals were actually performed with "
                   "Alg. 2; a retraining means the probe under-estimated the steps):", "",
-                  "| λ | ε | σ | accuracy before | accuracy after the removals | retrainings | budget used |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in g["epsilon"]:
-            lines.append(f"| {r['lam']:g} | {r['epsilon']:g} | {_f(r['sigma'], '.3g')} | "
-                         f"{_pct(r['accuracy_before'])} | {_pct(r['accuracy_after'])} | "
-                         f"{_f(r['retrainings'], 'd')} | {_pct(r['budget_used'])} |")
-        lines.append("")
+                  *_table(["λ", "ε", "σ", "accuracy before", "accuracy after the removals", "retrainings",
+                           "budget used"],
+                          ([f"{r['lam']:g}", f"{r['epsilon']:g}", _f(r["sigma"], ".3g"), _pct(r["accuracy_before"]),
+                            _pct(r["accuracy_after"]), _f(r["retrainings"], "d"), _pct(r["budget_used"])]
+                           for r in g["epsilon"])), ""]
     f2 = results.get("fig2")
     if f2:
         fin = f2["final"]
@@ -173,14 +176,12 @@ def render(results: dict[str, Any]) -> str:
         lines += ["## Chourasia & Shah — Noisy-GD unlearning vs retraining over a stream of edits", "",
                   f"![Noisy-GD]({ng['png']})", "", ng["description"], "",
                   *([_noisygd_caveat(ng["runs"]), ""] if ng.get("runs") else []),
-                  "| K_Ā schedule | ε_dd certified per edit | K_A (learn) | K_Ā (unlearn) | gradient evaluations: "
-                  "unlearning total | retraining total | accuracy after last edit: unlearning | retraining |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in ng["runs"]:
-            lines.append(f"| {r['label']} | {_f(r['epsilon_dd_certified'], '.3g')} | {r['k_learn']} | "
-                         f"{r['k_unlearn']} | {r['grad_unlearn_total']:,} | {r['grad_retrain_total']:,} | "
-                         f"{_pct(r['acc_unlearn'][-1])} | {_pct(r['acc_retrain'][-1])} |")
-        lines.append("")
+                  *_table(["K_Ā schedule", "ε_dd certified per edit", "K_A (learn)", "K_Ā (unlearn)",
+                           "gradient evaluations: unlearning total", "retraining total",
+                           "accuracy after last edit: unlearning", "retraining"],
+                          ([r["label"], _f(r["epsilon_dd_certified"], ".3g"), str(r["k_learn"]), str(r["k_unlearn"]),
+                            f"{r['grad_unlearn_total']:,}", f"{r['grad_retrain_total']:,}",
+                            _pct(r["acc_unlearn"][-1]), _pct(r["acc_retrain"][-1])] for r in ng["runs"])), ""]
     au = results.get("audit")
     if au:
         lines += ["## Membership-inference audit", "", au["markdown"], ""]
