@@ -23,6 +23,7 @@ the smallest δ for which M is (ε, δ)-DP. Everything here is evaluated in log 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy import optimize, special
@@ -112,6 +113,12 @@ def log_gaussian_delta(epsilon: float, mu: float) -> float:
     return _log_delta_am(mu / 2.0 - epsilon / mu, mu)
 
 
+def _mu(sigma: Any, sensitivity: Any) -> float:
+    """μ = Δ/σ of the Gaussian mechanism, checked (σ > 0, Δ ≥ 0); 0 when Δ = 0 (nothing to hide: δ(ε) = 0)."""
+    s = check_positive("sigma", sigma)
+    return check_nonnegative("sensitivity", sensitivity) / s
+
+
 def analytic_gaussian_delta(epsilon: float, sigma: float, sensitivity: float = 1.0) -> float:
     """Exact δ(ε) of the Gaussian mechanism (Balle & Wang 2018, Thm 8).
 
@@ -143,11 +150,10 @@ def analytic_gaussian_delta(epsilon: float, sigma: float, sensitivity: float = 1
     True
     """
     eps = check_nonnegative("epsilon", epsilon)
-    s = check_positive("sigma", sigma)
-    d = check_nonnegative("sensitivity", sensitivity)
-    if d == 0.0:
+    mu = _mu(sigma, sensitivity)
+    if mu == 0.0:
         return 0.0
-    return math.exp(log_gaussian_delta(eps, d / s))
+    return math.exp(log_gaussian_delta(eps, mu))
 
 
 def analytic_gaussian_epsilon(delta: float, sigma: float, sensitivity: float = 1.0) -> float:
@@ -179,11 +185,9 @@ def analytic_gaussian_epsilon(delta: float, sigma: float, sensitivity: float = 1
     True
     """
     dl = check_open_unit("delta", delta)
-    s = check_positive("sigma", sigma)
-    d = check_nonnegative("sensitivity", sensitivity)
-    if d == 0.0:
+    mu = _mu(sigma, sensitivity)
+    if mu == 0.0:
         return 0.0
-    mu = d / s
     log_target = math.log(dl)
     if log_gaussian_delta(0.0, mu) <= log_target:
         return 0.0

@@ -43,7 +43,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
+from lethe._validation import (
+    check_nonnegative,
+    check_nonnegative_int,
+    check_open_unit,
+    check_positive,
+    check_positive_int,
+)
 from lethe.exceptions import BudgetExceededError
 from lethe.privacy.gaussian import analytic_gaussian_delta, analytic_gaussian_epsilon, analytic_gaussian_sigma
 
@@ -117,15 +123,21 @@ def release_sigma(epsilon: float, delta: float, horizon: int, sensitivity: float
     return release_noise_multiplier(epsilon, delta, horizon) * d
 
 
+def _composed(releases: Any, sigma: Any, sensitivity: Any) -> tuple[float, float] | None:
+    """(σ, √k Δ): k = ``releases`` Gaussian releases of sensitivity Δ and noise σ compose exactly into one of
+    sensitivity √k Δ (module docstring); None for k = 0 (nothing released, nothing spent)."""
+    k = check_nonnegative_int("releases", releases)
+    if k == 0:
+        return None
+    return check_positive("sigma", sigma), math.sqrt(k) * check_positive("sensitivity", sensitivity)
+
+
 def release_delta(epsilon: float, releases: int, sigma: float, sensitivity: float) -> float:
     """Exact δ(ε) of ``releases`` = k Gaussian releases of sensitivity Δ and noise σ: the analytic Gaussian δ at
     sensitivity √k Δ (Balle & Wang 2018, Thm 8, with the exact composition of the module docstring); 0 for k = 0."""
     eps = check_nonnegative("epsilon", epsilon)
-    k = _check_count("releases", releases)
-    if k == 0:
-        return 0.0
-    return analytic_gaussian_delta(eps, check_positive("sigma", sigma),
-                                   math.sqrt(k) * check_positive("sensitivity", sensitivity))
+    composed = _composed(releases, sigma, sensitivity)
+    return 0.0 if composed is None else analytic_gaussian_delta(eps, *composed)
 
 
 def release_epsilon_spent(releases: int, sigma: float, sensitivity: float, delta: float) -> float:
@@ -140,12 +152,9 @@ def release_epsilon_spent(releases: int, sigma: float, sensitivity: float, delta
     >>> round(release_epsilon_spent(100, s, 1.0, 1e-5), 2)
     0.47
     """
-    k = _check_count("releases", releases)
     dl = check_open_unit("delta", delta)
-    if k == 0:
-        return 0.0
-    return analytic_gaussian_epsilon(dl, check_positive("sigma", sigma),
-                                     math.sqrt(k) * check_positive("sensitivity", sensitivity))
+    composed = _composed(releases, sigma, sensitivity)
+    return 0.0 if composed is None else analytic_gaussian_epsilon(dl, *composed)
 
 
 def auto_n_floor(n_rows: int) -> int:
@@ -170,15 +179,6 @@ def auto_n_floor(n_rows: int) -> int:
         return 1
     drop = max(0, target.bit_length() - 4)
     return max(1, (target >> drop) << drop)
-
-
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
-        raise TypeError(f"{name} must be an integer. Found {value!r}.")
-    v = int(value)
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0. Found {value!r}.")
-    return v
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ class ReleaseAccountant:
         check_positive_int("horizon", self.horizon)
         check_positive("sensitivity", self.sensitivity)
         check_positive("sigma", self.sigma)
-        k = _check_count("releases", self.releases)
+        k = check_nonnegative_int("releases", self.releases)
         if k > self.horizon:
             raise ValueError(f"releases must be <= horizon ({self.horizon}). Found {k}.")
         worst = release_delta(self.epsilon, self.horizon, self.sigma, self.sensitivity)
