@@ -36,7 +36,14 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
-from lethe._validation import check_choice, check_each, check_open_unit, check_positive, check_positive_int
+from lethe._validation import (
+    check_choice,
+    check_each,
+    check_open_unit,
+    check_positive,
+    check_positive_int,
+    store_init_args,
+)
 from lethe.privacy.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
 
 __all__ = [
@@ -227,15 +234,7 @@ class OutputPerturbationLogisticRegression(SerialisedModel, ClassifierMixin, Bas
         max_iter: int = 1000,
         random_state: Any = None,
     ) -> None:
-        self.epsilon = epsilon
-        self.delta = delta
-        self.lam = lam
-        self.calibration = calibration
-        self.fit_intercept = fit_intercept
-        self.row_norm = row_norm
-        self.tol = tol
-        self.max_iter = max_iter
-        self.random_state = random_state
+        store_init_args(self, locals())
 
     def __sklearn_tags__(self):  # type: ignore[no-untyped-def]
         tags = super().__sklearn_tags__()
