@@ -539,8 +539,9 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
 
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
     def predict(model: Name, body: PredictIn, p: Reader) -> Any:
-        """Predictions of the model's published version."""
-        return json_safe(curator.predict(model, body.features, records=body.records))
+        """Predictions of the model's published version: served from released models only (``released-logistic``),
+        or from a model an operator opted in at training (``--serve-unreleased``); else 403 naming the ways out."""
+        return json_safe(curator.predict(model, body.features, records=body.records, principal=p))
 
     @app.get("/v1/models/{model}/budget", response_model=BudgetOut, responses=ERRORS, tags=["models"])
     def budget(model: Name, p: Admin) -> Any:
@@ -554,8 +555,9 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
 
     @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
     def public_model(model: Name, p: Reader) -> Any:
-        """The published version's public weights (never the secret perturbation), feature names and classes."""
-        return json_safe(curator.public_model(model))
+        """The published version's public weights (never the secret perturbation), feature names and classes; served
+        as predictions are (released models, or an operator's opt-in; an admin token reads every model)."""
+        return json_safe(curator.public_model(model, principal=p))
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse, responses=ERRORS)
     def metrics(p: Admin) -> PlainTextResponse:

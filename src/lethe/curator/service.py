@@ -199,7 +199,7 @@ class Curator:
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
-              progress: bool = False, heldout: str | None = None) -> dict[str, Any]:
+              progress: bool = False, heldout: str | None = None, serve_unreleased: bool = False) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1.
 
         ``random_state`` seeds the secret perturbation: use it in tests only (a known seed reveals b).
@@ -207,19 +207,29 @@ class Curator:
         schema); the result reports version 1's accuracy on it (``heldout``), and the console records and plots
         every later version's. A dataset registered with a schema gets the tabular defaults
         (:data:`lethe.curator.adapters.TABULAR_DEFAULTS`: an intercept) where ``params`` do not say otherwise.
+
+        ``serve_unreleased``: the operator's explicit opt-in to serve model-readers the predictions and weights of a
+        model whose certificates cover ONE published version (every mechanism but ``released-logistic``): an
+        observer of consecutive versions can identify deleted records (docs/release_privacy.md). Stored with the
+        model, recorded in the ledger's ``train`` event, shown in the console. Refused for a mechanism whose
+        releases are served anyway.
         """
         return self.models.train(dataset, model, mechanism=mechanism, params=params, random_state=random_state,
-                                 progress=progress, heldout=heldout)
+                                 progress=progress, heldout=heldout, serve_unreleased=serve_unreleased)
 
-    def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
+    def retrain(self, model: str, *, random_state: RandomState = None,
+                serve_unreleased: bool | None = None) -> dict[str, Any]:
         """Repair or refresh a model: train it again on the dataset's current records with its mechanism and
         parameters and a fresh secret perturbation, and publish the result as the next version (the old version's
         artifact is destroyed; its file is never read, so this works when it is missing or fails verification).
 
         Certificate: kind ``train`` for the new version (Guo et al. 2020, Alg. 2: retraining from scratch resets
         the residual bound). Pending requests stay pending and are processed against the new version.
+
+        ``serve_unreleased``: None keeps the model's stored choice; True or False sets it (see :meth:`train`), and
+        the ledger's ``retrain`` event records it.
         """
-        return self.models.retrain(model, random_state=random_state)
+        return self.models.retrain(model, random_state=random_state, serve_unreleased=serve_unreleased)
 
     def drop_model(self, model: str) -> dict[str, Any]:
         """Remove a model: its versions' rows go in one transaction, then every artifact of it (with the secret
@@ -298,15 +308,22 @@ class Curator:
         return self.retention.recover()
 
     # -- serving and integrity ----------------------------------------------------------------------------------------
-    def predict(self, model: str, features: Any = None, *, records: Any = None) -> dict[str, Any]:
+    def predict(self, model: str, features: Any = None, *, records: Any = None,
+                principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
-        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns)."""
-        return self.serving.predict(model, features, records=records)
+        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns).
 
-    def public_model(self, model: str) -> dict[str, Any]:
+        Served to a non-admin ``principal`` (a model-reader) only from a model whose guarantee covers an observer of
+        every published release (``released-logistic``), or one an operator opted in at training
+        (``serve_unreleased``); otherwise :class:`~lethe.curator.errors.UnreleasedModelError`
+        (:meth:`Serving.check_served`)."""
+        return self.serving.predict(model, features, records=records, operator=principal.is_admin)
+
+    def public_model(self, model: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
-        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
-        return self.serving.public_model(model)
+        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes.
+        Refused to a non-admin ``principal`` as :meth:`predict` is."""
+        return self.serving.public_model(model, operator=principal.is_admin)
 
     def budget(self, model: str) -> dict[str, Any]:
         """Budget status of a model's published version (public numbers only)."""
