@@ -35,6 +35,7 @@ The curator holds no math: the mechanism is reached through :mod:`lethe.curator.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +72,16 @@ class Curator:
         Created with mode 0700.
     database_url : SQLAlchemy URL; default ``sqlite:///<data_dir>/lethe.db``.
     settings : :class:`Settings`.
+    clock : seconds since the epoch (default :func:`time.time`), for mechanisms that publish on a schedule
+        (``released-logistic``'s ``cadence_seconds``); tests pass a fake clock.
 
     Components (collaborators injected, each with its own public API): ``directory`` (:class:`DataDirectory`),
     ``tokens``, ``datasets``, ``models`` (:class:`ModelTrainer`), ``intake``, ``publisher``, ``batches``,
     ``retention``, ``serving``, ``views``.
     """
 
-    def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None) -> None:
+    def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None,
+                 *, clock: Callable[[], float] | None = None) -> None:
         self.directory = DataDirectory(data_dir, own_database=database_url is None)
         self.data_dir = self.directory.path
         self._settings = settings or Settings()
@@ -103,6 +107,10 @@ class Curator:
                                    self.retention, self.serving)
         self.batches = BatchProcessor(self.store, self._settings, self.artifacts, self.matrices, self.lock,
                                       self.datasets, self.publisher, self.retention, self.serving)
+        if clock is not None:
+            if not callable(clock):
+                raise TypeError(f"clock must be a callable returning seconds. Found {type(clock).__name__}.")
+            self.models.clock = self.batches.clock = clock
         self.views = ReadViews(self.store, self._settings, self.data_dir, self.serving, self.retention,
                                lambda: len(self.batches.warm))
         self.intake = DeletionIntake(self.store, self.directory, self.views, self._notify_work)

@@ -4,6 +4,8 @@ perturbation), and dropped (their artifacts destroyed). Publication goes through
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -50,6 +52,15 @@ class ModelTrainer:
     publisher: VersionPublisher
     retention: Retention
     serving: Serving
+    #: seconds since the epoch, injected into the adapters of mechanisms that publish on a schedule (the time of
+    #: a ``released-logistic`` model's release 0)
+    clock: Callable[[], float] = time.time
+
+    def _adapter(self, mechanism: str, params: dict[str, Any] | None) -> Any:
+        adapter: Any = get_adapter(mechanism, params)
+        if hasattr(adapter, "release_due"):
+            adapter.clock = self.clock
+        return adapter
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
@@ -67,7 +78,7 @@ class ModelTrainer:
         if tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
             params = {**TABULAR_DEFAULTS.get(mechanism, {}), **(params or {})}
         try:
-            adapter = get_adapter(mechanism, params)
+            adapter = self._adapter(mechanism, params)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         rng = check_random_state(random_state)
@@ -172,7 +183,7 @@ class ModelTrainer:
                 serve = bool(m.serve_unreleased) if serve_unreleased is None else bool(serve_unreleased)
                 old_vid = m.current_version_id
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
-                adapter = get_adapter(mech, params)
+                adapter = self._adapter(mech, params)
                 keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
             try:
                 artifact, cert = (adapter.train(X, y, rng) if keys is None
