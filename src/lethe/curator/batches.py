@@ -182,8 +182,8 @@ class BatchProcessor:
             for m in s.scalars(select(Model).order_by(Model.id)):
                 v = s.get(ModelVersion, m.current_version_id)
                 ds = s.get(Dataset, m.dataset_id)
-                if v is None or ds is None:
-                    continue
+                if v is None or ds is None or (v.summary or {}).get("cadence_seconds") is None:
+                    continue  # no schedule of its own (only a time rule makes a release due without a batch)
                 adapter = self.adapter(m.mechanism, dict(m.params))
                 if hasattr(adapter, "release_due") and adapter.release_due(dict(v.summary or {}), now):
                     due.append((m.id, m.name, m.mechanism, dict(m.params), v, ds.name, ds.n_features, adapter))

@@ -27,6 +27,7 @@ Reliability:
 :mod:`lethe.curator.retention`            destroy, erase, purge, recover
 :mod:`lethe.curator.serving`              predict, public parameters, budget, artifact verification
 :mod:`lethe.curator.views`                read views shared by the API, the CLI and the console
+:mod:`lethe.curator.metrics`              Prometheus instruments (``/metrics``), updated from the ledger's new events
 ========================================  ==========================================================================
 
 The curator holds no math: the mechanism is reached through :mod:`lethe.curator.adapters`.
@@ -51,6 +52,7 @@ from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, StorageError, storage_message
 from lethe.curator.intake import DeletionIntake
 from lethe.curator.locking import ProcessingLock
+from lethe.curator.metrics import CuratorMetrics
 from lethe.curator.publisher import VersionPublisher
 from lethe.curator.retention import Retention
 from lethe.curator.serving import Serving
@@ -113,6 +115,7 @@ class Curator:
             self.models.clock = self.batches.clock = clock
         self.views = ReadViews(self.store, self._settings, self.data_dir, self.serving, self.retention,
                                lambda: len(self.batches.warm))
+        self.prometheus = CuratorMetrics(self.store, self._metric_probes)  # GET /metrics: a registry per curator
         self.intake = DeletionIntake(self.store, self.directory, self.views, self._notify_work)
 
     @property
@@ -130,6 +133,12 @@ class Curator:
         """Release database connections."""
         self._wake.close()
         self.store.dispose()
+
+    def _metric_probes(self) -> tuple[int, bool, bool]:
+        """What ``/metrics`` reads at each scrape: artifact and dataset faults (cached per file stamp), whether the
+        storage cannot be written, whether a purge is pending."""
+        faults = len(self.serving.verify_models()) + len(self.retention.verify_datasets())
+        return faults, self.retention.storage.probe() is not None, self.retention.purge_pending()
 
     def _notify_work(self) -> None:
         """A request was committed: wake a worker thread of this process and a worker process on this data
