@@ -6,7 +6,8 @@ What a user does, with the real CLI and server on 127.0.0.1:
 1. ``lethe dataset add adult train.csv --schema examples/adult_schema.yaml --key id`` (the UCI training file with a
    record key column added; the schema's categories and bounds are public, nothing is learned from the rows), and the
    same for the test file (``adult-test``), the held-out set;
-2. ``lethe train adult model --lam 3e-5 --sigma 1 --heldout adult-test`` (the tabular default ``fit_intercept=true``);
+2. ``lethe train adult model --lam 3e-5 --sigma 1 --heldout adult-test --serve-unreleased`` (the tabular default
+   ``fit_intercept=true``; the opt-in lets a model-reader token read predictions of a certified-removal model);
 3. ``lethe serve``; 1,000 deletion requests for random training keys over HTTP (``POST /v1/deletions``), one at a
    time, processed by the server's worker in batches; wait until all are published;
 4. the test accuracy of the published model before and after, from ``POST /v1/models/model/predict`` with the test
@@ -94,17 +95,21 @@ def main() -> None:
         lethe(data_dir, None, "dataset", "add", "adult-test", str(root / "test.csv"), "--schema", str(SCHEMA),
               "--key", "id")
         t = time.perf_counter()
+        # certified removal certifies one published version: served to a model-reader only by the operator's
+        # explicit opt-in (issue 26; --mechanism released-logistic is the mechanism whose releases are served)
         trained = json.loads(lethe(data_dir, None, "train", "adult", "model", "--lam", str(LAM), "--sigma",
-                                   str(SIGMA), "--heldout", "adult-test"))
+                                   str(SIGMA), "--heldout", "adult-test", "--serve-unreleased"))
         train_s = time.perf_counter() - t
         app = lethe(data_dir, None, "token", "create", "app", "--scope", "requester").strip()
         admin = lethe(data_dir, None, "token", "create", "ops", "--scope", "admin").strip()
+        reader = lethe(data_dir, None, "token", "create", "shop", "--scope", "model-reader").strip()
         records = test[cols].to_dict("records")
         labels = test[label].to_numpy()
         url, proc = start_server(data_dir, None, args.batch_size)
         try:
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {app}"}, timeout=120) as client:
-                le_before, v_before = predict_accuracy(client, records, labels)
+                reads = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {reader}"}, timeout=120)
+                le_before, v_before = predict_accuracy(reads, records, labels)
                 t = time.perf_counter()
                 for key in requests:
                     client.post("/v1/deletions", json={"dataset": "adult", "key": str(key)}).raise_for_status()
@@ -120,7 +125,8 @@ def main() -> None:
                         break
                     time.sleep(0.5)
                 done = time.perf_counter() - t
-                le_after, v_after = predict_accuracy(client, records, labels)
+                le_after, v_after = predict_accuracy(reads, records, labels)
+                reads.close()
         finally:
             stop(proc)
 

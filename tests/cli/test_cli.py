@@ -136,3 +136,37 @@ def test_worker_once(tmp_path: Path, csv: Path, capsys: pytest.CaptureFixture[st
     assert json.loads(out)["requests"] == {"pending": 0, "done": 3, "failed": 0}
     log = (tmp_path / "data" / "logs" / "worker.log").read_text()
     assert "processed" in log and "id1" not in log
+
+
+def test_train_serve_unreleased_flag(tmp_path: Path, csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--serve-unreleased`` (issue 26): stored with the model, shown in the budget, warned about on stderr; without
+    it the operator is told the model is served to admins only; ``model retrain`` sets or withdraws it."""
+    from lethe.curator import Curator
+    from lethe.curator.errors import UnreleasedModelError
+    from lethe.curator.serving import UNRELEASED_WARNING
+    from lethe.curator.settings import Principal
+
+    dd = ["--data-dir", str(tmp_path / "data")]
+    assert run(capsys, "dataset", "add", "people", str(csv), "--key", "uid", "--label", "y", *dd)[0] == 0
+    rc, out, err = run(capsys, "train", "people", "plain", "--lam", "0.01", "--seed", "0", *dd)
+    assert rc == 0 and json.loads(out)["served"] == "operators" and "admins only" in err
+    rc, out, err = run(capsys, "train", "people", "opted", "--lam", "0.01", "--seed", "0", "--serve-unreleased", *dd)
+    assert rc == 0 and json.loads(out)["served"] == "opt-in" and UNRELEASED_WARNING in err
+    rc, out, err = run(capsys, "train", "people", "rel", "--mechanism", "released-logistic", "--param", "lam=0.05",
+                       "--param", "horizon=5", "--seed", "0", *dd)
+    assert rc == 0 and json.loads(out)["served"] == "releases" and err == ""
+    rc, _, err = run(capsys, "train", "people", "rel2", "--mechanism", "released-logistic", "--param", "lam=0.05",
+                     "--serve-unreleased", *dd)
+    assert rc == 1 and "publishes private releases" in err
+    rc, out, err = run(capsys, "model", "retrain", "opted", "--no-serve-unreleased", "--seed", "1", *dd)
+    assert rc == 0 and json.loads(out)["served"] == "operators"
+    rc, out, _ = run(capsys, "model", "export", "opted", *dd)  # the operator's export keeps working
+    assert rc == 0 and json.loads(out)["arrays"]["w"]
+    c = Curator(tmp_path / "data")
+    try:
+        reader = Principal("viewer", "model-reader")
+        with pytest.raises(UnreleasedModelError):
+            c.public_model("opted", principal=reader)
+        assert c.public_model("rel", principal=reader)["model"] == "rel"
+    finally:
+        c.close()

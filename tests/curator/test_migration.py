@@ -118,8 +118,44 @@ def test_upgrade_from_version_3_adds_the_console_indexes(curator: Curator) -> No
     try:
         assert wanted <= _request_indexes(c)
         with c.store.read_engine.connect() as conn:
-            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == "4"
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+            assert conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).scalar() == str(
+                SCHEMA_VERSION)
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
         assert c.request_status(view["id"])["status"] == "pending"  # nothing else changed
+    finally:
+        c.close()
+
+
+def _model_columns(c: Curator) -> set[str]:
+    with c.store.read_engine.connect() as conn:
+        return {row[1] for row in conn.execute(text("PRAGMA table_info(models)"))}
+
+
+def test_upgrade_from_version_4_adds_serve_unreleased_false(curator: Curator) -> None:
+    """Schema 5 (issue 26): ``models.serve_unreleased``; every model of an upgraded store gets false — served to
+    admins only until an operator opts in (``lethe model retrain --serve-unreleased``)."""
+    from lethe.curator.errors import UnreleasedModelError
+    from lethe.curator.settings import Principal
+
+    reader = Principal("viewer", "model-reader")
+    assert curator.public_model("clf", principal=reader)["model"] == "clf"  # the fixture opted in
+    with curator.store.write_engine.begin() as conn:  # make it look like a version-4 store
+        conn.execute(text("ALTER TABLE models DROP COLUMN serve_unreleased"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0004'"))
+        conn.execute(text("UPDATE meta SET value = '4' WHERE key = 'schema_version'"))
+    assert "serve_unreleased" not in _model_columns(curator)
+    data_dir = curator.data_dir
+    curator.close()
+    c = Curator(data_dir)
+    try:
+        assert "serve_unreleased" in _model_columns(c)
+        with c.store.read_engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
+        with pytest.raises(UnreleasedModelError):
+            c.predict("clf", [[0.0] * 10], principal=reader)
+        assert c.public_model("clf")["model"] == "clf"  # the operator still reads it
+        c.retrain("clf", random_state=1, serve_unreleased=True)
+        assert c.public_model("clf", principal=reader)["version"] == 2
+        Curator(data_dir).close()  # reopening an upgraded store changes nothing (idempotent)
     finally:
         c.close()

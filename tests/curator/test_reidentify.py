@@ -88,7 +88,8 @@ def flow(tmp_path: Path) -> dict[str, Any]:
     data = make_data(tmp_path / "people.csv", n=N_ROWS, seed=3)
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=4))
     c.register_dataset("people", data.csv, key="user_id", label="label")
-    c.train("people", "clf", params=PARAMS, random_state=0)
+    # opted in (issue 26): the model-reader's answers (weights, predictions) are part of what is scanned
+    c.train("people", "clf", params=PARAMS, random_state=0, serve_unreleased=True)
     tokens = {name: c.create_token(name, "requester") for name in ("alice", "bob", "carol")}
     tokens["ops"] = c.create_token("ops", "admin")
     tokens["viewer"] = c.create_token("viewer", "model-reader")  # the published models (issue 26: a scope of its own)

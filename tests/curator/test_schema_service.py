@@ -185,7 +185,7 @@ def _client(c: Curator) -> TestClient:
 
 def test_predict_accepts_raw_records_and_never_echoes_a_value(tab: Any) -> None:
     c, _tmp, _train, test = tab
-    c.train("shop", "m", params=PARAMS, random_state=0)
+    c.train("shop", "m", params=PARAMS, random_state=0, serve_unreleased=True)  # opted in: certified-removal
     token = c.create_token("app", "model-reader")  # predictions are the model-reader scope's (issue 26)
     recs = test.drop(columns=["customer", "outcome"]).iloc[:20].to_dict("records")
     feats = SchemaEncoder(load_schema(SCHEMA)).transform(test.iloc[:20]).tolist()

@@ -146,9 +146,27 @@ def _train(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             params[name] = getattr(args, name)
     c = _curator(args)
-    _print(c.train(args.dataset, args.model, mechanism=args.mechanism, params=params, random_state=args.seed,
-                   progress=_progress() or args.progress, heldout=args.heldout))
+    out = c.train(args.dataset, args.model, mechanism=args.mechanism, params=params, random_state=args.seed,
+                  progress=_progress() or args.progress, heldout=args.heldout,
+                  serve_unreleased=args.serve_unreleased)
+    _print(out)
+    _warn_serving(out, args.model)
     return 0
+
+
+def _warn_serving(out: dict[str, Any], model: str) -> None:
+    """The operator's view of who is served the model (issue 26): on stderr, after the JSON."""
+    from lethe.curator.serving import UNRELEASED_WARNING, covers_releases
+
+    if covers_releases(out):
+        return
+    if out.get("serve_unreleased"):
+        print(f"lethe: warning: model {model!r} is served to model-readers by your opt-in (--serve-unreleased): "
+              f"{UNRELEASED_WARNING}.", file=sys.stderr)
+    else:
+        print(f"lethe: note: model {model!r} ({out.get('mechanism')}) certifies one published version: its "
+              "predictions and weights are refused to model-readers (admins only). Use --mechanism "
+              "released-logistic to serve them, or opt in with --serve-unreleased.", file=sys.stderr)
 
 
 def _forget(args: argparse.Namespace) -> int:
@@ -219,7 +237,10 @@ def _model_versions(args: argparse.Namespace) -> int:
 
 
 def _model_retrain(args: argparse.Namespace) -> int:
-    _print(_curator(args).retrain(args.model, random_state=args.seed))
+    serve = True if args.serve_unreleased else False if args.no_serve_unreleased else None
+    out = _curator(args).retrain(args.model, random_state=args.seed, serve_unreleased=serve)
+    _print(out)
+    _warn_serving(out, args.model)
     return 0
 
 
@@ -386,6 +407,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "plots it for every version")
     p.add_argument("--seed", type=int, help="seed of the secret perturbation: for tests only (a known seed reveals "
                    "it)")
+    p.add_argument("--serve-unreleased", action="store_true",
+                   help="serve model-readers this model's predictions and weights although its certificates cover "
+                        "one published version: an observer of consecutive versions can identify deleted records "
+                        "(not needed, and refused, with --mechanism released-logistic)")
     p.add_argument("--progress", action="store_true")
     p.set_defaults(func=_guard(_train))
 
@@ -422,6 +447,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                                            "a missing or tampered artifact)")
     p.add_argument("model")
     p.add_argument("--seed", type=int, default=None, help="tests only: a known seed reveals the secret noise")
+    serving = p.add_mutually_exclusive_group()
+    serving.add_argument("--serve-unreleased", action="store_true",
+                         help="from now on serve model-readers this model (see lethe train --serve-unreleased)")
+    serving.add_argument("--no-serve-unreleased", action="store_true",
+                         help="withdraw the opt-in: admins only (default: keep the model's choice)")
     p.set_defaults(func=_guard(_model_retrain))
     p = msub.add_parser("drop", parents=[common], help="remove a model and destroy all its artifacts")
     p.add_argument("model")

@@ -7,11 +7,16 @@ the whole sequence of at most ``horizon`` releases is (ε, δ)-DP for every reco
 against an observer of every published release and every prediction (docs/release_privacy.md). Predictions are
 served from the release only (the public array ``w``); the centre is a secret array, never returned.
 
-Cadence: a release after every ``cadence`` batches of removals (removal steps; a batch of m deletions is one step,
-as in :meth:`lethe.release.ReleasedLogisticRegression.remove`). A batch that does not complete a cadence publishes a
-version whose public weights are the previous release's (no new noise is spent); its records are reflected in the
-next release. The accountant (releases used of the horizon, ε spent at δ) is kept in the artifact's metadata, so it
-is durable with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
+Cadence: a release is due when ``cadence`` (K) removal steps are pending (a batch of m deletions is one step, as in
+:meth:`lethe.release.ReleasedLogisticRegression.remove`), OR — with ``cadence_seconds`` (T) — when T seconds have
+passed since the last release and at least one step is pending. A batch whose step makes a release due publishes it;
+otherwise it publishes a version whose public weights are the previous release's (no new noise is spent), and its
+records are reflected in the next release: the K-th step's batch, or the worker's tick once T seconds have passed
+(:meth:`ReleasedLogisticAdapter.release_due`, :meth:`ReleasedLogisticAdapter.release`), even without a new batch.
+Each release counts once in the accountant whatever made it due: the horizon bounds the number of releases, not the
+clock. The time rule reads the adapter's ``clock`` (seconds; the service injects its own, tests a fake one).
+The accountant (releases used of the horizon, ε spent at δ) is kept in the artifact's metadata, so it is durable
+with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
 
 Horizon spent (documented alternative to a refusal that would leave the record in the data): the removal is still
 carried out on the secret centre, but no release is drawn — the version keeps serving the last release, the
@@ -25,6 +30,9 @@ The math is the library's: :func:`lethe.certified.bounds.release_sensitivity`,
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,16 +58,40 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     secret_arrays = ("centre",)
     _DEFAULTS: ClassVar[dict[str, Any]] = {
         "lam": 1e-2, "epsilon": 1.0, "delta": 1e-5, "horizon": 1000, "cadence": 1, "residual_cap": 0.01,
-        "n_floor": "auto", "solver": "auto", "tol": None, "max_iter": 2000,
+        "n_floor": "auto", "solver": "auto", "tol": None, "max_iter": 2000, "cadence_seconds": None,
     }
+    #: parameters of the service's publication schedule, not of the estimator
+    _SCHEDULE: ClassVar[tuple[str, ...]] = ("cadence_seconds",)
+
+    def __init__(self, params: dict[str, Any] | None = None) -> None:
+        super().__init__(params)
+        self.clock: Callable[[], float] = time.time  # the time rule's clock (seconds); the service injects its own
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:
         from lethe.release import ReleasedLogisticRegression
 
         full = cls._with_defaults(params, cls._DEFAULTS)
-        ReleasedLogisticRegression(**full)._check_params()
+        T = full["cadence_seconds"]
+        if T is not None and (isinstance(T, bool) or not isinstance(T, int | float)):
+            raise TypeError(f"cadence_seconds must be a number of seconds or None. Found {type(T).__name__}.")
+        if T is not None and not (math.isfinite(T) and T > 0):
+            raise ValueError(f"cadence_seconds must be a finite number > 0 (or None: no time rule). Found {T!r}.")
+        ReleasedLogisticRegression(**cls._estimator_params(full))._check_params()
         return full
+
+    @classmethod
+    def _estimator_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in params.items() if k not in cls._SCHEDULE}
+
+    def _due(self, meta: dict[str, Any], pending: int, now: float) -> bool:
+        """A release is due: K steps pending, or T seconds since the last release with at least one step pending."""
+        if pending >= int(self.params["cadence"]):
+            return True
+        T = self.params["cadence_seconds"]
+        released_at = meta.get("released_at")
+        return (T is not None and pending >= 1 and released_at is not None
+                and now - float(released_at) >= float(T))
 
     # -- helpers ----------------------------------------------------------------------------------------------------
     @staticmethod
@@ -93,6 +125,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": _GUARANTEE,
                 "theorem": "docs/release_privacy.md", "noise": "gaussian", "epsilon": acc.epsilon,
                 "delta": acc.delta, "horizon": acc.horizon, "cadence": int(self.params["cadence"]),
+                "cadence_seconds": self.params["cadence_seconds"],
                 "sigma": acc.sigma, "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases,
                 "published": published, "horizon_spent": bool(meta["horizon_spent"]),
                 "residual_bound": meta["state"]["residual_bound"], "n_removed": n_removed,
@@ -102,11 +135,12 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         from lethe.release import ReleasedLogisticRegression
 
-        est = ReleasedLogisticRegression(**self.params, random_state=rng).fit(X, y)
+        est = ReleasedLogisticRegression(**self._estimator_params(self.params), random_state=rng).fit(X, y)
         rel = est.release_
         acc = est._accountant
         meta = {"mechanism": self.name, "classes": [c.item() if hasattr(c, "item") else c for c in est.classes_],
                 "accountant": acc.to_dict(), "pending": 0, "release_version": rel.version,
+                "released_at": float(self.clock()),
                 "n_floor": int(est.n_floor_), "solver": est._mech.solver, "horizon_spent": False,
                 "state": self._state_meta(est._state), "n": int(est._state.n)}
         artifact = Artifact(arrays={"centre": np.array(est._state.w, dtype=np.float64),
@@ -137,19 +171,55 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         new_state, _ = mech.remove(state, X, Y, idx, cache=NewtonCache(), check_input=False)
         acc = ReleaseAccountant.from_dict(m["accountant"])
         pending = int(m["pending"]) + 1
-        due = pending >= int(self.params["cadence"])
+        now = float(self.clock())
+        due = self._due(m, pending, now)
         w_pub = np.array(artifact.arrays["w"], dtype=np.float64)
         published, horizon_spent, version = False, bool(m["horizon_spent"]), int(m["release_version"])
+        released_at = m.get("released_at")
         if due and acc.remaining > 0:
             acc = acc.record()
             w_pub = new_state.w + rng.normal(0.0, acc.sigma, size=new_state.w.shape[0])
-            published, pending, version = True, 0, version + 1
+            published, pending, version, released_at = True, 0, version + 1, now
         elif due:
             horizon_spent = True  # no release: the version keeps serving the last one (module docstring)
         meta = {**m, "accountant": acc.to_dict(), "pending": pending, "release_version": version,
-                "horizon_spent": horizon_spent, "state": self._state_meta(new_state), "n": int(new_state.n)}
+                "horizon_spent": horizon_spent, "state": self._state_meta(new_state), "n": int(new_state.n),
+                "released_at": released_at}
         out = Artifact(arrays={"centre": np.array(new_state.w, dtype=np.float64), "w": w_pub}, meta=meta)
         return out, self._certificate(acc, meta, published=published, n_removed=int(idx.size), operation="remove")
+
+    def release_due(self, summary: dict[str, Any], now: float) -> bool:
+        """Whether the time rule makes a release due now, read from a published version's summary (public numbers:
+        no artifact is opened): ``cadence_seconds`` set, at least one removal step pending, T seconds passed since
+        the last release, and a release left in the horizon (past it, pending steps stay unpublished as documented
+        in the module docstring; the count rule's batch records ``horizon_spent``)."""
+        T = self.params["cadence_seconds"]
+        released_at = summary.get("released_at")
+        return bool(T is not None and int(summary.get("pending_removals") or 0) >= 1
+                    and int(summary.get("releases_left") or 0) > 0 and released_at is not None
+                    and now - float(released_at) >= float(T))
+
+    def release(self, artifact: Artifact, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
+        """Publish a release of the pending removal steps now (the time rule; no new removal): the centre plus fresh
+        Gaussian noise, counted once in the accountant. Refused (``ValueError``, nothing changes) when no step is
+        pending or the horizon is spent."""
+        from lethe.privacy.release import ReleaseAccountant
+
+        m = artifact.meta
+        pending = int(m["pending"])
+        if pending < 1:
+            raise ValueError(f"A release publishes pending removal steps; pending steps must be >= 1. Found {pending}.")
+        acc = ReleaseAccountant.from_dict(m["accountant"])
+        if acc.remaining <= 0:
+            raise ValueError(f"The horizon of {acc.horizon} releases is spent; releases left must be > 0. Found "
+                             f"{acc.remaining}. Nothing was released (train a new model to publish again).")
+        centre = np.array(artifact.arrays["centre"], dtype=np.float64)
+        acc = acc.record()
+        w_pub = centre + rng.normal(0.0, acc.sigma, size=centre.shape[0])
+        meta = {**m, "accountant": acc.to_dict(), "pending": 0, "release_version": int(m["release_version"]) + 1,
+                "released_at": float(self.clock())}
+        out = Artifact(arrays={"centre": centre, "w": w_pub}, meta=meta)
+        return out, self._certificate(acc, meta, published=True, n_removed=0, operation="release")
 
     def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
         w = artifact.arrays["w"]  # the release only; never the centre
@@ -166,6 +236,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         return {"mechanism": self.name, "observer": OBSERVER_RELEASES, "epsilon": acc.epsilon, "delta": acc.delta,
                 "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases, "horizon": acc.horizon,
                 "releases_left": acc.remaining, "cadence": int(self.params["cadence"]),
+                "cadence_seconds": self.params["cadence_seconds"], "released_at": m.get("released_at"),
                 "pending_removals": int(m["pending"]), "release_version": int(m["release_version"]),
                 "horizon_spent": bool(m["horizon_spent"]), "sigma": acc.sigma, "n": int(m["state"]["n"]),
                 "n_floor": int(m["n_floor"]), "residual_bound": float(m["state"]["residual_bound"]),

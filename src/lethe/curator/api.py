@@ -40,6 +40,7 @@ import lethe
 from lethe.curator import errors
 from lethe.curator.adapters import get_adapter
 from lethe.curator.errors import BusyError, CuratorError, PermissionDeniedError, storage_message
+from lethe.curator.metrics import BATCH_BUCKETS, PER_MODEL, PUBLICATION_BUCKETS
 from lethe.curator.service import Curator
 from lethe.curator.settings import Principal
 from lethe.curator.views import json_safe
@@ -539,8 +540,9 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
 
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
     def predict(model: Name, body: PredictIn, p: Reader) -> Any:
-        """Predictions of the model's published version."""
-        return json_safe(curator.predict(model, body.features, records=body.records))
+        """Predictions of the model's published version: served from released models only (``released-logistic``),
+        or from a model an operator opted in at training (``--serve-unreleased``); else 403 naming the ways out."""
+        return json_safe(curator.predict(model, body.features, records=body.records, principal=p))
 
     @app.get("/v1/models/{model}/budget", response_model=BudgetOut, responses=ERRORS, tags=["models"])
     def budget(model: Name, p: Admin) -> Any:
@@ -554,13 +556,14 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
 
     @app.get("/v1/models/{model}", responses=ERRORS, tags=["models"])
     def public_model(model: Name, p: Reader) -> Any:
-        """The published version's public weights (never the secret perturbation), feature names and classes."""
-        return json_safe(curator.public_model(model))
+        """The published version's public weights (never the secret perturbation), feature names and classes; served
+        as predictions are (released models, or an operator's opt-in; an admin token reads every model)."""
+        return json_safe(curator.public_model(model, principal=p))
 
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse, responses=ERRORS)
     def metrics(p: Admin) -> PlainTextResponse:
         """Prometheus metrics (admin token; scrape with ``authorization: {credentials: <token>}``)."""
-        return PlainTextResponse(render_metrics(curator.metrics()), media_type=CONTENT_TYPE_LATEST)
+        return PlainTextResponse(curator.prometheus.render(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/status", responses=ERRORS, tags=["service"])
     def status(p: Admin) -> dict[str, Any]:
@@ -572,12 +575,10 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     return app
 
 
-PUBLICATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 24 * 3600.0)
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
 def render_metrics(m: dict[str, Any]) -> str:
-    """The Prometheus text exposition of :meth:`Curator.metrics` (via ``prometheus_client``)."""
+    """The Prometheus text exposition of :meth:`Curator.metrics` — every number recomputed from the store (every
+    done request read). ``GET /metrics`` serves :class:`lethe.curator.metrics.CuratorMetrics` instead (instruments
+    updated from the ledger's new events); this full recomputation is kept as its reference (tests compare them)."""
     from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily
 
     def histogram(name: str, doc: str, values: list[float], buckets: tuple[float, ...]) -> HistogramMetricFamily:
@@ -595,18 +596,7 @@ def render_metrics(m: dict[str, Any]) -> str:
                             "requests)", m["publication_seconds"], PUBLICATION_BUCKETS)
             yield histogram("lethe_batch_size", "Requests removed per batch", [float(b) for b in m["batch_sizes"]],
                             tuple(float(b) for b in BATCH_BUCKETS))
-            per_model = {
-                "lethe_model_version": ("Published version number", "version"),
-                "lethe_model_records": ("Records the published version is for", "n"),
-                "lethe_model_residual_bound": ("Accumulated residual bound beta (Guo et al. 2020)", "residual_bound"),
-                "lethe_model_budget": ("Removal budget epsilon' (Guo et al. 2020, Alg. 2)", "budget"),
-                "lethe_model_budget_left": ("Budget left before retraining", "budget_left"),
-                "lethe_model_epsilon_spent": ("Epsilon spent by the accumulated residual", "epsilon_spent"),
-                "lethe_model_retrainings": ("Retrainings forced by the budget", "retrainings"),
-                "lethe_model_releases": ("Releases published of the stream (released models)", "releases"),
-                "lethe_model_release_horizon": ("Releases the stream's (epsilon, delta) covers", "horizon"),
-                "lethe_model_releases_left": ("Releases left before the horizon", "releases_left"),
-            }
+            per_model = PER_MODEL
             for name, (doc, key) in per_model.items():
                 fam = GaugeMetricFamily(name, doc, labels=["model"])
                 for mm in m["models"]:

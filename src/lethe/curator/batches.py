@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +126,9 @@ class BatchProcessor:
     publisher: VersionPublisher
     retention: Retention
     serving: Serving
+    #: seconds since the epoch, for mechanisms that publish on a schedule (``released-logistic``'s
+    #: ``cadence_seconds``); injected into their adapters (tests use a fake clock)
+    clock: Callable[[], float] = time.time
     warm: WarmModels = field(default_factory=WarmModels, init=False)
     # dataset id -> batch size the budget allows (see budget_cap)
     _batch_caps: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -153,6 +158,55 @@ class BatchProcessor:
                     bar.update(sum(len(res.request_ids) for res in parts))
                     if any(res.status == "retry" for res in parts):
                         break  # back off; the worker tries again on its next poll
+            if not any(res.status == "retry" for res in results):
+                results.extend(self.publish_due_releases())  # the time rule: releases due without a new batch
+        return results
+
+    def adapter(self, mechanism: str, params: dict[str, Any]) -> Any:
+        """The mechanism's adapter, with this processor's clock where it keeps a schedule."""
+        adapter: Any = get_adapter(mechanism, params)
+        if hasattr(adapter, "release_due"):
+            adapter.clock = self.clock
+        return adapter
+
+    def publish_due_releases(self) -> list[BatchResult]:
+        """Publish the releases a mechanism's schedule makes due without a new batch (the time rule of
+        ``released-logistic``: ``cadence_seconds`` since the last release with a removal step pending), one
+        version each (:meth:`VersionPublisher.publish_release`). Called under the processing lock, after the due
+        batches, on every tick of the worker. Reads each model's published summary (public numbers); opens an
+        artifact only for a model whose release is due. A failure is logged and leaves the model as it was; the
+        next tick tries again."""
+        now = float(self.clock())
+        with self.store.read() as s:
+            due = []
+            for m in s.scalars(select(Model).order_by(Model.id)):
+                v = s.get(ModelVersion, m.current_version_id)
+                ds = s.get(Dataset, m.dataset_id)
+                if v is None or ds is None or (v.summary or {}).get("cadence_seconds") is None:
+                    continue  # no schedule of its own (only a time rule makes a release due without a batch)
+                adapter = self.adapter(m.mechanism, dict(m.params))
+                if hasattr(adapter, "release_due") and adapter.release_due(dict(v.summary or {}), now):
+                    due.append((m.id, m.name, m.mechanism, dict(m.params), v, ds.name, ds.n_features, adapter))
+        results: list[BatchResult] = []
+        for model_id, name, mech, params, old, ds_name, d, adapter in due:
+            batch_id = str(uuid.uuid4())
+            binding = Serving.binding(name, mech, params, d)
+            try:
+                art = self.artifacts.load(old.artifact, old.sha256, binding)
+                new_art, cert = adapter.release(art, check_random_state(None))  # fresh entropy: the noise is secret
+                with self.publisher.new_artifact(new_art, binding) as (relpath, sha):
+                    item = NewVersion(model_id=model_id, name=name, mechanism=mech, old=old, certificate=cert,
+                                      artifact=relpath, sha256=sha, summary=adapter.summary(new_art))
+                    number, vid = self.publisher.publish_release(item, batch_id)
+            except Exception as exc:  # not fatal: the model keeps its version; the next tick tries again
+                log.warning("model %s: scheduled release failed: %s", name, type(exc).__name__)
+                continue
+            self.serving.seed_verified([item], {model_id: vid})
+            log.info("model %s: scheduled release published as version %d", name, number)
+            results.append(BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=(), status="done",
+                                       new_versions={name: number}))
+        if results:
+            self.retention.destroy_superseded()
         return results
 
     def _next_batch(self, force: bool) -> tuple[int, list[str]] | None:
@@ -288,7 +342,7 @@ class BatchProcessor:
             n_present = (first.n_records if first is not None and plane is not None else
                          int(s.scalar(select(func.count()).select_from(Record)
                                       .where(Record.dataset_id == dataset_id)) or 0))
-            adapters = {mid: get_adapter(mech, params) for mid, _n, mech, params in model_info}
+            adapters = {mid: self.adapter(mech, params) for mid, _n, mech, params in model_info}
             cold: tuple[DataView, np.ndarray] | None = None
             needs_view = [mid for mid in adapters if plane is None or not adapters[mid].supports_warm
                           or self.warm.version_of(mid) != current[mid].id]  # type: ignore[union-attr]

@@ -28,6 +28,12 @@ class PermissionDeniedError(CuratorError):
     """The caller's scope does not allow this."""
 
 
+class UnreleasedModelError(PermissionDeniedError):
+    """A model whose certificates cover one published version is not served (predictions, weights) to a
+    model-reader unless an operator opted in at training (issue 26: an observer of consecutive versions can identify
+    deleted records). Answered like a scope refusal: the caller is not allowed to read this model."""
+
+
 class InvalidInputError(CuratorError):
     """A malformed value (wrong feature dimension, bad parameter)."""
 
@@ -63,5 +69,5 @@ def storage_message(exc: BaseException, data_dir: Path) -> str:
 
 __all__ = [
     "BusyError", "ConflictError", "CuratorError", "InvalidInputError", "NotFoundError", "PermissionDeniedError",
-    "ServiceFaultError", "StorageError", "storage_message",
+    "ServiceFaultError", "StorageError", "UnreleasedModelError", "storage_message",
 ]

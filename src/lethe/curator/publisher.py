@@ -129,6 +129,28 @@ class VersionPublisher:
             req.processed_at = now
             add_event(s, "request_done", {"batch_id": batch_id}, request_id=req.id)
 
+    def publish_release(self, item: NewVersion, batch_id: str) -> tuple[int, int]:
+        """Publish, in one transaction, a version that a mechanism released on its schedule without a new removal
+        (the time cadence of ``released-logistic``): the version, its certificate (kind ``release``: the version's
+        own, like a training's; no request is attached) and a ``release`` ledger event with the version's public
+        facts. Returns (version number, version id). Refuses (nothing written) if the model moved since
+        ``item.old`` was read."""
+        now = utcnow()
+        with self.store.write() as s, s.begin():
+            m = s.get(Model, item.model_id)
+            old = s.get(ModelVersion, item.old.id)
+            if m is None or old is None or m.current_version_id != old.id or old.status != "published":
+                raise RuntimeError(f"release {batch_id}: model {item.name} changed")
+            add_event(s, "release", {"batch_id": batch_id, **item.summary}, model_id=item.model_id,
+                      version_id=old.id)
+            v = self.publish_version(s, m, old, artifact=item.artifact, sha256=item.sha256,
+                                     n_records=old.n_records, summary=item.summary, now=now,
+                                     announce={"batch_id": batch_id, "release": True})
+            s.add(CertificateRow(id=str(uuid.uuid4()), kind="release", model_id=m.id, old_version_id=old.id,
+                                 new_version_id=v.id, batch_id=batch_id, mechanism=item.mechanism,
+                                 certificate=item.certificate, created_at=now))
+            return v.number, v.id
+
     def publish_batch(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
                       new: list[NewVersion]) -> tuple[dict[str, int], dict[int, int]]:
         """Publish a batch in one transaction: every model's new version, one certificate per request and model

@@ -27,6 +27,7 @@ Reliability:
 :mod:`lethe.curator.retention`            destroy, erase, purge, recover
 :mod:`lethe.curator.serving`              predict, public parameters, budget, artifact verification
 :mod:`lethe.curator.views`                read views shared by the API, the CLI and the console
+:mod:`lethe.curator.metrics`              Prometheus instruments (``/metrics``), updated from the ledger's new events
 ========================================  ==========================================================================
 
 The curator holds no math: the mechanism is reached through :mod:`lethe.curator.adapters`.
@@ -35,6 +36,7 @@ The curator holds no math: the mechanism is reached through :mod:`lethe.curator.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, StorageError, storage_message
 from lethe.curator.intake import DeletionIntake
 from lethe.curator.locking import ProcessingLock
+from lethe.curator.metrics import CuratorMetrics
 from lethe.curator.publisher import VersionPublisher
 from lethe.curator.retention import Retention
 from lethe.curator.serving import Serving
@@ -71,13 +74,16 @@ class Curator:
         Created with mode 0700.
     database_url : SQLAlchemy URL; default ``sqlite:///<data_dir>/lethe.db``.
     settings : :class:`Settings`.
+    clock : seconds since the epoch (default :func:`time.time`), for mechanisms that publish on a schedule
+        (``released-logistic``'s ``cadence_seconds``); tests pass a fake clock.
 
     Components (collaborators injected, each with its own public API): ``directory`` (:class:`DataDirectory`),
     ``tokens``, ``datasets``, ``models`` (:class:`ModelTrainer`), ``intake``, ``publisher``, ``batches``,
     ``retention``, ``serving``, ``views``.
     """
 
-    def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None) -> None:
+    def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None,
+                 *, clock: Callable[[], float] | None = None) -> None:
         self.directory = DataDirectory(data_dir, own_database=database_url is None)
         self.data_dir = self.directory.path
         self._settings = settings or Settings()
@@ -103,8 +109,13 @@ class Curator:
                                    self.retention, self.serving)
         self.batches = BatchProcessor(self.store, self._settings, self.artifacts, self.matrices, self.lock,
                                       self.datasets, self.publisher, self.retention, self.serving)
+        if clock is not None:
+            if not callable(clock):
+                raise TypeError(f"clock must be a callable returning seconds. Found {type(clock).__name__}.")
+            self.models.clock = self.batches.clock = clock
         self.views = ReadViews(self.store, self._settings, self.data_dir, self.serving, self.retention,
                                lambda: len(self.batches.warm))
+        self.prometheus = CuratorMetrics(self.store, self._metric_probes)  # GET /metrics: a registry per curator
         self.intake = DeletionIntake(self.store, self.directory, self.views, self._notify_work)
 
     @property
@@ -122,6 +133,12 @@ class Curator:
         """Release database connections."""
         self._wake.close()
         self.store.dispose()
+
+    def _metric_probes(self) -> tuple[int, bool, bool]:
+        """What ``/metrics`` reads at each scrape: artifact and dataset faults (cached per file stamp), whether the
+        storage cannot be written, whether a purge is pending."""
+        faults = len(self.serving.verify_models()) + len(self.retention.verify_datasets())
+        return faults, self.retention.storage.probe() is not None, self.retention.purge_pending()
 
     def _notify_work(self) -> None:
         """A request was committed: wake a worker thread of this process and a worker process on this data
@@ -199,7 +216,7 @@ class Curator:
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
-              progress: bool = False, heldout: str | None = None) -> dict[str, Any]:
+              progress: bool = False, heldout: str | None = None, serve_unreleased: bool = False) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1.
 
         ``random_state`` seeds the secret perturbation: use it in tests only (a known seed reveals b).
@@ -207,19 +224,29 @@ class Curator:
         schema); the result reports version 1's accuracy on it (``heldout``), and the console records and plots
         every later version's. A dataset registered with a schema gets the tabular defaults
         (:data:`lethe.curator.adapters.TABULAR_DEFAULTS`: an intercept) where ``params`` do not say otherwise.
+
+        ``serve_unreleased``: the operator's explicit opt-in to serve model-readers the predictions and weights of a
+        model whose certificates cover ONE published version (every mechanism but ``released-logistic``): an
+        observer of consecutive versions can identify deleted records (docs/release_privacy.md). Stored with the
+        model, recorded in the ledger's ``train`` event, shown in the console. Refused for a mechanism whose
+        releases are served anyway.
         """
         return self.models.train(dataset, model, mechanism=mechanism, params=params, random_state=random_state,
-                                 progress=progress, heldout=heldout)
+                                 progress=progress, heldout=heldout, serve_unreleased=serve_unreleased)
 
-    def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
+    def retrain(self, model: str, *, random_state: RandomState = None,
+                serve_unreleased: bool | None = None) -> dict[str, Any]:
         """Repair or refresh a model: train it again on the dataset's current records with its mechanism and
         parameters and a fresh secret perturbation, and publish the result as the next version (the old version's
         artifact is destroyed; its file is never read, so this works when it is missing or fails verification).
 
         Certificate: kind ``train`` for the new version (Guo et al. 2020, Alg. 2: retraining from scratch resets
         the residual bound). Pending requests stay pending and are processed against the new version.
+
+        ``serve_unreleased``: None keeps the model's stored choice; True or False sets it (see :meth:`train`), and
+        the ledger's ``retrain`` event records it.
         """
-        return self.models.retrain(model, random_state=random_state)
+        return self.models.retrain(model, random_state=random_state, serve_unreleased=serve_unreleased)
 
     def drop_model(self, model: str) -> dict[str, Any]:
         """Remove a model: its versions' rows go in one transaction, then every artifact of it (with the secret
@@ -298,15 +325,22 @@ class Curator:
         return self.retention.recover()
 
     # -- serving and integrity ----------------------------------------------------------------------------------------
-    def predict(self, model: str, features: Any = None, *, records: Any = None) -> dict[str, Any]:
+    def predict(self, model: str, features: Any = None, *, records: Any = None,
+                principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
-        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns)."""
-        return self.serving.predict(model, features, records=records)
+        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns).
 
-    def public_model(self, model: str) -> dict[str, Any]:
+        Served to a non-admin ``principal`` (a model-reader) only from a model whose guarantee covers an observer of
+        every published release (``released-logistic``), or one an operator opted in at training
+        (``serve_unreleased``); otherwise :class:`~lethe.curator.errors.UnreleasedModelError`
+        (:meth:`Serving.check_served`)."""
+        return self.serving.predict(model, features, records=records, operator=principal.is_admin)
+
+    def public_model(self, model: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
-        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
-        return self.serving.public_model(model)
+        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes.
+        Refused to a non-admin ``principal`` as :meth:`predict` is."""
+        return self.serving.public_model(model, operator=principal.is_admin)
 
     def budget(self, model: str) -> dict[str, Any]:
         """Budget status of a model's published version (public numbers only)."""

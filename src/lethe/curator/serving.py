@@ -14,7 +14,8 @@ from sqlalchemy import func, select
 
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
-from lethe.curator.errors import BusyError, InvalidInputError, NotFoundError, ServiceFaultError
+from lethe.curator.errors import BusyError, InvalidInputError, NotFoundError, ServiceFaultError, UnreleasedModelError
+from lethe.curator.public import OBSERVER_RELEASES
 from lethe.curator.store import Dataset, Model, ModelVersion, Store, iso
 from lethe.curator.tables import normalize_rows
 
@@ -22,6 +23,34 @@ if TYPE_CHECKING:
     from lethe.curator.publisher import NewVersion
 
 log = logging.getLogger("lethe.curator")
+
+#: The plain warning shown wherever a model served by the operator's opt-in appears (console, CLI, ledger, docs).
+UNRELEASED_WARNING = "an observer of consecutive versions can identify deleted records"
+
+
+def covers_releases(summary: dict[str, Any]) -> bool:
+    """Whether a version's guarantee covers an observer of every published release (its mechanism says so in the
+    version's summary: ``observer``, :data:`lethe.curator.public.OBSERVER_RELEASES`; ``released-logistic``)."""
+    return summary.get("observer") == OBSERVER_RELEASES
+
+
+def served_to(summary: dict[str, Any], serve_unreleased: bool) -> str:
+    """Who is served a model's predictions and weights: ``"releases"`` (model-readers: private releases),
+    ``"opt-in"`` (model-readers, by the operator's opt-in: :data:`UNRELEASED_WARNING`) or ``"operators"`` (admins
+    only)."""
+    if covers_releases(summary):
+        return "releases"
+    return "opt-in" if serve_unreleased else "operators"
+
+
+def unreleased_refusal(model: str, mechanism: str) -> UnreleasedModelError:
+    """The refusal a model-reader gets for a model whose certificates cover one published version."""
+    return UnreleasedModelError(
+        f"Model {model!r} is not served to model-readers: its mechanism {mechanism!r} certifies one published "
+        f"version, and {UNRELEASED_WARNING} (docs/release_privacy.md). Two ways out: train the model with "
+        f"--mechanism released-logistic (private releases, for the whole sequence), or have an operator opt in "
+        f"explicitly at training (lethe train ... --serve-unreleased, or lethe model retrain {model} "
+        f"--serve-unreleased).")
 
 
 @dataclass(eq=False)
@@ -104,7 +133,8 @@ class Serving:
                 v = s.get(ModelVersion, m.current_version_id)
                 assert ds is not None and v is not None
                 info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
-                                        "version": v.number,
+                                        "version": v.number, "serve_unreleased": bool(m.serve_unreleased),
+                                        "covers_releases": covers_releases(dict(v.summary or {})),
                         "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
                         "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records,
                         "schema": ds.feature_names.get("schema")}
@@ -133,10 +163,21 @@ class Serving:
         raise BusyError(f"Model {model!r} is being republished; try again.")
 
 
-    def public_model(self, model: str) -> dict[str, Any]:
+    @staticmethod
+    def check_served(info: dict[str, Any], *, operator: bool) -> None:
+        """Predictions and weights are served from released models only (issue 26): a version whose guarantee does
+        not cover an observer of every published release is refused (:class:`UnreleasedModelError`) unless the
+        caller is an operator (admin scope, the CLI: they hold the data) or an operator opted in at training."""
+        if operator or info["covers_releases"] or info["serve_unreleased"]:
+            return
+        raise unreleased_refusal(info["model"], info["mechanism"])
+
+    def public_model(self, model: str, *, operator: bool = True) -> dict[str, Any]:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s
-        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes."""
+        perturbation b), with what a user needs to apply them: feature names, normalisation, label classes.
+        ``operator=False`` (a model-reader): refused for a model that is not served (:meth:`check_served`)."""
         art, info = self.load_published(model)
+        self.check_served(info, operator=operator)
         # arrays a mechanism needs to predict but does not publish (e.g. a sharded model's shards)
         unpublished = getattr(get_adapter(info["mechanism"], info["params"]), "unpublished_arrays", ())
         return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
@@ -145,11 +186,13 @@ class Serving:
                 "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in unpublished}}
 
 
-    def predict(self, model: str, features: Any = None, *, records: Any = None) -> dict[str, Any]:
+    def predict(self, model: str, features: Any = None, *, records: Any = None,
+                operator: bool = True) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
         of a dataset registered with a schema, raw ``records`` (JSON objects with the schema's columns; extra
         fields such as the label are ignored), encoded by that schema. Errors name the column and the rule, never
-        a value sent."""
+        a value sent. ``operator=False`` (a model-reader): refused for a model that is not served
+        (:meth:`check_served`), before the input is looked at."""
         if (features is None) == (records is None):
             raise InvalidInputError("Give exactly one of features (rows of numbers) and records (objects with the "
                                     "schema's columns). Found "
@@ -157,9 +200,13 @@ class Serving:
         with self.store.read() as s:
             m = self.find_model(s, model)
             ds = s.get(Dataset, m.dataset_id)
+            v = s.get(ModelVersion, m.current_version_id)
             assert ds is not None
             d = ds.n_features
             declared, ds_name = ds.feature_names.get("schema"), ds.name
+            self.check_served({"model": m.name, "mechanism": m.mechanism, "serve_unreleased": bool(m.serve_unreleased),
+                               "covers_releases": v is not None and covers_releases(dict(v.summary or {}))},
+                              operator=operator)
         if records is not None:
             X = self._encode_records(records, declared, ds_name)
         else:
@@ -173,6 +220,7 @@ class Serving:
         if not np.all(np.isfinite(X)):
             raise InvalidInputError("features must be finite numbers.")
         art, info = self.load_published(model)
+        self.check_served(info, operator=operator)  # the version read may be newer than the one checked above
         adapter = get_adapter(info["mechanism"], info["params"])
         Xp = normalize_rows(X) if info["normalize"] == "rows" else X
         pred = adapter.predict(art, Xp)
@@ -244,7 +292,9 @@ class Serving:
                                   .where(ModelVersion.model_id == m.id))
             return {"model": m.name, "dataset": ds.name, "mechanism": m.mechanism, "params": m.params,
                     "version": v.number, "version_id": v.id, "published_at": iso(v.created_at),
-                    "n_records": v.n_records, "versions_total": int(n_versions or 0), **v.summary}
+                    "n_records": v.n_records, "versions_total": int(n_versions or 0), **v.summary,
+                    "served": served_to(dict(v.summary or {}), bool(m.serve_unreleased)),
+                    "serve_unreleased": bool(m.serve_unreleased)}
 
 
 
@@ -254,4 +304,4 @@ def _without_value(message: str) -> str:
     return head if head.endswith(".") else head + "."
 
 
-__all__ = ["Serving"]
+__all__ = ["UNRELEASED_WARNING", "Serving", "covers_releases", "served_to", "unreleased_refusal"]

@@ -44,6 +44,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    false,
     insert,
     text,
 )
@@ -51,9 +52,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 from lethe.curator.public import check_payload, public_certificate, public_error
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # meta.schema_version -> Alembic revision (lethe.curator.migrations)
-REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004"}
+REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005"}
 
 # (name, columns): composite indexes on ``deletion_requests`` for the console's keyset pagination under each filter
 # of its Requests page (schema version 4; created by migration 0004 on older stores).
@@ -137,6 +138,9 @@ class Model(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     current_version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    # the operator's explicit opt-in, at training, to serve (predict, weights) a model whose certificates cover ONE
+    # published version (issue 26: an observer of consecutive versions can identify deleted records); schema 5
+    serve_unreleased: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class ModelVersion(Base):
@@ -539,6 +543,22 @@ def migrate_3_to_4(connection: Any) -> None:
     for ix in table.indexes:
         if ix.name in names:
             ix.create(connection, checkfirst=True)
+
+
+def migrate_4_to_5(connection: Any) -> None:
+    """Schema 4 → 5 (Alembic revision 0005): ``models.serve_unreleased`` (the operator's opt-in to serve a model
+    whose certificates cover one published version; :mod:`lethe.curator.serving`), false for every existing model —
+    so a model that was served before the upgrade is refused to model-readers after it until retrained with the
+    opt-in or replaced by a ``released-logistic`` model. Idempotent (the column is added only where missing)."""
+    from sqlalchemy import Column, inspect
+
+    if "serve_unreleased" in {c["name"] for c in inspect(connection).get_columns("models")}:
+        return
+    col: Any = Column("serve_unreleased", Boolean(), nullable=False, server_default=false())
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+
+    Operations(MigrationContext.configure(connection)).add_column("models", col)
 
 
 def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,

@@ -4,6 +4,8 @@ perturbation), and dropped (their artifacts destroyed). Publication goes through
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,7 +21,7 @@ from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
 from lethe.curator.publisher import VersionPublisher
 from lethe.curator.retention import Retention
-from lethe.curator.serving import Serving
+from lethe.curator.serving import UNRELEASED_WARNING, Serving, covers_releases, served_to
 from lethe.curator.store import Dataset, Model, ModelVersion, Record, Store, add_event, utcnow
 from lethe.curator.validation import check_name, cli_hint
 
@@ -50,13 +52,23 @@ class ModelTrainer:
     publisher: VersionPublisher
     retention: Retention
     serving: Serving
+    #: seconds since the epoch, injected into the adapters of mechanisms that publish on a schedule (the time of
+    #: a ``released-logistic`` model's release 0)
+    clock: Callable[[], float] = time.time
+
+    def _adapter(self, mechanism: str, params: dict[str, Any] | None) -> Any:
+        adapter: Any = get_adapter(mechanism, params)
+        if hasattr(adapter, "release_due"):
+            adapter.clock = self.clock
+        return adapter
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
-              progress: bool = False, heldout: str | None = None) -> dict[str, Any]:
+              progress: bool = False, heldout: str | None = None, serve_unreleased: bool = False) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1 (see
         :meth:`lethe.curator.service.Curator.train`)."""
         check_name("model name", model)
+        _check_serve_unreleased(serve_unreleased, optional=False)
         with self.store.read() as s:
             ds0 = self.datasets.find(s, dataset)
             tabular = ds0.feature_names.get("schema") is not None
@@ -66,7 +78,7 @@ class ModelTrainer:
         if tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
             params = {**TABULAR_DEFAULTS.get(mechanism, {}), **(params or {})}
         try:
-            adapter = get_adapter(mechanism, params)
+            adapter = self._adapter(mechanism, params)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         rng = check_random_state(random_state)
@@ -88,6 +100,10 @@ class ModelTrainer:
                 raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {cli_hint(str(exc))}") from exc
             bar.update(1)
             summary = adapter.summary(artifact)
+            if serve_unreleased and covers_releases(summary):
+                raise InvalidInputError(f"serve_unreleased (--serve-unreleased) is for mechanisms whose "
+                                        f"certificates cover one published version; {mechanism!r} publishes "
+                                        f"private releases, served without it. Found serve_unreleased=True.")
             binding = Serving.binding(model, mechanism, adapter.params, X.shape[1])
             with self.publisher.new_artifact(artifact, binding) as (relpath, sha):
                 with self.store.write() as s, s.begin():
@@ -98,14 +114,15 @@ class ModelTrainer:
                         raise ConflictError(f"A model named {model!r} already exists.")
                     now = utcnow()
                     m = Model(name=model, dataset_id=ds_id, mechanism=mechanism, params=adapter.params,
-                              created_at=now)
+                              created_at=now, serve_unreleased=bool(serve_unreleased))
                     s.add(m)
                     s.flush()
                     v = self.publisher.publish_version(s, m, None, artifact=relpath, sha256=sha,
                                                        n_records=int(ids.size), summary=summary, now=now,
                                                        announce=None)
                     add_event(s, "train", {"dataset": ds_name, "mechanism": mechanism, "params": adapter.params,
-                                           **summary}, model_id=m.id, version_id=v.id)
+                                           **summary, **_serving_payload(summary, serve_unreleased)},
+                              model_id=m.id, version_id=v.id)
                     self.publisher.train_certificate(s, m, v, None, cert, now)
                     model_id, version_id = m.id, v.id
             bar.update(1)
@@ -150,9 +167,11 @@ class ModelTrainer:
                           model_id=model_id, version_id=version_id)
         return out
 
-    def retrain(self, model: str, *, random_state: RandomState = None) -> dict[str, Any]:
+    def retrain(self, model: str, *, random_state: RandomState = None,
+                serve_unreleased: bool | None = None) -> dict[str, Any]:
         """Train ``model`` again on its dataset's current records and publish the next version (see
         :meth:`lethe.curator.service.Curator.retrain`)."""
+        _check_serve_unreleased(serve_unreleased, optional=True)
         rng = check_random_state(random_state)
         with self.lock.hold():
             self.retention.recover_locked()
@@ -161,9 +180,10 @@ class ModelTrainer:
                 ds = s.get(Dataset, m.dataset_id)
                 assert ds is not None
                 model_id, mech, params, ds_id = m.id, m.mechanism, dict(m.params), ds.id
+                serve = bool(m.serve_unreleased) if serve_unreleased is None else bool(serve_unreleased)
                 old_vid = m.current_version_id
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
-                adapter = get_adapter(mech, params)
+                adapter = self._adapter(mech, params)
                 keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
             try:
                 artifact, cert = (adapter.train(X, y, rng) if keys is None
@@ -171,6 +191,10 @@ class ModelTrainer:
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
             summary = adapter.summary(artifact)
+            if serve_unreleased and covers_releases(summary):
+                raise InvalidInputError(f"serve_unreleased (--serve-unreleased) is for mechanisms whose "
+                                        f"certificates cover one published version; {mech!r} publishes private "
+                                        f"releases, served without it. Found serve_unreleased=True.")
             binding = Serving.binding(model, mech, adapter.params, X.shape[1])
             with self.publisher.new_artifact(artifact, binding) as (rel, sha):
                 with self.store.write() as s, s.begin():
@@ -180,8 +204,10 @@ class ModelTrainer:
                     if m2 is None or m2.current_version_id != old_vid or n_now != ids.size:
                         raise ConflictError(f"Model {model!r} or its dataset changed during retraining; try again.")
                     now = utcnow()
-                    add_event(s, "retrain", {"reason": "operator", "n": int(ids.size), **summary},
+                    add_event(s, "retrain", {"reason": "operator", "n": int(ids.size), **summary,
+                                             **_serving_payload(summary, serve)},
                               model_id=model_id, version_id=old_vid)
+                    m2.serve_unreleased = serve
                     v = self.publisher.publish_version(s, m2, old, artifact=rel, sha256=sha,
                                                        n_records=int(ids.size), summary=summary, now=now,
                                                        announce={})
@@ -212,6 +238,24 @@ class ModelTrainer:
             self.serving.forget()
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+
+def _check_serve_unreleased(value: Any, *, optional: bool) -> None:
+    if optional and value is None:
+        return
+    if not isinstance(value, bool):
+        raise TypeError(f"serve_unreleased must be a bool{' or None' if optional else ''}. "
+                        f"Found {type(value).__name__}.")
+
+
+def _serving_payload(summary: dict[str, Any], serve_unreleased: bool) -> dict[str, Any]:
+    """What the ledger records of who may read the model: ``served`` ("releases": private releases; "opt-in": the
+    operator's explicit opt-in, with its warning; "operators": admins only)."""
+    served = served_to(summary, serve_unreleased)
+    out: dict[str, Any] = {"served": served, "serve_unreleased": served == "opt-in"}
+    if served == "opt-in":
+        out["warning"] = UNRELEASED_WARNING
+    return out
 
 
 def _record_keys(s: Any, dataset_id: int, ids: Any) -> list[str]:

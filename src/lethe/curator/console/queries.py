@@ -29,6 +29,7 @@ from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from lethe.curator.public import SHOWN_STATUS, shown_status
+from lethe.curator.serving import served_to
 from lethe.curator.store import (
     CONSOLE_INDEXES,
     CertificateRow,
@@ -198,7 +199,8 @@ def models(s: Session) -> list[dict[str, Any]]:
                     "mechanism": m.mechanism, "params": dict(m.params or {}),
                     "version": v.number if v else None, "version_id": v.id if v else None,
                     "n_records": v.n_records if v else None, "summary": dict(v.summary or {}) if v else {},
-                    "published_at": iso(v.created_at) if v else None})
+                    "published_at": iso(v.created_at) if v else None,
+                    "served": served_to(dict(v.summary or {}) if v else {}, bool(m.serve_unreleased))})
     return out
 
 
