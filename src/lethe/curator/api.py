@@ -135,12 +135,14 @@ class CertificateOut(BaseModel):
 
 class PredictIn(BaseModel):
     """Rows to predict: ``features`` (each with the dataset's number of features) or, for a dataset registered with
-    a schema, ``records`` (JSON objects with the schema's columns, encoded by it); exactly one of them."""
+    a schema, ``records`` (JSON objects with the schema's columns, encoded by it), or for a text dataset ``texts``
+    (raw texts, embedded by its recorded embedder); exactly one of them."""
 
     model_config = ConfigDict(extra="forbid")
     features: list[list[FiniteFloat]] | None = Field(default=None, min_length=1, max_length=10_000)
     records: list[dict[str, str | float | bool | None]] | None = Field(default=None, min_length=1,
                                                                        max_length=10_000)
+    texts: list[str] | None = Field(default=None, min_length=1, max_length=1_000)  # a text dataset's raw texts
 
 
 class PredictOut(BaseModel):
@@ -540,7 +542,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
     def predict(model: Name, body: PredictIn, p: Reader) -> Any:
         """Predictions of the model's published version."""
-        return json_safe(curator.predict(model, body.features, records=body.records))
+        return json_safe(curator.predict(model, body.features, records=body.records, texts=body.texts))
 
     @app.get("/v1/models/{model}/budget", response_model=BudgetOut, responses=ERRORS, tags=["models"])
     def budget(model: Name, p: Admin) -> Any:
