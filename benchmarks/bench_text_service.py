@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000, help="deletion requests over HTTP")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=64, help="lethe serve --batch-size")
+    ap.add_argument("--embedding-cache", default=None,
+                    help="directory for the library side's embedding cache (default: a temporary directory)")
     args = ap.parse_args()
 
     tr, ytr, te, yte = load_sst()
@@ -78,8 +80,9 @@ def main() -> None:
         root = Path(tmp)
         # the library on the same embeddings (embedded here, cached in the temporary directory only)
         t = time.perf_counter()
-        E_tr, _ = embed_sentences(tr, data_dir=root / "cache")
-        E_te, _ = embed_sentences(te, data_dir=root / "cache")
+        cache = Path(args.embedding_cache) if args.embedding_cache else root / "cache"
+        E_tr, _ = embed_sentences(tr, data_dir=cache)
+        E_te, _ = embed_sentences(te, data_dir=cache)
         embed_s = time.perf_counter() - t
         lib = CertifiedLogisticRegression(lam=LAM, sigma=SIGMA, epsilon=EPSILON, delta=DELTA, random_state=args.seed)
         t = time.perf_counter()
