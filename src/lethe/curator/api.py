@@ -136,12 +136,14 @@ class CertificateOut(BaseModel):
 
 class PredictIn(BaseModel):
     """Rows to predict: ``features`` (each with the dataset's number of features) or, for a dataset registered with
-    a schema, ``records`` (JSON objects with the schema's columns, encoded by it); exactly one of them."""
+    a schema, ``records`` (JSON objects with the schema's columns, encoded by it), or for a text dataset ``texts``
+    (raw texts, embedded by its recorded embedder); exactly one of them."""
 
     model_config = ConfigDict(extra="forbid")
     features: list[list[FiniteFloat]] | None = Field(default=None, min_length=1, max_length=10_000)
     records: list[dict[str, str | float | bool | None]] | None = Field(default=None, min_length=1,
                                                                        max_length=10_000)
+    texts: list[str] | None = Field(default=None, min_length=1, max_length=1_000)  # a text dataset's raw texts
 
 
 class PredictOut(BaseModel):
@@ -542,7 +544,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     def predict(model: Name, body: PredictIn, p: Reader) -> Any:
         """Predictions of the model's published version: served from released models only (``released-logistic``),
         or from a model an operator opted in at training (``--serve-unreleased``); else 403 naming the ways out."""
-        return json_safe(curator.predict(model, body.features, records=body.records, principal=p))
+        return json_safe(curator.predict(model, body.features, records=body.records, texts=body.texts, principal=p))
 
     @app.get("/v1/models/{model}/budget", response_model=BudgetOut, responses=ERRORS, tags=["models"])
     def budget(model: Name, p: Admin) -> Any:

@@ -72,13 +72,19 @@ class DatasetCatalog:
                          features: list[str] | None = None, normalize: str = "none",
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
                          file_format: str | None = None, store: str = "files",
-                         declared: Schema | None = None) -> dict[str, Any]:
+                         declared: Schema | None = None, text_column: str | None = None,
+                         embedder: str = "minilm") -> dict[str, Any]:
         """Ingest a table (see :meth:`lethe.curator.service.Curator.register_dataset`): its values to the data plane,
         its keys' digests to the records table, in one transaction; nothing of it is left if that fails.
 
         With ``declared`` (a validated :class:`lethe.schema.Schema` whose key and label are set): the rows are encoded
         by :func:`lethe.curator.tables.encode_with_schema` and the schema is kept with the dataset (it is public:
-        held-out sets and raw records to predict are encoded by it)."""
+        held-out sets and raw records to predict are encoded by it).
+
+        With ``text_column``: the column's texts are embedded by the public ``embedder``
+        (:func:`lethe.curator.text.read_text_table`; the texts are not kept), the rows registered with
+        ``normalize="rows"`` (they have unit norm) and the embedder's identity kept with the dataset (predictions on
+        raw text verify it)."""
         check_name("dataset name", name)
         if name.startswith(DROPPED_PREFIX):
             raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
@@ -86,7 +92,23 @@ class DatasetCatalog:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
         if store not in STORES:
             raise InvalidInputError(f"store must be one of {STORES}. Found {store!r}.")
-        if declared is not None:
+        text_meta: dict[str, Any] | None = None
+        if text_column is not None:
+            if declared is not None or categorical or features or normalize != "none" or store != "files":
+                raise InvalidInputError("A text dataset's features are its embeddings: --schema, --categorical, "
+                                        "--features, --normalize and --store do not apply with --text-column. Found "
+                                        f"schema={declared is not None}, categorical={categorical!r}, "
+                                        f"features={features!r}, normalize={normalize!r}, store={store!r}.")
+            from lethe.curator.text import read_text_table
+
+            with self.store.read() as s:  # embedding takes time: refuse a taken name first
+                if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
+                    raise ConflictError(f"A dataset named {name!r} already exists.")
+            table, identity = read_text_table(path, key=key, label=label, text_column=text_column,
+                                              embedder=embedder, header=header, file_format=file_format)
+            text_meta = {"column": text_column, "embedder": identity}
+            normalize = "rows"  # a no-op on unit rows (up to rounding); applied again at predict
+        elif declared is not None:
             if categorical or features or normalize != "none":
                 raise InvalidInputError("A schema declares the columns and their encoding: --categorical, "
                                         "--features and --normalize do not apply with --schema. Found "
@@ -110,6 +132,8 @@ class DatasetCatalog:
             schema["categories"] = table.categories
         if declared is not None:
             schema["schema"] = declared.to_dict()
+        if text_meta is not None:
+            schema["text"] = text_meta
         classes: list[str] | None = None
         y_stored = np.asarray(table.y, dtype=np.float64) if table.y.dtype.kind != "U" else table.y
         if table.label_classes is not None:  # text labels: the table holds codes into the sorted class list
@@ -164,7 +188,8 @@ class DatasetCatalog:
                     "source": ds.source, "created_at": iso(ds.created_at),
                     "feature_names": list(ds.feature_names.get("names", [])),
                     "label_classes": ds.feature_names.get("label_classes"),
-                    "categories": ds.feature_names.get("categories"), "schema": ds.feature_names.get("schema")}
+                    "categories": ds.feature_names.get("categories"), "schema": ds.feature_names.get("schema"),
+                    "text": ds.feature_names.get("text")}
 
     def data_view(self, s: Any, dataset_id: int, n_features: int) -> tuple[DataView, DataPlane | None, np.ndarray]:
         """A dataset's row space: (view, its data plane or None, record id of each row).

@@ -177,7 +177,8 @@ class Curator:
                          features: list[str] | None = None, normalize: str = "none",
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
                          file_format: str | None = None, store: str = "files",
-                         schema: Any = None) -> dict[str, Any]:
+                         schema: Any = None, text_column: str | None = None,
+                         embedder: str = "minilm") -> dict[str, Any]:
         """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
 
         ``store``: ``"files"`` (fixed-width files) or ``"zarr"`` (a Zarr store computed on a Dask cluster,
@@ -191,7 +192,10 @@ class Curator:
         tables): the rows are encoded by :class:`lethe.preprocessing.SchemaEncoder` — nothing of the encoding is
         learned from the rows — and the schema is kept with the dataset (public). The key and label columns are the
         schema's (``key`` may name the key column when the schema's is null; a ``label`` other than the schema's is
-        refused)."""
+        refused).
+
+        ``text_column`` (with ``embedder``, default ``"minilm"``): a column of raw text, embedded by the declared
+        public embedder (:mod:`lethe.curator.text`); the embeddings are the features, the texts are not kept."""
         declared = resolve_schema(schema, key=key, label=label) if schema is not None else None
         if declared is None and (key is None or label is None):
             missing = [n for n, v in (("key", key), ("label", label)) if v is None]
@@ -201,7 +205,7 @@ class Curator:
         return self.datasets.register(name, path, key=key or "", label=label or "", features=features,
                                       normalize=normalize, progress=progress, header=header,
                                       categorical=categorical, file_format=file_format, store=store,
-                                      declared=declared)
+                                      declared=declared, text_column=text_column, embedder=embedder)
 
     def dataset_info(self, name: str) -> dict[str, Any]:
         """A dataset's description: size, columns, normalisation, label classes and categories."""
@@ -325,16 +329,17 @@ class Curator:
         return self.retention.recover()
 
     # -- serving and integrity ----------------------------------------------------------------------------------------
-    def predict(self, model: str, features: Any = None, *, records: Any = None,
+    def predict(self, model: str, features: Any = None, *, records: Any = None, texts: Any = None,
                 principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
-        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns).
+        of a dataset registered with a schema, raw ``records`` (objects with the schema's columns), or for a text
+        dataset raw ``texts`` (embedded by its recorded embedder).
 
         Served to a non-admin ``principal`` (a model-reader) only from a model whose guarantee covers an observer of
         every published release (``released-logistic``), or one an operator opted in at training
         (``serve_unreleased``); otherwise :class:`~lethe.curator.errors.UnreleasedModelError`
         (:meth:`Serving.check_served`)."""
-        return self.serving.predict(model, features, records=records, operator=principal.is_admin)
+        return self.serving.predict(model, features, records=records, texts=texts, operator=principal.is_admin)
 
     def public_model(self, model: str, *, principal: Principal = CLI_PRINCIPAL) -> dict[str, Any]:
         """The published version's public parameters (the weights; never a secret array such as Guo et al.'s

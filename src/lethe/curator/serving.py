@@ -186,17 +186,19 @@ class Serving:
                 "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in unpublished}}
 
 
-    def predict(self, model: str, features: Any = None, *, records: Any = None,
+    def predict(self, model: str, features: Any = None, *, records: Any = None, texts: Any = None,
                 operator: bool = True) -> dict[str, Any]:
         """Predictions of the published version of ``model`` for rows ``features`` (n × d numbers) or, for a model
         of a dataset registered with a schema, raw ``records`` (JSON objects with the schema's columns; extra
         fields such as the label are ignored), encoded by that schema. Errors name the column and the rule, never
-        a value sent. ``operator=False`` (a model-reader): refused for a model that is not served
-        (:meth:`check_served`), before the input is looked at."""
-        if (features is None) == (records is None):
-            raise InvalidInputError("Give exactly one of features (rows of numbers) and records (objects with the "
-                                    "schema's columns). Found "
-                                    f"{'both' if features is not None else 'neither'}.")
+        a value sent. For a model of a text dataset (:mod:`lethe.curator.text`): raw ``texts``, embedded by the
+        dataset's recorded embedder after its model files are verified. ``operator=False`` (a model-reader):
+        refused for a model that is not served (:meth:`check_served`), before the input is looked at."""
+        given = sum(v is not None for v in (features, records, texts))
+        if given != 1:
+            raise InvalidInputError("Give exactly one of features (rows of numbers), records (objects with the "
+                                    "schema's columns) and texts (for a text dataset). Found "
+                                    f"{'none' if given == 0 else given}.")
         with self.store.read() as s:
             m = self.find_model(s, model)
             ds = s.get(Dataset, m.dataset_id)
@@ -207,7 +209,10 @@ class Serving:
             self.check_served({"model": m.name, "mechanism": m.mechanism, "serve_unreleased": bool(m.serve_unreleased),
                                "covers_releases": v is not None and covers_releases(dict(v.summary or {}))},
                               operator=operator)
-        if records is not None:
+            text_meta = ds.feature_names.get("text")
+        if texts is not None:
+            X = self._embed_texts(texts, text_meta, ds_name, model)
+        elif records is not None:
             X = self._encode_records(records, declared, ds_name)
         else:
             try:
@@ -245,6 +250,24 @@ class Serving:
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"records do not follow the schema of dataset {dataset!r}: "
                                     f"{_without_value(str(exc))}") from None
+
+    @staticmethod
+    def _embed_texts(texts: Any, text_meta: Any, dataset: str, model: str) -> np.ndarray:
+        """Raw texts embedded by the text dataset's recorded embedder (:func:`lethe.curator.text.embed`); a text is
+        never echoed. Other installed model files: a fault for the operator (logged), a generic refusal."""
+        from lethe.curator import text as T
+
+        if text_meta is None:
+            raise InvalidInputError(f"texts are accepted for models of text datasets (lethe dataset add "
+                                    f"--text-column); dataset {dataset!r} is not one: send features.")
+        try:
+            return T.embed(T.check_texts(texts), text_meta["embedder"])
+        except T.EmbedderMismatchError as exc:
+            log.error("model %s: %s", model, exc)
+            raise ServiceFaultError(f"Model {model!r} cannot embed texts: the installed embedder is not the one its "
+                                    "dataset was embedded with. The operator has been notified.") from None
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(_without_value(str(exc))) from None
 
     def verify_models(self) -> list[dict[str, Any]]:
         """Check every published version's artifact (checksum, HMAC, binding, invariants, record count); return

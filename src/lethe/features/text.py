@@ -53,6 +53,45 @@ def load_minilm(device: str = "cpu") -> Any:
     return SentenceTransformer(str(path), device=device)
 
 
+_DIGESTS: dict[tuple[Any, ...], str] = {}
+
+
+def model_digest(path: Path | None = None) -> str:
+    """SHA-256 of every file of the MiniLM model directory (sorted relative paths and contents): what a dataset
+    embedded by this model records, and what predictions on raw text verify (another model, or edited files, give
+    another digest). Cached per directory stamp (each file's path, size and mtime) in this process."""
+    root = minilm_model_dir() if path is None else Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    stamp = (str(root), *((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    cached = _DIGESTS.get(stamp)
+    if cached is not None:
+        return cached
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(root)).encode("utf-8") + b"\x00")
+        with p.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\x00")
+    _DIGESTS[stamp] = h.hexdigest()
+    return _DIGESTS[stamp]
+
+
+def encode_unit_rows(sentences: Sequence[str], model: Any, *, batch_size: int = 64) -> np.ndarray:
+    """MiniLM embeddings of ``sentences`` with ``model`` (a loaded SentenceTransformer), shape (n, 384), float64,
+    every row renormalised to L2 norm 1 in float64 (|‖xᵢ‖₂ − 1| ≤ a few ulps), nothing cached."""
+    import torch
+
+    with torch.inference_mode():
+        E32 = model.encode(list(sentences), batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                           show_progress_bar=False)
+    E32 = np.asarray(E32, dtype=np.float32)
+    if E32.shape != (len(sentences), EMBEDDING_DIM):
+        raise RuntimeError(f"MiniLM returned embeddings of shape {E32.shape}; expected ({len(sentences)}, "
+                           f"{EMBEDDING_DIM}).")
+    return _unit_rows(E32)
+
+
 def _model_fingerprint(path: Path) -> str:
     st = (path / "model.safetensors").stat()
     return f"{MODEL_NAME}:{st.st_size}"
