@@ -380,6 +380,12 @@ Each version is checked against the (ε, δ) its file states (`--epsilon`/`--del
 audit.txt` also writes the table and `audit.json`. The exit status is 0 when no version exceeds its bound, 1 when one
 does, 2 on bad input. `lethe audit` without `--model-file` (or `--experiment mnist`) runs the experiment above.
 
+A model of the curator service: `lethe audit --model NAME --deleted deleted.csv [--heldout DATASET|FILE]` audits
+every version whose weights still exist (the curator destroys superseded ones), the deleted records coming from
+the file (the curator erases them when their requests are processed) and each matched to the removal certificate of
+the version that removed it; the held-out records default to the dataset the model was trained with
+(docs/tabular.md, "Auditing the registered model").
+
 Read the result with care:
 
 - **An audit lower-bounds leakage.** An advantage near 0 is consistent with the guarantee but does not prove it; the
