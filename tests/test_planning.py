@@ -146,6 +146,7 @@ def _retrained_within(X, y, sigma, R, seed, **params):
     return any(clf.remove([int(i)]).retrained for i in rows)
 
 
+@pytest.mark.slow  # the fast equivalent: test_the_promise_holds_over_random_tables_and_removal_counts
 @pytest.mark.parametrize("params", [{"fit_intercept": True}, {"fit_intercept": False},
                                     {"fit_intercept": True, "solver": "pcg"}], ids=["auto+b", "auto", "pcg+b"])
 def test_the_plan_keeps_its_promise_over_fresh_models(params):
@@ -174,3 +175,29 @@ def test_confidence_and_simulations_are_validated():
         plan_sigma(X, y, n_removals=5, n_simulations=0)
     with pytest.raises(ValueError, match="removal_rows must be distinct rows"):
         plan_sigma(X, y, n_removals=2, removal_rows=[3, 3])
+
+
+
+def test_the_promise_holds_over_random_tables_and_removal_counts():
+    """Random cases of the table of the finding (fresh data draws, R, solver and intercept drawn from a seed): at
+    the planned σ, fresh models (b and removal rows independent of the plan's) do not retrain within R removals.
+    Tolerance: at most 1 of the 24 fresh models (the plan promises probability >= 0.9 per model; it measured 0 of
+    36 in test_the_plan_keeps_its_promise_over_fresh_models, the slow profile of this test). Mutation: without the
+    two-stage search's confirmation on all draws and without the check on fresh draws (lethe.planning), 2 of the
+    24 fresh models retrain and one plan measures a retraining rate of 0.2: this test fails."""
+    rng = np.random.default_rng(2024)
+    retrained = 0
+    for case in range(6):
+        frame, y = _frame(n=int(rng.integers(350, 550)), seed=100 + case)
+        X = SchemaEncoder(TABLE).transform(frame)
+        R = int(rng.integers(20, 41))
+        params = [{"fit_intercept": True}, {"fit_intercept": False}, {"fit_intercept": True, "solver": "pcg"}][case % 3]
+        plan = plan_sigma(X, y, n_removals=R, estimator=CertifiedLogisticRegression(lam=1e-3, **params),
+                          random_state=case)
+        assert plan.residual_after_removals <= plan.budget and plan.retraining_rate <= 0.1
+        for s in range(4):
+            clf = CertifiedLogisticRegression(lam=1e-3, sigma=plan.sigma, random_state=500 + 10 * case + s,
+                                              **params).fit(X, y)
+            rows = np.random.default_rng(900 + 10 * case + s).choice(X.shape[0], size=R, replace=False)
+            retrained += any(clf.remove([int(i)]).retrained for i in rows)
+    assert retrained <= 1

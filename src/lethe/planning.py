@@ -165,43 +165,70 @@ def _retrainings(base: Any, X: np.ndarray, y: np.ndarray, sigma: float, draws: l
 
 
 def _search_adaptive(base: Any, X: np.ndarray, y: np.ndarray, draws: list[Draw], sigma_fixed: float,
-                     margin: float, halvings: int = 6, bisections: int = 3) -> tuple[float, int]:
-    """σ for a model whose certified bound adapts to its budget (``anchor``, re-measuring at 70 % of ε′): the
-    smallest σ found at which the estimator itself removes its rows without retraining for EVERY one of
-    ``draws`` (independent b and removal orders, the same at every σ tried), times ``margin``, and at most
-    ``sigma_fixed`` (the plan from ``pcg``'s budget-independent β, which ``auto`` meets through its fallback).
-    Halvings down from ``sigma_fixed`` until a σ fails on some draw, then geometric bisection; returns
-    (σ, models run). One lucky draw no longer decides (it did before: the smallest σ at which one model happened
-    to fit was then the plan, and many fresh models at that σ retrained)."""
-    runs = 0
+                     margin: float, halvings: int = 6, bisections: int = 3, probe: int = 3,
+                     steps_up: int = 8) -> tuple[float, int]:
+    """σ for a model whose certified bound adapts to its budget (``anchor``, re-measuring at 70 % of ε′): a σ at
+    which the estimator itself removes its rows without retraining for EVERY one of ``draws`` (independent b and
+    removal orders, the same at every σ tried), times ``margin``, and at most ``sigma_fixed`` (the plan from
+    ``pcg``'s budget-independent β, which ``auto`` meets through its fallback). Returns (σ, models run).
 
-    def ok_at(sig: float) -> bool:
+    The acceptance rule is the one the search always had — every draw passes — but it is reached in two stages,
+    so that a σ is run on all draws only once it is a candidate: (1) halvings down from ``sigma_fixed`` until a σ
+    fails, then geometric bisection, on ``probe`` draws only (a draw that retrains is moved to the front, so later
+    tries fail on it first); (2) the candidate is confirmed on every draw, the draw that retrains (if any) moved to
+    the front, and σ raised by 2^(1/4) until every draw passes (at most ``steps_up`` times; past that, σ is the
+    plan of ``pcg``, ``sigma_fixed``). Before this two-stage search, each passing σ of the halvings ran all the
+    draws: on the 500-row table of tests/test_planning.py the search took ~50 simulated models, now ~20.
+
+    One lucky draw does not decide (it did once: the smallest σ at which one model happened to fit was the plan,
+    and many fresh models at that σ retrained)."""
+    runs = 0
+    pool = list(draws)
+
+    def passes(sig: float, k: int) -> bool:
         nonlocal runs
-        fails, r, _ = _retrainings(base, X, y, sig, draws, stop_after=0)
-        runs += r
-        return fails == 0
+        for j in range(min(k, len(pool))):
+            seed, rows = pool[j]
+            runs += 1
+            est = clone(base).set_params(sigma=sig, random_state=seed)
+            if _removes_without_retraining(est, X, y, rows) is None:
+                pool.insert(0, pool.pop(j))  # fail fast on it next time
+                return False
+        return True
 
     ok, fail = sigma_fixed, None
     for _ in range(halvings):
-        if not ok_at(ok / 2.0):
+        if not passes(ok / 2.0, probe):
             fail = ok / 2.0
             break
         ok /= 2.0
     if fail is not None:
         for _ in range(bisections):
             mid = math.sqrt(ok * fail)
-            if ok_at(mid):
+            if passes(mid, probe):
                 ok = mid
             else:
                 fail = mid
+    for _ in range(steps_up):
+        if ok >= sigma_fixed or passes(ok, len(pool)):
+            break
+        ok *= 2.0 ** 0.25
+    else:
+        if not passes(ok, len(pool)):
+            return sigma_fixed, runs
     return min(sigma_fixed, margin * ok), runs
 
 
 def _quantile_residual(base: Any, X: np.ndarray, y: np.ndarray, sigma: float, draws: list[Draw],
-                       confidence: float) -> float:
+                       confidence: float, cache: dict[tuple[float, int], float] | None = None) -> float:
     """The ``confidence`` quantile (the next order statistic up) over ``draws`` of β after the draw's removals,
-    simulated by :func:`_simulate` at ``sigma``."""
-    betas = [_simulate(clone(base).set_params(sigma=sigma, random_state=seed), X, y, rows) for seed, rows in draws]
+    simulated by :func:`_simulate` at ``sigma`` (β of draw j at σ is kept in ``cache`` under (σ, j))."""
+    cache = {} if cache is None else cache
+    betas = []
+    for j, (seed, rows) in enumerate(draws):
+        if (sigma, j) not in cache:
+            cache[(sigma, j)] = _simulate(clone(base).set_params(sigma=sigma, random_state=seed), X, y, rows)
+        betas.append(cache[(sigma, j)])
     return float(np.quantile(betas, confidence, method="higher"))
 
 
@@ -279,10 +306,13 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
 
     1. fixed point on ``pcg``'s budget-independent β: σ ← ``margin`` · q_c(β_R(σ)) / ε′(σ = 1), where q_c is the
        ``confidence`` quantile (next order statistic up; with 10 draws and c = 0.9, the largest) of β after the R
-       removals over the draws (the same draws at every σ, so the iteration settles);
+       removals over the draws (the same draws at every σ, so the iteration settles); it is approached on the
+       first 3 draws (σ starts at the estimator's, often far away) and then settled on all of them, each draw's β
+       at a σ simulated once;
     2. for an ``anchor`` model (``solver="auto"`` on dense data), whose certified bound adapts to its budget, σ is
        searched downwards from there and accepted only where EVERY draw removes its rows with the estimator's own
-       :meth:`remove` without retraining, times ``margin``;
+       :meth:`remove` without retraining, times ``margin`` (candidates are found on 3 probe draws, then confirmed
+       on all, :func:`_search_adaptive`);
     3. a check on 2 · ``n_simulations`` fresh draws: while any of them retrains at σ, σ ← 1.25 σ and new draws (at
        most ``max_iter`` times; past that a :class:`UserWarning`);
     4. the reported ``retraining_rate`` is measured on yet another ``n_simulations`` fresh draws at the final σ,
@@ -388,16 +418,22 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
     sigma = float(params.get("sigma", 1.0))
     beta = math.nan
     it = 0
-    for _ in range(max_iter):
-        it += 1
-        beta = _quantile_residual(base, Xtr, ytr, sigma, draws, confidence)
-        target = margin * beta / unit
-        if beta <= unit * sigma and sigma <= 1.1 * target:  # fits the budget, and not wastefully large
-            break
-        sigma = target
-    else:
-        raise RuntimeError(f"plan_sigma: σ did not settle in {max_iter} iterations (last σ = {sigma:.4g}, "
-                           f"β = {beta:.4g}); increase max_iter or margin.")
+    cache: dict[tuple[float, int], float] = {}
+    # the fixed point is first approached on the first few draws (σ starts far from it: the estimator's default),
+    # then settled on all of them; β of a draw at a σ is simulated once (the settled σ of the first stage is where
+    # the second starts, so its first few draws are not run again)
+    stages = [draws[:3], draws] if K > 3 else [draws]
+    for stage in stages:
+        for _ in range(max_iter):
+            it += 1
+            beta = _quantile_residual(base, Xtr, ytr, sigma, stage, confidence, cache)
+            target = margin * beta / unit
+            if beta <= unit * sigma and sigma <= 1.1 * target:  # fits the budget, and not wastefully large
+                break
+            sigma = target
+        else:
+            raise RuntimeError(f"plan_sigma: σ did not settle in {max_iter} iterations (last σ = {sigma:.4g}, "
+                               f"β = {beta:.4g}); increase max_iter or margin.")
     if resolve_solver(str(params.get("solver", "auto")), Xtr) == "anchor":
         sigma, searched = _search_adaptive(base, Xtr, ytr, draws, sigma, margin)
         it += searched

@@ -46,10 +46,13 @@ def register(subparsers: Any) -> None:
     parser_class = subparsers._parser_class
     subparsers._parser_class = _LazyAuditParser
     try:
-        p = subparsers.add_parser("audit", help="membership-inference audit of your model's versions (--model-file), "
-                                                "or of certified removal and Noisy-GD on MNIST (the papers' "
-                                                "experiment)",
-                                  description="With --model-file: the loss-threshold attack telling the deleted "
+        p = subparsers.add_parser("audit", help="membership-inference audit of a registered model's versions "
+                                                "(--model), of your model files (--model-file), or of certified "
+                                                "removal and Noisy-GD on MNIST (the papers' experiment)",
+                                  description="With --model NAME: the audit of a model of the curator (every version "
+                                              "whose artifact exists; the deleted records from --deleted FILE, "
+                                              "since the curator erases them). With --model-file: the loss-threshold "
+                                              "attack telling the deleted "
                                               "records from held-out ones on every published version of your model, "
                                               "with confidence intervals, next to the bound its (ε, δ) implies "
                                               "(exit 1 if a version exceeds it). Without: the papers' experiment "

@@ -1,5 +1,6 @@
-"""Curator subcommands: ``dataset``, ``train``, ``forget``, ``process``, ``status``, ``requests``, ``request``,
-``model`` (versions, retrain, export), ``budget``, ``certificate``, ``ledger``, ``token``, ``serve``, ``worker``.
+"""Curator subcommands: ``dataset``, ``train``, ``plan``, ``forget``, ``process``, ``status``, ``requests``,
+``request``, ``model`` (versions, retrain, export), ``budget``, ``certificate``, ``ledger``, ``token``, ``serve``,
+``worker``.
 
 Every subcommand takes ``--data-dir`` (default ``$LETHE_DATA_DIR`` or ``./lethe-data``) and ``--database-url``
 (default ``$LETHE_DATABASE_URL`` or SQLite in the data directory). Heavy imports happen inside the handlers, so
@@ -168,6 +169,25 @@ def _warn_serving(out: dict[str, Any], model: str) -> None:
         print(f"lethe: note: model {model!r} ({out.get('mechanism')}) certifies one published version: its "
               "predictions and weights are refused to model-readers (admins only). Use --mechanism "
               "released-logistic to serve them, or opt in with --serve-unreleased.", file=sys.stderr)
+
+
+def _floats(name: str, text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated numbers. Found {text!r}.") from None
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from lethe.curator.planning import plan_dataset
+
+    params = _parse_params(args.param)
+    plan = plan_dataset(_curator(args), args.dataset, heldout=args.heldout, rows=args.rows,
+                        lams=_floats("--lams", args.lams), sigmas=_floats("--sigmas", args.sigmas),
+                        max_removals=args.max_removals, min_removals=args.removals, plan_sigma=args.plan_sigma,
+                        params=params, epsilon=args.epsilon, delta=args.delta, random_state=args.seed)
+    print(plan)
+    return 0
 
 
 def _forget(args: argparse.Namespace) -> int:
@@ -418,6 +438,33 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "(not needed, and refused, with --mechanism released-logistic)")
     p.add_argument("--progress", action="store_true")
     p.set_defaults(func=_guard(_train))
+
+    p = sub.add_parser("plan", parents=[common], help="choose λ and σ for a dataset: held-out accuracy beside "
+                       "removals supported, on public rows",
+                       description="Prints, for a grid of λ and σ, the accuracy on a PUBLIC validation set beside "
+                                   "the random removals each model supports before its first retraining "
+                                   "(lethe.planning.plan_lambda). By default the models also train on the public "
+                                   "rows, so the choice leaks nothing about the dataset; --rows private trains on "
+                                   "the dataset's records and says what that costs (docs/tabular.md).")
+    p.add_argument("--dataset", required=True, help="the registered dataset the model will train on")
+    p.add_argument("--heldout", metavar="DATASET|FILE", help="public validation rows: a registered dataset with the "
+                   "same schema, or a CSV/Parquet file of public records (default: the held-out dataset a model of "
+                   "this dataset was trained with)")
+    p.add_argument("--rows", choices=("public", "private"), default="public",
+                   help="what the grid's models train on: the public rows (nothing private touched), or the "
+                        "dataset's records (the real removal capacity; the choice then depends on them)")
+    p.add_argument("--lams", default="1e-2,1e-3,1e-4,3e-5,1e-5", help="comma-separated λ grid")
+    p.add_argument("--sigmas", default="0.1,1,10", help="comma-separated σ grid")
+    p.add_argument("--max-removals", type=int, default=1000, help="removals tried per model")
+    p.add_argument("--removals", type=int, help="report the most accurate point supporting this many removals")
+    p.add_argument("--plan-sigma", action="store_true", help="with --removals: size σ for them at that point's λ "
+                   "(lethe.planning.plan_sigma; fits tens of models)")
+    p.add_argument("--epsilon", type=float, default=1.0)
+    p.add_argument("--delta", type=float, default=1e-4)
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="another CertifiedLogisticRegression option (JSON value), as for train; repeatable")
+    p.add_argument("--seed", type=int, default=0, help="seed of the grid's models and removal orders")
+    p.set_defaults(func=_guard(_plan))
 
     p = sub.add_parser("forget", parents=[common, proc], help="submit deletion requests by key")
     p.add_argument("dataset")

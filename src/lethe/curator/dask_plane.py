@@ -187,6 +187,27 @@ def erase_rows(path: Path, rows: np.ndarray) -> int:
     return int(rows.size)
 
 
+#: Estimator options that rewrite the rows (a constant column, a row normalisation): a Zarr store is read-only to
+#: the estimator (its rows are erased in place by :func:`erase_rows`), so they cannot be applied to it.
+ROW_REWRITING = ("fit_intercept", "normalize_rows")
+
+
+def row_options(defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of a model trained on a Zarr dataset: ``params`` over the ``defaults`` without the options
+    that rewrite rows (:data:`ROW_REWRITING`; a tabular dataset's default ``fit_intercept=True`` is dropped, so the
+    model trains without an intercept); an explicit ``fit_intercept=true`` or ``normalize_rows=true`` is refused with
+    the fix (``ValueError``)."""
+    asked = [k for k in ROW_REWRITING if params.get(k) is True]
+    if asked:
+        fix = (f"Train with --param {asked[0]}=false (the default for Zarr datasets)"
+               + ("; for an intercept, add a column holding 1 to the table and declare it in the schema "
+                  "({name: one, type: numeric, lower: 0, upper: 1}), or register the dataset with --store files"
+                  if asked[0] == "fit_intercept" else "; normalise the rows before registering them"))
+        raise ValueError(f"{asked[0]} must be false for a dataset kept in Zarr (--store zarr): the estimator cannot "
+                         f"rewrite the rows of its read-only store. Found {asked[0]}=true. {fix}.")
+    return {**{k: v for k, v in defaults.items() if k not in ROW_REWRITING}, **params}
+
+
 def active_rows(X: Any, active: np.ndarray) -> Any:
     """The present rows: a lazy selection for Dask data (never gathered), a NumPy copy otherwise."""
     from lethe.certified.data import backend_of
@@ -197,4 +218,4 @@ def active_rows(X: Any, active: np.ndarray) -> Any:
 
 
 __all__ = ["TASK_ROWS", "ZARR_CHUNK_ROWS", "active_rows", "client", "close", "configure", "configured_address",
-           "erase_rows", "is_zarr", "open_features", "write_features"]
+           "erase_rows", "is_zarr", "ROW_REWRITING", "row_options", "open_features", "write_features"]

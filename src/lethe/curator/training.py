@@ -13,8 +13,10 @@ import numpy as np
 from sqlalchemy import func, select
 
 from lethe._rng import RandomState, check_random_state
+from lethe.curator import dask_plane
 from lethe.curator.adapters import TABULAR_DEFAULTS, get_adapter
 from lethe.curator.artifacts import ArtifactStore
+from lethe.curator.dataplane import DataPlane
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import ConflictError, InvalidInputError, NotFoundError
 from lethe.curator.locking import ProcessingLock
@@ -75,8 +77,16 @@ class ModelTrainer:
             names = list(ds0.feature_names.get("names", []))
             if heldout is not None:
                 self._check_heldout(s, ds0, heldout, names)
-        if tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
-            params = {**TABULAR_DEFAULTS.get(mechanism, {}), **(params or {})}
+            plane = s.get(DataPlane, ds0.id)
+            zarr = plane is not None and dask_plane.is_zarr(plane.features_path)
+        defaults = TABULAR_DEFAULTS.get(mechanism, {}) if tabular else {}
+        if zarr:  # a read-only Zarr store: no option that rewrites rows (the tabular intercept is not applied)
+            try:
+                params = dask_plane.row_options(defaults, params or {})
+            except ValueError as exc:
+                raise InvalidInputError(str(exc)) from None
+        elif tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
+            params = {**defaults, **(params or {})}
         try:
             adapter = self._adapter(mechanism, params)
         except (TypeError, ValueError) as exc:

@@ -380,6 +380,12 @@ Each version is checked against the (ε, δ) its file states (`--epsilon`/`--del
 audit.txt` also writes the table and `audit.json`. The exit status is 0 when no version exceeds its bound, 1 when one
 does, 2 on bad input. `lethe audit` without `--model-file` (or `--experiment mnist`) runs the experiment above.
 
+A model of the curator service: `lethe audit --model NAME --deleted deleted.csv [--heldout DATASET|FILE]` audits
+every version whose weights still exist (the curator destroys superseded ones), the deleted records coming from
+the file (the curator erases them when their requests are processed) and each matched to the removal certificate of
+the version that removed it; the held-out records default to the dataset the model was trained with
+(docs/tabular.md, "Auditing the registered model").
+
 Read the result with care:
 
 - **An audit lower-bounds leakage.** An advantage near 0 is consistent with the guarantee but does not prove it; the
@@ -412,9 +418,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     own.add_argument("--model-file", action="append", default=None, metavar="PATH",
                      help="a model saved by CertifiedLogisticRegression.save; repeat for every published version, "
                           "oldest first")
+    own.add_argument("--model", default=None, metavar="NAME",
+                     help="a model registered with the curator (lethe train): audit every version whose artifact "
+                          "exists on the records deleted from it (--deleted FILE, with the dataset's key column) vs "
+                          "public held-out records (--heldout DATASET|FILE; default the one it was trained with); "
+                          "--data-dir and --database-url then name the curator's store (default $LETHE_DATA_DIR or "
+                          "./lethe-data)")
+    own.add_argument("--database-url", default=None, help="with --model: the curator's database (default "
+                                                          "$LETHE_DATABASE_URL or SQLite in the data directory)")
     own.add_argument("--deleted", default=None, metavar="CSV", help="the records that were deleted, with labels")
     own.add_argument("--heldout", default=None, metavar="CSV",
-                     help="records of the same kind never trained on, with labels")
+                     help="records of the same kind never trained on, with labels (with --model: a registered "
+                          "dataset's name or a file)")
     own.add_argument("--schema", default=None, metavar="YAML",
                      help="encode the CSVs by this schema (lethe.schema; its label column) as the model was trained")
     own.add_argument("--label", default="label", help="label column of the CSVs without --schema")
@@ -500,10 +515,53 @@ def run_model_audit(args: argparse.Namespace) -> int:
     return 0 if audit.passed else 1
 
 
+def run_registered_audit(args: argparse.Namespace) -> int:
+    """``lethe audit --model NAME``: the audit of a curator model (:mod:`lethe.curator.audits`); exit 0 if no
+    version exceeds its bound, 1 if one does, 2 on bad input."""
+    import os
+
+    from lethe.curator.audits import audit_registered_model
+    from lethe.curator.errors import CuratorError
+    from lethe.curator.service import Curator
+    from lethe.experiments._common import write_json
+
+    data_dir = args.data_dir or os.environ.get("LETHE_DATA_DIR", "./lethe-data")
+    if not Path(data_dir).is_dir():
+        print(f"lethe audit: --data-dir must be the curator's data directory. Found {data_dir!r} (no such "
+              "directory).", file=sys.stderr)
+        return 2
+    c = Curator(data_dir, database_url=args.database_url or os.environ.get("LETHE_DATABASE_URL"))
+    try:
+        result = audit_registered_model(c, args.model, args.deleted, heldout=args.heldout, epsilon=args.epsilon,
+                                        delta=args.delta, alpha=args.alpha, random_state=args.seed)
+    except (CuratorError, ValueError, OSError) as exc:
+        print(f"lethe audit: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        c.close()
+    text = str(result)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n", encoding="utf-8")
+        write_json(out.with_suffix(".json"), {"model": result.model, "dataset": result.dataset,
+                                              "audit": None if result.audit is None else result.audit.to_dict(),
+                                              "not_audited": [list(x) for x in result.not_audited],
+                                              "n_deleted": result.n_deleted, "n_heldout": result.n_heldout,
+                                              "heldout": result.heldout, "passed": result.passed})
+    print(text)
+    return 0 if result.passed else 1
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run with parsed options (shared with the CLI subcommand)."""
     from lethe.experiments._common import QUICK
 
+    if getattr(args, "model", None):
+        if getattr(args, "experiment", None) is not None or getattr(args, "model_file", None):
+            print("lethe audit: give one of --model, --model-file and --experiment.", file=sys.stderr)
+            return 2
+        return run_registered_audit(args)
     if getattr(args, "model_file", None):
         if getattr(args, "experiment", None) is not None:
             print("lethe audit: give either --experiment or --model-file, not both.", file=sys.stderr)
