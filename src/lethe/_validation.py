@@ -119,7 +119,7 @@ def row_norms(X: Any) -> np.ndarray:
     """
     if sp.issparse(X):
         canonical = sp.isspmatrix_csr(X) and X.dtype == np.float64 and X.has_canonical_format
-        return _sparse_row_norms(X if canonical else _canonical_csr(X))[0]
+        return _sparse_row_norms(X if canonical else canonical_csr(X))[0]
     X = np.asarray(X, dtype=np.float64)
     # Unscaled first (one read of X, no n × d temporary): Σⱼ xᵢⱼ² neither overflows nor loses accuracy to
     # underflow when it lies in [2⁻⁹⁰⁰, 2⁹⁰⁰] (each xᵢⱼ² ≤ the sum, so none overflows; the squares that underflow are
@@ -182,7 +182,7 @@ def format_norm(v: float) -> str:
     return s
 
 
-def _canonical_csr(X: Any, name: str = "X", *, copy: bool = True) -> sp.csr_matrix:
+def canonical_csr(X: Any, name: str = "X", *, copy: bool = True) -> sp.csr_matrix:
     """A canonical float64 CSR matrix (sorted indices, duplicates summed) with finite stored values: a new copy, or
     with ``copy=False`` possibly sharing ``X``'s arrays (the one check of sparse input, for the estimators and for
     :func:`lethe.certified.data.check_data_matrix`)."""
@@ -217,7 +217,7 @@ def normalize_rows(X: Any) -> np.ndarray:
     [[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]]
     """
     if sp.issparse(X):
-        A = _canonical_csr(X)
+        A = canonical_csr(X)
         norms = _sparse_row_norms(A)[0]
         with np.errstate(over="ignore"):
             _scale_sparse_rows_onto_sphere(A, norms > 1.0)

@@ -41,7 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg.blas import dsyrk
 
-from lethe._validation import _canonical_csr, check_finite_matrix
+from lethe._validation import canonical_csr, check_finite_matrix
 from lethe.certified._limits import DEFAULT_MATRIX_FREE_MIN_FEATURES, register_matrix_free_min_features
 from lethe.certified.bounds import UNIT_ROUNDOFF, spectral_norm_upper_bound
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
@@ -286,7 +286,7 @@ def check_data_matrix(name: str, X: Any) -> DataMatrix:
     (:func:`lethe.certified.dask_backend.check_dask_matrix`); anything else a finite float64 NumPy array
     (:func:`lethe._validation.check_finite_matrix`)."""
     if sp.issparse(X):
-        return _canonical_csr(X, name, copy=False)
+        return canonical_csr(X, name, copy=False)
     if _is_dask(X) or _is_dask_frame(X):
         from lethe.certified.dask_backend import check_dask_matrix
 
