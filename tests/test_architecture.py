@@ -45,6 +45,8 @@ LAYERS: dict[str, int] = {
     "lethe.certified.newton": MECHANISMS,
     "lethe.certified.influence": MECHANISMS,
     "lethe.certified.addition": MECHANISMS,  # the certified Newton step of add() (uses CertifiedRemoval)
+    "lethe.certified.one_vs_all": MECHANISMS,  # Alg. 2 under one joint budget for K binary models (issue 25)
+    "lethe.certified.model_file": MECHANISMS,  # the invariants of an estimator's model file (uses the mechanism)
     "lethe.privacy.mechanisms": MECHANISMS,
     "lethe.privacy.accountant": MECHANISMS,
     "lethe.noisygd.edit_stream": MECHANISMS,
@@ -53,6 +55,7 @@ LAYERS: dict[str, int] = {
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
     # front ends: scikit-learn estimators and the deletion service
     "lethe.estimators": FRONT_ENDS,
+    "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,
     "lethe.nn.estimators": FRONT_ENDS,

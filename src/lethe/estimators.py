@@ -18,7 +18,8 @@ What a fitted model promises, and what it refuses:
 * ``save``/``load`` use :mod:`lethe.io` (no pickle; the file holds the secret perturbation b and the remaining
   training data, and is written with owner-only permissions). With a key (``key=``, ``$LETHE_MODEL_KEY`` or
   ``$LETHE_MODEL_KEY_FILE``) the file is authenticated by an HMAC-SHA256 tag; ``load`` always checks the invariants
-  of a certified state and re-measures the residual from the saved rows (:func:`_check_model_file`).
+  of a certified state and re-measures the residual from the saved rows
+  (:func:`lethe.certified.model_file.check_model_file`).
   ``pickle``/``joblib.dump`` of a *fitted* estimator raise ``TypeError`` pointing to ``save``: they would write the
   secret b and the remaining rows with the default file mode, and loading a pickle runs code. ``copy.copy`` and
   ``copy.deepcopy`` of a fitted estimator raise ``TypeError`` too (two live models would share one secret b; use
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -49,232 +49,30 @@ from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.common import measured_residual
 from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
-from lethe.certified.newton import SOLVERS, SharedFloat32Data
+from lethe.certified.model_file import NOISE_TAIL_PROBABILITY, check_model_file, noise_norm_tail, saved_solver
+from lethe.certified.newton import new_caches
 from lethe.certified.noise import epsilon_spent
+from lethe.certified.one_vs_all import MulticlassCertificate, OneVsAllRemoval, joint_residual
+from lethe.certified.rows import INTERCEPT_SCALE, squared_loss_rounding_floor
+from lethe.estimator_data import (
+    check_keys,
+    check_sample_ids,
+    check_sample_weight,
+    data_arrays,
+    is_dask,
+    is_dask_frame,
+    keys_of,
+    margins,
+    n_rows,
+    own_copy,
+    removal_rows,
+    same_value,
+    validate_input,
+)
 from lethe.io import ModelFileError, load_npz, model_key, save_npz
 
-#: Scale of the features and of the constant feature when ``fit_intercept=True`` for the logistic loss: the row
-#: [xᵢ/√2, 1/√2] has ‖·‖² = ‖xᵢ‖²/2 + 1/2 ≤ 1 whenever ‖xᵢ‖ ≤ 1, so the augmented data keep Thm 1's assumption.
-_INTERCEPT_SCALE = 1.0 / math.sqrt(2.0)
 _NO_Y = object()
-
-
-# -- data backends (issue 14): fit/predict accept a SciPy sparse matrix; the mechanisms read it through
-# lethe.certified.data. Only these helpers, ``_validate_X`` and ``add`` know about it.
-def _n_rows(X: Any) -> int:
-    return int(X.shape[0]) if hasattr(X, "shape") else len(X)
-
-
-def _is_dask(X: Any) -> bool:
-    return type(X).__module__.startswith("dask.") and hasattr(X, "chunks") and hasattr(X, "compute")
-
-
-def _is_dask_frame(X: Any) -> bool:
-    """A Dask DataFrame: turned into a Dask array by ``to_dask_array(lengths=True)`` (never into NumPy)."""
-    return type(X).__module__.startswith("dask.") and hasattr(X, "to_dask_array")
-
-
-def _validate(est: BaseEstimator, X: Any, y: Any = "no_validation", **kw: Any) -> Any:
-    """sklearn's ``validate_data`` accepting CSR; a Dask array is validated lazily by the data interface (one
-    distributed pass) and never gathered: only ``n_features_in_`` is set (on fit) or checked (on predict)."""
-    if not (_is_dask(X) or _is_dask_frame(X)):
-        return validate_data(est, X, y, accept_sparse="csr", **kw)
-    Xd = check_data_matrix("X", X)
-    if kw.get("reset", True):
-        est.n_features_in_ = int(Xd.shape[1])
-    elif Xd.shape[1] != est.n_features_in_:
-        raise ValueError(f"X has {Xd.shape[1]} features, but {type(est).__name__} is expecting "
-                         f"{est.n_features_in_} features as input.")
-    if isinstance(y, str) and y == "no_validation":
-        return Xd
-    kw.pop("reset", None)
-    yv = validate_data(est, X="no_validation", y=y, reset=False, **kw)
-    if yv.shape[0] != Xd.shape[0]:
-        raise ValueError(f"X and y must have the same number of rows. Found {Xd.shape[0]} and {yv.shape[0]}.")
-    return Xd, yv
-
-
-def _margins(X: Any, W: np.ndarray) -> np.ndarray:
-    """X Wᵀ as a NumPy array (a Dask product is computed on its cluster)."""
-    out = X @ W
-    return np.asarray(out.compute() if _is_dask(out) else out)
-
-
-def _own_copy(X: Any) -> Any:
-    """Our own float64 copy of validated training data (removal zeroes rows of it): C-ordered dense or CSR. A Dask
-    array that is exactly ``da.from_zarr`` of a store is not copied: a writable store has its removed rows erased in
-    place; a store opened read-only is its writer's to erase (e.g. the curator's Zarr plane, erased once a removal is
-    published). Any other Dask array (a Dask DataFrame's columns, a computed array) is copied once into a Zarr store
-    of our own on disk, written chunk by chunk on the cluster (``own_zarr_copy``), whose rows removal then erases."""
-    if _is_dask(X):
-        from lethe.certified.dask_backend import _zarr_source, own_zarr_copy
-
-        return X if _zarr_source(X) is not None else own_zarr_copy(X)
-    if sp.issparse(X):
-        return check_data_matrix("X", sp.csr_matrix(X, dtype=np.float64, copy=True))
-    return np.array(X, dtype=np.float64, order="C", copy=True)
-
-
-def _data_arrays(X: Any) -> dict[str, np.ndarray]:
-    """The arrays that store training data in a model file: ``X``, or the parts of a CSR matrix."""
-    if _is_dask(X):
-        raise TypeError("A model trained on a Dask array cannot be saved with its data: the data stay in their "
-                        "Zarr store. Found a Dask array in X_.")
-    if sp.issparse(X):
-        return {"X_data": X.data, "X_indices": X.indices, "X_indptr": X.indptr, "X_shape": np.asarray(X.shape)}
-    return {"X": X}
-
-
-@dataclass(frozen=True)
-class MulticlassCertificate:
-    """Certificate of one removal from a one-vs-all model.
-
-    The K binary models use independent perturbations b_k ~ N(0, σ² I_d), so the whole model is one Gaussian
-    mechanism in R^{Kd} whose gradient residual (u_1, …, u_K) has norm ≤ √(Σ_k β_k²). The (ε, δ) guarantee of
-    Guo et al. 2020, Thm 3 therefore holds for the whole model while that joint bound stays within the budget
-    ε′ = σ ε / c; ``per_class`` lists each class's own certificate (``None`` if the row was not in its subsample).
-    For Laplace-type noise the joint bound is Σ_k β_k (densities multiply: ε adds up).
-    """
-
-    epsilon: float
-    delta: float
-    residual_bound: float
-    budget: float
-    budget_left: float
-    epsilon_spent: float
-    retrained_classes: tuple[int, ...]
-    per_class: tuple[Certificate | None, ...]
-    n_removed: int
-    seconds: float
-    removed_indices: tuple[int, ...] = field(default=())
-    n_added: int = 0
-
-    @property
-    def retrained(self) -> bool:
-        """Whether any class was retrained."""
-        return bool(self.retrained_classes)
-
-    @property
-    def guarantee(self) -> str:
-        """What is promised, by which theorem (the :class:`lethe.protocols.Certificate` protocol)."""
-        if self.epsilon == 0.0 and self.delta == 0.0:
-            return "exact removal of the one-vs-all model (Guo et al. 2020, §3.2)"
-        return (f"({self.epsilon!r}, {self.delta!r})-certified removal of the whole one-vs-all model: the K "
-                "independent perturbations make one mechanism whose joint gradient residual stays within the "
-                "budget (Guo et al. 2020, Thm 3, §4.2)")
-
-    @property
-    def observer(self) -> str:
-        """Whom it covers: one published version, the model after this operation against a model retrained without
-        the removed rows (Guo et al. 2020, Thm 3); an observer of two versions is not covered."""
-        return "one published version"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (with ``guarantee`` and ``observer``)."""
-        return {
-            "guarantee": self.guarantee, "observer": self.observer,
-            "epsilon": self.epsilon, "delta": self.delta, "residual_bound": self.residual_bound,
-            "budget": self.budget, "budget_left": self.budget_left, "epsilon_spent": self.epsilon_spent,
-            "retrained_classes": list(self.retrained_classes), "n_removed": self.n_removed, "seconds": self.seconds,
-            "removed_indices": list(self.removed_indices), "n_added": self.n_added,
-            "per_class": [None if c is None else c.to_dict() for c in self.per_class],
-        }
-
-
-def joint_residual(bounds: Any, noise: str) -> float:
-    """The joint residual bound of independent binary models: √(Σ β_k²) for Gaussian b (one Gaussian mechanism in
-    R^{Kd}), Σ β_k for Laplace-type b (ε adds up)."""
-    r = np.asarray(bounds, dtype=np.float64)
-    return float(r.sum()) if noise == "laplace" else float(np.sqrt(np.sum(r * r)))
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(type(a) is type(b) and a == b) or (
-            isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool)
-            and not isinstance(b, bool) and float(a) == float(b))
-    except Exception:  # noqa: BLE001 - incomparable values are different values
-        return False
-
-
-def check_sample_ids(sample_ids: Any, n: int) -> np.ndarray:
-    """Record keys for ``fit(..., sample_ids=...)`` of any :class:`lethe.protocols.Unlearner`: 1-D, one per row,
-    distinct, integers or strings (saved without pickle). TypeError / ValueError otherwise."""
-    return _check_keys(sample_ids, n)
-
-
-def keys_of(X: Any, sample_ids: Any) -> np.ndarray | None:
-    """The record keys of a fit: ``sample_ids`` if given, else a DataFrame's index, else None (no keys)."""
-    if sample_ids is not None:
-        return _check_keys(sample_ids, _n_rows(X))
-    if hasattr(X, "columns") and hasattr(X, "index") and not _is_dask_frame(X):
-        return _check_keys(np.asarray(X.index), _n_rows(X))
-    return None
-
-
-def removal_rows(indices: Any, keys: Any, *, active: np.ndarray, record_keys: np.ndarray | None) -> np.ndarray:
-    """The ONE meaning of ``remove(indices=None, *, keys=None)`` for every :class:`lethe.protocols.Unlearner`:
-    distinct ORIGINAL row positions of the fit's X (rows added later get the next positions) that are still
-    active, given either as ``indices`` or as record ``keys`` (``record_keys``: one per original row, removed
-    ones blanked). Exactly one of the two. Returns int64 positions; raises ValueError/TypeError naming the rule."""
-    if (indices is None) == (keys is None):
-        raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
-                         f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
-    if keys is not None:
-        if record_keys is None:
-            raise ValueError("keys: this model was fitted without record keys; pass sample_ids= to fit (or fit on "
-                             "a DataFrame, whose index names the records), or remove by row index.")
-        ks = np.asarray(keys)
-        if ks.ndim == 0:
-            ks = ks.reshape(1)
-        if ks.ndim != 1 or ks.size == 0:
-            raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
-        lookup = {k: i for i, k in enumerate(record_keys.tolist()) if active[i]}
-        rows = []
-        for k in ks.tolist():
-            if k not in lookup:
-                raise ValueError(f"Key {k!r} is not a record of this model (unknown, or already removed).")
-            rows.append(lookup[k])
-        idx = np.asarray(rows, dtype=np.int64)
-    else:
-        idx = np.asarray(indices)
-    if idx.ndim == 0:
-        idx = idx.reshape(1)
-    if idx.ndim != 1 or idx.size == 0:
-        raise ValueError(f"indices must be a non-empty 1-D sequence of training-row indices. Found {indices!r}.")
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
-    n = active.shape[0]
-    bad = np.flatnonzero((idx < 0) | (idx >= n))
-    if bad.size:
-        raise ValueError(f"indices must be training-row indices in [0, {n}). Found {int(idx[bad[0]])}.")
-    uniq, counts = np.unique(idx, return_counts=True)
-    if np.any(counts > 1):
-        raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
-    gone = np.flatnonzero(~active[idx])
-    if gone.size:
-        raise ValueError(f"Training row {int(idx[gone[0]])} was already removed.")
-    return idx.astype(np.int64)
-
-
-def _check_keys(sample_ids: Any, n: int) -> np.ndarray:
-    """Record keys: 1-D, one per row, distinct, integers or strings (saved without pickle)."""
-    keys = np.asarray(sample_ids)
-    if keys.ndim != 1 or keys.shape[0] != n:
-        raise ValueError(f"sample_ids must be a 1-D sequence with one key per row ({n}). Found shape {keys.shape}.")
-    if keys.dtype == object:
-        if all(isinstance(k, str) for k in keys):
-            keys = keys.astype(str)
-        elif all(isinstance(k, int | np.integer) and not isinstance(k, bool) for k in keys):
-            keys = keys.astype(np.int64)
-    if keys.dtype.kind not in "iuU":
-        raise TypeError(f"sample_ids must be integers or strings. Found dtype {keys.dtype}.")
-    uniq, counts = np.unique(keys, return_counts=True)
-    if np.any(counts > 1):
-        raise ValueError(f"sample_ids must be distinct. Found {uniq[counts > 1][0]!r} more than once.")
-    return keys.copy()
+_check_keys = check_keys  # the name tests/test_estimators_api.py imports
 
 
 _PARAM_NAMES: dict[type, list[str]] = {}
@@ -357,7 +155,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         check_is_fitted(self, "states_")
         now = self._current_params()
         changed = [f"{k}: {v!r} at fit, {now.get(k)!r} now" for k, v in self.trained_params_.items()
-                   if not _same(v, now.get(k))]
+                   if not same_value(v, now.get(k))]
         if changed:
             raise ValueError(
                 f"Cannot {action}: parameters changed since fit ({'; '.join(changed)}). The fitted model, its secret "
@@ -372,21 +170,21 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         intercept column, under ``params`` (default: the parameters the model was trained under). Returns X, or
         (X, y) when ``y`` is given."""
         p = params if params is not None else getattr(self, "trained_params_", None) or self._current_params()
-        if _is_dask(X) or _is_dask_frame(X):
+        if is_dask(X) or is_dask_frame(X):
             return self._validate_dask(X, y, reset=reset, params=p)
         if y is not _NO_Y:
             X, y = validate_data(self, X, y, reset=reset, y_numeric=self._loss == "squared", accept_sparse="csr")
         else:
             X = validate_data(self, X, reset=reset, accept_sparse="csr")
         source_dtype = X.dtype
-        X = _own_copy(X)  # dense C-ordered float64, or canonical float64 CSR (never densified)
+        X = own_copy(X)  # dense C-ordered float64, or canonical float64 CSR (never densified)
         normalize = bool(p.get("normalize_rows", False))
         if self._loss == "logistic" and y is not _NO_Y:  # training rows (fit, add): the unit-ball rule
             X = check_unit_rows(X, normalize=normalize, source_dtype=source_dtype)
         elif self._loss == "logistic" and normalize:  # rows to predict: the same map, no certificate needed
             X = normalize_rows(X)
         if p.get("fit_intercept", False):
-            scale, const = (_INTERCEPT_SCALE, _INTERCEPT_SCALE) if self._loss == "logistic" else (1.0, 1.0)
+            scale, const = (INTERCEPT_SCALE, INTERCEPT_SCALE) if self._loss == "logistic" else (1.0, 1.0)
             if sp.issparse(X):
                 X = check_data_matrix("X", sp.hstack([X * scale if scale != 1.0 else X,
                                                       sp.csr_matrix(np.full((X.shape[0], 1), const))], format="csr"))
@@ -403,34 +201,22 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
                              f"normalize_rows={params.get('normalize_rows')!r}, "
                              f"fit_intercept={params.get('fit_intercept')!r} with a Dask array.")
         if y is _NO_Y:
-            return _validate(self, X, reset=reset)
-        Xd, yv = _validate(self, X, y, reset=reset, y_numeric=self._loss == "squared")
-        Xd = _own_copy(Xd)
+            return validate_input(self, X, reset=reset)
+        Xd, yv = validate_input(self, X, y, reset=reset, y_numeric=self._loss == "squared")
+        Xd = own_copy(Xd)
         if self._loss == "logistic":
             check_row_norms(Xd)
         return Xd, yv
 
     def _keys_from(self, X: Any, sample_ids: Any) -> np.ndarray | None:
         if sample_ids is not None:
-            return _check_keys(sample_ids, _n_rows(X))
-        if _is_dask_frame(X):  # a Dask DataFrame: its index (computed: n keys, not the data) names the records
+            return check_keys(sample_ids, n_rows(X))
+        if is_dask_frame(X):  # a Dask DataFrame: its index (computed: n keys, not the data) names the records
             index = np.asarray(X.index.compute())
-            return _check_keys(index, index.shape[0])
+            return check_keys(index, index.shape[0])
         if hasattr(X, "columns") and hasattr(X, "index"):  # a DataFrame: its index names the records
-            return _check_keys(np.asarray(X.index), _n_rows(X))
+            return check_keys(np.asarray(X.index), n_rows(X))
         return None
-
-    @staticmethod
-    def _check_sample_weight(sample_weight: Any, n: int) -> None:
-        if sample_weight is None:
-            return
-        sw = np.asarray(sample_weight, dtype=np.float64)
-        if sw.shape != (n,) or not np.all(sw == 1.0):
-            raise ValueError(
-                "sample_weight is not supported except all ones: the certified removal of Guo et al. 2020 "
-                "(and lethe's solvers and bounds) use the unweighted loss Σ ℓ(wᵀxᵢ, yᵢ). Repeat or drop rows instead. "
-                f"Found weights of shape {sw.shape} with values in [{sw.min() if sw.size else 0:g}, "
-                f"{sw.max() if sw.size else 0:g}].")
 
     # -- removal ------------------------------------------------------------------------------------------------
     def _check_remove_indices(self, indices: Any = None, keys: Any = None) -> np.ndarray:
@@ -465,7 +251,12 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         no trace of removed keys), and for a row removed before. To remove rows one at a time (Guo et al. 2020,
         Alg. 2 with |B_j| = 1), call it once per row.
         """
-        cert = self.remove_rows(self._check_remove_indices(indices, keys))
+        idx = self._check_remove_indices(indices, keys)
+        self.__dict__["_checked_rows"] = idx  # remove_rows (under this call's lock) does not validate them again
+        try:
+            cert = self.remove_rows(idx)
+        finally:
+            self.__dict__.pop("_checked_rows", None)
         self._certificate = cert
         return cert
 
@@ -475,10 +266,21 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         ``fit_certificates_``): the :class:`lethe.protocols.Unlearner` protocol's latest certificate."""
         return self.__dict__.get("_certificate")
 
-    def remove_rows(self, idx: np.ndarray) -> Any:
-        """Remove the training rows ``idx`` (validated positions, see :meth:`remove`) and return the certificate.
+    @serialised
+    def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
+        """Remove the training rows ``idx`` (positions, validated here as :meth:`remove` validates them) and return
+        the certificate. ``random_state``: the randomness of a retraining's fresh b for this call (default: the
+        model's own generator).
 
-        The removal path other front ends call (e.g. a service that maps its own keys to rows)."""
+        The removal path other front ends call (e.g. a service that maps its own keys to rows and draws fresh
+        entropy for every operation)."""
+        rng = self._rng if random_state is None else check_random_state(random_state)
+        if idx is not self.__dict__.get("_checked_rows"):  # the very array :meth:`remove` validated, or validate
+            idx = self._check_remove_indices(idx)
+        return self._remove_checked(idx, rng)
+
+    def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Any:
+        """Remove the validated rows ``idx`` (under the lock) and return the certificate."""
         raise NotImplementedError
 
     # -- adding records ---------------------------------------------------------------------------------------------
@@ -538,35 +340,23 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             result: Any = cert
         else:
             K = len(self.states_)
-            states = [add_step(mech, st, X_all, Y_all[k], active, new) for k, st in enumerate(self.states_)]
+            ova = OneVsAllRemoval(mech)
+            proposed = [add_step(mech, st, X_all, Y_all[k], active, new) for k, st in enumerate(self.states_)]
             keep = active.copy()
             keep[new] = True
-            retrained: list[int] = []
-            for k in sorted(range(K), key=lambda k: -states[k].residual_bound):
-                if joint_residual([s.residual_bound for s in states], mech.noise) <= mech.budget:
-                    break
-                states[k] = mech.retrain(states[k], X_all, Y_all[k], keep, self._rng)
-                retrained.append(k)
-            beta = joint_residual([s.residual_bound for s in states], mech.noise)
-            if beta > mech.budget:
-                raise RuntimeError(f"The joint residual bound {beta:.6g} exceeds the budget ε′ = {mech.budget:.6g} "
-                                   "even after retraining every class; lower tol. Nothing was added.")
+            order = sorted(range(K), key=lambda k: -proposed[k].residual_bound)
+            states, retrained, beta = ova.settle(
+                proposed, order, lambda k: mech.retrain(proposed[k], X_all, Y_all[k], keep, self._rng), "added")
             seconds = time.perf_counter() - t0
-            eps, delta = mech._eps_delta()
-            result = MulticlassCertificate(
-                epsilon=eps, delta=delta, residual_bound=beta, budget=mech.budget,
-                budget_left=max(mech.budget - beta, 0.0),
-                epsilon_spent=epsilon_spent(beta, mech.sigma, mech.delta, mech.noise, calibration=mech.calibration),
-                retrained_classes=tuple(retrained),
-                per_class=tuple(certificate(mech, st, retrained=k in retrained, n_added=m, seconds=seconds)
-                                for k, st in enumerate(states)),
-                n_removed=0, seconds=seconds, n_added=m)
+            result = ova.certificate(beta, retrained, [certificate(mech, st, retrained=k in retrained, n_added=m,
+                                                                   seconds=seconds) for k, st in enumerate(states)],
+                                     n_removed=0, seconds=seconds, n_added=m)
         self.X_, self.Y_ = X_all, Y_all
         self.active_ = np.concatenate([self.active_, np.ones(m, dtype=bool)])
         if keys is not None:
             self.keys_ = np.concatenate([self.keys_, keys])
         self.states_ = states
-        self.caches_ = _new_caches(len(states), self.mechanism_.solver, None)  # the data array changed
+        self.caches_ = new_caches(len(states), self.mechanism_.solver, None)  # the data array changed
         self._certificate = result
         return result
 
@@ -584,8 +374,8 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         bound), the share of the budget used (β/ε′), and β and ε′ in residual units. ε = 0 for exact removal."""
         check_is_fitted(self, "states_")
         mech = self.mechanism_
-        beta = joint_residual([s.residual_bound for s in self.states_], mech.noise)
-        eps, delta = mech._eps_delta()
+        beta = OneVsAllRemoval(mech).joint(self.states_)
+        eps, delta = mech.eps_delta()
         exact = mech.noise == "none"
         return {
             "epsilon": eps, "delta": delta,
@@ -630,7 +420,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         """
         self._check_params_unchanged("save")
         secret_key = model_key(key)
-        arrays: dict[str, np.ndarray] = {**_data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
+        arrays: dict[str, np.ndarray] = {**data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
         states = []
         for k, st in enumerate(self.states_):
             arrays[f"w_{k}"] = st.w
@@ -666,9 +456,9 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
 
         Authentication (:func:`lethe.io.load_npz` with the key of :func:`lethe.io.model_key`): a tagged file needs
         the key and a matching tag; with a key configured an untagged file is refused. Then, always, the invariants
-        of a certified state (:func:`_check_model_file`): array names, shapes, dtypes and finiteness, the
-        parameters, n = the active rows, removed rows erased, β ≤ the budget, ‖b‖ consistent with σ, and the
-        gradient residual re-measured from the saved rows, which must not exceed β. Any failure raises
+        of a certified state (:func:`lethe.certified.model_file.check_model_file`): array names, shapes, dtypes and
+        finiteness, the parameters, n = the active rows, removed rows erased, β ≤ the budget, ‖b‖ consistent with
+        σ, and the gradient residual re-measured from the saved rows, which must not exceed β. Any failure raises
         :class:`lethe.io.ModelFileError` (a ``ValueError``) naming what is wrong; nothing is loaded.
         """
         arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
@@ -690,230 +480,53 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             mech = est._mechanism(est.trained_params_, tol=meta.get("mechanism_tol"))
         except (TypeError, ValueError) as e:
             raise ModelFileError(f"{path}: its parameters are not valid: {e}") from None
-        checked = _check_model_file(est, mech, arrays, meta, str(path))
-        est.X_, est.Y_, est.active_ = checked["X"], checked["Y"], checked["active"]
-        est.states_ = checked["states"]
-        est.members_ = checked["members"]
-        est.keys_ = checked["keys"]
-        est.n_removed_ = int(meta["n_removed"])
-        est.n_features_in_ = int(meta["n_features_in"])
+        checked = check_model_file(est._loss, bool(est.trained_params_.get("fit_intercept", False)), mech, arrays,
+                                   meta, str(path), measure=measured_residual,
+                                   tail_probability=NOISE_TAIL_PROBABILITY)
+        # the concrete solver the model was saved with (files from before solver="auto" name it in the parameters);
+        # the caches are built at the first removal; never the fit's seed again: a retraining needs a fresh b
+        est = cls.from_state(params, X=checked["X"], Y=checked["Y"], active=checked["active"],
+                             states=checked["states"], n_features_in=int(meta["n_features_in"]),
+                             classes=np.asarray(meta["classes"]) if "classes" in meta else None,
+                             members=checked["members"], keys=checked["keys"], n_removed=int(meta["n_removed"]),
+                             solver=meta.get("solver"), mechanism_tol=meta.get("mechanism_tol"))
         if "feature_names_in" in meta:
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
-        if "classes" in meta:
-            est.classes_ = np.asarray(meta["classes"])
-        # the concrete solver the model was saved with (files from before solver="auto" name it in the parameters)
-        est.mechanism_ = mech.resolved(est.X_, solver=_saved_solver(meta.get("solver"), params["solver"]))
-        est.caches_ = _new_caches(len(est.states_), est.mechanism_.solver, est.members_)  # built at the first removal
-        est._rng = check_random_state(None)  # never the fit's seed again: a retraining needs a fresh b
         return est
 
-
-#: A saved b whose norm is this improbable under the file's σ is refused (two-sided tail probability).
-NOISE_TAIL_PROBABILITY = 1e-12
-
-
-def noise_norm_tail(b: np.ndarray, sigma: float, noise: str) -> float:
-    """The two-sided tail probability of ‖b‖ under the law b was drawn from (Guo et al. 2020, Thm 3):
-    Gaussian b ~ N(0, σ² I_d): ‖b‖²/σ² ~ χ²_d; Laplace-type b (density ∝ exp(−‖b‖/σ)): ‖b‖ ~ Γ(shape d, scale σ)
-    (:func:`lethe.certified.noise.sample_perturbation`). 2 min(F, 1 − F) of the observed norm; 1 for ``"none"``."""
-    from scipy.stats import chi2, gamma
-
-    d = b.shape[0]
-    if noise == "gaussian":
-        x = float(b @ b) / (sigma * sigma)
-        lo, hi = float(chi2.cdf(x, d)), float(chi2.sf(x, d))
-    elif noise == "laplace":
-        r = float(np.linalg.norm(b))
-        lo, hi = float(gamma.cdf(r, d, scale=sigma)), float(gamma.sf(r, d, scale=sigma))
-    else:
-        return 1.0
-    return min(1.0, 2.0 * min(lo, hi))
-
-
-def _check_model_file(est: _CertifiedLinearBase, mech: CertifiedRemoval, arrays: dict[str, np.ndarray],
-                      meta: dict[str, Any], where: str) -> dict[str, Any]:
-    """The invariants of a certified state, checked on a model file's contents before anything is built from it.
-
-    Structure: the expected arrays and no others, dtypes, shapes (Y (K, n), active (n,), w_k and b_k (D,), members
-    (K, n), keys (n,)), finite values, n_features_in = D − intercept column, the classes. State: for each binary
-    model k, n_k = its active rows; removed rows are erased (zero features, targets and blank keys); the kept
-    keys distinct; targets of the loss (±1, one positive class per row for one-vs-all); rows in the unit ball
-    (logistic loss) and the intercept column constant. Privacy: β_k finite ≥ 0 and the (joint) β ≤ ε′; b = 0 for
-    ``noise="none"``, else ‖b‖ not astronomically improbable under σ (:func:`noise_norm_tail` ≥
-    :data:`NOISE_TAIL_PROBABILITY`). Residual: ‖∇L_b(w; D_k)‖ re-measured from the saved rows
-    (:func:`lethe.certified.common.measured_residual`, one pass, with its rounding allowance a: the exact norm lies
-    in [‖g̃‖ − a, ‖g̃‖ + a]); the file is refused when ‖g̃‖ − a > β_k (its β is certainly not an upper bound), and
-    the loaded β_k is max(β_k, ‖g̃‖ + a), an upper bound either way. The file's ‖X‖₂ bound is not trusted: it is
-    formed again from the rows at the first removal (NaN, as after ``fit``). Returns the checked pieces."""
-
-    def fail(msg: str) -> ModelFileError:
-        return ModelFileError(f"{where}: {msg} The file was edited or corrupted; it is refused.")
-
-    states_meta = meta["states"]
-    K = len(states_meta)
-    if K == 0:
-        raise fail("the metadata lists no model state.")
-    sparse_names = {"X_data", "X_indices", "X_indptr", "X_shape"}
-    data_names = sparse_names if "X_data" in arrays else {"X"}
-    expected = data_names | {"Y", "active"} | {f"w_{k}" for k in range(K)} | {f"b_{k}" for k in range(K)}
-    optional = {"members", "keys"}
-    missing = sorted(expected - set(arrays))
-    extra = sorted(set(arrays) - expected - optional)
-    if missing or extra:
-        raise fail(f"its arrays do not match its {K} model state(s): missing {missing}, unexpected {extra}.")
-
-    def typed(name: str, kinds: str, ndim: int) -> np.ndarray:
-        a = arrays[name]
-        if a.dtype.kind not in kinds or a.ndim != ndim:
-            raise fail(f"array {name!r} must be {ndim}-D of kind {kinds!r}. Found dtype {a.dtype}, shape {a.shape}.")
-        return a
-
-    if data_names == {"X"}:
-        X: Any = typed("X", "f", 2).astype(np.float64, copy=True)
-        if not np.all(np.isfinite(X)):
-            raise fail("X holds non-finite values.")
-    else:
-        shape = typed("X_shape", "iu", 1)
-        if shape.shape != (2,) or np.any(shape < 0):
-            raise fail(f"X_shape must be two non-negative integers. Found {shape.tolist()}.")
-        try:
-            X = sp.csr_matrix((typed("X_data", "f", 1).astype(np.float64), typed("X_indices", "iu", 1),
-                               typed("X_indptr", "iu", 1)), shape=tuple(int(v) for v in shape))
-            X.check_format(full_check=True)
-            X = check_data_matrix("X", X)
-        except (TypeError, ValueError) as e:
-            raise fail(f"the sparse X is malformed: {e}.") from None
-        if not np.all(np.isfinite(X.data)):
-            raise fail("X holds non-finite values.")
-    n, D = X.shape
-    Y = typed("Y", "f", 2).astype(np.float64, copy=True)
-    if Y.shape != (K, n) or not np.all(np.isfinite(Y)):
-        raise fail(f"Y must be finite with shape ({K}, {n}). Found shape {Y.shape}.")
-    active = typed("active", "b", 1).copy()
-    if active.shape != (n,):
-        raise fail(f"active must have shape ({n},). Found {active.shape}.")
-    members = None
-    if "members" in arrays:
-        members = typed("members", "b", 2).copy()
-        if members.shape != (K, n) or K == 1:
-            raise fail(f"members must have shape ({K}, {n}) and exist only for one-vs-all. Found {members.shape}.")
-    keys = None
-    if "keys" in arrays:
-        keys = typed("keys", "iuU", 1).copy()
-        if keys.shape != (n,):
-            raise fail(f"keys must have shape ({n},). Found {keys.shape}.")
-    ws, bs = [], []
-    for k in range(K):
-        w, b = typed(f"w_{k}", "f", 1), typed(f"b_{k}", "f", 1)
-        if w.shape != (D,) or b.shape != (D,):
-            raise fail(f"w_{k} and b_{k} must have shape ({D},). Found {w.shape} and {b.shape}.")
-        if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
-            raise fail(f"w_{k} or b_{k} holds non-finite values.")
-        ws.append(w.astype(np.float64))
-        bs.append(b.astype(np.float64))
-    intercept = bool(est.trained_params_.get("fit_intercept", False))
-    if int(meta["n_features_in"]) != D - int(intercept):
-        raise fail(f"n_features_in ({meta['n_features_in']}) must be the {D} columns of X"
-                   f"{' minus the intercept column' if intercept else ''}.")
-    logistic = est._loss == "logistic"
-    if logistic:
-        classes = meta.get("classes")
-        if not isinstance(classes, list) or len(set(map(str, classes))) != len(classes) or (
-                len(classes) != (2 if K == 1 else K)):
-            raise fail(f"classes must be {2 if K == 1 else K} distinct labels for {K} binary model(s). "
-                       f"Found {classes!r}.")
-    elif K != 1 or members is not None:
-        raise fail(f"a regression model has one state and no members. Found {K} state(s).")
-    # removed rows are erased, counts agree
-    gone = ~active
-    n_gone = int(np.count_nonzero(gone))
-    if int(meta["n_removed"]) != n_gone:
-        raise fail(f"n_removed ({meta['n_removed']}) must be the {n_gone} inactive rows.")
-    if n_gone:
-        erased = (X[gone].count_nonzero() == 0) if sp.issparse(X) else not np.any(X[gone])
-        if not erased or np.any(Y[:, gone]):
-            raise fail(f"the {n_gone} removed rows must have zero features and targets.")
-        if keys is not None and np.any(keys[gone] != ("" if keys.dtype.kind == "U" else 0)):
-            raise fail("the keys of removed rows must be blank.")
-    if keys is not None and np.unique(keys[active]).size != int(np.count_nonzero(active)):
-        raise fail("the keys of the rows kept must be distinct.")
-    if logistic:
-        Ya = Y[:, active]
-        if not np.all(np.abs(Ya) == 1.0):
-            raise fail("the targets of the rows kept must be -1 or +1.")
-        if K > 1 and not np.all(np.sum(Ya > 0, axis=0) == 1):
-            raise fail("each row kept must be a positive of exactly one class.")
-        if members is not None and np.any((Y > 0) & active[None, :] & ~members):
-            raise fail("each row kept must be a member of its own class's binary model.")
-        try:
-            check_row_norms(X)
-        except ValueError as e:
-            raise fail(str(e)) from None
-    if intercept:
-        const = _INTERCEPT_SCALE if logistic else 1.0
-        col = X[:, D - 1]
-        col = np.asarray(col.toarray()).ravel() if sp.issparse(col) else col
-        if not np.all(col[active] == const):
-            raise fail(f"the intercept column of the rows kept must be {const!r}.")
-    # the states: counts, β, b
-    states = []
-    for k, sm in enumerate(states_meta):
-        if not isinstance(sm, dict):
-            raise fail(f"state {k} must be a mapping. Found {type(sm).__name__}.")
-        rows = active if members is None else active & members[k]
-        n_k = int(np.count_nonzero(rows))
-        raw = {f: sm.get(f) for f in ("n", "removals_since_training", "retrainings", "train_iterations")}
-        bad = [f for f, v in raw.items() if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0)]
-        if bad:
-            raise fail(f"state {k}: {bad[0]} must be a non-negative integer. Found {raw[bad[0]]!r}.")
-        ints = {f: int(v) for f, v in raw.items()}  # type: ignore[arg-type]  # checked above
-        if ints["n"] != n_k or n_k == 0:
-            raise fail(f"state {k}: n = {ints['n']} but the file has {n_k} active rows for it.")
-        beta = sm.get("residual_bound")
-        if not (isinstance(beta, int | float) and not isinstance(beta, bool) and math.isfinite(beta) and beta >= 0):
-            raise fail(f"state {k}: residual_bound must be a finite number >= 0. Found {beta!r}.")
-        if mech.noise == "none":
-            if np.any(bs[k]):
-                raise fail(f"state {k}: b must be zero for noise='none'. Found ||b|| = {np.linalg.norm(bs[k]):.6g}.")
-        else:
-            tail = noise_norm_tail(bs[k], mech.sigma, mech.noise)
-            if tail < NOISE_TAIL_PROBABILITY:
-                raise fail(f"state {k}: ||b|| = {np.linalg.norm(bs[k]):.6g} is not a plausible draw of the "
-                           f"{mech.noise} perturbation with sigma = {mech.sigma!r} in {D} dimensions (two-sided tail "
-                           f"probability {tail:.3g} < {NOISE_TAIL_PROBABILITY:g}): b or sigma was changed.")
-        g, allowance = measured_residual(mech, ws[k], bs[k], X, Y[k], rows)
-        g_norm = float(np.linalg.norm(g))
-        if g_norm - allowance > float(beta):
-            raise fail(f"state {k}: the gradient residual re-measured from the saved rows, {g_norm:.6g} "
-                       f"(± {allowance:.3g}), exceeds the file's bound beta = {float(beta):.6g}: w, b or the rows do "
-                       "not belong to the state the certificates describe.")
-        states.append(ModelState(w=ws[k], b=bs[k], n=n_k, residual_bound=max(float(beta), g_norm + allowance),
-                                 x_norm_bound=math.nan, removals_since_training=ints["removals_since_training"],
-                                 retrainings=ints["retrainings"], train_iterations=ints["train_iterations"]))
-    if mech.noise != "none":
-        joint = joint_residual([st.residual_bound for st in states], mech.noise)
-        if joint > mech.budget:
-            raise fail(f"the residual bound {joint:.6g} exceeds the budget eps' = {mech.budget:.6g} of its "
-                       "parameters.")
-    return {"X": X, "Y": Y, "active": active, "members": members, "keys": keys, "states": states}
-
-
-def _saved_solver(saved: Any, param: str) -> str | None:
-    """The concrete solver recorded in a saved model's metadata, checked against its ``solver`` parameter: the
-    same solver, or any concrete one for ``"auto"``; None (resolve again) when none is recorded."""
-    if saved is None:
-        return None
-    if saved not in SOLVERS or (param != "auto" and saved != param):
-        raise ValueError(f"The saved model's solver {saved!r} does not fit its solver parameter {param!r} (one of "
-                         f"{list(SOLVERS)}, equal to the parameter unless it is 'auto'): the file was edited.")
-    return str(saved)
-
-
-def _new_caches(k: int, solver: str, members: np.ndarray | None) -> list[NewtonCache]:
-    """One cache per binary model; with ``solver="onepass"`` and all models on the same rows, one shared float32
-    copy of the data for all of them (K copies would take K × 4nd bytes)."""
-    shared = SharedFloat32Data() if solver == "onepass" and members is None and k > 1 else None
-    return [NewtonCache(shared=shared) for _ in range(k)]
+    @classmethod
+    def from_state(cls, params: dict[str, Any], *, X: Any, Y: np.ndarray, active: np.ndarray,
+                   states: list[ModelState], n_features_in: int, classes: np.ndarray | None = None,
+                   members: np.ndarray | None = None, keys: np.ndarray | None = None, n_removed: int = 0,
+                   solver: str | None = None, mechanism_tol: float | None = None, prime: bool = False,
+                   random_state: Any = None) -> Any:
+        """A fitted estimator at a certified state: the ONE way a front end other than :meth:`fit` builds one
+        (:meth:`load` after checking a file; the curator's adapter from an authenticated artifact). Nothing here
+        certifies: the caller has checked the state (β ≤ the budget, the residual re-measured, counts). ``params``:
+        the constructor's parameters the state was trained under (they become ``trained_params_``); ``X`` (n × D),
+        ``Y`` (K, n) and ``active`` (n,): the model's rows as :meth:`fit` keeps them (intercept column and
+        normalisation applied, removed rows zeroed), used as they are (not copied); ``states``: one
+        :class:`~lethe.certified.state.ModelState` per binary model; ``solver``: the concrete solver the state was
+        computed with (None: resolved again); ``mechanism_tol``: the training tolerance the mechanism used;
+        ``prime``: prepare the solver caches now (one data pass, as ``fit`` leaves them) instead of at the first
+        removal; ``random_state``: the randomness of later retrainings (default: fresh entropy)."""
+        est = cls(**params)
+        est.trained_params_ = est._current_params()
+        mech = est._mechanism(est.trained_params_, tol=mechanism_tol)
+        est.X_, est.Y_, est.active_ = X, Y, active
+        est.states_ = list(states)
+        est.members_, est.keys_ = members, keys
+        est.n_removed_ = int(n_removed)
+        est.n_features_in_ = int(n_features_in)
+        if classes is not None:
+            est.classes_ = classes
+        est.mechanism_ = mech.resolved(X, solver=saved_solver(solver, est.trained_params_["solver"]))
+        est.caches_ = new_caches(len(est.states_), est.mechanism_.solver, members)
+        if prime:
+            for k, st in enumerate(est.states_):
+                est.mechanism_.prime(est.caches_[k], st, X, Y[k], active)
+        est._rng = check_random_state(random_state)
+        return est
 
 
 class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
@@ -1029,7 +642,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         keys = self._keys_from(X, sample_ids)
         X, y = self._validate_X(X, y, reset=True, params=params)
         mech = mech.resolved(X)  # solver="auto": the concrete solver for these data, kept for the model's life
-        self._check_sample_weight(sample_weight, X.shape[0])
+        check_sample_weight(sample_weight, X.shape[0])
         check_classification_targets(y)
         classes, codes = np.unique(y, return_inverse=True)
         if classes.size < 2:
@@ -1063,7 +676,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                 members[k, pos] = True
                 members[k, rng.choice(neg, size=take, replace=False)] = True
         states, certs = [], []
-        caches = _new_caches(K, mech.solver, members)
+        caches = new_caches(K, mech.solver, members)
         for k in range(K):
             cache = caches[k]
             if members is None:  # train on X itself so that the cache is keyed to the array kept in X_
@@ -1076,11 +689,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
                 mech.prime(cache, st, X, Y[k], members[k])
             states.append(st)
             certs.append(cert)
-        if K > 1:
-            joint = joint_residual([s.residual_bound for s in states], mech.noise)
-            if joint > mech.budget:
-                raise RuntimeError(f"The joint training residual of the {K} one-vs-all models, {joint:.6g}, exceeds "
-                                   f"the budget ε′ = {mech.budget:.6g}; lower tol.")
+        OneVsAllRemoval(mech).check_training(states)
         self.classes_ = classes
         self.X_, self.Y_ = X, Y
         self.active_ = np.ones(X.shape[0], dtype=bool)
@@ -1102,7 +711,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         """Weights, shape (1, d) for binary, (K, d) for one-vs-all."""
         check_is_fitted(self, "states_")
         W = np.vstack([st.w for st in self.states_])
-        return W[:, :-1] * _INTERCEPT_SCALE if self._param("fit_intercept") else W
+        return W[:, :-1] * INTERCEPT_SCALE if self._param("fit_intercept") else W
 
     @property
     @serialised
@@ -1110,7 +719,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         """Intercepts, shape (1,) or (K,); zero unless ``fit_intercept=True``."""
         check_is_fitted(self, "states_")
         if self._param("fit_intercept"):
-            return np.array([st.w[-1] * _INTERCEPT_SCALE for st in self.states_])
+            return np.array([st.w[-1] * INTERCEPT_SCALE for st in self.states_])
         return np.zeros(len(self.states_))
 
     @property
@@ -1128,7 +737,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         """Margins wᵀx (+ intercept) (binary: shape (n,); one-vs-all: (n, K)); an absent class scores −∞."""
         check_is_fitted(self, "states_")
         X = self._validate_X(X, reset=False)
-        scores = _margins(X, np.vstack([st.w for st in self.states_]).T)
+        scores = margins(X, np.vstack([st.w for st in self.states_]).T)
         present = self.classes_present_
         if scores.shape[1] == 1:
             if not present.all():
@@ -1170,98 +779,22 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     def _class_rows(self, k: int) -> np.ndarray:
         return self.active_ if self.members_ is None else self.active_ & self.members_[k]
 
-    @serialised
-    def remove_rows(self, idx: np.ndarray) -> Certificate | MulticlassCertificate:
-        """Remove the validated training rows ``idx`` as one batch; see :meth:`remove`. Returns a
-        :class:`~lethe.certified.mechanism.Certificate` (binary) or a :class:`MulticlassCertificate` (one-vs-all)."""
-        idx = self._check_remove_indices(idx)  # again under the lock: the caller may have checked before it
+    def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Certificate | MulticlassCertificate:
+        """Remove the validated training rows ``idx`` as one batch: the mechanism's Alg. 2 for a binary model, the
+        one-vs-all form (:class:`lethe.certified.one_vs_all.OneVsAllRemoval`, joint budget) for more classes.
+        Returns a :class:`~lethe.certified.mechanism.Certificate` or a :class:`MulticlassCertificate`."""
         mech: CertifiedRemoval = self.mechanism_
         if len(self.states_) == 1:
             state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
-                                      cache=self.caches_[0], random_state=self._rng, check_input=False)
+                                      cache=self.caches_[0], random_state=rng, check_input=False)
             self.states_[0] = state
             self._forget_rows(idx)
             return cert
-        return self._remove_one_vs_all(idx, mech)
-
-    def _remove_one_vs_all(self, idx: np.ndarray, mech: CertifiedRemoval) -> MulticlassCertificate:
-        t0 = time.perf_counter()
-        K = len(self.states_)
-        proposals: list[tuple[ModelState, Certificate] | None] = []
-        for k in range(K):
-            rows = self._class_rows(k)
-            mine = idx[rows[idx]]
-            if mine.size == 0:
-                proposals.append(None)
-                continue
-            if mine.size >= np.count_nonzero(rows):
-                raise ValueError(f"Removing these rows would empty the binary model of class {self.classes_[k]!r}.")
-            # the per-class Newton step (no budget decision here: the joint budget decides below)
-            keep = rows.copy()
-            keep[mine] = False
-            # auto's anchor falls back to pcg for a class whose step passes its share of the joint budget
-            share = mech.budget / K if mech.noise == "laplace" else mech.budget / math.sqrt(K)
-            new, r = mech._propose(self.states_[k], self.X_, self.Y_[k], keep, mine, self.caches_[k], limit=share)
-            cert = mech._certificate("remove", new, step=r.step_bound, retrained=False,
-                                     removed=tuple(int(i) for i in mine), worst=r.worst_case,
-                                     solve_error=r.solve_error, seconds=0.0, result=r)
-            proposals.append((new, cert))
-        new_states = [p[0] if p is not None else self.states_[k] for k, p in enumerate(proposals)]
-        retrained: list[int] = []
-
-        def joint(states: list[ModelState]) -> float:
-            return joint_residual([s.residual_bound for s in states], mech.noise)
-
-        touched = [k for k, p in enumerate(proposals) if p is not None]
-        order = sorted(touched, key=lambda k: -new_states[k].residual_bound)
-        order += sorted((k for k in range(K) if k not in touched), key=lambda k: -new_states[k].residual_bound)
-        keep_all = self.active_.copy()
-        keep_all[idx] = False
-        for k in order:
-            if joint(new_states) <= mech.budget:
-                break
-            rows = keep_all if self.members_ is None else keep_all & self.members_[k]
-            new_states[k] = mech.retrain(self.states_[k], self.X_, self.Y_[k], rows, self._rng, self.caches_[k])
-            retrained.append(k)
-        beta = joint(new_states)
-        if beta > mech.budget:  # every class retrained and still above: refuse (the caches rebuild themselves)
-            raise RuntimeError(f"The joint residual bound {beta:.6g} exceeds the budget ε′ = {mech.budget:.6g} even "
-                               "after retraining every class; lower tol. Nothing was removed.")
-        per_class: list[Certificate | None] = []
-        for k, p in enumerate(proposals):
-            if p is None:
-                per_class.append(None)
-            elif k in retrained:
-                per_class.append(mech._certificate("retrain", new_states[k], step=p[1].step_bound, retrained=True,
-                                                   removed=p[1].removed_indices, worst=p[1].worst_case_bound,
-                                                   solve_error=p[1].solve_error, seconds=0.0))
-            else:
-                per_class.append(p[1])
-        self.states_ = new_states
+        states, mcert = OneVsAllRemoval(mech).remove(self.states_, self.X_, self.Y_, self.active_, self.members_,
+                                                     idx, self.caches_, rng, self.classes_)
+        self.states_ = states
         self._forget_rows(idx)
-        eps, delta = mech._eps_delta()
-        return MulticlassCertificate(
-            epsilon=eps, delta=delta, residual_bound=beta, budget=mech.budget,
-            budget_left=max(mech.budget - beta, 0.0),
-            epsilon_spent=epsilon_spent(beta, mech.sigma, mech.delta, mech.noise, calibration=mech.calibration),
-            retrained_classes=tuple(retrained), per_class=tuple(per_class), n_removed=idx.size,
-            seconds=time.perf_counter() - t0, removed_indices=tuple(int(i) for i in idx))
-
-
-def _squared_loss_rounding_floor(X: Any, y: np.ndarray, lam: float) -> float:
-    """A tolerance the direct solve of ridge least squares can reach in float64, where 1e-9 λn may not be.
-
-    The minimiser of Σ(wᵀxᵢ − yᵢ)² + λn/2‖w‖² has λn/2‖w‖² ≤ ‖y‖² (compare with w = 0), so ‖w‖ ≤ W = ‖y‖√(2/(λn)).
-    A backward-stable solve of Hw = 2Xᵀy with H = 2XᵀX + λnI, H and Xᵀy formed in float64, leaves a gradient of
-    norm about (n + d) u ((2‖X‖_F² + λn) W + 2‖X‖_F ‖y‖) (u = 2⁻⁵³; Higham, Thm 10.4 and §3.5); we allow 8× that.
-    This only sets where training stops: the certificate charges the residual actually measured.
-    """
-    n, d = X.shape
-    u = float(np.finfo(np.float64).eps) / 2
-    fro = float(np.linalg.norm(X)) if isinstance(X, np.ndarray) else math.sqrt(backend_of(X).frobenius_sq(X))
-    ny = float(np.linalg.norm(y))
-    W = ny * math.sqrt(2.0 / (lam * n))
-    return 8.0 * (n + d) * u * ((2 * fro * fro + lam * n) * W + 2 * fro * ny)
+        return mcert
 
 
 class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
@@ -1305,10 +838,10 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         keys = self._keys_from(X, sample_ids)
         X, y = self._validate_X(X, y, reset=True, params=params)
         mech = mech.resolved(X)  # solver="auto": the concrete solver for these data
-        self._check_sample_weight(sample_weight, X.shape[0])
+        check_sample_weight(sample_weight, X.shape[0])
         Y = np.asarray(y, dtype=np.float64)[None, :].copy()
         if self.tol is None and mech.noise == "none":
-            floor = _squared_loss_rounding_floor(X, Y[0], mech.lam)
+            floor = squared_loss_rounding_floor(X, Y[0], mech.lam)
             if floor > mech.train_tolerance(X.shape[0]):
                 mech = self._mechanism(params, tol=floor).resolved(X)
         rng = check_random_state(self.random_state)
@@ -1348,20 +881,19 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         """wᵀx (+ intercept)."""
         check_is_fitted(self, "states_")
         X = self._validate_X(X, reset=False)
-        return _margins(X, self.states_[0].w)
+        return margins(X, self.states_[0].w)
 
     def _encode_targets(self, y: np.ndarray) -> np.ndarray:
         return np.asarray(y, dtype=np.float64)[None, :]
 
-    @serialised
-    def remove_rows(self, idx: np.ndarray) -> Certificate:
+    def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Certificate:
         """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
-        idx = self._check_remove_indices(idx)  # again under the lock: the caller may have checked before it
         state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
-                                             cache=self.caches_[0], random_state=self._rng, check_input=False)
+                                             cache=self.caches_[0], random_state=rng, check_input=False)
         self.states_[0] = state
         self._forget_rows(idx)
         return cert
 
 
-__all__ = ["CertifiedLinearRegression", "CertifiedLogisticRegression", "MulticlassCertificate", "joint_residual"]
+__all__ = ["INTERCEPT_SCALE", "NOISE_TAIL_PROBABILITY", "CertifiedLinearRegression", "CertifiedLogisticRegression",
+           "MulticlassCertificate", "check_sample_ids", "joint_residual", "keys_of", "noise_norm_tail", "removal_rows"]

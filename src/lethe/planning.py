@@ -257,7 +257,7 @@ def _simulate(est: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray) -> float
                 continue
             keep = act.copy()
             keep[i] = False
-            states[k], _ = mech._propose(states[k], est.X_, est.Y_[k], keep, idx, est.caches_[k])
+            states[k], _ = mech.propose(states[k], est.X_, est.Y_[k], keep, idx, est.caches_[k])
         active[i] = False
     return joint_residual([s.residual_bound for s in states], mech.noise)
 

@@ -9,7 +9,7 @@ Step (the Newton step of Guo et al. 2020, Eq. 3, run in the other direction). Wi
 regulariser λn′/2‖w‖²) and H′ = ∇²L(w; D′) (the Hessian on all n′ rows), set w⁺ = w − H′⁻¹Δ.
 
 Certificate. β⁺ = ‖fl(∇L_b(w⁺; D′))‖ + the rounding allowance of that evaluation
-(:meth:`CertifiedRemoval._residual_with_allowance`, the same rule that certifies training, Guo et al. 2020,
+(:meth:`CertifiedRemoval.residual_with_allowance`, the same rule that certifies training, Guo et al. 2020,
 footnote 1). **Claim:** ‖∇L_b(w⁺; D′)‖ ≤ β⁺. **Proof:** the computed gradient differs from the exact one by at most
 the allowance (Higham 2002, §3.1: every entry of Xᵀℓ′(Xw) + λn′w + b is a sum whose terms pass through at most
 S + 2 roundings, S ≤ n′ the backend's summation length; the allowance bounds the accumulated error of these sums
@@ -42,7 +42,7 @@ from scipy.linalg import cho_factor, cho_solve
 from lethe._rng import check_random_state
 from lethe.certified import objective as obj
 from lethe.certified.data import backend_of
-from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, _Evaluation
+from lethe.certified.mechanism import Certificate, CertifiedRemoval, Evaluation, ModelState
 
 _BOUND = ("measured gradient residual on D ∪ A after one Newton step + rounding allowance "
           "(as training: Guo et al. 2020, footnote 1; lethe.certified.addition)")
@@ -64,7 +64,7 @@ def add_step(config: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
     H = obj.hessian(w, Xp, yp, loss, lam)
     w_new = w - cho_solve(cho_factor(H), delta)
     # β = ‖fl(∇L_b(w⁻; D ∪ A))‖ + its rounding allowance, measured afresh at w⁻ (the evaluation holds no point yet)
-    beta = config._residual_with_allowance(w_new, Xp, yp, _Evaluation(Xp, yp, loss, lam, state.b))
+    beta = config.residual_with_allowance(w_new, Xp, yp, Evaluation(Xp, yp, loss, lam, state.b))
     return ModelState(w=w_new, b=state.b, n=int(np.count_nonzero(keep)), residual_bound=beta,
                       x_norm_bound=backend_of(Xp).spectral_norm_bound(Xp),
                       removals_since_training=state.removals_since_training, retrainings=state.retrainings,
@@ -74,7 +74,7 @@ def add_step(config: CertifiedRemoval, state: ModelState, X: np.ndarray, y: np.n
 def certificate(config: CertifiedRemoval, state: ModelState, *, retrained: bool, n_added: int,
                 seconds: float) -> Certificate:
     """The certificate of an addition (``operation="add"``, or ``"retrain"`` when the budget forced one)."""
-    cert = config._certificate("retrain" if retrained else "add", state, step=state.residual_bound,
+    cert = config.certify("retrain" if retrained else "add", state, step=state.residual_bound,
                                retrained=retrained, removed=(), worst=float("nan"), solve_error=0.0, seconds=seconds)
     bound = _BOUND if not retrained else cert.bound + f" (after adding {n_added} rows)"
     return dataclasses.replace(cert, bound=bound)

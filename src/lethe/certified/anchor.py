@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from lethe.certified.anchor_system import _downdate, _mv_maintained, _removed_rows, _solve_maintained, build_anchor
+from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, removed_rows, solve_maintained
 from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
     anchor_bounds,
@@ -24,17 +24,17 @@ from lethe.certified.cache import NewtonCache
 from lethe.certified.common import (
     RemovalConfig,
     StepResult,
-    _carry_finish,
-    _carry_start,
-    _policy_due,
-    _removed_gradient,
-    _row_norm_max,
-    _rows_before,
-    _x_norm,
+    carry_finish,
+    carry_start,
+    mask_before,
+    max_row_norm,
     measured_residual,
+    policy_due,
+    removed_gradient,
+    x_norm_upper,
 )
 from lethe.certified.data import DataMatrix, is_dense
-from lethe.certified.linalg import _mv, cho_solve
+from lethe.certified.linalg import cho_solve, sym_mv
 from lethe.certified.state import ModelState
 
 U = UNIT_ROUNDOFF
@@ -66,16 +66,26 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     falls back to a retraining (``_reanchor``: that second attempt; docs/tighter_bounds.md §5d)."""
     loss, lam, w = cfg.loss_, cfg.lam, state.w
     n_rows, d = X.shape
-    n_new, m = int(np.count_nonzero(keep)), int(idx.size)
+    m = int(idx.size)
     cache = NewtonCache() if cache is None else cache
     cm, passes, refreshed = cache.cost_model, 0.0, ""
-    active_before = _rows_before(keep, idx)
+    # in sync with (w, rows before): the cache's own mask is compared with keep ∪ idx (one word-wise O(n)
+    # comparison) and its row count gives n′; the mask of the rows before is formed only when it is needed
+    n_synced = None if _reanchor else cache.matches_removal(X, w, keep, idx, "anchor")
+    n_new = n_synced if n_synced is not None else int(np.count_nonzero(keep))
+    before: list[np.ndarray] = []
+
+    def rows_before() -> np.ndarray:
+        if not before:
+            before.append(mask_before(keep, idx))
+        return before[0]
+
     # with most rows gone, a build and a measurement read only the n′ rows left (build_anchor, _measure): priced so
     n_eff = n_new + m if is_dense(X) and n_new + m < _SUBSET_SHARE * n_rows else n_rows
     anchor_cost = cm.hessian(n_eff, d) + cm.cholesky(d) + cm.data_pass(n_eff, d)
     # the second attempt: the first one (from a cache synced to (w, rows before)) advanced the cache; what it
     # changed — M, its queue and factor, h̃, the carried accounting — is formed again below, G̃ was not changed
-    synced = _reanchor or (cache.matches(X, w, active_before, "anchor") and cache.G is not None)
+    synced = _reanchor or (n_synced is not None and cache.G is not None)
     tight = cfg.bound == "tight"
     # tight mode: the bound before this step; past ``remeasure_share`` of the budget the anchor is formed again
     # and the residual measured (docs/tighter_bounds.md §5c), instead of letting the budget force a retraining
@@ -89,25 +99,25 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         # measure only (two passes, no anchor build): the accounting restarts from the measured residual (§5c);
         # the anchor's drift stays, so the next measurement comes sooner. The measurements are the rent of the
         # stale anchor: it is formed again once they cost as much as a build (rent-or-buy, §8)
-        g_meas, g_err = _measure(cfg, w, state.b, X, y, active_before)
+        g_meas, g_err = _measure(cfg, w, state.b, X, y, rows_before())
         cache.carry_e, cache.carry_err, cache.carry_bound = g_meas, g_err, 0.0
         cache.remeasures += 1
         cache.excess_cost += measure_cost
         measured = True
         passes += 2.0
         refreshed = "measure"
-    elif not synced or over or _reanchor or _policy_due(cfg, cache, anchor_cost):
+    elif not synced or over or _reanchor or policy_due(cfg, cache, anchor_cost):
         if not synced:
             cache.reset()
             cache.kind = "anchor"
         # a re-anchor keeps the Gram matrix (independent of w) and the carried accounting
-        build_anchor(cfg, w, X, y, active_before, cache, with_gram=True if not synced else None)
+        build_anchor(cfg, w, X, y, rows_before(), cache, with_gram=True if not synced else None)
         refreshed = "anchor"
         passes += d / 2.0
         if tight and loss.gamma != 0.0:
             # restart the vector accounting from the measured residual at w on D (two passes): ē = fl(∇L_b(w; D))
             # with its rounding allowance, nothing bounded yet (S = 0); the next solve corrects ē (§4)
-            g_meas, g_err = _measure(cfg, w, state.b, X, y, active_before)
+            g_meas, g_err = _measure(cfg, w, state.b, X, y, rows_before())
             cache.carry_e, cache.carry_err, cache.carry_bound = g_meas, g_err, 0.0
             cache.remeasures += 1
             measured = True
@@ -116,16 +126,16 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         refreshed = cache.refactorize()
     cache._mark_dirty()
     assert cache.w_anchor is not None
-    rho = _row_norm_max(cfg, X, cache)
-    x_norm = _x_norm(state, n_rows, rho)
+    rho = max_row_norm(cfg, X, cache)
+    x_norm = x_norm_upper(state, n_rows, rho)
 
-    XR = _removed_rows(X, idx)  # read once: for Δ, then (a batch) overwritten by _downdate with its rows √ŝⱼ xⱼ
-    Delta, err_Delta = _removed_gradient(cfg, w, XR, y[idx], rho)
+    XR = removed_rows(X, idx)  # read once: for Δ, then (a batch) overwritten by downdate with its rows √ŝⱼ xⱼ
+    Delta, err_Delta = removed_gradient(cfg, w, XR, y[idx], rho)
     delta_norm = vnorm(Delta)
-    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced or measured, d)
+    e_old, eps_old, S_old = carry_start(cfg, state, cache, synced or measured, d)
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
-    _downdate(cache, X, idx, lam, track=True, rows=XR)
+    downdate(cache, X, idx, lam, track=True, rows=XR)
     del XR
     G = cache.G
     assert G is not None
@@ -148,7 +158,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     def terms(v: np.ndarray, w_new_norm: float) -> tuple[float, float, float, dict[str, float], np.ndarray]:
         """The step's bounds for v, and fl(G̃v) (it also advances the carried h̃)."""
         v_ub = vnorm(v) + 1.01 * U * w_new_norm
-        gv = _mv(G, v)
+        gv = sym_mv(G, v)
         a_sq = float(v @ gv) + gq * v_ub**2
         a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
         mis, rem, cands = anchor_bounds(gamma=gamma, tau=cache.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
@@ -158,18 +168,18 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     F = cache.factor
     assert F is not None
     v = cho_solve(F, rhs, check_finite=False)
-    q, err_q = _mv_maintained(cache, v)
+    q, err_q = mv_maintained(cache, v)
     e = q - rhs
     w_new = w + v
     mis, rem, v_ub, cands, gv = terms(v, vnorm(w_new))
     target = max(cache.rtol * delta_norm, cache.budget_share * (mis + rem))
     if e_old is not None:  # tight accounting: the measured error is carried and corrected, not accumulated
         target = max(target, cache.carry_share * cfg.budget)
-    v, e, it, refac = _solve_maintained(cache, rhs, v, e, target, d)
+    v, e, it, refac = solve_maintained(cache, rhs, v, e, target, d)
     refreshed = refreshed or refac
     if it or refac:  # v changed (iterations, or a restart from a refactorised preconditioner)
         w_new = w + v
-        q, err_q = _mv_maintained(cache, v)  # measured directly for the final v
+        q, err_q = mv_maintained(cache, v)  # measured directly for the final v
         e = q - rhs
         mis, rem, v_ub, cands, gv = terms(v, vnorm(w_new))
     wn_new = vnorm(w_new)
@@ -178,17 +188,17 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     # after the solve: a refactorisation in it folds the queued rows and grows ε_M
     fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
     # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
-    # + the queued rows' correction (_mv_maintained)
+    # + the queued rows' correction (mv_maintained)
     err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
                  + err_rhs + err_q)
-    acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
+    acc, carried, e_norm, err_step = carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
     step = e_norm + err_step + mis + rem
     # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
     h += gv
     cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
                     + 1.01 * U * vnorm(h))
 
-    cache._advance(X, w_new, keep)
+    cache._advance(X, w_new, keep, removed=idx if synced else None)
     cache.removals_since_refresh += 1
     if cfg.refresh == "auto" and loss.gamma != 0.0 and cfg.budget > 0.0:
         # rent-or-buy: the budget spent on the anchor mismatch, priced at one retraining per budget ε′

@@ -15,9 +15,9 @@ from lethe.certified.bounds import (
     vnorm,
 )
 from lethe.certified.cache import NewtonCache
-from lethe.certified.common import RemovalConfig, _row_norm_max
+from lethe.certified.common import RemovalConfig, max_row_norm
 from lethe.certified.data import DataMatrix, backend_of, is_dense
-from lethe.certified.linalg import _dense_pcg, _fro_sym_upper, _mv, cho_solve, precond_factor
+from lethe.certified.linalg import cho_solve, dense_pcg, fro_sym_upper, precond_factor, sym_mv
 
 U = UNIT_ROUNDOFF
 
@@ -44,13 +44,13 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     Error bounds (docs/tighter_bounds.md §7): ‖M̃ − M̂‖_F ≤ (γ_n + 6u) max ŝ ‖X′‖_F² + 2u(λ n′ √d + ‖M̃‖_F),
     with M̂ the exact matrix for the stored ŝ; ‖G̃ − X′ᵀX′‖_F ≤ γ_n ‖X′‖_F²;
     |ŝᵢ − ℓ''(xᵢᵀw_a)| ≤ γ γ_d ρ ‖w_a‖ + 8u(1 + max ŝ). Other cache fields (margins, counters) are kept.
-    ``margins``: fl(X w) for all rows of X, freshly computed (:func:`_margins`, the error assumed above), to save
+    ``margins``: fl(X w) for all rows of X, freshly computed (:func:`compute_margins`, the error assumed above), to save
     the pass that would compute it again.
     """
     loss, lam = cfg.loss_, cfg.lam
     n_rows, d = X.shape
     n_act = int(np.count_nonzero(active))
-    rho = _row_norm_max(cfg, X, cache)
+    rho = max_row_norm(cfg, X, cache)
     all_rows = bool(active.all())
     B = backend_of(X)
     # no copy of the active rows: rows outside D′ get weight ŝᵢ = 0 (they add exact zeros to every sum)
@@ -78,7 +78,7 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     cache.w_anchor = np.array(w, dtype=np.float64, copy=True)
     cache.s_hat = s_hat
     cache.M = np.asfortranarray(M)
-    cache.fro_M = _fro_sym_upper(cache.M) * (1.0 + 1e-10)
+    cache.fro_M = fro_sym_upper(cache.M) * (1.0 + 1e-10)
     cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
     cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
     cache.pend_k, cache.pend_S = 0, 0.0
@@ -92,7 +92,7 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
         else:
             G = B.gram(X, active.astype(np.float64))
         cache.G = np.asfortranarray(G)
-        cache.fro_G = _fro_sym_upper(cache.G) * (1.0 + 1e-10)
+        cache.fro_G = fro_sym_upper(cache.G) * (1.0 + 1e-10)
         cache.eps_G = 1.01 * gn * fro2
     elif with_gram is not None:
         cache.G = None
@@ -124,26 +124,26 @@ def _sum_sq_upper(Z: np.ndarray) -> float:
     return (dot + 2.0 * N * _TINY) * (1.0 + 2.0 * gamma_k(N + 2))
 
 
-def _removed_rows(X: DataMatrix, idx: np.ndarray) -> np.ndarray:
+def removed_rows(X: DataMatrix, idx: np.ndarray) -> np.ndarray:
     """X[idx] as a C-contiguous float64 array of its own (``take`` makes a copy for every backend; should one
-    return memory shared with X, it is copied here: :func:`_downdate` overwrites a batch's rows in place)."""
+    return memory shared with X, it is copied here: :func:`downdate` overwrites a batch's rows in place)."""
     XR = backend_of(X).take(X, idx)
     if not (XR.dtype == np.float64 and XR.flags.owndata and XR.flags.writeable and XR.flags.c_contiguous):
         XR = np.array(XR, dtype=np.float64, order="C")
     return XR
 
 
-def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, track: bool,
+def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, track: bool,
               rows: np.ndarray | None = None) -> None:
     """Remove rows ``idx`` from the anchor system: M ← M − Σ ŝⱼ xⱼxⱼᵀ − λ m I, reading only those rows. Without
     ``track`` the rank-one updates of the upper triangle are applied at once (O(d²) per row). With ``track``
     (``anchor``, ``onepass``) the rows √ŝⱼ xⱼ are queued and folded into M by one rank-k update every
-    ``fold_every`` rows (:meth:`NewtonCache.fold_pending`); :func:`_mv_maintained` subtracts the queued rows
+    ``fold_every`` rows (:meth:`NewtonCache.fold_pending`); :func:`mv_maintained` subtracts the queued rows
     explicitly until then. The λ m I term is applied at once, with ε_M grown by its rounding. The Gram matrix G is
     *not* downdated: it only enters upper bounds on ‖X′v‖² = vᵀX′ᵀX′v ≤ vᵀGv, and removing rows only subtracts
     the PSD terms xⱼxⱼᵀ.
 
-    ``rows``: X[idx] from :func:`_removed_rows`, already gathered by the caller (for Δ), so that the rows are read
+    ``rows``: X[idx] from :func:`removed_rows`, already gathered by the caller (for Δ), so that the rows are read
     from X once; a batch overwrites it with its rows z̃ⱼ (the caller must not use it afterwards).
     A batch with ``track`` folds only its own m rows: rows already queued stay queued (they are folded with the
     queue, as after a single removal; the bound on ε_M does not depend on the order of the folds, docs §7c)."""
@@ -156,8 +156,8 @@ def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *,
     if rows is not None and (rows.shape != (m, d) or rows.dtype != np.float64 or not rows.flags.c_contiguous
                              or not rows.flags.writeable):
         raise ValueError(f"rows must be the {m} x {d} writable C-contiguous float64 rows X[idx] "
-                         f"(_removed_rows). Found shape {rows.shape}, dtype {rows.dtype}.")
-    XR = _removed_rows(X, idx) if rows is None else rows  # only the removed rows are read
+                         f"(removed_rows). Found shape {rows.shape}, dtype {rows.dtype}.")
+    XR = removed_rows(X, idx) if rows is None else rows  # only the removed rows are read
     if m > 1 and (not track or m >= cache.fold_every):
         # a batch (Eq. 6): one rank-m update instead of m rank-one updates or m/k queue folds (O(m d²) flops at
         # BLAS-3 speed); with ``track`` the rows already queued stay queued and ε_M grows as for a fold of m rows
@@ -198,13 +198,13 @@ def _downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *,
     cache.M = M
 
 
-def _mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float]:
+def mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float]:
     """M v for the maintained anchor matrix, queued rows included: fl(M̃v) − Zᵀ(Zv), and a bound on the error of
     the correction against Σ ŝⱼxⱼ(xⱼᵀv) plus the subtraction's rounding (the product with the stored M̃ is bounded
     by the caller: γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖). Zv has entries within γ_d‖zⱼ‖‖v‖, Zᵀt within γ_k‖|Z|ᵀ|t|‖ ≤
     γ_k‖Z‖_F‖t‖, and z̃z̃ᵀ vs ŝxxᵀ within 5u ŝ‖x‖²: with S ≥ ‖Z‖_F², ≤ (γ_{d+2} + γ_{k+2} + 6u) S ‖v‖."""
     assert cache.M is not None
-    q = _mv(cache.M, v)
+    q = sym_mv(cache.M, v)
     k = cache.pend_k
     if k == 0 or cache.pend_Z is None:
         return q, 0.0
@@ -217,7 +217,7 @@ def _mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float
     return q, err
 
 
-def _solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
+def solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.ndarray,
                       target: float, d: int) -> tuple[np.ndarray, np.ndarray, int, str]:
     """PCG on the maintained system M v = rhs (O(d²) per iteration, preconditioner: the cached factor) until
     ‖Mv − rhs‖ ≤ target; once, if the cap is hit, refactorise M (O(d³), no data pass) and solve again.
@@ -226,10 +226,10 @@ def _solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.
     assert F is not None
     it, refac = 0, ""
     def mv(p: np.ndarray) -> np.ndarray:
-        return _mv_maintained(cache, p)[0]
+        return mv_maintained(cache, p)[0]
 
     for attempt in range(2):
-        v, e, k = _dense_pcg(mv, F, rhs, v, e, target, cache.max_sweeps)
+        v, e, k = dense_pcg(mv, F, rhs, v, e, target, cache.max_sweeps)
         it += k
         cache.iter_cost += k * 2 * cache.cost_model.dense_op(d)
         if vnorm(e) <= target or attempt == 1:

@@ -32,7 +32,7 @@ from lethe.certified.bounds import (
     remainder_bound_tight,
     vnorm,
 )
-from lethe.certified.cache import NewtonCache, _Buffers
+from lethe.certified.cache import NewtonCache, WorkBuffers
 from lethe.certified.data import DataMatrix, backend_of
 from lethe.certified.state import ModelState
 from lethe.losses import LogisticLoss, Loss
@@ -87,7 +87,7 @@ class StepResult:
     solver: str = ""  # the solver that computed the step (each solver names itself)
 
 
-def _row_norm_max(cfg: RemovalConfig, X: DataMatrix, cache: NewtonCache | None) -> float:
+def max_row_norm(cfg: RemovalConfig, X: DataMatrix, cache: NewtonCache | None) -> float:
     """ρ ≥ maxᵢ ‖xᵢ‖: 1 + tolerance when the loss needs unit rows (checked at input), else computed once."""
     if cfg.loss_.gamma != 0.0:
         return ROW_NORM_MAX
@@ -102,19 +102,19 @@ def _row_norm_max(cfg: RemovalConfig, X: DataMatrix, cache: NewtonCache | None) 
     return rho
 
 
-def _margins(X: DataMatrix, w: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
+def compute_margins(X: DataMatrix, w: np.ndarray, rho: float) -> tuple[np.ndarray, float]:
     """Margins z = fl(X w) computed afresh and η ≥ maxᵢ |z̃ᵢ − xᵢᵀw| (Higham: γ_{d+2} ρ ‖w‖ for rows ‖xᵢ‖ ≤ ρ)."""
     return backend_of(X).matvec(X, w), gamma_k(X.shape[1] + 2) * rho * vnorm(w)
 
 
-def _x_norm(state: ModelState, n_rows: int, rho: float) -> float:
+def x_norm_upper(state: ModelState, n_rows: int, rho: float) -> float:
     """Upper bound on ‖X′‖₂: the training-time bound (item 4), or √n ρ (Frobenius) for states without one."""
     x = state.x_norm_bound
     fro = math.sqrt(n_rows) * rho
     return min(float(x), fro) if math.isfinite(x) else fro
 
 
-def _removed_gradient(cfg: RemovalConfig, w: np.ndarray, XR: np.ndarray, yR: np.ndarray,
+def removed_gradient(cfg: RemovalConfig, w: np.ndarray, XR: np.ndarray, yR: np.ndarray,
                       rho: float) -> tuple[np.ndarray, float]:
     """Δ = m λ w + X_Rᵀ ℓ'(X_R w, y_R) (Eq. 6) and a bound on the error of its computed value."""
     loss, lam = cfg.loss_, cfg.lam
@@ -131,7 +131,7 @@ def _removed_gradient(cfg: RemovalConfig, w: np.ndarray, XR: np.ndarray, yR: np.
     return Delta, 2.0 * err
 
 
-def _policy_due(cfg: RemovalConfig, cache: NewtonCache, refresh_cost: float) -> bool:
+def policy_due(cfg: RemovalConfig, cache: NewtonCache, refresh_cost: float) -> bool:
     """Whether a data-pass refresh is due now (rent-or-buy for ``"auto"``, every k removals for an int)."""
     if cfg.refresh == "never":
         return False
@@ -140,14 +140,14 @@ def _policy_due(cfg: RemovalConfig, cache: NewtonCache, refresh_cost: float) -> 
     return cache.excess_cost >= refresh_cost
 
 
-def _rows_before(keep: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def mask_before(keep: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """The active-row mask before removing ``idx`` from it (``keep`` is the mask after)."""
     before = keep.copy()
     before[idx] = True
     return before
 
 
-def _carry_start(cfg: RemovalConfig, state: ModelState, cache: NewtonCache | None, synced: bool,
+def carry_start(cfg: RemovalConfig, state: ModelState, cache: NewtonCache | None, synced: bool,
                  d: int) -> tuple[np.ndarray | None, float, float]:
     """The carried measured error ē, its error bound and the bounded part S (tight mode with a cache), else None.
 
@@ -181,7 +181,7 @@ def measured_residual(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataM
     d1[~active] = 0.0
     g = B.rmatvec(X, d1) + lam * n_act * w
     g = g + b
-    rho = _row_norm_max(cfg, X, None)
+    rho = max_row_norm(cfg, X, None)
     fro_sq = n_rows * rho * rho * (1.0 + 4 * U)  # ≥ ‖X‖_F² (rows ‖xᵢ‖ ≤ ρ), no pass
     fro = math.sqrt(fro_sq) * (1.0 + 2 * U)
     return g, gradient_allowance(X, loss, reg_coef=lam * n_act, fro=fro, d1_norm=vnorm(d1), w=w, b=b,
@@ -205,7 +205,7 @@ def gradient_allowance(X: DataMatrix, loss: Any, *, reg_coef: float, fro: float,
         g_norm=g_norm)
 
 
-def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | None, eps_old: float, S_old: float,
+def carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | None, eps_old: float, S_old: float,
                   err_e: float, bounded: float) -> tuple[float | None, float, float, float]:
     """Close the step's accounting (docs/tighter_bounds.md §4).
 
@@ -226,7 +226,7 @@ def _carry_finish(cache: NewtonCache | None, e: np.ndarray, e_old: np.ndarray | 
     return acc, carried, e_delta_norm, err_step
 
 
-def _curvature(loss: Any, z: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
+def local_curvature(loss: Any, z: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
     """ℓ''(z, y) into ``out`` (without a temporary for the logistic loss)."""
     if isinstance(loss, LogisticLoss):
         return loss.d2(z, y, out=out)
@@ -234,8 +234,9 @@ def _curvature(loss: Any, z: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.n
     return out
 
 
-def _remainder(cfg: RemovalConfig, keep: np.ndarray, z: np.ndarray, eta: float, a: np.ndarray, zeta: float,
-               v_ub: float, x_norm: float, rho: float, buf: _Buffers | None = None) -> tuple[float, dict[str, float]]:
+def remainder_terms(cfg: RemovalConfig, keep: np.ndarray, z: np.ndarray, eta: float, a: np.ndarray, zeta: float,
+                    v_ub: float, x_norm: float, rho: float,
+                    buf: WorkBuffers | None = None) -> tuple[float, dict[str, float]]:
     """Bound on the Taylor remainder ‖r‖ of a step with computed margins ã ≈ X v (|ãᵢ − xᵢᵀv| ≤ ζ) from margins
     z̃ ≈ X w (|z̃ᵢ − xᵢᵀw| ≤ η): Cor. 1/2 in paper mode, Theorem 1 with local Lipschitz constants in tight mode
     (docs/tighter_bounds.md §2–3). Γᵢ bounds |ℓ'''| on [cᵢ − rᵢ, cᵢ + rᵢ] with the midpoint cᵢ = z̃ᵢ + ãᵢ/2 and the
@@ -244,7 +245,7 @@ def _remainder(cfg: RemovalConfig, keep: np.ndarray, z: np.ndarray, eta: float, 
     elsewhere. Returns (bound, candidates).
     ``buf`` (n-vectors, not aliasing the inputs) avoids temporaries."""
     loss = cfg.loss_
-    b0, b1, b2, b3 = (buf if buf is not None else _Buffers(a.size)).f[:4]
+    b0, b1, b2, b3 = (buf if buf is not None else WorkBuffers(a.size)).f[:4]
     a_abs = np.abs(a, out=b0)
     lip: np.ndarray | float = float(getattr(loss, "gamma_exact", loss.gamma))
     lip_abs = getattr(loss, "d2_lipschitz_abs", None)

@@ -132,7 +132,7 @@ def _keep_stats(X: da.Array, stats: dict[str, Any]) -> None:
     _STATS[key] = (weakref.ref(X, lambda _r: _STATS.pop(key, None)), stats)
 
 
-def _zarr_source(X: da.Array) -> Any:
+def zarr_source(X: da.Array) -> Any:
     """The Zarr array X was made from by ``da.from_zarr`` with no operation since (same shape and dtype), else None."""
     if not str(X.name).startswith("from-zarr-"):
         return None
@@ -146,6 +146,9 @@ def _zarr_source(X: da.Array) -> Any:
     if tuple(src.shape) != tuple(X.shape) or np.dtype(src.dtype) != X.dtype:
         return None
     return src
+
+
+_zarr_source = zarr_source  # the name tests/certified/test_dask_backend.py imports
 
 
 _SCATTERED: dict[tuple[int, bytes, tuple[int, ...]], list[Any]] = {}
@@ -295,7 +298,7 @@ class DaskBackend:
     def take(self, X: da.Array, rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         order = np.argsort(rows, kind="stable")
-        store = _zarr_source(X)
+        store = zarr_source(X)
         if store is not None:  # X is exactly a Zarr array: read the rows from the store (only their Zarr chunks)
             got = np.asarray(store.get_orthogonal_selection((rows[order], slice(None))), dtype=np.float64)
         else:
@@ -325,7 +328,7 @@ class DaskBackend:
         """Erase the rows in X's Zarr store (X must be exactly ``da.from_zarr`` of a writable store: later passes
         read the zeros); any other Dask array is refused (it cannot be overwritten in place). The mechanisms never
         need this: they take the active-row mask."""
-        store = _zarr_source(X)
+        store = zarr_source(X)
         if store is None:
             raise TypeError("The rows of this Dask array cannot be erased: it must be da.from_zarr of a writable "
                             "Zarr store (then the removed rows are overwritten with zeros in the store).")

@@ -18,28 +18,28 @@ import numpy as np
 from scipy.linalg import cho_factor
 
 from lethe.certified import objective as obj
-from lethe.certified.anchor_system import _downdate, build_anchor
+from lethe.certified.anchor_system import build_anchor, downdate
 from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
     gamma_k,
     vnorm,
     worst_case_bound,
 )
-from lethe.certified.cache import CostModel, NewtonCache, _buffers
+from lethe.certified.cache import CostModel, NewtonCache, work_buffers
 from lethe.certified.common import (
     RemovalConfig,
     StepResult,
-    _carry_finish,
-    _carry_start,
-    _margins,
-    _policy_due,
-    _remainder,
-    _removed_gradient,
-    _row_norm_max,
-    _x_norm,
+    carry_finish,
+    carry_start,
+    compute_margins,
+    max_row_norm,
+    policy_due,
+    remainder_terms,
+    removed_gradient,
+    x_norm_upper,
 )
 from lethe.certified.data import DataMatrix, backend_of
-from lethe.certified.linalg import MATRIX_FREE_MAX_ITER, _dense_pcg, _mv, cho_solve, jacobi_preconditioner
+from lethe.certified.linalg import MATRIX_FREE_MAX_ITER, cho_solve, dense_pcg, jacobi_preconditioner, sym_mv
 from lethe.certified.state import ModelState
 
 U = UNIT_ROUNDOFF
@@ -66,15 +66,15 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     n_new = int(np.count_nonzero(keep))
     m = int(idx.size)
     w = state.w
-    rho = _row_norm_max(cfg, X, cache)
-    x_norm = _x_norm(state, n_rows, rho)
+    rho = max_row_norm(cfg, X, cache)
+    x_norm = x_norm_upper(state, n_rows, rho)
     x_fro = math.sqrt(n_rows) * rho
     gd, gn = gamma_k(d + 2), gamma_k(n_rows + 2)
     cm = cache.cost_model if cache is not None else CostModel()
     passes = 0.0
     refreshed = ""
 
-    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
+    Delta, err_Delta = removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
     delta_norm = vnorm(Delta)
 
     active_before = keep.copy()
@@ -84,7 +84,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         assert cache is not None and cache.z is not None
         z, eta = cache.z, cache.eta
     else:
-        z, eta = _margins(X, w, rho)
+        z, eta = compute_margins(X, w, rho)
         passes += 1
         if cache is not None:
             if cache.kind != "exact" or (cache.factor is not None and cache.factor[0].shape != (d, d)):
@@ -95,7 +95,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     if cache is not None:
         cache._mark_dirty()
     # tight accounting: solve H v = Δ − ē, correcting the carried measured error ē (docs/tighter_bounds.md §4)
-    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    e_old, eps_old, S_old = carry_start(cfg, state, cache, synced, d)
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
 
@@ -119,10 +119,10 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         err = x_norm * g_err + gn * x_fro * g_norm + 2 * U * (lam_n * p_norm + vnorm(q))
         return ap, q, err
 
-    buf = _buffers(cache, n_rows)
+    buf = work_buffers(cache, n_rows)
 
     def remainder(a: np.ndarray, zeta: float, v_ub: float) -> tuple[float, dict[str, float]]:
-        return _remainder(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho, buf)
+        return remainder_terms(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho, buf)
 
     # -- preconditioner F and initial guess v₀
     refresh_cost = cm.hessian(n_new, d) + cm.cholesky(d)
@@ -141,13 +141,13 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         passes += d / 4.0
         fresh = True
     else:
-        if cache.factor is None or _policy_due(cfg, cache, refresh_cost):
+        if cache.factor is None or policy_due(cfg, cache, refresh_cost):
             build_anchor(cfg, w, X, y, keep, cache, with_gram=False)  # the exact Hessian on D′ at w
             refreshed = "hessian"
             passes += d / 4.0
             fresh = True
         elif cache.M is not None:
-            _downdate(cache, X, idx, lam, track=False)
+            downdate(cache, X, idx, lam, track=False)
             if cache.iter_cost >= cm.cholesky(d):  # stale factor: refactorise the maintained M (no data pass)
                 refreshed = cache.refactorize()
         assert cache.factor is not None
@@ -161,10 +161,10 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     carry_target = (cache.carry_share * cfg.budget) if (cache is not None and e_old is not None) else 0.0
     v = cho_solve(F, rhs, check_finite=False)
     if not fresh and cache is not None and cache.M is not None:
-        e_M = _mv(cache.M, v) - rhs
+        e_M = sym_mv(cache.M, v) - rhs
         tol_in = max(rtol * delta_norm, 0.1 * max(share * cache.last_remainder, carry_target))
         M = cache.M
-        v, _, k_in = _dense_pcg(lambda p: _mv(M, p), F, rhs, v, e_M, tol_in, 4 * cache.max_sweeps)
+        v, _, k_in = dense_pcg(lambda p: sym_mv(M, p), F, rhs, v, e_M, tol_in, 4 * cache.max_sweeps)
         cache.iter_cost += k_in * 2 * cm.dense_op(d)
 
     def finish(v: np.ndarray, P: float, zeta_comb: float) -> tuple[np.ndarray, float, float, float]:
@@ -246,7 +246,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         cache.last_remainder = rem
 
     err_e = 2.0 * (err_e + H_ub * 1.01 * U * wn_new)
-    acc, carried, e_norm, err_step = _carry_finish(cache, e, e_old, eps_old, S_old, err_e, rem)
+    acc, carried, e_norm, err_step = carry_finish(cache, e, e_old, eps_old, S_old, err_e, rem)
     step = rem + e_norm + err_step
 
     if cache is not None:  # advance the margins to w_new: X′w_new = z + a up to the tracked error

@@ -68,12 +68,12 @@ def precond_factor(M: np.ndarray) -> tuple[np.ndarray, None]:
     raise LinAlgError("The anchor matrix could not be factorised even with a diagonal shift.")
 
 
-def _mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
+def sym_mv(A: np.ndarray, x: np.ndarray) -> np.ndarray:
     """A x for the symmetric matrix stored in the upper triangle of A."""
     return np.asarray(dsymv(1.0, A, x, lower=0))
 
 
-def _dense_pcg(mv: Callable[[np.ndarray], np.ndarray], F: tuple[np.ndarray, bool | None], rhs: np.ndarray,
+def dense_pcg(mv: Callable[[np.ndarray], np.ndarray], F: tuple[np.ndarray, bool | None], rhs: np.ndarray,
                v: np.ndarray, e: np.ndarray, tol: float, max_it: int) -> tuple[np.ndarray, np.ndarray, int]:
     """Preconditioned CG on M v = rhs from v (e = M v − rhs; ``mv`` applies M), preconditioner F⁻¹; O(d²) per
     iteration.
@@ -100,7 +100,7 @@ def _dense_pcg(mv: Callable[[np.ndarray], np.ndarray], F: tuple[np.ndarray, bool
     return v, e, it
 
 
-def _fro_sym_upper(A: np.ndarray) -> float:
+def fro_sym_upper(A: np.ndarray) -> float:
     """‖A‖_F of the symmetric matrix whose upper triangle is stored in A."""
     up = np.triu(A)
     dg = np.diag(A)

@@ -18,11 +18,10 @@ gradient residual, which carries information about removed records.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,18 +36,17 @@ from lethe._validation import (
     check_open_unit,
     check_positive,
     check_positive_int,
-    format_norm,
 )
 from lethe.certified import objective as obj
 from lethe.certified._threads import blas_threads
 from lethe.certified.bounds import (
-    ROW_NORM_TOLERANCE,
     UNDERFLOW_ERROR,
     gamma_k,
     spectral_norm_upper_bound_single,
     vnorm,
 )
-from lethe.certified.common import gradient_allowance, measured_residual
+from lethe.certified.certificate import Certificate, certify
+from lethe.certified.common import gradient_allowance, mask_before, measured_residual
 from lethe.certified.data import DataMatrix, backend_of, check_data_matrix, is_dense
 from lethe.certified.newton import (
     BOUNDS,
@@ -62,107 +60,10 @@ from lethe.certified.newton import (
     resolve_solver,
 )
 from lethe.certified.newton import cho_solve as newton_solve
-from lethe.certified.noise import CALIBRATIONS, NOISES, epsilon_spent, residual_budget, sample_perturbation
+from lethe.certified.noise import CALIBRATIONS, NOISES, residual_budget, sample_perturbation
+from lethe.certified.rows import check_indices, check_row_norms
 from lethe.certified.state import ModelState
 from lethe.losses import Loss, get_loss
-
-
-def check_row_norms(X: DataMatrix, name: str = "X") -> None:
-    """Raise ``ValueError`` naming the first row with ‖xᵢ‖₂ > 1 (the theory of Guo et al. 2020 needs ‖xᵢ‖ ≤ 1)."""
-    norms = np.sqrt(backend_of(X).row_sq_norms(X))
-    bad = np.flatnonzero(norms > 1.0 + ROW_NORM_TOLERANCE)
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm "
-            f"{format_norm(float(norms[i]))}; "
-            "rescale the features or ask for row normalisation (normalize_rows=True)."
-        )
-
-
-
-
-@dataclass(frozen=True)
-class Certificate:
-    """What one operation (train, remove, retrain) guaranteed, by which result, with which numbers, at what cost.
-
-    ``epsilon``/``delta`` are the guarantee that holds for the published model after the operation
-    (delta = 0 for pure ε-removal; epsilon = delta = 0 for exact removal). ``step_bound`` is the sum of
-    ``solve_error`` (measured), ``error_allowance`` (rounding and matrix-drift allowances), ``remainder_bound``
-    (Taylor remainder) and ``mismatch_bound`` (anchor solver only); ``bound_mode``, ``calibration`` and
-    ``solver`` name the configuration (docs/tighter_bounds.md). With ``bound="tight"`` the new ``residual_bound``
-    may be smaller than the old one plus ``step_bound``: it also uses the measured error vector, of norm
-    ``carried_error``, which the next removal corrects (docs/tighter_bounds.md §4).
-
-    ``observer`` states whom the guarantee covers: Guo et al.'s certificate is about ONE published version (the
-    model after this operation against a model retrained without the removed rows). An observer of two versions sees
-    their difference, in which the secret b cancels; the sequence of releases is covered by
-    :mod:`lethe.release` (docs/release_privacy.md), not by this certificate.
-    """
-
-    operation: str
-    guarantee: str
-    epsilon: float
-    delta: float
-    noise: str
-    bound: str
-    step_bound: float
-    residual_bound: float
-    budget: float
-    budget_left: float
-    epsilon_spent: float
-    retrained: bool
-    n_removed: int
-    n_remaining: int
-    worst_case_bound: float
-    solve_error: float
-    seconds: float
-    removed_indices: tuple[int, ...] = field(default=())
-    bound_mode: str = "paper"
-    calibration: str = "paper"
-    solver: str = "cholesky"
-    remainder_bound: float = math.nan
-    mismatch_bound: float = 0.0
-    error_allowance: float = 0.0
-    iterations: int = 0
-    refreshed: str = ""
-    carried_error: float = 0.0
-    observer: str = "one published version"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A strictly JSON-serialisable dict: non-finite numbers (e.g. an undefined worst-case bound) become ``None``
-        (standard JSON, and PostgreSQL's JSON type, have no NaN or Infinity)."""
-        d = dataclasses.asdict(self)
-        d["removed_indices"] = list(self.removed_indices)
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
-
-
-def _check_indices(indices: Any, n: int, active: np.ndarray, n_active: int) -> np.ndarray:
-    """``indices`` as distinct int64 positions of active rows, leaving at least one; ``n_active`` is the number of
-    rows ``active`` marks (the caller has counted them)."""
-    idx = np.asarray(indices)
-    if idx.ndim == 0:
-        idx = idx.reshape(1)
-    if idx.ndim != 1:
-        raise ValueError(f"indices must be a 1-D sequence of row indices. Found shape {idx.shape}.")
-    if idx.size == 0:
-        raise ValueError("indices must name at least one row. Found an empty sequence.")
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
-    bad = np.flatnonzero((idx < 0) | (idx >= n))
-    if bad.size:
-        raise ValueError(f"indices must be in [0, {n}). Found {int(idx[bad[0]])}.")
-    if idx.size > 1:
-        uniq, counts = np.unique(idx, return_counts=True)
-        if np.any(counts > 1):
-            raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
-    gone = np.flatnonzero(~active[idx])
-    if gone.size:
-        raise ValueError(f"Row {int(idx[gone[0]])} was already removed.")
-    if idx.size >= n_active:
-        raise ValueError(f"Cannot remove all {n_active} remaining rows: one must remain.")
-    return idx.astype(np.int64)
-
 
 #: With a preconditioner, L-BFGS hands over to chord-Newton steps once ‖∇L_b‖ ≤ this share of its initial value
 #: (MNIST 3 vs 8, measured before the merge with the data interface: 16 gradient evaluations in all instead of 25;
@@ -170,7 +71,7 @@ def _check_indices(indices: Any, n: int, active: np.ndarray, n_active: int) -> n
 #: which it no longer is: prime_cache forms it again at the final w).
 _CHORD_START = 3e-2
 
-#: Bytes of X per block of the blocked evaluation (:class:`_Evaluation`): a block stays in a 1–2 MB L2 cache between
+#: Bytes of X per block of the blocked evaluation (:class:`Evaluation`): a block stays in a 1–2 MB L2 cache between
 #: its two products.
 _EVAL_BLOCK_BYTES = 2 << 20
 _EVAL_BLOCK_MIN_ROWS = 64
@@ -220,7 +121,7 @@ def _lbfgs_preconditioner(X: DataMatrix, y: np.ndarray, loss: Loss, lam: float) 
         return None
 
 
-class _Evaluation:
+class Evaluation:
     """L_b(w; D) and ∇L_b(w; D) = Xᵀℓ'(Xw) + λnw + b (the optimiser's objective), read through the data interface,
     remembering its last point, gradient and ‖ℓ'(Xw)‖: L-BFGS evaluates its accepted point last, so the certified
     training residual reuses that gradient instead of recomputing it.
@@ -491,7 +392,8 @@ class CertifiedRemoval:
                     "Gaussian mechanism of Balle & Wang 2018)")
         return "(epsilon, delta)-certified removal (Guo et al. 2020, Def. 1, Thm 3 ii)"
 
-    def _eps_delta(self) -> tuple[float, float]:
+    def eps_delta(self) -> tuple[float, float]:
+        """The (ε, δ) of the guarantee: (0, 0) for exact removal, (ε, 0) for Laplace-type b."""
         if self.noise == "none":
             return 0.0, 0.0
         if self.noise == "laplace":
@@ -521,117 +423,7 @@ class CertifiedRemoval:
         return X, self.loss_.check_targets(yv)
 
     # -- Algorithm 1 ----------------------------------------------------------------------------------------
-    def _solve(self, X: DataMatrix, y: np.ndarray, b: np.ndarray, w0: np.ndarray | None = None,
-               precondition: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] | None = None,
-               ) -> tuple[np.ndarray, int, _Evaluation]:
-        """argmin_w L_b(w; D) to ‖∇L_b(w; D)‖₂ ≤ tol (the residual is then measured and charged; the optimiser's
-        path does not enter the certificate).
-
-        L-BFGS, stopped as soon as the gradient norm itself is below the target (not L-BFGS-B's stricter ∞-norm
-        criterion, which overshoots it). With ``precondition`` (a function that, given a point w_c, returns an
-        approximate solver r ↦ H(w_c)⁻¹ r — the ``pcg`` cache's factorisation, which the removals need anyway)
-        L-BFGS stops at 3 % of the initial gradient norm and chord-Newton steps w ← w − H(w_c)⁻¹∇L_b(w), one
-        gradient each, take it to tol; a step that does not halve the gradient norm hands back to L-BFGS. Newton
-        polishing with the exact Hessian last (exact for γ = 0). Returns (w, iterations, the evaluation at w: its
-        gradient and ‖ℓ'‖, reused for the residual where it was computed as ``objective_grad`` computes it)."""
-        n, d = X.shape
-        loss, lam = self.loss_, self.lam
-        tol = self.train_tolerance(n)
-        w = np.zeros(d) if w0 is None else w0.copy()
-        f = _Evaluation(X, y, loss, lam, b)
-        iterations = 0
-
-        R = _lbfgs_preconditioner(X, y, loss, lam) if loss.gamma != 0.0 and not f.fused else None
-
-        def lbfgs(w: np.ndarray, target: float) -> tuple[np.ndarray, int]:
-            if R is None:
-                def stop(intermediate_result: Any) -> None:
-                    if f.at(intermediate_result.x) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
-                        raise StopIteration
-
-                res = minimize(f, w, jac=True, method="L-BFGS-B", callback=stop,
-                               options={"maxiter": self.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
-                                        "maxcor": 20})
-                return np.array(res.x, dtype=np.float64), int(res.nit)
-            # preconditioned: L-BFGS in v = R w / c (RᵀR ≈ the Hessian at 0), with c = ‖R⁻ᵀ∇L_b(w)‖ so that its
-            # first, unit-length step is the approximate Newton step −(RᵀR)⁻¹∇L_b(w); the stopping rule is on
-            # ‖∇L_b(w)‖ itself, as above
-            val0, g0 = f(w)
-            c = vnorm(solve_triangular(R, g0, trans="T", check_finite=False))
-            Rc = R / c if c > 0.0 and math.isfinite(c) else R
-
-            def to_w(v: np.ndarray) -> np.ndarray:
-                return np.asarray(solve_triangular(Rc, v, check_finite=False), dtype=np.float64)
-
-            def to_v_grad(g: np.ndarray) -> np.ndarray:
-                return np.asarray(solve_triangular(Rc, g, trans="T", check_finite=False), dtype=np.float64)
-
-            v0 = Rc @ w
-            first = (v0.copy(), val0, to_v_grad(g0))
-
-            def fv(v: np.ndarray) -> tuple[float, np.ndarray]:
-                if np.array_equal(v, first[0]):  # the point evaluated above (w), not evaluated again
-                    return first[1], first[2].copy()
-                val, g = f(to_w(v))
-                return val, to_v_grad(g)
-
-            def stop_v(intermediate_result: Any) -> None:
-                if f.at(to_w(intermediate_result.x)) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
-                    raise StopIteration
-
-            res = minimize(fv, v0, jac=True, method="L-BFGS-B", callback=stop_v,
-                           options={"maxiter": self.max_iter, "gtol": 0.0, "ftol": 0.0, "maxcor": 20})
-            return to_w(np.asarray(res.x, dtype=np.float64)), int(res.nit)
-
-        coarse = _CHORD_START if precondition is not None else 0.0
-        if loss.gamma != 0.0 and not f.fused:  # fused passes: Newton from the start (one pass per step)
-            w, iterations = lbfgs(w, tol)  # to max(tol, coarse ‖∇L_b(w₀)‖) (the first evaluation is at w₀)
-            coarse = 0.0
-            if precondition is not None:
-                if not f.at(w):
-                    f(w)
-                best = vnorm(f.g)
-                if best > tol:
-                    apply = precondition(w)
-                    for _ in range(30):
-                        w_try = w - apply(f.g)
-                        f(w_try)
-                        iterations += 1
-                        g_try = vnorm(f.g)
-                        if not g_try <= 0.5 * best:
-                            break
-                        w, best = w_try, g_try
-                        if best <= tol:
-                            break
-                    if best > tol:  # the chord steps stalled: back to L-BFGS from the best point
-                        w, more = lbfgs(w, tol)
-                        iterations += more
-        prev: tuple[np.ndarray, float] | None = None
-        for _ in range(50):
-            if not f.at(w):
-                f(w)
-            if vnorm(f.g) <= tol:
-                return w, max(iterations, 1), f
-            if f.fused and prev is not None and not f.val <= prev[1]:  # the full step went uphill: halve it
-                w = 0.5 * (prev[0] + w)
-                iterations += 1
-                continue
-            if f.fused and f.H is not None:
-                H = f.H.copy()
-                H[np.diag_indices(d)] += lam * n
-            else:
-                H = obj.hessian(w, X, y, loss, lam)
-            prev = (w, f.val)
-            w = w - cho_solve(cho_factor(H), f.g)
-            iterations += 1
-        if not f.at(w):
-            f(w)
-        if vnorm(f.g) > tol:
-            raise RuntimeError(f"Training did not reach the gradient tolerance {tol:.3g}: |grad| = "
-                               f"{vnorm(f.g):.3g}. Increase max_iter or tol.")
-        return w, iterations, f
-
-    def _residual_with_allowance(self, w: np.ndarray, X: DataMatrix, y: np.ndarray, ev: _Evaluation) -> float:
+    def residual_with_allowance(self, w: np.ndarray, X: DataMatrix, y: np.ndarray, ev: Evaluation) -> float:
         """β₀ = ‖fl(∇L_b(w; D))‖ + the rounding allowance of computing it as
         :func:`~lethe.certified.objective.objective_grad` does. ``ev``: the optimiser's evaluation at w, reused when
         it computed exactly that (dense and sparse data); otherwise (a one-pass map-reduce of chunked data) the
@@ -667,69 +459,20 @@ class CertifiedRemoval:
         caller validated by the same rules and holds as its own copy (the estimators); it applies to dense C-ordered
         float64 arrays only (other data are checked anyway), and the targets are always checked.
         """
-        if self.solver == "auto":
-            if check_input:
-                X, y = self.check_data(X, y)
-            return self.resolved(X).train(X, y, random_state, cache=cache, defer_setup=defer_setup,
-                                          check_input=False)
         t0 = time.perf_counter()
         if check_input or not (is_dense(X) and X.dtype == np.float64 and X.flags.c_contiguous):
             X, y = self.check_data(X, y)
         else:
             y = self.loss_.check_targets(np.asarray(y, dtype=np.float64))
+        mech = self.resolved(X)  # solver="auto": resolved once, here
         if defer_setup and cache is not None:
-            check_solver_supports(self.solver, X)  # refuse at fit, not at the first removal
+            check_solver_supports(mech.solver, X)  # refuse at fit, not at the first removal
         rng = check_random_state(random_state)
         with blas_threads():
-            state = self._train_checked(X, y, rng, retrainings=0, cache=None if defer_setup else cache,
+            state = _train_state(mech, X, y, rng, retrainings=0, cache=None if defer_setup else cache,
                                         defer_setup=defer_setup)
-        return state, self._certificate("train", state, step=state.residual_bound, retrained=False, removed=(),
-                                        worst=math.nan, solve_error=0.0, seconds=time.perf_counter() - t0)
-
-    def _train_checked(self, X: DataMatrix, y: np.ndarray, rng: np.random.Generator, retrainings: int, *,
-                       x_norm: float | None = None, cache: NewtonCache | None = None,
-                       defer_setup: bool = False) -> ModelState:
-        n, d = X.shape
-        # residual_cap: the unperturbed objective (b = 0), no draw from rng
-        b = np.zeros(d) if self.residual_cap is not None else sample_perturbation(d, self.sigma, self.noise, rng)
-        precondition = None
-        B = backend_of(X)
-        # the chord steps need the cache's factorised anchor system: formed for pcg/refine on in-memory data that is
-        # not matrix-free (dense, or sparse with few features); chunked and matrix-free data train by L-BFGS alone
-        if (cache is not None and self.solver in ("refine", "pcg") and self.loss_.gamma != 0.0
-                and B.name in ("dense", "sparse") and not B.matrix_free(X)):
-
-            def precondition(w_c: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-                # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations;
-                # prime_cache then forms it again at the final w (the removals' preconditioner, as after a reload)
-                assert cache is not None
-                cache.reset()
-                build_anchor(self, w_c, X, y, np.ones(n, dtype=bool), cache, with_gram=False)
-                F = cache.factor
-                assert F is not None
-                return lambda r: newton_solve(F, r)
-
-        w, iterations, ev = self._solve(X, y, b, precondition=precondition)
-        beta = self._residual_with_allowance(w, X, y, ev)
-        del ev
-        if self.noise != "none" and beta > self.budget:
-            raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {self.budget:.3g}; "
-                               "lower tol.")
-        gram = None
-        if cache is not None and self.solver == "anchor" and d <= n and not B.matrix_free(X):
-            gram = B.gram(X)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
-        if defer_setup and (x_norm is None or not math.isfinite(x_norm)):
-            x_norm = math.nan  # formed by the first removal (:meth:`_with_x_norm`)
-        elif x_norm is None or not math.isfinite(x_norm):
-            # dense data without a double-precision Gram matrix at hand: a single-precision one (half the time; bound
-            # looser by ≈ γ_1024 in single precision, relative to ‖X‖_F²/‖X‖₂²); other backends: their own bound
-            x_norm = (spectral_norm_upper_bound_single(X) if is_dense(X) and gram is None and d <= n
-                      else B.spectral_norm_bound(X, gram=gram))
-        state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
-                           retrainings=retrainings, train_iterations=iterations)
-        if cache is not None:
-            prime_cache(self, state, X, y, np.ones(n, dtype=bool), cache, gram=gram)
-        return state
+        return state, mech.certify("train", state, step=state.residual_bound, retrained=False, removed=(),
+                                   worst=math.nan, solve_error=0.0, seconds=time.perf_counter() - t0)
 
     def prime(self, cache: NewtonCache, state: ModelState, X: DataMatrix, y: np.ndarray,
               active: np.ndarray | None = None) -> None:
@@ -737,13 +480,25 @@ class CertifiedRemoval:
 
         Optional: an unprepared cache is built at the first removal.
         """
-        if self.solver == "auto":
-            return self.resolved(X).prime(cache, state, X, y, active)
         active = np.ones(X.shape[0], dtype=bool) if active is None else np.asarray(active, dtype=bool)
         with blas_threads():
-            prime_cache(self, state, X, y, active, cache)
+            prime_cache(self.resolved(X), state, X, y, active, cache)
 
     # -- Eq. 3 / Eq. 6 with their certificates, and Algorithm 2 -----------------------------------------------
+    def within_budget(self, beta: float) -> bool:
+        """Alg. 2, line 16: whether an accumulated residual bound β keeps the guarantee, β ≤ ε′ (always, for exact
+        removal, ``noise="none"``). THE budget decision: every removal, retraining, addition, one-vs-all joint
+        bound (:class:`~lethe.certified.one_vs_all.OneVsAllRemoval`) and stored state is judged by it."""
+        return self.noise == "none" or beta <= self.budget
+
+    def certify(self, operation: str, state: ModelState, *, step: float, retrained: bool,
+                removed: tuple[int, ...], worst: float, solve_error: float, seconds: float,
+                result: StepResult | None = None) -> Certificate:
+        """The :class:`Certificate` of ``operation`` that left ``state``
+        (:func:`lethe.certified.certificate.certify`)."""
+        return certify(self, operation, state, step=step, retrained=retrained, removed=removed, worst=worst,
+                       solve_error=solve_error, seconds=seconds, result=result)
+
     def newton_step(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                     cache: NewtonCache | None = None) -> tuple[np.ndarray, float, float, float]:
         """The (batch) Newton removal step w⁻ = w + v, v ≈ H⁻¹Δ (Eq. 3, 6), and its certified residual increment.
@@ -755,63 +510,61 @@ class CertifiedRemoval:
 
         Returns (w⁻, step bound, worst-case bound (Thm 1/4, informational), measured solve error).
         """
-        if self.solver == "auto":
-            return self.resolved(X).newton_step(state, X, y, keep, idx, cache)
-        with blas_threads():
-            r = compute_step(self, state, X, y, keep, idx, cache)
+        r = self.step(state, X, y, keep, idx, cache)
         return r.w_new, r.step_bound, r.worst_case, r.solve_error
 
     def step(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
              cache: NewtonCache | None = None) -> StepResult:
         """As :meth:`newton_step`, returning the full :class:`~lethe.certified.newton.StepResult`."""
-        if self.solver == "auto":
-            return self.resolved(X).step(state, X, y, keep, idx, cache)
+        mech = self.resolved(X)
         with blas_threads():
-            return compute_step(self, state, X, y, keep, idx, cache)
+            return compute_step(mech, state, X, y, keep, idx, cache)
 
-    def _propose(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
-                 cache: NewtonCache | None, limit: float | None = None) -> tuple[ModelState, StepResult]:
-        """The Newton step as a new state, without the budget decision (used by the one-vs-all estimator).
+    def propose(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+                cache: NewtonCache | None = None, *, limit: float | None = None) -> tuple[ModelState, StepResult]:
+        """Alg. 2, lines 6–15 without the budget decision: the Newton step from ``state`` removing rows ``idx``
+        (``keep``: the rows after it) as a new state whose β is the old β plus the step's certified bound (Guo et
+        al.'s induction; with ``bound="tight"`` possibly the smaller accumulated bound of docs/tighter_bounds.md §4).
+        The caller decides with :meth:`within_budget` (:meth:`remove`, the one-vs-all
+        :class:`~lethe.certified.one_vs_all.OneVsAllRemoval`).
 
         ``limit`` (default: the budget ε′): the bound above which a step of ``auto``'s ``anchor`` is taken again by
         its fallback (:meth:`resolved`); one-vs-all passes each class's share of the joint budget."""
-        if self.solver == "auto":
-            return self.resolved(X)._propose(state, X, y, keep, idx, cache, limit)
-        alt = self.fallback
-        if alt is not None and cache is not None:
-            if cache.kind == "exact":  # this model fell back to pcg: it stays there until it is retrained
-                return alt._propose(state, X, y, keep, idx, cache)
-            new, r = self._propose_own(state, X, y, keep, idx, cache)
-            if self.noise == "none" or new.residual_bound <= (self.budget if limit is None else limit):
-                return new, r
-            # over budget from the anchor's bounded terms: the exact-Hessian step, from the same state, before any
-            # retraining. Its cache is primed from (w, rows before), as after loading the model, and in tight mode
-            # its vector accounting restarts from the residual measured at w (as an anchor's re-measure does,
-            # docs/tighter_bounds.md §5c, §5f) instead of from the anchor's accumulated bound β
-            cache.reset()
-            before = keep.copy()
-            before[idx] = True
-            with blas_threads():
-                prime_cache(alt, state, X, y, before, cache)
-                if alt.bound == "tight" and self.loss_.gamma != 0.0:
-                    cache.carry_e, cache.carry_err = measured_residual(alt, state.w, state.b, X, y, before)
-                    cache.carry_bound = 0.0
-            return alt._propose(state, X, y, keep, idx, cache)
-        return self._propose_own(state, X, y, keep, idx, cache)
-
-    def _propose_own(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
-                     cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
-        """:meth:`_propose` with this mechanism's own solver."""
+        mech = self.resolved(X)
+        alt = mech.fallback
+        if alt is None or cache is None:
+            return mech._step_own(state, X, y, keep, idx, cache)
+        if cache.kind == "exact":  # this model fell back to pcg: it stays there until it is retrained
+            return alt._step_own(state, X, y, keep, idx, cache)
+        new, r = mech._step_own(state, X, y, keep, idx, cache)
+        if mech.noise == "none" or new.residual_bound <= (mech.budget if limit is None else limit):
+            return new, r
+        # over budget from the anchor's bounded terms: the exact-Hessian step, from the same state, before any
+        # retraining. Its cache is primed from (w, rows before), as after loading the model, and in tight mode
+        # its vector accounting restarts from the residual measured at w (as an anchor's re-measure does,
+        # docs/tighter_bounds.md §5c, §5f) instead of from the anchor's accumulated bound β
+        cache.reset()
+        before = keep.copy()
+        before[idx] = True
         with blas_threads():
-            before = keep.copy()
-            before[idx] = True
+            prime_cache(alt, state, X, y, before, cache)
+            if alt.bound == "tight" and mech.loss_.gamma != 0.0:
+                cache.carry_e, cache.carry_err = measured_residual(alt, state.w, state.b, X, y, before)
+                cache.carry_bound = 0.0
+        return alt._step_own(state, X, y, keep, idx, cache)
+
+    def _step_own(self, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray, idx: np.ndarray,
+                  cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
+        """:meth:`propose` with this (concrete) mechanism's own solver."""
+        with blas_threads():
             if cache is not None and cache.kind is None and self.solver in ("refine", "pcg", "anchor"):
                 # a cache never primed (training deferred it, or it was reset): primed now exactly as ``prime``
                 # primes it after training or loading, so a service and the estimator take the same steps
                 # (``onepass`` steps build their anchor system themselves when out of sync, sharing one float32
                 # copy between the models of a one-vs-all estimator)
-                prime_cache(self, state, X, y, before, cache)
-            state = self._with_x_norm(state, X, cache, before)
+                prime_cache(self, state, X, y, mask_before(keep, idx), cache)
+            if not math.isfinite(state.x_norm_bound):
+                state = self._with_x_norm(state, X, cache, mask_before(keep, idx))
             r = compute_step(self, state, X, y, keep, idx, cache)
         beta = state.residual_bound + r.step_bound  # Guo et al.'s induction (triangle inequality over steps)
         if r.accumulated_bound is not None:  # tight accounting with the measured error vector (docs §4)
@@ -855,14 +608,13 @@ class CertifiedRemoval:
                 cache: NewtonCache | None = None) -> ModelState:
         """Alg. 2 line 17: retrain on the rows ``keep`` with a fresh b (reusing the ‖X‖₂ bound: rows were only
         removed), and re-prime ``cache`` for the new model."""
-        if self.solver == "auto":
-            return self.resolved(X).retrain(state, X, y, keep, rng, cache)
+        mech = self.resolved(X)
         with blas_threads():
-            new = self._train_checked(backend_of(X).subset(X, keep), y[keep], rng,
+            new = _train_state(mech, backend_of(X).subset(X, keep), y[keep], rng,
                                       retrainings=state.retrainings + 1, x_norm=state.x_norm_bound)
             if cache is not None:
                 cache.reset()
-                prime_cache(self, new, X, y, keep, cache)
+                prime_cache(mech, new, X, y, keep, cache)
         return new
 
     def remove(self, state: ModelState, X: Any, y: Any, indices: Any, *, active: np.ndarray | None = None,
@@ -887,83 +639,211 @@ class CertifiedRemoval:
             Rows currently in the data set (default: all). Not modified; the caller clears ``active[indices]``.
         cache : NewtonCache, optional
             Cached factorisation / margins / anchor system (fast path; required for the ``anchor`` solver to be
-            O(d²)). Without it the Hessian is rebuilt.
+            O(d²)). Without it the Hessian is rebuilt. A cache synced to (X, w, ``active``) also gives the number
+            of active rows (its own copy of the mask, compared in full) instead of a count.
         random_state
             Randomness for the fresh b if retraining is needed.
         check_input : bool
             Validate X and y (finite, ‖xᵢ‖ ≤ 1, targets). Only skip it for data validated before (as the
             estimators do: they hold the data they were fitted on).
         """
-        if self.solver == "auto":
-            if check_input:
-                X, y = self.check_data(X, y)
-            return self.resolved(X).remove(state, X, y, indices, active=active, cache=cache,
-                                           random_state=random_state, check_input=False)
         t0 = time.perf_counter()
         if check_input:
             X, y = self.check_data(X, y)
+        mech = self.resolved(X)  # solver="auto": resolved once, here
         n_rows = X.shape[0]
         if active is None:
             active = np.ones(n_rows, dtype=bool)
         active = np.asarray(active, dtype=bool)
         if active.shape != (n_rows,):
             raise ValueError(f"active must be a boolean mask of length {n_rows}. Found shape {active.shape}.")
-        if int(np.count_nonzero(active)) != state.n:
+        n_active = cache.synced_count(X, state.w, active) if cache is not None else None
+        synced = n_active is not None
+        if n_active is None:
+            n_active = int(np.count_nonzero(active))
+        if n_active != state.n:
             raise ValueError(f"The data must have the {state.n} active rows the model was trained on. "
-                             f"Found {int(np.count_nonzero(active))}.")
+                             f"Found {n_active}.")
         if X.shape[1] != state.w.shape[0]:
             raise ValueError(f"X must have {state.w.shape[0]} features. Found {X.shape[1]}.")
-        idx = _check_indices(indices, n_rows, active, state.n)  # state.n == the rows ``active`` marks (checked)
+        idx = check_indices(indices, n_rows, active, state.n)  # state.n == the rows ``active`` marks (checked)
         keep = active.copy()
         keep[idx] = False
-        new, r = self._propose(state, X, y, keep, idx, cache)
+        if synced:  # the cache's mask was just compared with ``active``: the step need not compare it again
+            cache.vouch_removal(keep, idx, n_active - idx.size)  # type: ignore[union-attr]
+        new, r = mech.propose(state, X, y, keep, idx, cache)
         removed = tuple(idx.tolist())
-        if self.noise == "none" or new.residual_bound <= self.budget:
-            return new, self._certificate("remove", new, step=r.step_bound, retrained=False, removed=removed,
-                                          worst=r.worst_case, solve_error=r.solve_error,
-                                          seconds=time.perf_counter() - t0, result=r)
-        new = self.retrain(state, X, y, keep, check_random_state(random_state), cache)
-        return new, self._certificate("retrain", new, step=r.step_bound, retrained=True, removed=removed,
-                                      worst=r.worst_case, solve_error=r.solve_error,
-                                      seconds=time.perf_counter() - t0, result=r)
+        retrained = not mech.within_budget(new.residual_bound)
+        if retrained:  # Alg. 2, line 17
+            new = mech.retrain(state, X, y, keep, check_random_state(random_state), cache)
+        return new, mech.certify("retrain" if retrained else "remove", new, step=r.step_bound, retrained=retrained,
+                                 removed=removed, worst=r.worst_case, solve_error=r.solve_error,
+                                 seconds=time.perf_counter() - t0, result=r)
 
-    def _bound_description(self, solver: str) -> str:
-        if self.bound == "paper":
-            text = "data-dependent: Cor. 1/Cor. 2 + solve error (Guo et al. 2020)"
+
+def _solve(cfg: CertifiedRemoval, X: DataMatrix, y: np.ndarray, b: np.ndarray, w0: np.ndarray | None = None,
+           precondition: Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]] | None = None,
+           ) -> tuple[np.ndarray, int, Evaluation]:
+    """argmin_w L_b(w; D) for the mechanism ``cfg`` to ‖∇L_b(w; D)‖₂ ≤ tol (the residual is then measured and
+    charged; the optimiser's path does not enter the certificate).
+
+    L-BFGS, stopped as soon as the gradient norm itself is below the target (not L-BFGS-B's stricter ∞-norm
+    criterion, which overshoots it). With ``precondition`` (a function that, given a point w_c, returns an
+    approximate solver r ↦ H(w_c)⁻¹ r — the ``pcg`` cache's factorisation, which the removals need anyway)
+    L-BFGS stops at 3 % of the initial gradient norm and chord-Newton steps w ← w − H(w_c)⁻¹∇L_b(w), one
+    gradient each, take it to tol; a step that does not halve the gradient norm hands back to L-BFGS. Newton
+    polishing with the exact Hessian last (exact for γ = 0). Returns (w, iterations, the evaluation at w: its
+    gradient and ‖ℓ'‖, reused for the residual where it was computed as ``objective_grad`` computes it)."""
+    n, d = X.shape
+    loss, lam = cfg.loss_, cfg.lam
+    tol = cfg.train_tolerance(n)
+    w = np.zeros(d) if w0 is None else w0.copy()
+    f = Evaluation(X, y, loss, lam, b)
+    iterations = 0
+
+    R = _lbfgs_preconditioner(X, y, loss, lam) if loss.gamma != 0.0 and not f.fused else None
+
+    def lbfgs(w: np.ndarray, target: float) -> tuple[np.ndarray, int]:
+        if R is None:
+            def stop(intermediate_result: Any) -> None:
+                if f.at(intermediate_result.x) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
+                    raise StopIteration
+
+            res = minimize(f, w, jac=True, method="L-BFGS-B", callback=stop,
+                           options={"maxiter": cfg.max_iter, "gtol": tol / math.sqrt(d) / 10, "ftol": 0.0,
+                                    "maxcor": 20})
+            return np.array(res.x, dtype=np.float64), int(res.nit)
+        # preconditioned: L-BFGS in v = R w / c (RᵀR ≈ the Hessian at 0), with c = ‖R⁻ᵀ∇L_b(w)‖ so that its
+        # first, unit-length step is the approximate Newton step −(RᵀR)⁻¹∇L_b(w); the stopping rule is on
+        # ‖∇L_b(w)‖ itself, as above
+        val0, g0 = f(w)
+        c = vnorm(solve_triangular(R, g0, trans="T", check_finite=False))
+        Rc = R / c if c > 0.0 and math.isfinite(c) else R
+
+        def to_w(v: np.ndarray) -> np.ndarray:
+            return np.asarray(solve_triangular(Rc, v, check_finite=False), dtype=np.float64)
+
+        def to_v_grad(g: np.ndarray) -> np.ndarray:
+            return np.asarray(solve_triangular(Rc, g, trans="T", check_finite=False), dtype=np.float64)
+
+        v0 = Rc @ w
+        first = (v0.copy(), val0, to_v_grad(g0))
+
+        def fv(v: np.ndarray) -> tuple[float, np.ndarray]:
+            if np.array_equal(v, first[0]):  # the point evaluated above (w), not evaluated again
+                return first[1], first[2].copy()
+            val, g = f(to_w(v))
+            return val, to_v_grad(g)
+
+        def stop_v(intermediate_result: Any) -> None:
+            if f.at(to_w(intermediate_result.x)) and vnorm(f.g) <= max(target, coarse * f.g0_norm):
+                raise StopIteration
+
+        res = minimize(fv, v0, jac=True, method="L-BFGS-B", callback=stop_v,
+                       options={"maxiter": cfg.max_iter, "gtol": 0.0, "ftol": 0.0, "maxcor": 20})
+        return to_w(np.asarray(res.x, dtype=np.float64)), int(res.nit)
+
+    coarse = _CHORD_START if precondition is not None else 0.0
+    if loss.gamma != 0.0 and not f.fused:  # fused passes: Newton from the start (one pass per step)
+        w, iterations = lbfgs(w, tol)  # to max(tol, coarse ‖∇L_b(w₀)‖) (the first evaluation is at w₀)
+        coarse = 0.0
+        if precondition is not None:
+            if not f.at(w):
+                f(w)
+            best = vnorm(f.g)
+            if best > tol:
+                apply = precondition(w)
+                for _ in range(30):
+                    w_try = w - apply(f.g)
+                    f(w_try)
+                    iterations += 1
+                    g_try = vnorm(f.g)
+                    if not g_try <= 0.5 * best:
+                        break
+                    w, best = w_try, g_try
+                    if best <= tol:
+                        break
+                if best > tol:  # the chord steps stalled: back to L-BFGS from the best point
+                    w, more = lbfgs(w, tol)
+                    iterations += more
+    prev: tuple[np.ndarray, float] | None = None
+    for _ in range(50):
+        if not f.at(w):
+            f(w)
+        if vnorm(f.g) <= tol:
+            return w, max(iterations, 1), f
+        if f.fused and prev is not None and not f.val <= prev[1]:  # the full step went uphill: halve it
+            w = 0.5 * (prev[0] + w)
+            iterations += 1
+            continue
+        if f.fused and f.H is not None:
+            H = f.H.copy()
+            H[np.diag_indices(d)] += lam * n
         else:
-            text = "tight: min of proven remainder bounds + solve error (docs/tighter_bounds.md)"
-        if solver == "anchor":
-            text += " + anchor mismatch bound (no data pass)"
-        elif solver == "onepass":
-            text += " + exact anchor mismatch from one single-precision pass"
-        return text
+            H = obj.hessian(w, X, y, loss, lam)
+        prev = (w, f.val)
+        w = w - cho_solve(cho_factor(H), f.g)
+        iterations += 1
+    if not f.at(w):
+        f(w)
+    if vnorm(f.g) > tol:
+        raise RuntimeError(f"Training did not reach the gradient tolerance {tol:.3g}: |grad| = "
+                           f"{vnorm(f.g):.3g}. Increase max_iter or tol.")
+    return w, iterations, f
 
-    def _certificate(self, operation: str, state: ModelState, *, step: float, retrained: bool,
-                     removed: tuple[int, ...], worst: float, solve_error: float, seconds: float,
-                     result: StepResult | None = None) -> Certificate:
-        eps, delta = self._eps_delta()
-        # the solver that computed the step (an anchor step that fell back to pcg names pcg)
-        solver = result.solver if result is not None and result.solver else self.solver
-        bound = ("training residual (Guo et al. 2020, footnote 1)" if operation == "train" else
-                 self._bound_description(solver))
-        if operation == "retrain":
-            bound = "budget exceeded (Alg. 2 line 16): retrained with fresh b; bound = training residual"
-        budget = self.budget
-        extra: dict[str, Any] = {}
-        if result is not None:
-            extra = dict(remainder_bound=float(result.remainder_bound), mismatch_bound=float(result.mismatch_bound),
-                         error_allowance=float(result.error_allowance), iterations=int(result.iterations),
-                         refreshed=result.refreshed, carried_error=float(result.carried_error))
-        return Certificate(
-            operation=operation, guarantee=self.guarantee, epsilon=eps, delta=delta, noise=self.noise, bound=bound,
-            step_bound=float(step), residual_bound=float(state.residual_bound), budget=float(budget),
-            budget_left=float(max(budget - state.residual_bound, 0.0)) if self.noise != "none" else 0.0,
-            epsilon_spent=float(epsilon_spent(state.residual_bound, self.sigma, self.delta, self.noise,
-                                              calibration=self.calibration))
-            if self.noise != "none" else 0.0,
-            retrained=retrained, n_removed=len(removed), n_remaining=state.n, worst_case_bound=float(worst),
-            solve_error=float(solve_error), seconds=float(seconds), removed_indices=removed, bound_mode=self.bound,
-            calibration=self.calibration, solver=solver, **extra)
+
+def _train_state(cfg: CertifiedRemoval, X: DataMatrix, y: np.ndarray, rng: np.random.Generator,
+                 retrainings: int, *, x_norm: float | None = None, cache: NewtonCache | None = None,
+                 defer_setup: bool = False) -> ModelState:
+    """Alg. 1 for the concrete mechanism ``cfg`` on validated data: sample b (none with ``residual_cap``), minimise
+    L_b, charge the measured residual β₀ with its allowance (refused above the budget), form the ‖X‖₂ bound unless
+    deferred or given, and prime ``cache``."""
+    n, d = X.shape
+    # residual_cap: the unperturbed objective (b = 0), no draw from rng
+    b = np.zeros(d) if cfg.residual_cap is not None else sample_perturbation(d, cfg.sigma, cfg.noise, rng)
+    precondition = None
+    B = backend_of(X)
+    # the chord steps need the cache's factorised anchor system: formed for pcg/refine on in-memory data that is
+    # not matrix-free (dense, or sparse with few features); chunked and matrix-free data train by L-BFGS alone
+    if (cache is not None and cfg.solver in ("refine", "pcg") and cfg.loss_.gamma != 0.0
+            and B.name in ("dense", "sparse") and not B.matrix_free(X)):
+
+        def precondition(w_c: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+            # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations;
+            # prime_cache then forms it again at the final w (the removals' preconditioner, as after a reload)
+            assert cache is not None
+            cache.reset()
+            build_anchor(cfg, w_c, X, y, np.ones(n, dtype=bool), cache, with_gram=False)
+            F = cache.factor
+            assert F is not None
+            return lambda r: newton_solve(F, r)
+
+    w, iterations, ev = _solve(cfg, X, y, b, precondition=precondition)
+    beta = cfg.residual_with_allowance(w, X, y, ev)
+    del ev
+    if not cfg.within_budget(beta):
+        raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {cfg.budget:.3g}; "
+                           "lower tol.")
+    gram = None
+    if cache is not None and cfg.solver == "anchor" and d <= n and not B.matrix_free(X):
+        gram = B.gram(X)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
+    if defer_setup and (x_norm is None or not math.isfinite(x_norm)):
+        x_norm = math.nan  # formed by the first removal (:meth:`_with_x_norm`)
+    elif x_norm is None or not math.isfinite(x_norm):
+        # dense data without a double-precision Gram matrix at hand: a single-precision one (half the time; bound
+        # looser by ≈ γ_1024 in single precision, relative to ‖X‖_F²/‖X‖₂²); other backends: their own bound
+        x_norm = (spectral_norm_upper_bound_single(X) if is_dense(X) and gram is None and d <= n
+                  else B.spectral_norm_bound(X, gram=gram))
+    state = ModelState(w=w, b=b, n=n, residual_bound=beta, x_norm_bound=x_norm, removals_since_training=0,
+                       retrainings=retrainings, train_iterations=iterations)
+    if cache is not None:
+        prime_cache(cfg, state, X, y, np.ones(n, dtype=bool), cache, gram=gram)
+    return state
+
+
+#: The names the training-path tests use (tests/certified/test_training_path.py, test_gradient_allowance.py).
+_Evaluation = Evaluation
+CertifiedRemoval._residual_with_allowance = CertifiedRemoval.residual_with_allowance  # type: ignore[attr-defined]
 
 
 def exact_residual(config: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray) -> float:

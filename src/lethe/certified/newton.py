@@ -22,16 +22,16 @@ from __future__ import annotations
 import numpy as np
 
 from lethe.certified.anchor import anchor_step
-from lethe.certified.anchor_system import _downdate, _mv_maintained, _solve_maintained, build_anchor
+from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, solve_maintained
 from lethe.certified.cache import CostModel, NewtonCache, SharedFloat32Data
-from lethe.certified.common import RemovalConfig, StepResult, _margins, _row_norm_max
+from lethe.certified.common import RemovalConfig, StepResult, compute_margins, max_row_norm
 from lethe.certified.data import DataMatrix, backend_of, is_dense
 from lethe.certified.exact import exact_hessian_step
 from lethe.certified.linalg import cho_solve, jacobi_preconditioner, precond_factor
-from lethe.certified.onepass import _prime_onepass, onepass_step
+from lethe.certified.onepass import onepass_step, prime_onepass
 from lethe.certified.single import (
-    _representatives,
     column_groups,
+    representatives,
     single_pass_margins,
     single_pass_transpose,
 )
@@ -71,6 +71,13 @@ def check_solver_supports(solver: str, X: DataMatrix) -> None:
                          f"features must not form. Use solver='pcg' (matrix-free).")
 
 
+def new_caches(k: int, solver: str, members: np.ndarray | None) -> list[NewtonCache]:
+    """One cache per binary model; with ``solver="onepass"`` and all models on the same rows, one shared float32
+    copy of the data for all of them (K copies would take K × 4nd bytes)."""
+    shared = SharedFloat32Data() if solver == "onepass" and members is None and k > 1 else None
+    return [NewtonCache(shared=shared) for _ in range(k)]
+
+
 def compute_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                  idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Dispatch on ``cfg.solver``. On an exception the cache is reset (its in-place updates may be half done)."""
@@ -103,11 +110,11 @@ def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         cache.kind = "anchor"
         build_anchor(cfg, state.w, X, y, active, cache, with_gram=True, gram=gram)
     elif cfg.solver == "onepass":
-        _prime_onepass(cfg, state.w, X, y, active, cache)
+        prime_onepass(cfg, state.w, X, y, active, cache)
     else:
-        rho = _row_norm_max(cfg, X, cache)
+        rho = max_row_norm(cfg, X, cache)
         cache.kind = "exact"
-        cache.z, cache.eta = _margins(X, state.w, rho)
+        cache.z, cache.eta = compute_margins(X, state.w, rho)
         if cfg.solver != "cholesky" and not backend_of(X).matrix_free(X):
             build_anchor(cfg, state.w, X, y, active, cache, with_gram=False, margins=cache.z)
     if cfg.bound == "tight":
@@ -117,8 +124,11 @@ def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     cache._advance(X, state.w, active)
 
 
+#: The names tests/certified import from this module (the solvers' helpers were private before the internal API).
+_downdate, _mv_maintained, _representatives = downdate, mv_maintained, representatives
+
 __all__ = ["AUTO_ANCHOR_MAX_FEATURES", "BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "SharedFloat32Data",
-           "StepResult", "_downdate", "_mv_maintained", "_representatives", "_solve_maintained", "anchor_step",
-           "build_anchor", "check_solver_supports", "cho_solve", "column_groups", "compute_step",
-           "exact_hessian_step", "jacobi_preconditioner", "onepass_step", "precond_factor", "prime_cache",
-           "resolve_solver", "single_pass_margins", "single_pass_transpose"]
+           "StepResult", "anchor_step", "build_anchor", "check_solver_supports", "cho_solve", "column_groups",
+           "compute_step", "downdate", "exact_hessian_step", "jacobi_preconditioner", "mv_maintained", "new_caches",
+           "onepass_step", "precond_factor", "prime_cache", "representatives", "resolve_solver", "single_pass_margins",
+           "single_pass_transpose", "solve_maintained"]

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from lethe.certified.anchor_system import _downdate, _mv_maintained, _solve_maintained, build_anchor
+from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, solve_maintained
 from lethe.certified.bounds import (
     UNIT_ROUNDOFF,
     evaluation_slack,
@@ -18,23 +18,23 @@ from lethe.certified.bounds import (
     vnorm,
     worst_case_bound,
 )
-from lethe.certified.cache import NewtonCache, _buffers
+from lethe.certified.cache import NewtonCache, work_buffers
 from lethe.certified.common import (
     RemovalConfig,
     StepResult,
-    _carry_start,
-    _curvature,
-    _margins,
-    _policy_due,
-    _remainder,
-    _removed_gradient,
-    _row_norm_max,
-    _rows_before,
-    _x_norm,
+    carry_start,
+    compute_margins,
+    local_curvature,
+    mask_before,
+    max_row_norm,
+    policy_due,
+    remainder_terms,
+    removed_gradient,
+    x_norm_upper,
 )
 from lethe.certified.data import DataMatrix, backend_of
 from lethe.certified.linalg import cho_solve
-from lethe.certified.single import _representatives, column_groups, single_pass_margins, single_pass_transpose
+from lethe.certified.single import column_groups, representatives, single_pass_margins, single_pass_transpose
 from lethe.certified.state import ModelState
 
 U = UNIT_ROUNDOFF
@@ -57,7 +57,7 @@ def _flush(cache: NewtonCache, X: DataMatrix, w: np.ndarray, x_norm: float, rho:
     P[:] = 0.0
     cache.p_err = 0.0
     if margins or cache.z_ref is None or cache.w_ref is None:
-        cache.z, cache.eta = _margins(X, w, rho)
+        cache.z, cache.eta = compute_margins(X, w, rho)
         cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), w.copy(), cache.eta
     else:
         # re-base: z = z_ref + X32 (w − w_ref), one single-precision pass whose error grows with ‖w − w_ref‖
@@ -72,13 +72,13 @@ def _flush(cache: NewtonCache, X: DataMatrix, w: np.ndarray, x_norm: float, rho:
     cache.flushes += 1
 
 
-def _prime_onepass(cfg: RemovalConfig, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
+def prime_onepass(cfg: RemovalConfig, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
                    cache: NewtonCache, removing: np.ndarray | None = None) -> None:
     """Anchor system at w (tracked M), margins, float32 copy of the active rows, empty pending vector. With a shared
     copy, rows of ``removing`` (the step about to run) may already be zeroed in it by another model."""
-    rho = _row_norm_max(cfg, X, cache)
+    rho = max_row_norm(cfg, X, cache)
     cache.kind = "onepass"
-    cache.z, cache.eta = _margins(X, w, rho)
+    cache.z, cache.eta = compute_margins(X, w, rho)
     build_anchor(cfg, w, X, y, active, cache, with_gram=False, margins=cache.z)
     cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
     found = cache.shared.lookup(X, active, removing) if cache.shared is not None else None
@@ -86,7 +86,7 @@ def _prime_onepass(cfg: RemovalConfig, w: np.ndarray, X: np.ndarray, y: np.ndarr
         X32, groups = found
     else:
         groups = column_groups(X)
-        X32 = (X if groups is None else X[:, _representatives(groups)]).astype(np.float32)
+        X32 = (X if groups is None else X[:, representatives(groups)]).astype(np.float32)
         X32[~active] = 0.0
         if cache.shared is not None:
             cache.shared.store(X, X32, groups, active)
@@ -112,19 +112,19 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     n_new, m = int(np.count_nonzero(keep)), int(idx.size)
     cache = NewtonCache() if cache is None else cache
     cm, passes, refreshed = cache.cost_model, 0.0, ""
-    active_before = _rows_before(keep, idx)
-    rho = _row_norm_max(cfg, X, cache)
-    x_norm = _x_norm(state, n_rows, rho)
+    active_before = mask_before(keep, idx)
+    rho = max_row_norm(cfg, X, cache)
+    x_norm = x_norm_upper(state, n_rows, rho)
     refresh_cost = cm.hessian(n_rows, d) + cm.cholesky(d)
     synced = (cache.matches(X, w, active_before, "onepass") and cache.X32 is not None and cache.P is not None
               and cache.z is not None and cache.M is not None
               and (cache.shared is None or cache.shared.usable_for_step(cache.X32, active_before, idx)))
     if not synced:
         cache.reset()
-        _prime_onepass(cfg, w, X, y, active_before, cache, removing=idx)
+        prime_onepass(cfg, w, X, y, active_before, cache, removing=idx)
         refreshed = "anchor"
         passes += d / 4.0 + 1
-    elif _policy_due(cfg, cache, refresh_cost):
+    elif policy_due(cfg, cache, refresh_cost):
         build_anchor(cfg, w, X, y, active_before, cache, with_gram=False)  # P, E and z keep their meaning
         refreshed = "anchor"
         passes += d / 4.0
@@ -134,9 +134,9 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     X32, P, z, eta = cache.X32, cache.P, cache.z, cache.eta
     assert X32 is not None and P is not None and z is not None
 
-    Delta, err_Delta = _removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
+    Delta, err_Delta = removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
     delta_norm = vnorm(Delta)
-    e_old, eps_old, S_old = _carry_start(cfg, state, cache, synced, d)
+    e_old, eps_old, S_old = carry_start(cfg, state, cache, synced, d)
     if e_old is not None:
         # fold the pending entries of the removed rows into E while they are still in the data: X_Dᵀ P =
         # X_D′ᵀ P + Σ_{j∈R} Pⱼ xⱼ
@@ -154,7 +154,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
         X32[idx] = 0.0
     rhs = Delta if e_old is None else Delta - e_old
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
-    _downdate(cache, X, idx, lam, track=True)
+    downdate(cache, X, idx, lam, track=True)
 
     # -- v from the anchor system (O(d²))
     F = cache.factor
@@ -163,11 +163,11 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     if e_old is not None:
         target = max(target, cache.carry_share * cfg.budget)
     v = cho_solve(F, rhs, check_finite=False)
-    q, err_q = _mv_maintained(cache, v)
-    v, e, it, refac = _solve_maintained(cache, rhs, v, q - rhs, target, d)
+    q, err_q = mv_maintained(cache, v)
+    v, e, it, refac = solve_maintained(cache, rhs, v, q - rhs, target, d)
     refreshed = refreshed or refac
     if it or refac:  # measured directly for the final v (PCG only updates it recursively; a refactorisation folds)
-        q, err_q = _mv_maintained(cache, v)
+        q, err_q = mv_maintained(cache, v)
         e = q - rhs
     w_new = w + v
     wn_new = vnorm(w_new)
@@ -179,14 +179,14 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
                    + err_rhs + err_q)
 
     # -- the single-precision pass: margins of the step
-    buf = _buffers(cache, n_rows)
+    buf = work_buffers(cache, n_rows)
     a, zeta32 = single_pass_margins(X32, v, rho, buf, cache.col_groups)
     passes += 0.5
     zeta = 2.0 * (zeta32 + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true| on the rows of D′
     # -- exact mismatch g = δ ⊙ a on D′ (δᵢ = ℓ''(zᵢ) − ŝᵢ; ŝ is zero on removed rows, s̃ masked to D′); ã is
     # exactly 0 on removed rows (their float32 rows are zero)
     assert cache.s_hat is not None
-    delta_c = _curvature(loss, z, y, buf.f[4])
+    delta_c = local_curvature(loss, z, y, buf.f[4])
     delta_c *= keep
     s_max = float(np.max(delta_c, initial=0.0))
     tau_s = float(loss.gamma) * eta + 8 * U * (1.0 + s_max)  # |s̃ᵢ − ℓ''(xᵢᵀw)|
@@ -205,7 +205,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
         # the mismatch's error bound), priced at one retraining per budget ε′ as for ``anchor``
         cache.excess_cost += cm.training(n_rows, d, state.train_iterations) / cfg.budget * x_norm * zeta * d_norm
 
-    rem, cands = _remainder(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho, buf)
+    rem, cands = remainder_terms(cfg, keep, z, eta, a, zeta, v_ub, x_norm, rho, buf)
     cache.last_remainder = rem
 
     acc: float | None
@@ -214,7 +214,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
         acc, carried, e_step, err_step = None, 0.0, e_norm, err_e
         cache.since_flush += 1
         if cache.since_flush >= cache.flush_every:  # refresh the margins (their error grows by ζ per step)
-            cache.z, cache.eta = _margins(X, w_new, rho)
+            cache.z, cache.eta = compute_margins(X, w_new, rho)
             cache.since_flush = 0
             z_fresh = True
             passes += 1.0

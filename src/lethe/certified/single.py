@@ -14,7 +14,7 @@ from lethe.certified.bounds import (
     gamma_k,
     vnorm,
 )
-from lethe.certified.cache import _Buffers
+from lethe.certified.cache import WorkBuffers
 
 U = UNIT_ROUNDOFF
 
@@ -54,13 +54,13 @@ def column_groups(X: np.ndarray) -> np.ndarray | None:
     return None if len(reps) == d else groups
 
 
-def _representatives(groups: np.ndarray) -> np.ndarray:
+def representatives(groups: np.ndarray) -> np.ndarray:
     """The first column of every group of :func:`column_groups`."""
     _, first = np.unique(groups, return_index=True)
     return first
 
 
-def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float, buf: _Buffers | None = None,
+def single_pass_margins(X32: np.ndarray, v: np.ndarray, rho: float, buf: WorkBuffers | None = None,
                         groups: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """ã ≈ X v from the single-precision copy X32 = fl₃₂(X), and ζ ≥ maxᵢ |ãᵢ − xᵢᵀv| (rows with ‖xᵢ‖ ≤ ρ).
 

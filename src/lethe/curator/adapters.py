@@ -34,6 +34,7 @@ import numpy as np
 
 from lethe.certified.mechanism import CertifiedRemoval, ModelState
 from lethe.certified.noise import epsilon_spent
+from lethe.certified.one_vs_all import OneVsAllRemoval
 from lethe.curator.artifacts import Artifact
 
 
@@ -166,7 +167,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     _UNSUPPORTED = ("random_state", "negative_subsample")
 
     @staticmethod
-    def _estimator_class(loss: str) -> type:
+    def _estimator_class(loss: str) -> Any:
         from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
         return CertifiedLogisticRegression if loss == "logistic" else CertifiedLinearRegression
@@ -216,14 +217,14 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     def model_rows(self, X: np.ndarray) -> np.ndarray:
         """The rows the weights apply to, as the estimator's ``_validate_X`` forms them: ``normalize_rows`` (logistic)
         then the intercept column. ``X`` itself when neither is set (not copied)."""
-        from lethe.estimators import _INTERCEPT_SCALE
+        from lethe.estimators import INTERCEPT_SCALE
         from lethe.preprocessing import normalize_rows
 
         logistic = self.params["loss"] == "logistic"
         if logistic and self.params.get("normalize_rows", False):
             X = normalize_rows(np.asarray(X, dtype=np.float64))
         if self.params.get("fit_intercept", False):
-            scale = _INTERCEPT_SCALE if logistic else 1.0
+            scale = INTERCEPT_SCALE if logistic else 1.0
             X = np.column_stack([np.asarray(X, dtype=np.float64) * scale, np.full(X.shape[0], scale)])
         return X
 
@@ -271,10 +272,9 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         return Artifact(arrays=arrays, meta=meta)
 
     def _joint(self, betas: list[float]) -> float:
-        """The one-vs-all model's residual bound: √Σβ_k² for Gaussian b, Σβ_k for Laplace-type b (see
-        :class:`lethe.estimators.MulticlassCertificate`); β for a binary model."""
-        r = np.asarray(betas, dtype=np.float64)
-        return float(r.sum()) if self.mechanism.noise == "laplace" else float(np.sqrt(np.sum(r * r)))
+        """The one-vs-all model's residual bound (:meth:`lethe.certified.one_vs_all.OneVsAllRemoval.joint`: √Σβ_k² for
+        Gaussian b, Σβ_k for Laplace-type b); β for a binary model."""
+        return OneVsAllRemoval(self.mechanism).joint(betas)
 
     # -- operations -----------------------------------------------------------------------------------------------
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
@@ -285,7 +285,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         else:
             mech = self.mechanism
             beta = self._joint([c["residual_bound"] for c in certs])
-            eps, delta = mech._eps_delta()
+            eps, delta = mech.eps_delta()
             cert = {"operation": "train", "guarantee": mech.guarantee + "; one-vs-all, joint budget",
                     "epsilon": eps, "delta": delta, "residual_bound": beta, "budget": float(mech.budget),
                     "budget_left": max(float(mech.budget) - beta, 0.0), "retrained": False,
@@ -301,8 +301,6 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         are primed from the state (one pass over the data, as ``fit`` does); certificates rest on the state's
         accumulated bound β, which the artifact carries.
         """
-        from lethe.estimators import _new_caches, _saved_solver
-
         states = self._states(artifact)
         classes = artifact.meta.get("classes")
         active = np.asarray(active, dtype=bool)
@@ -311,11 +309,11 @@ class CertifiedRemovalAdapter(MechanismAdapter):
             raise ValueError(f"X, y and active must describe the same {n_full} rows. Found {y.shape}, {active.shape}.")
         if int(np.count_nonzero(active)) != states[0].n:
             raise ValueError(f"The version is for {states[0].n} records; the data has {int(np.count_nonzero(active))}.")
-        est = self._estimator(None)
         n_features = int(X.shape[1])
         X = self.model_rows(X)  # with an intercept or normalize_rows: a private copy (removal zeroes its rows)
         K = len(states)
         Y = np.zeros((K, n_full))
+        labels = None
         if self.params["loss"] == "logistic":
             assert classes is not None
             labels = _labels_like(classes, y)
@@ -324,24 +322,17 @@ class CertifiedRemovalAdapter(MechanismAdapter):
             else:
                 for k in range(K):
                     Y[k] = np.where(y == labels[k], 1.0, -1.0)
-            est.classes_ = labels
         else:
             Y[0] = y
         Y[:, ~active] = 0.0
-        est.X_, est.Y_, est.active_ = X, Y, active.copy()
-        est.members_ = None
-        est.keys_ = None  # the service maps its own keys to rows
-        est.states_ = states
-        est.trained_params_ = est._current_params()  # the version's parameters (remove() checks them)
-        est.n_removed_ = int(artifact.meta.get("n_removed", 0))
-        est.n_features_in_ = n_features
-        # the concrete solver the version was computed with (solver="auto" resolves at training; versions written
-        # before it existed name their solver in the parameters)
-        est.mechanism_ = est._mechanism().resolved(X, solver=_saved_solver(artifact.meta.get("solver"), est.solver))
-        est.caches_ = _new_caches(K, est.mechanism_.solver, None)
-        for k in range(K):  # as fit does: one data pass now, so that the first removal is as warm as the next ones
-            est.mechanism_.prime(est.caches_[k], states[k], X, Y[k], active)
-        est._rng = np.random.default_rng()
+        # the version's parameters (remove() checks them) and the concrete solver it was computed with (solver="auto"
+        # resolves at training; versions written before it existed name their solver in the parameters); the caches
+        # are primed as fit leaves them (one data pass now, so that the first removal is as warm as the next ones);
+        # the service maps its own keys to rows (no record keys)
+        options = {k: v for k, v in self.params.items() if k != "loss"}
+        est = self._estimator_class(self.params["loss"]).from_state(
+            options, X=X, Y=Y, active=active.copy(), states=states, n_features_in=n_features, classes=labels,
+            n_removed=int(artifact.meta.get("n_removed", 0)), solver=artifact.meta.get("solver"), prime=True)
         return WarmModel(est)
 
     def remove_warm(self, warm: WarmModel, rows: np.ndarray,
@@ -349,8 +340,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         """Remove ``rows`` (positions in the row space of :meth:`restore`) as one batch (Eq. 6) with the estimator's
         own :meth:`remove`; advances ``warm``. On error the estimator is unchanged (its contract)."""
         est = warm.estimator
-        est._rng = rng  # fresh entropy for a retraining's b
-        cert = est.remove(np.asarray(rows, dtype=np.int64))
+        cert = est.remove_rows(np.asarray(rows, dtype=np.int64), random_state=rng)  # fresh entropy for a retraining
         out = _public_certificate(cert.to_dict())
         if "operation" not in out:  # one-vs-all
             out["operation"] = "retrain" if cert.retrained else "remove"

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lethe.curator.adapters import MechanismAdapter, register_adapter
-from lethe.curator.artifacts import Artifact
+from lethe.curator.artifacts import Artifact, ArtifactError
 from lethe.curator.public import OBSERVER_RELEASES
 
 __all__ = ["ReleasedLogisticAdapter"]
@@ -120,9 +120,9 @@ class ReleasedLogisticAdapter(MechanismAdapter):
 
     def _certificate(self, acc: Any, meta: dict[str, Any], *, published: bool, n_removed: int,
                      operation: str) -> dict[str, Any]:
-        from lethe.release import _GUARANTEE
+        from lethe.release import GUARANTEE
 
-        return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": _GUARANTEE,
+        return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": GUARANTEE,
                 "theorem": "docs/release_privacy.md", "noise": "gaussian", "epsilon": acc.epsilon,
                 "delta": acc.delta, "horizon": acc.horizon, "cadence": int(self.params["cadence"]),
                 "cadence_seconds": self.params["cadence_seconds"],
@@ -137,13 +137,14 @@ class ReleasedLogisticAdapter(MechanismAdapter):
 
         est = ReleasedLogisticRegression(**self._estimator_params(self.params), random_state=rng).fit(X, y)
         rel = est.release_
-        acc = est._accountant
+        acc = est.accountant_
+        state = est.state_
         meta = {"mechanism": self.name, "classes": [c.item() if hasattr(c, "item") else c for c in est.classes_],
                 "accountant": acc.to_dict(), "pending": 0, "release_version": rel.version,
                 "released_at": float(self.clock()),
-                "n_floor": int(est.n_floor_), "solver": est._mech.solver, "horizon_spent": False,
-                "state": self._state_meta(est._state), "n": int(est._state.n)}
-        artifact = Artifact(arrays={"centre": np.array(est._state.w, dtype=np.float64),
+                "n_floor": int(est.n_floor_), "solver": est.mechanism_.solver, "horizon_spent": False,
+                "state": self._state_meta(state), "n": int(state.n)}
+        artifact = Artifact(arrays={"centre": np.array(state.w, dtype=np.float64),
                                     "w": np.array(rel.coef, dtype=np.float64)}, meta=meta)
         return artifact, self._certificate(acc, meta, published=True, n_removed=0, operation="train")
 
@@ -151,6 +152,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         from lethe.certified.mechanism import ModelState, NewtonCache
         from lethe.privacy.release import ReleaseAccountant
+        from lethe.release import measured_centre_residual
 
         m = artifact.meta
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -168,6 +170,13 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         state = ModelState(w=centre, b=np.zeros_like(centre), **m["state"])
         mech = self._mechanism(X, solver=m["solver"])
+        # the centre's residual re-measured on the data it is for: a stored β that is certainly not an upper bound
+        # (‖g̃‖ − a > β) would void the sensitivity every release rests on (lethe.release.check_release_state)
+        g_norm, allowance = measured_centre_residual(mech, centre, X, Y)
+        if g_norm - allowance > state.residual_bound:
+            raise ArtifactError(f"the centre's residual re-measured from the data, {g_norm:.6g} (± {allowance:.3g}), "
+                                f"exceeds its recorded bound {state.residual_bound:.6g}: the version does not belong "
+                                "to these records; refusing to publish from it.")
         new_state, _ = mech.remove(state, X, Y, idx, cache=NewtonCache(), check_input=False)
         acc = ReleaseAccountant.from_dict(m["accountant"])
         pending = int(m["pending"]) + 1

@@ -163,13 +163,41 @@ def _certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray
     return betas
 
 
+def _check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None,
+                             params: dict[str, Any] | None) -> None:
+    """A ``released-logistic`` state (:mod:`lethe.curator.adapters_release`): the secret centre and the public
+    release, finite float64 vectors of one width (d, or d + 1 with an intercept); with the (authenticated)
+    parameters, the release stream's invariants of :func:`lethe.release.check_release_state` — accountant for the
+    parameters' (ε, δ, T) with the sensitivity recomputed from them and σ ≥ the calibrated σ, β ≤ β_cap, counts."""
+    centre = _finite_array(arrays, "centre", None)
+    width = centre.shape[0]
+    if d is not None and width not in (d, d + 1):
+        raise ArtifactError(f"array 'centre' must have {d} or {d + 1} entries. Found {width}.")
+    _finite_array(arrays, "w", width)
+    if params is None:
+        return
+    from lethe.release import check_release_state
+
+    version = meta.get("release_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ArtifactError(f"the release version must be an integer >= 0. Found {version!r}.")
+    try:
+        check_release_state(params, accountant=meta.get("accountant"), state=meta.get("state"),
+                            n_floor=meta.get("n_floor"), n=meta.get("n"), releases=version + 1,
+                            pending=meta.get("pending"), horizon_spent=meta.get("horizon_spent"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"the release state is invalid: {exc}") from None
+
+
 def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None:
     """Validate a loaded state against itself and against its (authenticated) binding.
 
     Certified removal (Guo et al. 2020): ``w`` and ``b`` finite float64 vectors of the dataset's dimension; n ≥ 1;
     counters ≥ 0; the accumulated residual bound β finite, ≥ 0 and, unless ``noise="none"``, β ≤ ε′ — the budget
     the parameters σ, ε, δ give (Alg. 2: a state above budget must have been retrained, so such a file certifies
-    nothing). Noisy-GD (Chourasia & Shah 2023): ``theta`` finite of the dataset's dimension; its configuration's λ
+    nothing), judged by the mechanism's own decision (:meth:`lethe.certified.one_vs_all.OneVsAllRemoval.check_stored`).
+    Released logistic regression (``released-logistic``): :func:`_check_released_logistic`. Noisy-GD
+    (Chourasia & Shah 2023): ``theta`` finite of the dataset's dimension; its configuration's λ
     and q equal the parameters. Raises :class:`ArtifactError` naming the rule and the value.
     """
     meta, arrays = artifact.meta, artifact.arrays
@@ -183,10 +211,9 @@ def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None
         raise ArtifactError(f"the state's record count n must be an integer >= 1. Found {n!r}.")
     if mech == "certified-removal":
         betas = _certified_removal_states(meta, arrays, d)
-        noise = meta.get("noise", (b.get("params") or {}).get("noise", "gaussian"))
-        beta = float(sum(betas)) if noise == "laplace" else math.sqrt(math.fsum(x * x for x in betas))
         if "params" in b:
             from lethe.certified.mechanism import CertifiedRemoval
+            from lethe.certified.one_vs_all import OneVsAllRemoval
 
             try:
                 # fit_intercept / normalize_rows shape the rows, not the mechanism (lethe.curator.adapters)
@@ -194,12 +221,12 @@ def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None
                                                if k not in ("fit_intercept", "normalize_rows")})
             except (TypeError, ValueError) as exc:
                 raise ArtifactError(f"the bound parameters are invalid: {exc}") from None
-            if mech_obj.noise == "laplace":
-                beta = float(sum(betas))
-            if mech_obj.noise != "none" and not beta <= mech_obj.budget:
-                raise ArtifactError(f"the residual bound {beta!r} exceeds the budget {mech_obj.budget!r} that "
-                                    f"sigma={mech_obj.sigma!r}, epsilon={mech_obj.epsilon!r}, "
-                                    f"delta={mech_obj.delta!r} allow.")
+            try:  # the mechanism's own budget decision on the (joint) bound (Alg. 2, line 16)
+                OneVsAllRemoval(mech_obj).check_stored(betas)
+            except ValueError as exc:
+                raise ArtifactError(str(exc)) from None
+    elif mech == "released-logistic":
+        _check_released_logistic(meta, arrays, d, b.get("params"))
     elif mech == "noisy-gd":
         _finite_array(arrays, "theta", d)
         config = meta.get("config")

@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
 from lethe._rng import check_random_state
+from lethe.certified.one_vs_all import next_batch_cap
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError, ArtifactStore
 from lethe.curator.dask_plane import active_rows
@@ -262,9 +263,8 @@ class BatchProcessor:
             left = cert.get("budget_left")
             if cert.get("retrained") or not isinstance(rem, float) or not isinstance(left, float) or not budget:
                 continue
-            if rem > 0.0 and math.isfinite(rem):
-                per = rem / (m * m)
-                cap = min(cap, max(1, int(math.sqrt(self.settings.budget_share * left / per))))
+            if rem > 0.0 and math.isfinite(rem):  # Cor. 2's m² growth: lethe.certified.one_vs_all.next_batch_cap
+                cap = min(cap, next_batch_cap(rem, m, left, self.settings.budget_share))
         self._batch_caps[dataset_id] = cap
 
     def warm_up(self) -> int:

@@ -1,0 +1,118 @@
+"""The certificate of one operation of certified removal (Guo et al. 2020): what it guaranteed, by which result,
+with which numbers, at what cost — and the one function that fills it in from a mechanism's configuration and a
+state (:func:`certify`), used by the binary mechanism, its one-vs-all form and the addition of rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from lethe.certified.common import StepResult
+from lethe.certified.noise import epsilon_spent
+from lethe.certified.state import ModelState
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """What one operation (train, remove, retrain) guaranteed, by which result, with which numbers, at what cost.
+
+    ``epsilon``/``delta`` are the guarantee that holds for the published model after the operation
+    (delta = 0 for pure ε-removal; epsilon = delta = 0 for exact removal). ``step_bound`` is the sum of
+    ``solve_error`` (measured), ``error_allowance`` (rounding and matrix-drift allowances), ``remainder_bound``
+    (Taylor remainder) and ``mismatch_bound`` (anchor solver only); ``bound_mode``, ``calibration`` and
+    ``solver`` name the configuration (docs/tighter_bounds.md). With ``bound="tight"`` the new ``residual_bound``
+    may be smaller than the old one plus ``step_bound``: it also uses the measured error vector, of norm
+    ``carried_error``, which the next removal corrects (docs/tighter_bounds.md §4).
+
+    ``observer`` states whom the guarantee covers: Guo et al.'s certificate is about ONE published version (the
+    model after this operation against a model retrained without the removed rows). An observer of two versions sees
+    their difference, in which the secret b cancels; the sequence of releases is covered by
+    :mod:`lethe.release` (docs/release_privacy.md), not by this certificate.
+    """
+
+    operation: str
+    guarantee: str
+    epsilon: float
+    delta: float
+    noise: str
+    bound: str
+    step_bound: float
+    residual_bound: float
+    budget: float
+    budget_left: float
+    epsilon_spent: float
+    retrained: bool
+    n_removed: int
+    n_remaining: int
+    worst_case_bound: float
+    solve_error: float
+    seconds: float
+    removed_indices: tuple[int, ...] = field(default=())
+    bound_mode: str = "paper"
+    calibration: str = "paper"
+    solver: str = "cholesky"
+    remainder_bound: float = math.nan
+    mismatch_bound: float = 0.0
+    error_allowance: float = 0.0
+    iterations: int = 0
+    refreshed: str = ""
+    carried_error: float = 0.0
+    observer: str = "one published version"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A strictly JSON-serialisable dict: non-finite numbers (e.g. an undefined worst-case bound) become ``None``
+        (standard JSON, and PostgreSQL's JSON type, have no NaN or Infinity)."""
+        d = dataclasses.asdict(self)
+        d["removed_indices"] = list(self.removed_indices)
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+
+
+def bound_description(bound: str, solver: str) -> str:
+    """The certificate's ``bound`` text for a removal step of ``solver`` under ``bound`` ("paper" or "tight")."""
+    if bound == "paper":
+        text = "data-dependent: Cor. 1/Cor. 2 + solve error (Guo et al. 2020)"
+    else:
+        text = "tight: min of proven remainder bounds + solve error (docs/tighter_bounds.md)"
+    if solver == "anchor":
+        text += " + anchor mismatch bound (no data pass)"
+    elif solver == "onepass":
+        text += " + exact anchor mismatch from one single-precision pass"
+    return text
+
+
+def certify(cfg: Any, operation: str, state: ModelState, *, step: float, retrained: bool,
+            removed: tuple[int, ...], worst: float, solve_error: float, seconds: float,
+            result: StepResult | None = None) -> Certificate:
+    """The :class:`Certificate` of ``operation`` ("train", "remove", "retrain", "add") that left ``state``: the
+    guarantee of ``cfg`` while β = ``state.residual_bound`` ≤ ε′ (the caller's budget decision,
+    :meth:`~lethe.certified.mechanism.CertifiedRemoval.within_budget`, came first), the ε that β certifies and the
+    step's terms from ``result``. ``cfg``: a :class:`~lethe.certified.mechanism.CertifiedRemoval` (read through its
+    public attributes: this module sits below the mechanism)."""
+    eps, delta = cfg.eps_delta()
+    # the solver that computed the step (an anchor step that fell back to pcg names pcg)
+    solver = result.solver if result is not None and result.solver else cfg.solver
+    bound = ("training residual (Guo et al. 2020, footnote 1)" if operation == "train" else
+             bound_description(cfg.bound, solver))
+    if operation == "retrain":
+        bound = "budget exceeded (Alg. 2 line 16): retrained with fresh b; bound = training residual"
+    budget = cfg.budget
+    extra: dict[str, Any] = {}
+    if result is not None:
+        extra = dict(remainder_bound=float(result.remainder_bound), mismatch_bound=float(result.mismatch_bound),
+                     error_allowance=float(result.error_allowance), iterations=int(result.iterations),
+                     refreshed=result.refreshed, carried_error=float(result.carried_error))
+    return Certificate(
+        operation=operation, guarantee=cfg.guarantee, epsilon=eps, delta=delta, noise=cfg.noise, bound=bound,
+        step_bound=float(step), residual_bound=float(state.residual_bound), budget=float(budget),
+        budget_left=float(max(budget - state.residual_bound, 0.0)) if cfg.noise != "none" else 0.0,
+        epsilon_spent=float(epsilon_spent(state.residual_bound, cfg.sigma, cfg.delta, cfg.noise,
+                                          calibration=cfg.calibration))
+        if cfg.noise != "none" else 0.0,
+        retrained=retrained, n_removed=len(removed), n_remaining=state.n, worst_case_bound=float(worst),
+        solve_error=float(solve_error), seconds=float(seconds), removed_indices=removed, bound_mode=cfg.bound,
+        calibration=cfg.calibration, solver=solver, **extra)
+
+
+__all__ = ["Certificate", "bound_description", "certify"]
