@@ -257,7 +257,7 @@ def audit_registered_model(c: Curator, model: str, deleted: str | Path | None, *
     if not audited:
         return RegisteredAudit(model=model, dataset=ds_name, audit=None, not_audited=tuple(not_audited),
                                n_deleted=len(keys), heldout=held.source, n_heldout=int(held.X.shape[0]))
-    eps, dlt = (epsilon, delta) if epsilon is not None or delta is not None else adapter.mechanism._eps_delta()
+    eps, dlt = (epsilon, delta) if epsilon is not None or delta is not None else adapter.mechanism.eps_delta()
     Zh = adapter.model_rows(held.X)
     Zd = adapter.model_rows(X_del)
     results = []
