@@ -163,10 +163,10 @@ def read_text_table(path: str | Path, *, key: str, label: str, text_column: str,
     for i, t in enumerate(raw):
         if not isinstance(t, str) or not t.strip():
             raise ValueError(f"Text column {text_column!r} must not contain empty values. Found an empty text in "
-                             f"the row with key {keys[i]!r}.")
+                             f"data row {i + 1} of {path.name}.")
         if len(t) > MAX_TEXT_CHARS:
-            raise ValueError(f"Texts must have at most {MAX_TEXT_CHARS} characters. Found {len(t)} in the row with "
-                             f"key {keys[i]!r}.")
+            raise ValueError(f"Texts must have at most {MAX_TEXT_CHARS} characters. Found {len(t)} in data "
+                             f"row {i + 1} of {path.name}.")
     if len(keys) < 2:
         raise ValueError(f"A dataset needs at least 2 records. Found {len(keys)}.")
     y = _labels(df[label].to_numpy())
@@ -177,7 +177,7 @@ def read_text_table(path: str | Path, *, key: str, label: str, text_column: str,
         y = np.array([index[v] for v in y.tolist()], dtype=np.float64)
     elif not np.all(np.isfinite(y)):
         row = int(np.flatnonzero(~np.isfinite(y))[0])
-        raise ValueError(f"labels must be finite. Found a non-finite value in the row with key {keys[row]!r}.")
+        raise ValueError(f"labels must be finite. Found a non-finite value in data row {row + 1} of {path.name}.")
     identity = embedder_identity(embedder)
     from lethe.features.text import encode_unit_rows
 
