@@ -324,7 +324,10 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
     is 0.1 only 12 % of the time, 0.2 only 1 %); raise ``n_simulations`` for a tighter statement (the cost grows
     linearly: each draw is a fit and R removals). On Adult (26,048 training rows, R = 1,000, λ = 3e-5, with an
     intercept) the plan took 20 min on a shared core (the single-draw plan before: 1.5 min) and chose σ = 0.269
-    (before: 0.213; at 0.215, 2 of 10 fresh models retrained), at a cost of 0.03 pp of held-out accuracy.
+    (before: 0.213; at 0.215, 2 of 10 fresh models retrained), at a cost of 0.03 pp of held-out accuracy. With the
+    two-stage fixed point and search (the same acceptance rules) it simulates 83 models there (18.3 min wall on a
+    machine loaded 4×; σ = 0.264, 0 of 10 fresh models retrained, cost 0.03 pp); at R = 300, 67 models and 1.3 min
+    of CPU where the plan before simulated 84 in 1.8 min (σ = 0.147 both), ``benchmarks/bench_plan_sigma_adult.py``.
 
     Before this version a single draw of b and one removal order decided, and the downward search kept the smallest
     σ at which that one model happened to fit: on a 500-row table 7 of 18 fresh models at the planned σ retrained

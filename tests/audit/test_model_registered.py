@@ -135,3 +135,31 @@ def test_lethe_audit_model_on_the_command_line(shop: Any, capsys: Any) -> None:
     assert out.splitlines()[3] == out2.splitlines()[3]  # the version's row: the same numbers
     code = main(["audit", "--model", "m", "--data-dir", data_dir])
     assert code == 2 and "--deleted FILE" in capsys.readouterr().err
+
+
+def test_a_dataset_without_schema_is_audited_from_its_columns(tmp_path: Path) -> None:
+    """A numeric dataset registered with --key/--label: the deleted file and the held-out dataset are read by the
+    dataset's columns; the numbers are those of lethe.audit.model on the published weights."""
+    from ..curator.conftest import PARAMS, make_data
+
+    data = make_data(tmp_path / "data.csv")
+    held = make_data(tmp_path / "held.csv", n=150, seed=3)
+    c = Curator(tmp_path / "d", settings=Settings(batch_size=32))
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people-held", held.csv, key="user_id", label="label")
+    c.train("people", "clf", params=PARAMS, random_state=0)
+    frame = pd.read_csv(data.csv)
+    gone = frame.iloc[:30]
+    gone.to_csv(tmp_path / "deleted.csv", index=False, float_format="%.17g")
+    for key in gone["user_id"]:
+        c.submit_deletion("people", key)
+    c.process_pending(force=True)
+    with pytest.raises(InvalidInputError, match="no model of dataset 'people' was trained with a held-out set"):
+        audit_registered_model(c, "clf", tmp_path / "deleted.csv")
+    res = audit_registered_model(c, "clf", tmp_path / "deleted.csv", heldout="people-held")
+    w = np.asarray(c.public_model("clf")["arrays"]["w"], dtype=np.float64).ravel()
+    ref = audit_model([w], data.X[:30], data.y[:30], held.X, held.y, epsilon=1.0, delta=1e-4, classes=[0.0, 1.0])
+    v, r = res.audit.versions[0], ref.versions[0]
+    assert (v.auc, v.advantage, v.low, v.high) == pytest.approx((r.auc, r.advantage, r.low, r.high))
+    assert v.n_deleted == 30 and v.n_heldout == 150
+    c.close()
