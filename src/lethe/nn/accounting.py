@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from lethe._validation import check_each, check_nonnegative, check_open_unit, check_positive, check_positive_int
 from lethe.io import JsonRecord
+from lethe.privacy.calibration import bisect_boundary
 from lethe.privacy.gaussian import log_gaussian_delta
 from lethe.privacy.rdp import rdp_to_dp_tight
 
@@ -221,14 +222,8 @@ def linear_rdp_max_slope(epsilon: float, delta: float) -> float:
     lo, hi = 0.0, e  # ε(ε₀) ≥ ε₀ (α → 1 side is worse), so ε₀ = ε is infeasible or exactly feasible
     while linear_rdp_epsilon(hi, d) <= e:
         lo, hi = hi, 2.0 * hi
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if linear_rdp_epsilon(mid, d) <= e:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
+    lo, hi = bisect_boundary(lambda s: linear_rdp_epsilon(s, d) <= e, lo, hi, feasible_side="lo", rel_tol=1e-12,
+                             max_iter=200)
     if lo <= 0.0 or linear_rdp_epsilon(lo, d) > e:
         raise ValueError(f"No positive RDP slope meets epsilon={e!r} at delta={d!r}.")
     return lo
@@ -508,10 +503,8 @@ def calibrate_model_clip(epsilon: float, delta: float, *, model_clip: float, lr:
             lo, hi = hi, 2.0 * hi
             if hi > 1e300:  # pragma: no cover - δ_T → 0 as σ → ∞ for every T ≥ 1
                 raise ValueError("no sigma reaches the target.")
-        while hi - lo > 1e-9 * hi:
-            mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if model_clip_delta(e, sigma=mid, model_clip=c2, steps=t) <= d else (mid, hi)
-        s = hi
+        s = bisect_boundary(lambda v: model_clip_delta(e, sigma=v, model_clip=c2, steps=t) <= d, lo, hi,
+                            feasible_side="hi", rel_tol=1e-9)[1]
     cert = model_clip_delta(e, sigma=s, model_clip=c2, steps=t)
     if cert > d:  # pragma: no cover - by construction
         raise RuntimeError(f"calibration failed: certified delta {cert!r} exceeds the target {d!r}.")

@@ -40,6 +40,7 @@ from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
 from lethe.io import JsonRecord
 from lethe.nn.accounting import linear_rdp_epsilon
+from lethe.privacy.calibration import bisect_boundary
 
 __all__ = [
     "ConvexUnlearningPlan",
@@ -327,10 +328,11 @@ def plan_convex_unlearning(epsilon: float, delta: float, *, n: int, d: int, lam:
     rr = check_positive_int("r", r)
     best = None
     for q in (2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0):
-        lo, hi = 0.0, 1.0  # largest ε_dd ≤ ε_dp = 1 whose (q, ε_dd) → (ε, δ) conversion is ≤ ε (bisection)
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if rdp_to_dp_tight(q, mid, dl) <= e else (lo, mid)
+        # largest ε_dd ≤ ε_dp = 1 whose (q, ε_dd) → (ε, δ) conversion is ≤ ε (60 halvings of [0, 1])
+        def meets(eps_dd: float, q: float = q) -> bool:
+            return rdp_to_dp_tight(q, eps_dd, dl) <= e
+
+        lo = bisect_boundary(meets, 0.0, 1.0, feasible_side="lo", max_iter=60)[0]
         if not 0.0 < lo < min(1.0, epsilon_dp):
             continue
         sch = convex_schedule(lipschitz=lipschitz, smoothness=smoothness, lam=lam_, n=n, d=d, r=rr, q=q,
