@@ -195,3 +195,19 @@ def test_check_unit_rows_refuses_a_row_outside_the_unit_sphere() -> None:
     E[1] *= 1.0 + 1e-6
     with pytest.raises(RuntimeError, match="Row 1 has norm"):
         T.check_unit_rows(E)
+
+
+def test_heldout_text_dataset_must_share_the_embedder(svc: Any) -> None:
+    c, tmp, df = svc
+    df.assign(id=[f"t-{i}" for i in range(len(df))]).to_csv(tmp / "test.csv", index=False)
+    c.register_dataset("reviews-test", tmp / "test.csv", key="id", label="sentiment", text_column="review")
+    out = c.train("reviews", "head", params=PARAMS, random_state=0, heldout="reviews-test")
+    assert out["heldout"]["accuracy"] >= 0.9
+    # the same features' names, recorded with other model files (a re-registration after an upgrade)
+    with c.store.write() as s, s.begin():
+        ds = s.scalar(select(Dataset).where(Dataset.name == "reviews-test"))
+        meta = dict(ds.feature_names)
+        meta["text"] = {**meta["text"], "embedder": {**meta["text"]["embedder"], "sha256": "0" * 64}}
+        ds.feature_names = meta
+    with pytest.raises(InvalidInputError, match="must be embedded by the training dataset's embedder"):
+        c.train("reviews", "head2", params=PARAMS, random_state=0, heldout="reviews-test")
