@@ -211,3 +211,40 @@ def test_heldout_text_dataset_must_share_the_embedder(svc: Any) -> None:
         ds.feature_names = meta
     with pytest.raises(InvalidInputError, match="must be embedded by the training dataset's embedder"):
         c.train("reviews", "head2", params=PARAMS, random_state=0, heldout="reviews-test")
+
+
+def test_cli_dataset_add_text_column_train_and_forget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a user types: ``lethe dataset add --text-column``, ``lethe train``, ``lethe forget --now``."""
+    import json
+
+    import lethe.cli as cli
+
+    write_reviews(tmp_path / "reviews.csv")
+    dd = ["--data-dir", str(tmp_path / "d")]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        rc = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, _ = run("dataset", "add", "reviews", str(tmp_path / "reviews.csv"), "--key", "id", "--label",
+                     "sentiment", "--text-column", "review", "--embedder", "minilm", *dd)
+    info = json.loads(out)
+    assert rc == 0 and info["n_features"] == 384 and info["text"]["embedder"]["sha256"] == model_digest()
+    rc, _, err = run("dataset", "add", "other", str(tmp_path / "reviews.csv"), "--key", "id", "--label",
+                     "sentiment", "--text-column", "body", *dd)
+    assert rc != 0 and "Column 'body' is not in reviews.csv" in err
+    with pytest.raises(SystemExit):  # argparse refuses an unknown embedder
+        run("dataset", "add", "other", str(tmp_path / "reviews.csv"), "--key", "id", "--label", "sentiment",
+            "--text-column", "review", "--embedder", "bert", *dd)
+    assert "--embedder: invalid choice: 'bert'" in capsys.readouterr().err
+    rc, out, _ = run("train", "reviews", "head", "--lam", "0.01", "--sigma", "0.1", *dd)
+    assert rc == 0 and json.loads(out)["n_records"] == 48
+    rc, out, _ = run("forget", "reviews", "rev-007", "--now", *dd)
+    assert rc == 0
+    c = Curator(tmp_path / "d")
+    try:
+        assert c.budget("head")["n_records"] == 47
+        assert c.predict("head", texts=["a wonderful, moving film"])["predictions"] == ["pos"]
+    finally:
+        c.close()
