@@ -109,7 +109,8 @@ def main() -> None:
               "--label", "sentiment", "--key", "id")
         t = time.perf_counter()
         trained = json.loads(lethe(data_dir, None, "train", "sst", "model", "--lam", str(LAM), "--sigma", str(SIGMA),
-                                   "--epsilon", str(EPSILON), "--delta", str(DELTA), "--heldout", "sst-test"))
+                                   "--epsilon", str(EPSILON), "--delta", str(DELTA), "--heldout", "sst-test",
+                                   "--serve-unreleased"))  # the benchmark's model-reader reads a one-version model
         train_s = time.perf_counter() - t
         app = lethe(data_dir, None, "token", "create", "app", "--scope", "requester").strip()
         reader = lethe(data_dir, None, "token", "create", "reader", "--scope", "model-reader").strip()

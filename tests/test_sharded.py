@@ -80,6 +80,9 @@ def _same_model(a, b, X) -> bool:
 CASES = {
     "hgb-R1": (ShardedClassifier, lambda: HistGradientBoostingClassifier(max_iter=8, early_stopping=False), 1,
                "vote"),
+    # early stopping draws its validation split from the shard's recorded seed: still a function of the shard's rows
+    "hgb-early-stopping-R1": (ShardedClassifier, lambda: HistGradientBoostingClassifier(
+        max_iter=30, early_stopping=True, validation_fraction=0.2, n_iter_no_change=2), 1, "mean_proba"),
     "logreg-R1-mean_proba": (ShardedClassifier, lambda: LogisticRegression(), 1, "mean_proba"),
     "sgd-R4": (ShardedClassifier, lambda: SGDClassifier(), 4, "vote"),
     "mlp-R3": (ShardedClassifier, lambda: MLPClassifier(hidden_layer_sizes=(8,), max_iter=5), 3, "mean_proba"),

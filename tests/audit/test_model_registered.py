@@ -21,7 +21,7 @@ from lethe.curator import Curator, Settings  # noqa: E402
 from lethe.curator.audits import _removal_versions, audit_registered_model  # noqa: E402
 from lethe.curator.errors import InvalidInputError  # noqa: E402
 from lethe.curator.store import Model, ModelVersion  # noqa: E402
-from lethe.estimators import _INTERCEPT_SCALE  # noqa: E402
+from lethe.certified.rows import INTERCEPT_SCALE  # noqa: E402
 from lethe.preprocessing import SchemaEncoder  # noqa: E402
 from lethe.schema import load_schema  # noqa: E402
 
@@ -52,7 +52,7 @@ def _margins_from_export(c: Curator, frame: pd.DataFrame) -> np.ndarray:
     """z of the published version from its public export (weights on [x·s, s]) and the schema alone."""
     w = np.asarray(c.public_model("m")["arrays"]["w"], dtype=np.float64).ravel()
     X = SchemaEncoder(load_schema(SCHEMA)).transform(frame[[col["name"] for col in SCHEMA["columns"]]])
-    return X @ w[:-1] * _INTERCEPT_SCALE + w[-1] * _INTERCEPT_SCALE
+    return X @ w[:-1] * INTERCEPT_SCALE + w[-1] * INTERCEPT_SCALE
 
 
 def test_the_audit_of_a_registered_model_is_the_audit_of_its_published_weights(shop: Any) -> None:

@@ -196,3 +196,56 @@ def test_check_unit_rows_refuses_a_row_outside_the_unit_sphere() -> None:
     E[1] *= 1.0 + 1e-6
     with pytest.raises(RuntimeError, match="Row 1 has norm"):
         T.check_unit_rows(E)
+
+
+def test_heldout_text_dataset_must_share_the_embedder(svc: Any) -> None:
+    c, tmp, df = svc
+    df.assign(id=[f"t-{i}" for i in range(len(df))]).to_csv(tmp / "test.csv", index=False)
+    c.register_dataset("reviews-test", tmp / "test.csv", key="id", label="sentiment", text_column="review")
+    out = c.train("reviews", "head", params=PARAMS, random_state=0, heldout="reviews-test")
+    assert out["heldout"]["accuracy"] >= 0.9
+    # the same features' names, recorded with other model files (a re-registration after an upgrade)
+    with c.store.write() as s, s.begin():
+        ds = s.scalar(select(Dataset).where(Dataset.name == "reviews-test"))
+        meta = dict(ds.feature_names)
+        meta["text"] = {**meta["text"], "embedder": {**meta["text"]["embedder"], "sha256": "0" * 64}}
+        ds.feature_names = meta
+    with pytest.raises(InvalidInputError, match="must be embedded by the training dataset's embedder"):
+        c.train("reviews", "head2", params=PARAMS, random_state=0, heldout="reviews-test")
+
+
+def test_cli_dataset_add_text_column_train_and_forget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What a user types: ``lethe dataset add --text-column``, ``lethe train``, ``lethe forget --now``."""
+    import json
+
+    import lethe.cli as cli
+
+    write_reviews(tmp_path / "reviews.csv")
+    dd = ["--data-dir", str(tmp_path / "d")]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        rc = cli.main(list(argv))
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    rc, out, _ = run("dataset", "add", "reviews", str(tmp_path / "reviews.csv"), "--key", "id", "--label",
+                     "sentiment", "--text-column", "review", "--embedder", "minilm", *dd)
+    info = json.loads(out)
+    assert rc == 0 and info["n_features"] == 384 and info["text"]["embedder"]["sha256"] == model_digest()
+    rc, _, err = run("dataset", "add", "other", str(tmp_path / "reviews.csv"), "--key", "id", "--label",
+                     "sentiment", "--text-column", "body", *dd)
+    assert rc != 0 and "Column 'body' is not in reviews.csv" in err
+    with pytest.raises(SystemExit):  # argparse refuses an unknown embedder
+        run("dataset", "add", "other", str(tmp_path / "reviews.csv"), "--key", "id", "--label", "sentiment",
+            "--text-column", "review", "--embedder", "bert", *dd)
+    assert "--embedder: invalid choice: 'bert'" in capsys.readouterr().err
+    rc, out, _ = run("train", "reviews", "head", "--lam", "0.01", "--sigma", "0.1", *dd)
+    assert rc == 0 and json.loads(out)["n_records"] == 48
+    rc, out, _ = run("forget", "reviews", "rev-007", "--now", *dd)
+    assert rc == 0
+    c = Curator(tmp_path / "d")
+    try:
+        assert c.budget("head")["n_records"] == 47
+        assert c.predict("head", texts=["a wonderful, moving film"])["predictions"] == ["pos"]
+    finally:
+        c.close()

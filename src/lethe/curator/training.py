@@ -157,6 +157,12 @@ class ModelTrainer:
             raise InvalidInputError(f"heldout (--heldout) must have the training dataset's features and "
                                     f"normalisation (register it with the same schema). Found dataset {heldout!r} "
                                     f"with {other.n_features} features and normalize={other.normalize!r}.")
+        mine, theirs = (d.feature_names.get("text", {}).get("embedder") for d in (ds, other))
+        if mine != theirs:  # text datasets: the same embedder, the same model files (lethe.curator.text)
+            raise InvalidInputError(f"heldout (--heldout) must be embedded by the training dataset's embedder (the "
+                                    f"same model files). Found dataset {heldout!r} embedded by "
+                                    f"{None if theirs is None else theirs.get('name')!r}, with other model files "
+                                    f"or none.")
 
     def _evaluate_heldout(self, adapter: Any, artifact: Any, model: str, model_id: int, version_id: int,
                           heldout: str) -> dict[str, Any]:
