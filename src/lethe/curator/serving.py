@@ -193,10 +193,6 @@ class Serving:
         fields such as the label are ignored), encoded by that schema. Errors name the column and the rule, never
         a value sent. ``operator=False`` (a model-reader): refused for a model that is not served
         (:meth:`check_served`), before the input is looked at."""
-        if (features is None) == (records is None):
-            raise InvalidInputError("Give exactly one of features (rows of numbers) and records (objects with the "
-                                    "schema's columns). Found "
-                                    f"{'both' if features is not None else 'neither'}.")
         with self.store.read() as s:
             m = self.find_model(s, model)
             ds = s.get(Dataset, m.dataset_id)
@@ -207,6 +203,10 @@ class Serving:
             self.check_served({"model": m.name, "mechanism": m.mechanism, "serve_unreleased": bool(m.serve_unreleased),
                                "covers_releases": v is not None and covers_releases(dict(v.summary or {}))},
                               operator=operator)
+        if (features is None) == (records is None):
+            raise InvalidInputError("Give exactly one of features (rows of numbers) and records (objects with the "
+                                    "schema's columns). Found "
+                                    f"{'both' if features is not None else 'neither'}.")
         if records is not None:
             X = self._encode_records(records, declared, ds_name)
         else:
