@@ -70,6 +70,7 @@ def test_refused_to_model_readers_without_the_opt_in(cur: Curator, http: Any, da
     # a refusal is decided before the input is looked at: a malformed body is refused the same way (no oracle on
     # the model's shape for a caller who may not use it)
     assert http("viewer", "POST", "/v1/models/plain/predict", json={"features": [[1.0]]}).status_code == 403
+    assert http("viewer", "POST", "/v1/models/plain/predict", json={}).status_code == 403
     # the library facade: a model-reader principal is refused, the CLI's (admin) default is served
     with pytest.raises(UnreleasedModelError, match="certifies one published version"):
         cur.predict("plain", data.X[:2].tolist(), principal=READER)

@@ -194,11 +194,6 @@ class Serving:
         a value sent. For a model of a text dataset (:mod:`lethe.curator.text`): raw ``texts``, embedded by the
         dataset's recorded embedder after its model files are verified. ``operator=False`` (a model-reader):
         refused for a model that is not served (:meth:`check_served`), before the input is looked at."""
-        given = sum(v is not None for v in (features, records, texts))
-        if given != 1:
-            raise InvalidInputError("Give exactly one of features (rows of numbers), records (objects with the "
-                                    "schema's columns) and texts (for a text dataset). Found "
-                                    f"{'none' if given == 0 else given}.")
         with self.store.read() as s:
             m = self.find_model(s, model)
             ds = s.get(Dataset, m.dataset_id)
@@ -210,6 +205,11 @@ class Serving:
                                "covers_releases": v is not None and covers_releases(dict(v.summary or {}))},
                               operator=operator)
             text_meta = ds.feature_names.get("text")
+        given = sum(v is not None for v in (features, records, texts))
+        if given != 1:
+            raise InvalidInputError("Give exactly one of features (rows of numbers), records (objects with the "
+                                    "schema's columns) and texts (for a text dataset). Found "
+                                    f"{'none' if given == 0 else given}.")
         if texts is not None:
             X = self._embed_texts(texts, text_meta, ds_name, model)
         elif records is not None:
