@@ -16,12 +16,12 @@ from sqlalchemy import select
 pytest.importorskip("fastapi")
 
 from lethe.audit.model import audit_model  # noqa: E402
+from lethe.certified.rows import INTERCEPT_SCALE  # noqa: E402
 from lethe.cli import main  # noqa: E402
 from lethe.curator import Curator, Settings  # noqa: E402
 from lethe.curator.audits import _removal_versions, audit_registered_model  # noqa: E402
 from lethe.curator.errors import InvalidInputError  # noqa: E402
 from lethe.curator.store import Model, ModelVersion  # noqa: E402
-from lethe.certified.rows import INTERCEPT_SCALE  # noqa: E402
 from lethe.preprocessing import SchemaEncoder  # noqa: E402
 from lethe.schema import load_schema  # noqa: E402
 
