@@ -14,7 +14,15 @@ otherwise it publishes a version whose public weights are the previous release's
 records are reflected in the next release: the K-th step's batch, or the worker's tick once T seconds have passed
 (:meth:`ReleasedLogisticAdapter.release_due`, :meth:`ReleasedLogisticAdapter.release`), even without a new batch.
 Each release counts once in the accountant whatever made it due: the horizon bounds the number of releases, not the
-clock. The time rule reads the adapter's ``clock`` (seconds; the service injects its own, tests a fake one).
+clock.
+
+Schedule (``schedule``): ``"steps"`` (the default, the rules above) makes the release times a function of when
+removal steps happen, and a removal step happens only when a request finds a record: an observer who knows every
+other request can tell from the release times (and version numbers) that a held record was deleted, and when —
+which the (ε, δ) of the releases' *contents* does not cover. ``"clock"`` (needs ``cadence_seconds``) releases every
+T seconds whatever happened, pending steps or not, and no batch ever makes a release due: the schedule is a
+function of the clock alone, and the whole published sequence — contents, times and the release number a
+model-reader sees — is covered (docs/release_privacy.md §3). The time rule reads the adapter's ``clock`` (seconds; the service injects its own, tests a fake one).
 The accountant (releases used of the horizon, ε spent at δ) is kept in the artifact's metadata, so it is durable
 with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
 
@@ -59,9 +67,10 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     _DEFAULTS: ClassVar[dict[str, Any]] = {
         "lam": 1e-2, "epsilon": 1.0, "delta": 1e-5, "horizon": 1000, "cadence": 1, "residual_cap": 0.01,
         "n_floor": "auto", "solver": "auto", "tol": None, "max_iter": 2000, "cadence_seconds": None,
+        "schedule": "steps",
     }
     #: parameters of the service's publication schedule, not of the estimator
-    _SCHEDULE: ClassVar[tuple[str, ...]] = ("cadence_seconds",)
+    _SCHEDULE: ClassVar[tuple[str, ...]] = ("cadence_seconds", "schedule")
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(params)
@@ -77,6 +86,11 @@ class ReleasedLogisticAdapter(MechanismAdapter):
             raise TypeError(f"cadence_seconds must be a number of seconds or None. Found {type(T).__name__}.")
         if T is not None and not (math.isfinite(T) and T > 0):
             raise ValueError(f"cadence_seconds must be a finite number > 0 (or None: no time rule). Found {T!r}.")
+        if full["schedule"] not in ("steps", "clock"):
+            raise ValueError(f"schedule must be 'steps' or 'clock'. Found {full['schedule']!r}.")
+        if full["schedule"] == "clock" and T is None:
+            raise ValueError("schedule 'clock' releases every cadence_seconds; cadence_seconds must be a number of "
+                             "seconds > 0. Found None.")
         ReleasedLogisticRegression(**cls._estimator_params(full))._check_params()
         return full
 
@@ -85,7 +99,10 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         return {k: v for k, v in params.items() if k not in cls._SCHEDULE}
 
     def _due(self, meta: dict[str, Any], pending: int, now: float) -> bool:
-        """A release is due: K steps pending, or T seconds since the last release with at least one step pending."""
+        """A release is due: K steps pending, or T seconds since the last release with at least one step pending. Under
+        the ``"clock"`` schedule a batch never makes a release due (the tick does: :meth:`release_due`)."""
+        if self.params["schedule"] == "clock":
+            return False
         if pending >= int(self.params["cadence"]):
             return True
         T = self.params["cadence_seconds"]
@@ -125,7 +142,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": GUARANTEE,
                 "theorem": "docs/release_privacy.md", "noise": "gaussian", "epsilon": acc.epsilon,
                 "delta": acc.delta, "horizon": acc.horizon, "cadence": int(self.params["cadence"]),
-                "cadence_seconds": self.params["cadence_seconds"],
+                "cadence_seconds": self.params["cadence_seconds"], "schedule": self.params["schedule"],
                 "sigma": acc.sigma, "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases,
                 "published": published, "horizon_spent": bool(meta["horizon_spent"]),
                 "residual_bound": meta["state"]["residual_bound"], "n_removed": n_removed,
@@ -204,6 +221,9 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         in the module docstring; the count rule's batch records ``horizon_spent``)."""
         T = self.params["cadence_seconds"]
         released_at = summary.get("released_at")
+        if self.params["schedule"] == "clock":  # every T seconds, whatever happened: a data-independent schedule
+            return bool(int(summary.get("releases_left") or 0) > 0 and released_at is not None
+                        and now - float(released_at) >= float(T))
         return bool(T is not None and int(summary.get("pending_removals") or 0) >= 1
                     and int(summary.get("releases_left") or 0) > 0 and released_at is not None
                     and now - float(released_at) >= float(T))
@@ -211,12 +231,13 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     def release(self, artifact: Artifact, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         """Publish a release of the pending removal steps now (the time rule; no new removal): the centre plus fresh
         Gaussian noise, counted once in the accountant. Refused (``ValueError``, nothing changes) when no step is
-        pending or the horizon is spent."""
+        pending (under the ``"steps"`` schedule; the ``"clock"`` schedule releases with none pending) or the horizon
+        is spent."""
         from lethe.privacy.release import ReleaseAccountant
 
         m = artifact.meta
         pending = int(m["pending"])
-        if pending < 1:
+        if pending < 1 and self.params["schedule"] != "clock":
             raise ValueError(f"A release publishes pending removal steps; pending steps must be >= 1. Found {pending}.")
         acc = ReleaseAccountant.from_dict(m["accountant"])
         if acc.remaining <= 0:
@@ -245,7 +266,8 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         return {"mechanism": self.name, "observer": OBSERVER_RELEASES, "epsilon": acc.epsilon, "delta": acc.delta,
                 "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases, "horizon": acc.horizon,
                 "releases_left": acc.remaining, "cadence": int(self.params["cadence"]),
-                "cadence_seconds": self.params["cadence_seconds"], "released_at": m.get("released_at"),
+                "cadence_seconds": self.params["cadence_seconds"], "schedule": self.params["schedule"],
+                "released_at": m.get("released_at"),
                 "pending_removals": int(m["pending"]), "release_version": int(m["release_version"]),
                 "horizon_spent": bool(m["horizon_spent"]), "sigma": acc.sigma, "n": int(m["state"]["n"]),
                 "n_floor": int(m["n_floor"]), "residual_bound": float(m["state"]["residual_bound"]),

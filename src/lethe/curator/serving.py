@@ -43,6 +43,15 @@ def served_to(summary: dict[str, Any], serve_unreleased: bool) -> str:
     return "opt-in" if serve_unreleased else "operators"
 
 
+def _reader_version(summary: dict[str, Any], number: int) -> int:
+    """The version number a model-reader sees. For a released model, its release number: the service's version
+    number also counts batches that published no release, and so would show a model-reader when removal steps
+    happened (docs/release_privacy.md §3, the schedule)."""
+    if covers_releases(summary) and summary.get("release_version") is not None:
+        return int(summary["release_version"])
+    return number
+
+
 def unreleased_refusal(model: str, mechanism: str) -> UnreleasedModelError:
     """The refusal a model-reader gets for a model whose certificates cover one published version."""
     return UnreleasedModelError(
@@ -135,6 +144,9 @@ class Serving:
                 info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
                                         "version": v.number, "serve_unreleased": bool(m.serve_unreleased),
                                         "covers_releases": covers_releases(dict(v.summary or {})),
+                                        # what a model-reader is told: a released model's release number (it
+                                        # changes only when a release is published), else the version number
+                                        "reader_version": _reader_version(dict(v.summary or {}), v.number),
                         "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
                         "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records,
                         "schema": ds.feature_names.get("schema")}
@@ -180,7 +192,8 @@ class Serving:
         self.check_served(info, operator=operator)
         # arrays a mechanism needs to predict but does not publish (e.g. a sharded model's shards)
         unpublished = getattr(get_adapter(info["mechanism"], info["params"]), "unpublished_arrays", ())
-        return {"model": info["model"], "version": info["version"], "mechanism": info["mechanism"],
+        return {"model": info["model"], "version": info["version" if operator else "reader_version"],
+                "mechanism": info["mechanism"],
                 "feature_names": info["feature_names"], "normalize": info["normalize"],
                 "classes": art.meta.get("classes"), "schema": info.get("schema"),
                 "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in unpublished}}
@@ -229,7 +242,7 @@ class Serving:
         adapter = get_adapter(info["mechanism"], info["params"])
         Xp = normalize_rows(X) if info["normalize"] == "rows" else X
         pred = adapter.predict(art, Xp)
-        return {"model": model, "version": info["version"],
+        return {"model": model, "version": info["version" if operator else "reader_version"],
                 "predictions": [p if isinstance(p, str) else float(p) for p in pred.tolist()]}
 
     @staticmethod
