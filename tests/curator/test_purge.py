@@ -38,7 +38,10 @@ def scan(root: Path, pats: dict[str, bytes]) -> dict[str, list[str]]:
     files = [Path(d) / f for d, _, fs in os.walk(root) for f in fs if (Path(d) / f).is_file()]
     assert files
     for path in files:
-        blob = path.read_bytes()
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:  # a transient file of the running server (its free-space probe) removed meanwhile
+            continue
         for name, pat in pats.items():
             if pat in blob:
                 found.setdefault(name, []).append(str(path.relative_to(root)))
