@@ -4,7 +4,12 @@ goes (issue 15).
 Generates ``--rows`` × ``--features`` rows (‖xᵢ‖ ≤ 1), fits ``CertifiedLogisticRegression`` with λ = 1e-3, σ = 10,
 removes ``--warm`` rows one at a time, then times ``--removals`` more through ``remove()`` (median and mean, one
 BLAS thread) and profiles a further ``--removals`` with cProfile (the ``--top`` functions by own time). At
-n = 10⁶ × 100 the O(d²) step itself takes ≈ 0.1 ms; the rest is validation and O(n) bookkeeping on the row masks.
+n = 10⁶ × 100 the O(d²) step itself takes ≈ 0.03 ms. Since issue 25 the rest is: ONE word-wise comparison of the
+solver cache's own copy of the row mask with the model's (O(n), ``NewtonCache.matches_removal``/``synced_count``:
+what keeps a stale cache from ever certifying — it costs time, never soundness), one copy of the mask for the rows
+kept, the certificate's ε spent (the exact analytic-Gaussian inversion) and Python bookkeeping; no row count, no
+hash of the mask, no second validation. To compare with an older tree, run this file with ``PYTHONPATH`` pointing
+at that tree's ``src``.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_removal_overhead.py`` (about a minute; 0.8 GB of features).
 """
@@ -43,13 +48,15 @@ def main() -> None:
           f"{time.perf_counter() - t0:.3f} s")
     for i in rows[1: args.warm]:
         est.remove([int(i)])
-    times = []
+    times, cpu = [], []
     for i in rows[args.warm: args.warm + args.removals]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         est.remove([int(i)])
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     print(f"{args.removals} removals after {args.warm} warm ones: median {1e3 * np.median(times):.3f} ms, "
-          f"mean {1e3 * np.mean(times):.3f} ms")
+          f"mean {1e3 * np.mean(times):.3f} ms; CPU time of this process (less sensitive to other processes on a "
+          f"shared machine): median {1e3 * np.median(cpu):.3f} ms")
     prof = cProfile.Profile()
     prof.enable()
     for i in rows[args.warm + args.removals:]:

@@ -652,7 +652,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             raise ValueError(f"negative_subsample must be > 0 or None. Found {self.negative_subsample!r}.")
         K = 1 if classes.size == 2 else classes.size
         if K > 1 and self.tol is not None:
-            share = mech.budget / K if mech.noise == "laplace" else mech.budget / math.sqrt(K)
+            share = OneVsAllRemoval(mech).share(K)  # each class's share of the joint budget
             if self.tol > share:
                 raise ValueError(
                     f"tol must be <= the per-class share of the budget for one-vs-all with {K} classes "

@@ -41,7 +41,7 @@ from sklearn.utils.validation import check_array, check_is_fitted
 
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
-from lethe.estimators import _check_keys
+from lethe.estimator_data import check_keys as _check_keys
 from lethe.io import JsonRecord, load_npz, model_key, save_npz
 from lethe.sharded_torch import TorchShardClassifier
 

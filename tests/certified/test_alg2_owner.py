@@ -206,3 +206,21 @@ def test_the_estimator_default_removal_is_unchanged_by_the_cache_shortcuts() -> 
         ca, cb = a.remove([int(row)]), b.remove([int(row)])
         assert ca.residual_bound == cb.residual_bound and ca.step_bound == cb.step_bound
         assert np.array_equal(a.coef_, b.coef_)
+
+
+def test_advancing_the_mask_twice_for_one_removal_counts_it_once() -> None:
+    """The anchor's retry from a fresh anchor (docs/tighter_bounds.md §5d) advances the cache twice for one removal:
+    the O(m) update must be idempotent, so the cache's count stays that of its mask (and n′ of later steps true)."""
+    mech, cache, state, X, y = _fitted_cache()
+    n = X.shape[0]
+    rng = np.random.default_rng(6)
+    active = np.ones(n, dtype=bool)
+    for _ in range(20):
+        idx = rng.choice(np.flatnonzero(active), size=int(rng.integers(1, 4)), replace=False).astype(np.int64)
+        keep = active.copy()
+        keep[idx] = False
+        assert cache.matches_removal(X, state.w, keep, idx, "anchor") is not None
+        for _ in range(int(rng.integers(1, 3))):
+            cache._advance(X, state.w, keep, removed=idx)
+        active = keep
+        assert cache.synced_count(X, state.w, active) == int(np.count_nonzero(active))
