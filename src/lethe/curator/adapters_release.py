@@ -22,7 +22,8 @@ other request can tell from the release times (and version numbers) that a held 
 which the (ε, δ) of the releases' *contents* does not cover. ``"clock"`` (needs ``cadence_seconds``) releases every
 T seconds whatever happened, pending steps or not, and no batch ever makes a release due: the schedule is a
 function of the clock alone, and the whole published sequence — contents, times and the release number a
-model-reader sees — is covered (docs/release_privacy.md §3). The time rule reads the adapter's ``clock`` (seconds; the service injects its own, tests a fake one).
+model-reader sees — is covered (docs/release_privacy.md §3). The time rule reads the adapter's ``clock`` (seconds;
+the service injects its own, tests a fake one).
 The accountant (releases used of the horizon, ε spent at δ) is kept in the artifact's metadata, so it is durable
 with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
 
