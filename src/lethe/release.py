@@ -29,7 +29,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._locking import LOCK_ATTR, serialised
+from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.bounds import release_sensitivity
@@ -76,7 +76,7 @@ class Release:
                 "certificate": self.certificate.to_dict()}
 
 
-class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
+class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Binary logistic regression whose every published version is private, with removal of training rows.
 
     Parameters
@@ -394,38 +394,12 @@ class ReleasedLogisticRegression(ClassifierMixin, BaseEstimator):
         """Labels from the latest release."""
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
-    # -- no copies of secret state ----------------------------------------------------------------------------------
-    def _refuse_copy(self, how: str) -> None:
-        if "releases_" in self.__dict__:
-            raise SecretStateError(
-                f"A fitted {type(self).__name__} cannot be {how}: it holds the secret unperturbed centre and the "
-                "remaining training rows, and a copy would be a second stream drawing its own noise around the same "
-                "centre (spending the budget twice). Publish its releases (model.releases_) or save it with "
-                "model.save(path) (owner-only file, no pickle).")
-
-    def __getstate__(self) -> Any:
-        self._refuse_copy("pickled")
-        state = super().__getstate__()
-        if isinstance(state, dict):
-            state = {k: v for k, v in state.items() if k != LOCK_ATTR}
-        return state
-
-    def __copy__(self) -> Any:
-        self._refuse_copy("copied")
-        new = type(self).__new__(type(self))
-        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != LOCK_ATTR})
-        return new
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        self._refuse_copy("deep-copied")
-        import copy as _copy
-
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        for k, v in self.__dict__.items():
-            if k != LOCK_ATTR:
-                new.__dict__[k] = _copy.deepcopy(v, memo)
-        return new
+    # -- no copies of secret state: lethe._locking.SerialisedModel refuses pickles and copies of a fitted model -----
+    _fitted_attribute, _refusal_error = "releases_", SecretStateError
+    _secret_state = "the secret unperturbed centre and the remaining training rows"
+    _copy_reason = ("a copy would be a second stream drawing its own noise around the same centre (spending the "
+                    "budget twice). Publish its releases (model.releases_) or save it with model.save(path) "
+                    "(owner-only file, no pickle).")
 
     # -- persistence ------------------------------------------------------------------------------------------------
     @serialised
