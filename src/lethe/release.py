@@ -365,6 +365,27 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self._pending = 0
         return self._publish()
 
+    @serialised
+    def release(self) -> Release:
+        """Publish a release now, without a removal: the current centre (every removal so far) plus fresh noise,
+        counted once in the accountant; pending removals are published by it.
+
+        This is how a library user gets a **data-independent schedule** (docs/release_privacy.md §3): with
+        ``cadence`` larger than the number of removals the model will see (no removal then publishes), call
+        ``release()`` on a clock — every T seconds, whatever happened. When releases happen, and how many, then
+        depend on the clock alone, not on whether a request found a record to remove; with ``cadence=1`` the
+        number of releases counts the removals. Raises ``BudgetExceededError`` past the horizon (nothing changes).
+        """
+        check_is_fitted(self, "releases_")
+        acc = self._accountant
+        if acc.remaining == 0:
+            raise BudgetExceededError(
+                f"The horizon of {acc.horizon} releases is spent; releases left must be > 0. Found 0. Nothing was "
+                "released; fit a new model (a new stream with its own budget) to publish again.")
+        release = self._publish()
+        self._pending = 0
+        return release
+
     # -- predictions from the latest release only -------------------------------------------------------------------
     @property
     def coef_(self) -> np.ndarray:
