@@ -73,7 +73,7 @@ SKOPS_TRUSTED = (
 
 
 # -- the keyed partition ----------------------------------------------------------------------------------------------
-def _skops() -> Any:
+def skops_io() -> Any:
     try:
         import skops.io as sio
     except ImportError as e:  # pragma: no cover - the extra is installed in development
@@ -196,7 +196,7 @@ class ExactCertificate(JsonRecord):
 
 # -- the sharded meta-estimator ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Constant:
+class ConstantShard:
     """A shard whose rows all carry one label (a scikit-learn classifier refuses one class): predicts it."""
 
     label_index: int
@@ -375,7 +375,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             self.n_shard_fits_ += 1
             ys = y[rows]
             if is_classifier(self) and np.unique(ys).size == 1:
-                return _Constant(int(np.searchsorted(self.classes_, ys[0]))), [], int(rows.size)
+                return ConstantShard(int(np.searchsorted(self.classes_, ys[0]))), [], int(rows.size)
             return self._shard_estimator(s).fit(X[rows], ys), [], int(rows.size)
         est = self._shard_estimator(s) if previous is None else copy.deepcopy(previous)
         checkpoints = list(self.checkpoints_[s][:start]) if start > 0 else []
@@ -549,7 +549,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
 
     def _state_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The fitted state as (arrays, JSON metadata): what :meth:`save` writes and :meth:`_from_state` reads."""
-        sio = _skops()
+        sio = skops_io()
         with self._mutex:
             check_is_fitted(self, "estimators_")
             arrays: dict[str, np.ndarray] = {"X": self.X_, "y": self.y_, "keys": self.keys_, "active": self.active_,
@@ -571,7 +571,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                     name = f"shard{s}_stage{r}"
                     if item is None:
                         kinds.append({"kind": "empty"})
-                    elif isinstance(item, _Constant):
+                    elif isinstance(item, ConstantShard):
                         kinds.append({"kind": "constant", "label_index": item.label_index})
                     elif isinstance(item, TorchShardClassifier):
                         t_arrays, t_meta = item._state()
@@ -627,7 +627,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         checkpoints as their bytes (:class:`_Serialized`, not rebuilt, not type-checked): such a model can
         :meth:`remove` (retrained shards are rebuilt; the others carried over byte for byte) and be saved, not
         predict."""
-        sio = _skops()
+        sio = skops_io()
         path = source
         if lazy and meta.get("mode") != "fit":
             raise ValueError(f"lazy=True needs a model without slices (mode 'fit'). Found mode {meta.get('mode')!r}.")
@@ -699,7 +699,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 if st["kind"] == "empty":
                     items.append(None)
                 elif st["kind"] == "constant":
-                    items.append(_Constant(int(st["label_index"])))
+                    items.append(ConstantShard(int(st["label_index"])))
                 elif st["kind"] == "torch":
                     t = est._shard_estimator(s)
                     t._set_state({k: arrays[f"{name}__{k}"] for k in st["params"]}, st)
@@ -769,7 +769,7 @@ class ShardedClassifier(ClassifierMixin, _ShardedBase):
     def _proba_of(self, est: Any, X: np.ndarray) -> np.ndarray:
         K = len(self.classes_)
         out = np.zeros((X.shape[0], K))
-        if isinstance(est, _Constant):
+        if isinstance(est, ConstantShard):
             out[:, est.label_index] = 1.0
             return out
         if self.aggregation_ == "vote":

@@ -233,9 +233,9 @@ class ShardedAdapter(MechanismAdapter):
     def _predictor(artifact: Artifact) -> Any:
         """A prediction-only :class:`~lethe.sharded.ShardedClassifier`: the shards' final estimators, the classes
         and the aggregation (no rows, keys or checkpoints)."""
-        from lethe.sharded import SKOPS_TRUSTED, ShardedClassifier, _Constant, _skops
+        from lethe.sharded import SKOPS_TRUSTED, ConstantShard, ShardedClassifier, skops_io
 
-        sio = _skops()
+        sio = skops_io()
         state, models = artifact.meta["state"], artifact.arrays["models"]
         spans = {name: (int(o), int(o) + int(n)) for name, o, n in artifact.meta["blobs"]}
         S = int(state["n_shards"])
@@ -248,7 +248,7 @@ class ShardedAdapter(MechanismAdapter):
             if st["kind"] == "empty":
                 estimators.append(None)
             elif st["kind"] == "constant":
-                estimators.append(_Constant(int(st["label_index"])))
+                estimators.append(ConstantShard(int(st["label_index"])))
             elif st["kind"] == "skops":
                 lo, hi = spans[f"shard{s}_stage{last}"]
                 if not 0 <= lo <= hi <= models.size:

@@ -80,10 +80,10 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
     else:
         keys_raw, X, y, names, classes, cats = _read_frame(path, suffix, key, label, features, header,
                                                            list(categorical or []))
-    keys = [_key_text(k) for k in keys_raw]
-    _check_keys(keys, key)
+    keys = [key_text(k) for k in keys_raw]
+    check_record_keys(keys, key)
     X = np.ascontiguousarray(X, dtype=np.float64)
-    y = _labels(np.asarray(y).reshape(-1))
+    y = label_array(np.asarray(y).reshape(-1))
     if X.ndim != 2 or X.shape[1] < 1:
         raise ValueError(f"Features must form a 2-D array with at least one column. Found shape {X.shape}.")
     if X.shape[0] != y.shape[0] or X.shape[0] != len(keys):
@@ -99,7 +99,7 @@ def read_table(path: str | Path, *, key: str, label: str, features: list[str] | 
     return Table(keys=keys, X=X, y=y, feature_names=names, label_classes=classes, categories=cats)
 
 
-def _labels(y: np.ndarray) -> np.ndarray:
+def label_array(y: np.ndarray) -> np.ndarray:
     """Numeric labels as float64; text labels (any non-numeric value) as str, refused if empty."""
     if y.dtype.kind in "iufb":
         return y.astype(np.float64)
@@ -114,7 +114,7 @@ def _labels(y: np.ndarray) -> np.ndarray:
     return out
 
 
-def _key_text(k: object) -> str:
+def key_text(k: object) -> str:
     if isinstance(k, bytes):
         return k.decode()
     if isinstance(k, float | np.floating) and float(k).is_integer():
@@ -122,7 +122,7 @@ def _key_text(k: object) -> str:
     return str(k)
 
 
-def _check_keys(keys: list[str], column: str) -> None:
+def check_record_keys(keys: list[str], column: str) -> None:
     seen: set[str] = set()
     for k in keys:
         if not k or k.strip() == "" or k == "nan":
@@ -293,8 +293,8 @@ def encode_with_schema(frame: pd.DataFrame, schema: Schema, *, source: str = "th
     if schema.key not in cols:
         raise SchemaError(f"column {schema.key!r}: the key column is missing from {source}. Columns: {cols[:50]}.")
     schema.check_columns(cols, label=True)
-    keys = [_key_text(k) for k in frame[schema.key].tolist()]
-    _check_keys(keys, schema.key)
+    keys = [key_text(k) for k in frame[schema.key].tolist()]
+    check_record_keys(keys, schema.key)
     y_raw = frame[schema.label.name].to_numpy()
     declared = list(schema.label.classes)
     if all(_is_plain_number(c) for c in declared):

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.curator.tables import FORMATS, Table, _check_keys, _key_text, _labels
+from lethe.curator.tables import FORMATS, Table, check_record_keys, key_text, label_array
 
 #: The embedders a dataset may declare (``--embedder``): public models that ship in a package.
 EMBEDDERS = ("minilm",)
@@ -157,8 +157,8 @@ def read_text_table(path: str | Path, *, key: str, label: str, text_column: str,
     for name in (key, label, text_column):
         if name not in cols:
             raise ValueError(f"Column {name!r} is not in {path.name}. Columns: {cols[:50]}.")
-    keys = [_key_text(k) for k in df[key].tolist()]
-    _check_keys(keys, key)
+    keys = [key_text(k) for k in df[key].tolist()]
+    check_record_keys(keys, key)
     raw = df[text_column].tolist()
     for i, t in enumerate(raw):
         if not isinstance(t, str) or not t.strip():
@@ -169,7 +169,7 @@ def read_text_table(path: str | Path, *, key: str, label: str, text_column: str,
                              f"row {i + 1} of {path.name}.")
     if len(keys) < 2:
         raise ValueError(f"A dataset needs at least 2 records. Found {len(keys)}.")
-    y = _labels(df[label].to_numpy())
+    y = label_array(df[label].to_numpy())
     classes: list[str] | None = None
     if y.dtype.kind != "f":
         classes = sorted(set(y.tolist()))
