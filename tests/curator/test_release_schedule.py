@@ -79,6 +79,21 @@ def test_a_step_schedule_tells_whether_the_target_was_held(tmp_path: Path, data:
     assert _observed(tmp_path, data, True, params) != _observed(tmp_path, data, False, params)
 
 
+@pytest.mark.parametrize("schedule", ["steps", "clock"])
+def test_the_certificate_says_what_the_schedule_reveals(tmp_path: Path, data: Data, schedule: str) -> None:
+    c = _world(tmp_path / schedule, data, data.keys[7], True,
+               {**BASE, "cadence_seconds": T, "schedule": schedule}, FakeClock())
+    try:
+        req = c.submit_deletion("people", data.keys[7])[0]
+        c.process_pending(force=True)
+        (cert,) = c.request_certificates(req["id"], principal=c.authenticate(c.create_token("r", "admin")))
+        says = cert["certificate"]["schedule_reveals"]
+        assert ("when a held record's deletion was processed" in says) == (schedule == "steps")
+        assert c.budget("m")["schedule_reveals"] == says
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize("cadence", [1, 3])
 def test_a_clock_schedule_is_the_same_in_both_worlds(tmp_path: Path, data: Data, cadence: int) -> None:
     params = {**BASE, "cadence": cadence, "cadence_seconds": T, "schedule": "clock"}

@@ -50,7 +50,15 @@ from lethe.curator.adapters import MechanismAdapter, register_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError
 from lethe.curator.public import OBSERVER_RELEASES
 
-__all__ = ["ReleasedLogisticAdapter"]
+__all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter"]
+
+#: What each schedule's release times (and the release number a model-reader is told) reveal, in plain words, carried
+#: by every certificate and summary of a released model (docs/release_privacy.md §3).
+SCHEDULE_REVEALS: dict[str, str] = {
+    "steps": ("when a held record's deletion was processed (not whose): releases follow removal steps, and a request "
+              "makes a step only if its record was held"),
+    "clock": "nothing about the records: releases follow the clock alone",
+}
 
 
 @register_adapter
@@ -144,6 +152,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "theorem": "docs/release_privacy.md", "noise": "gaussian", "epsilon": acc.epsilon,
                 "delta": acc.delta, "horizon": acc.horizon, "cadence": int(self.params["cadence"]),
                 "cadence_seconds": self.params["cadence_seconds"], "schedule": self.params["schedule"],
+                "schedule_reveals": SCHEDULE_REVEALS[self.params["schedule"]],
                 "sigma": acc.sigma, "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases,
                 "published": published, "horizon_spent": bool(meta["horizon_spent"]),
                 "residual_bound": meta["state"]["residual_bound"], "n_removed": n_removed,
@@ -268,6 +277,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases, "horizon": acc.horizon,
                 "releases_left": acc.remaining, "cadence": int(self.params["cadence"]),
                 "cadence_seconds": self.params["cadence_seconds"], "schedule": self.params["schedule"],
+                "schedule_reveals": SCHEDULE_REVEALS[self.params["schedule"]],
                 "released_at": m.get("released_at"),
                 "pending_removals": int(m["pending"]), "release_version": int(m["release_version"]),
                 "horizon_spent": bool(m["horizon_spent"]), "sigma": acc.sigma, "n": int(m["state"]["n"]),

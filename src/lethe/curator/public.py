@@ -44,7 +44,7 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     # lifecycle and counts
     "retrained", "n_removed", "n_remaining", "n_retained", "n", "step", "steps", "edit_requests",
     # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
-    "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule",
+    "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule", "schedule_reveals",
 })
 
 #: The subset a requester sees on its own certificates: nothing that depends on other records of its batch.
@@ -52,7 +52,7 @@ REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "assumptions",
     "epsilon", "delta", "budget", "q", "p", "r", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
     "epsilon_certified", "rdp_slope", "sigma", "lr", "grad_clip", "model_radius", "weight_decay", "clipping",
-    "observer", "horizon", "cadence", "cadence_seconds", "schedule",
+    "observer", "horizon", "cadence", "cadence_seconds", "schedule", "schedule_reveals",
 })
 
 #: Who a certificate's guarantee covers (issue 26): the certificates of the mechanisms that bound what ONE version
