@@ -44,7 +44,8 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     # lifecycle and counts
     "retrained", "n_removed", "n_remaining", "n_retained", "n", "step", "steps", "edit_requests",
     # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
-    "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule", "schedule_reveals",
+    "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule",
+    "schedule_reveals",
 })
 
 #: The subset a requester sees on its own certificates: nothing that depends on other records of its batch.
