@@ -13,6 +13,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import validate_data
 
 from lethe.certified.data import check_data_matrix
+from lethe.certified.rows import check_indices
 
 
 # -- data backends (issue 14): fit/predict accept a SciPy sparse matrix; the mechanisms read it through
@@ -137,20 +138,7 @@ def removal_rows(indices: Any, keys: Any, *, active: np.ndarray, record_keys: np
         idx = idx.reshape(1)
     if idx.ndim != 1 or idx.size == 0:
         raise ValueError(f"indices must be a non-empty 1-D sequence of training-row indices. Found {indices!r}.")
-    if not np.issubdtype(idx.dtype, np.integer):
-        raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
-    n = active.shape[0]
-    if idx.min() < 0 or idx.max() >= n:  # (the first offender is named; scalar checks first: the one-row case)
-        bad = np.flatnonzero((idx < 0) | (idx >= n))
-        raise ValueError(f"indices must be training-row indices in [0, {n}). Found {int(idx[bad[0]])}.")
-    if idx.size > 1:
-        uniq, counts = np.unique(idx, return_counts=True)
-        if np.any(counts > 1):
-            raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
-    if not active[idx].all():
-        gone = np.flatnonzero(~active[idx])
-        raise ValueError(f"Training row {int(idx[gone[0]])} was already removed.")
-    return idx.astype(np.int64)
+    return check_indices(idx, active.shape[0], active, training=True)
 
 
 def check_keys(sample_ids: Any, n: int) -> np.ndarray:

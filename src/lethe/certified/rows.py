@@ -30,9 +30,12 @@ def check_row_norms(X: DataMatrix, name: str = "X") -> None:
         )
 
 
-def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int) -> np.ndarray:
+def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int | None = None, *,
+                  training: bool = False) -> np.ndarray:
     """``indices`` as distinct int64 positions of active rows, leaving at least one; ``n_active`` is the number of
-    rows ``active`` marks (the caller has counted them)."""
+    rows ``active`` marks (the caller has counted them; None: not checked). ``training=True``: the messages say
+    "training-row" (the estimators' :func:`lethe.estimator_data.removal_rows`)."""
+    rows, row = ("training-row indices in", "Training row") if training else ("in", "Row")
     idx = np.asarray(indices)
     if idx.ndim == 0:
         idx = idx.reshape(1)
@@ -44,15 +47,15 @@ def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int) -> np
         raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
     if idx.min() < 0 or idx.max() >= n:  # (the first offender is named; scalar checks first: the one-row case)
         bad = np.flatnonzero((idx < 0) | (idx >= n))
-        raise ValueError(f"indices must be in [0, {n}). Found {int(idx[bad[0]])}.")
+        raise ValueError(f"indices must be {rows} [0, {n}). Found {int(idx[bad[0]])}.")
     if idx.size > 1:
         uniq, counts = np.unique(idx, return_counts=True)
         if np.any(counts > 1):
             raise ValueError(f"indices must be distinct. Found {int(uniq[counts > 1][0])} more than once.")
     if not active[idx].all():
         gone = np.flatnonzero(~active[idx])
-        raise ValueError(f"Row {int(idx[gone[0]])} was already removed.")
-    if idx.size >= n_active:
+        raise ValueError(f"{row} {int(idx[gone[0]])} was already removed.")
+    if n_active is not None and idx.size >= n_active:
         raise ValueError(f"Cannot remove all {n_active} remaining rows: one must remain.")
     return idx.astype(np.int64)
 
