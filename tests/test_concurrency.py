@@ -403,3 +403,26 @@ def test_a_fitted_pipeline_refuses_copies_through_its_final_step():
     pipe.fit(X, y)
     with pytest.raises(TypeError, match="SECRET"):
         copy.deepcopy(pipe)
+
+
+def test_a_removal_never_changes_which_attributes_a_fitted_model_has():
+    """Readers that take no lock (scikit-learn's ``check_is_fitted``, run by ``Pipeline.predict``, iterates
+    ``vars(model)``) must never see the instance's ``__dict__`` change size in the middle of a removal: the race CI
+    caught as "dictionary changed size during iteration" when ``remove`` parked its validated rows in ``__dict__``.
+    Deterministic: the attribute names seen inside the certified call equal those after ``fit`` and after the call
+    (mutation check: parking anything in ``__dict__`` during ``remove`` fails it)."""
+    X, y = _unit_rows(120, 4, seed=12)
+
+    class Seen(CertifiedLogisticRegression):
+        def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
+            self.inside_.append(set(vars(self)))
+            return super().remove_rows(idx, random_state=random_state)
+
+    model = Seen(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    model.inside_ = []
+    model.remove([0])  # the first removal may set what fit did not; after it the set is fixed
+    names = set(vars(model))
+    for r in range(1, 6):
+        model.remove([r])
+        assert set(vars(model)) == names
+    assert all(seen == names for seen in model.inside_[1:])

@@ -78,6 +78,10 @@ _check_keys = check_keys  # the name tests/test_estimators_api.py imports
 _PARAM_NAMES: dict[type, list[str]] = {}
 
 
+#: id(model) -> the index array its running ``remove`` validated (set and cleared under the model's lock).
+_CHECKED_ROWS: dict[int, np.ndarray] = {}
+
+
 class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
     """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key.
 
@@ -252,11 +256,14 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         Alg. 2 with |B_j| = 1), call it once per row.
         """
         idx = self._check_remove_indices(indices, keys)
-        self.__dict__["_checked_rows"] = idx  # remove_rows (under this call's lock) does not validate them again
+        # remove_rows (under this call's lock) does not validate them again. Kept outside the instance's __dict__:
+        # readers that take no lock (scikit-learn's check_is_fitted iterates vars(model) in predict) must never
+        # see it change size mid-iteration
+        _CHECKED_ROWS[id(self)] = idx
         try:
             cert = self.remove_rows(idx)
         finally:
-            self.__dict__.pop("_checked_rows", None)
+            _CHECKED_ROWS.pop(id(self), None)
         self._certificate = cert
         return cert
 
@@ -275,7 +282,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         The removal path other front ends call (e.g. a service that maps its own keys to rows and draws fresh
         entropy for every operation)."""
         rng = self._rng if random_state is None else check_random_state(random_state)
-        if idx is not self.__dict__.get("_checked_rows"):  # the very array :meth:`remove` validated, or validate
+        if idx is not _CHECKED_ROWS.get(id(self)):  # the very array :meth:`remove` validated, or validate
             idx = self._check_remove_indices(idx)
         return self._remove_checked(idx, rng)
 
