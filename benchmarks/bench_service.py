@@ -162,6 +162,27 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+def delete_and_wait(client: Any, dataset: str, keys: Any, requester: str, admin: str, n_goal: int,
+                    model: str = "model", timeout: float = 1800.0) -> tuple[float, float, dict[str, Any]]:
+    """POST one deletion request per key (``requester``'s token), then poll the model's budget (``admin``'s token)
+    until it holds ``n_goal`` records. Returns (seconds to submit, seconds until published, the last budget)."""
+    t = time.perf_counter()
+    for key in keys:
+        client.post("/v1/deletions", json={"dataset": dataset, "key": str(key)},
+                    headers={"Authorization": f"Bearer {requester}"}).raise_for_status()
+    submitted = time.perf_counter() - t
+    budget: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = client.get(f"/v1/models/{model}/budget", headers={"Authorization": f"Bearer {admin}"})
+        r.raise_for_status()
+        budget = r.json()
+        if budget.get("n_records") == n_goal:
+            break
+        time.sleep(0.5)
+    return submitted, time.perf_counter() - t, budget
+
+
 def peak_rss(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

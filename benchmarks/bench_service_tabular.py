@@ -36,7 +36,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import lethe, start_server, stop  # noqa: E402
+from bench_service import delete_and_wait, lethe, start_server, stop  # noqa: E402
 from bench_tabular import _sklearn  # noqa: E402
 
 from lethe.datasets import load_adult  # noqa: E402
@@ -110,21 +110,8 @@ def main() -> None:
             with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {app}"}, timeout=120) as client:
                 reads = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {reader}"}, timeout=120)
                 le_before, v_before = predict_accuracy(reads, records, labels)
-                t = time.perf_counter()
-                for key in requests:
-                    client.post("/v1/deletions", json={"dataset": "adult", "key": str(key)}).raise_for_status()
-                submitted = time.perf_counter() - t
-                n_goal = len(train) - args.requests
-                budget: dict[str, Any] = {}
-                deadline = time.monotonic() + 1800
-                while time.monotonic() < deadline:
-                    r = client.get("/v1/models/model/budget", headers={"Authorization": f"Bearer {admin}"})
-                    r.raise_for_status()
-                    budget = r.json()
-                    if budget.get("n_records") == n_goal:
-                        break
-                    time.sleep(0.5)
-                done = time.perf_counter() - t
+                submitted, done, budget = delete_and_wait(client, "adult", requests, app, admin,
+                                                          len(train) - args.requests)
                 le_after, v_after = predict_accuracy(reads, records, labels)
                 reads.close()
         finally:

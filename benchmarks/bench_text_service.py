@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import lethe, start_server, stop  # noqa: E402
+from bench_service import delete_and_wait, lethe, start_server, stop  # noqa: E402
 
 from lethe.datasets.sst import load_sst  # noqa: E402
 from lethe.estimators import CertifiedLogisticRegression  # noqa: E402
@@ -121,22 +121,8 @@ def main() -> None:
                 rh = {"Authorization": f"Bearer {reader}"}
                 client.headers.update(rh)
                 le_before, v_before, pred_s = predict_accuracy(client, te, lab_te)
-                t = time.perf_counter()
-                for key in requests:
-                    client.post("/v1/deletions", json={"dataset": "sst", "key": str(key)},
-                                headers={"Authorization": f"Bearer {app}"}).raise_for_status()
-                submitted = time.perf_counter() - t
-                n_goal = len(tr) - args.requests
-                budget: dict[str, Any] = {}
-                deadline = time.monotonic() + 1800
-                while time.monotonic() < deadline:
-                    r = client.get("/v1/models/model/budget", headers={"Authorization": f"Bearer {admin}"})
-                    r.raise_for_status()
-                    budget = r.json()
-                    if budget.get("n_records") == n_goal:
-                        break
-                    time.sleep(0.5)
-                done = time.perf_counter() - t
+                submitted, done, budget = delete_and_wait(client, "sst", requests, app, admin,
+                                                          len(tr) - args.requests)
                 le_after, v_after, _ = predict_accuracy(client, te, lab_te)
         finally:
             stop(proc)

@@ -196,6 +196,13 @@ def rounding_slack(dtype: Any, d: int) -> float:
     return float(min(max(_ROW_NORM_TOLERANCE, (d + 2) * eps), _MAX_ROUNDING_SLACK))
 
 
+def unit_row_error(name: str, row: int, norm: float, how: str = "normalize_rows=True") -> ValueError:
+    """The one message for a row outside the unit ball (Guo et al. 2020, Thm 1 needs ‖xᵢ‖ ≤ 1): which row of
+    ``name``, its norm, and ``how`` to normalise."""
+    return ValueError(f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {row} has norm "
+                      f"{format_norm(norm)}; rescale the features or ask for row normalisation ({how}).")
+
+
 def format_norm(v: float) -> str:
     """A norm printed so that a value just above 1 does not print as "1" (e.g. ``"1 + 2e-09"``)."""
     s = f"{v:.6g}"
@@ -284,11 +291,8 @@ def check_unit_rows(X: Any, *, normalize: bool = False, source_dtype: Any = None
     slack = rounding_slack(source_dtype if source_dtype is not None else X.dtype, X.shape[1])
     bad = np.flatnonzero(norms > 1.0 + slack)
     if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm "
-            f"{format_norm(float(norms[i]))}; rescale the features or ask for row normalisation "
-            "(normalize_rows=True, or lethe.preprocessing.normalize_rows).")
+        raise unit_row_error(name, int(bad[0]), float(norms[int(bad[0])]),
+                             "normalize_rows=True, or lethe.preprocessing.normalize_rows")
     if sp.issparse(X):
         _scale_sparse_rows_onto_sphere(X, over)
         return X

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe._validation import format_norm
+from lethe._validation import unit_row_error
 from lethe.certified.bounds import ROW_NORM_TOLERANCE
 from lethe.certified.data import DataMatrix, backend_of
 
@@ -22,12 +22,7 @@ def check_row_norms(X: DataMatrix, name: str = "X") -> None:
     norms = np.sqrt(backend_of(X).row_sq_norms(X))
     bad = np.flatnonzero(norms > 1.0 + ROW_NORM_TOLERANCE)
     if bad.size:
-        i = int(bad[0])
-        raise ValueError(
-            f"Every row of {name} must have L2 norm <= 1 (Guo et al. 2020, Thm 1). Row {i} has norm "
-            f"{format_norm(float(norms[i]))}; "
-            "rescale the features or ask for row normalisation (normalize_rows=True)."
-        )
+        raise unit_row_error(name, int(bad[0]), float(norms[int(bad[0])]))
 
 
 def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int | None = None, *,
