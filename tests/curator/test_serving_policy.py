@@ -115,6 +115,9 @@ def test_opt_in_serves_and_is_recorded(cur: Curator, http: Any, data: Data) -> N
     assert UNRELEASED_WARNING in sections["opted"] and "by your opt-in" in sections["opted"]
     assert UNRELEASED_WARNING not in sections["plain"] and "admins only" in sections["plain"]
     assert "private releases" in sections["rel"] and UNRELEASED_WARNING not in sections["rel"]
+    # what the release schedule reveals, in plain words (docs/release_privacy.md §3); the default is "steps"
+    assert "its release times reveal when a held record&#39;s deletion was processed" in sections["rel"] or \
+        "its release times reveal when a held record's deletion was processed" in sections["rel"]
 
 
 def test_released_model_served_without_opt_in(cur: Curator, http: Any, data: Data) -> None:
