@@ -793,7 +793,8 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         mech: CertifiedRemoval = self.mechanism_
         if len(self.states_) == 1:
             state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
-                                      cache=self.caches_[0], random_state=rng, check_input=False)
+                                      cache=self.caches_[0], random_state=rng, check_input=False,
+                                      clear_active=True)  # active_[idx] cleared on success, as _forget_rows does
             self.states_[0] = state
             self._forget_rows(idx)
             return cert

@@ -99,7 +99,14 @@ def test_next_batch_cap_is_the_largest_batch_within_the_share() -> None:
 # -- the solver cache's row mask ------------------------------------------------------------------------------------
 
 
-def test_same_mask_agrees_with_array_equal() -> None:
+@pytest.mark.parametrize("memcmp", ["libc", "numpy"])
+def test_same_mask_agrees_with_array_equal(memcmp: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways of comparing (the C library's memcmp, and NumPy where it is not available) agree with
+    ``np.array_equal`` on random masks, one flipped row anywhere (including the tail after the last full word)."""
+    if memcmp == "libc":
+        assert cache_module._MEMCMP is not None, "memcmp is available on this platform"
+    else:
+        monkeypatch.setattr(cache_module, "_MEMCMP", None)
     rng = np.random.default_rng(2)
     for _ in range(300):
         n = int(rng.integers(0, 70))
@@ -108,6 +115,13 @@ def test_same_mask_agrees_with_array_equal() -> None:
         if n and rng.random() < 0.6:
             b[int(rng.integers(0, n))] ^= True
         assert same_mask(a, b) is bool(np.array_equal(a, b))
+        assert same_mask(a[::-1], b[::-1]) is bool(np.array_equal(a, b))  # non-contiguous views
+    big = np.ones(1_000_003, dtype=bool)
+    for flip in (0, 500_000, 1_000_002):
+        other = big.copy()
+        other[flip] = False
+        assert not same_mask(big, other)
+    assert same_mask(big, big.copy())
     assert not same_mask(np.ones(8, dtype=bool), np.ones(9, dtype=bool))
     assert not same_mask(np.ones(8, dtype=bool), np.ones(8, dtype=np.uint8))
 

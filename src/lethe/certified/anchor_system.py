@@ -192,7 +192,7 @@ def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, 
                 cache.pend_k += 1
                 cache.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
         cache.s_hat[j] = 0.0
-    M[np.diag_indices(d)] -= lam * m
+    np.einsum("ii->i", M)[...] -= lam * m  # M's diagonal as a writable view: no index arrays
     if track:
         cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
     cache.M = M

@@ -368,8 +368,8 @@ def anchor_bounds(*, gamma: float, tau: float, x_norm: float, row_norm: float, n
         "remainder/triangle": 0.5 * gamma * row_norm * a_norm * a_norm,
         "remainder/spectral": 0.5 * gamma * x_norm * row_norm * v_norm * a_norm,
     }
-    mismatch = min(v for k, v in cands.items() if k.startswith("mismatch/"))
-    remainder = min(v for k, v in cands.items() if k.startswith("remainder/"))
+    mismatch = min(cands["mismatch/triangle"], cands["mismatch/spectral-dw"], cands["mismatch/spectral-v"])
+    remainder = min(cands["remainder/triangle"], cands["remainder/spectral"])
     return mismatch * slack, remainder * slack, cands
 
 

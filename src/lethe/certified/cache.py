@@ -12,6 +12,7 @@ refreshes with a data pass; an integer k refreshes every k removals.
 from __future__ import annotations
 
 import math
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ class CostModel:
 
     def training(self, n: int, d: int, iterations: int) -> float:
         """Retraining: ~3 data passes per L-BFGS iteration plus XᵀX (a general product) for ‖X‖₂."""
-        return 3.0 * max(iterations, 1) * self.data_pass(n, d) + 2.0 * self.hessian(n, d)
+        return 3.0 * max(int(iterations), 1) * self.data_pass(n, d) + 2.0 * self.hessian(n, d)
 
 
 def _sync_key(X: DataMatrix, w: np.ndarray) -> tuple[Any, ...]:
@@ -72,13 +73,36 @@ def _sync_key(X: DataMatrix, w: np.ndarray) -> tuple[Any, ...]:
     return (X.shape, hash(np.ascontiguousarray(w).tobytes()))
 
 
+def _libc_memcmp() -> Any:
+    """The C library's ``memcmp`` through :mod:`ctypes`, or ``None`` where it cannot be loaded."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c") or ("msvcrt" if os.name == "nt" else None)
+        if name is None:
+            return None
+        fn = ctypes.CDLL(name).memcmp
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+        return fn
+    except (OSError, AttributeError):
+        return None
+
+
+_MEMCMP = _libc_memcmp()
+
+
 def same_mask(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two boolean masks hold the same rows, compared 8 rows per machine word (about half the time of
-    ``np.array_equal`` at n = 10⁶). A non-canonical boolean byte compares unequal: the caller rebuilds (time, never
-    soundness)."""
-    if a.shape != b.shape or a.dtype != np.bool_ or b.dtype != np.bool_:
+    """Whether two boolean masks hold the same rows: the C library's ``memcmp`` over their bytes (one pass, about
+    half the time of a word-wise NumPy comparison and a third of ``np.array_equal`` at n = 10⁶: this comparison is
+    what stops a stale cache from certifying, and it runs on every removal), else 8 rows per machine word in NumPy.
+    A non-canonical boolean byte compares unequal: the caller rebuilds (time, never soundness)."""
+    if a.shape != b.shape or a.dtype != np.bool_ or b.dtype != np.bool_ or a.ndim != 1:
         return False
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if _MEMCMP is not None:
+        return a.size == 0 or int(_MEMCMP(a.ctypes.data, b.ctypes.data, a.nbytes)) == 0
     k = a.shape[0] // 8 * 8
     return bool(np.all(a[:k].view(np.uint64) == b[:k].view(np.uint64))) and bool(np.all(a[k:] == b[k:]))
 
@@ -337,8 +361,9 @@ class NewtonCache:
 
     def vouch_removal(self, keep: np.ndarray, idx: np.ndarray, n_keep: int) -> None:
         """Record that the caller has just compared the cache's mask with the rows before a removal
-        (:meth:`synced_count`), made ``keep`` a fresh copy of them with the distinct, active rows ``idx`` cleared
-        (``n_keep`` rows), and hands both objects, unchanged and held by nobody else, to the step: the next
+        (:meth:`synced_count`), made ``keep`` those rows with the distinct, active rows ``idx`` cleared (``n_keep``
+        rows; a fresh copy, or the caller's own mask, which it does not touch until the step returns) and hands both
+        objects, unchanged, to the step: the next
         :meth:`matches_removal` for these very objects (the same ``keep`` and ``idx``, by identity) then does not
         compare the O(n) mask again. Consumed by that call (or cleared by any other, and by :meth:`reset`)."""
         self._vouched = (keep, idx, int(n_keep))

@@ -5,6 +5,7 @@ state (:func:`certify`), used by the binary mechanism, its one-vs-all form and t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,41 @@ class Certificate:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
+class _ComputedOnFirstRead:
+    """A dataclass field whose value may be handed over as a deferred computation (a :class:`functools.partial`),
+    evaluated once, the first time the field is read (by attribute, ``to_dict``, ``repr``, comparison, copy or
+    pickle), and then stored.
+
+    Used for :attr:`Certificate.epsilon_spent`: the ε that β certifies under the analytic calibration is the root of
+    the exact privacy profile, verified against it (:func:`lethe.certified.noise.epsilon_spent`, ~0.04 ms), which
+    would otherwise be a sixth of a default removal's cost at n = 10⁶ (issue 25's hot path) whether or not anyone
+    reads it. The value read is the one an eager computation gives, bit for bit (the same function, the same
+    arguments, fixed when the certificate is made). The certificate stays frozen: the dataclass's ``__setattr__``
+    refuses assignment before this descriptor is reached."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_value"
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.slot]
+        if isinstance(value, functools.partial):
+            value = float(value())
+            obj.__dict__[self.slot] = value  # idempotent: two threads reading at once compute the same float
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
+# installed after the dataclass is made: the generated __init__ assigns the field through it (a descriptor given
+# as a field's default would make every field after it need a default)
+_EPSILON_SPENT = _ComputedOnFirstRead()
+_EPSILON_SPENT.__set_name__(Certificate, "epsilon_spent")
+setattr(Certificate, "epsilon_spent", _EPSILON_SPENT)  # noqa: B010 (a class attribute the type checker must not see)
+
+
 def bound_description(bound: str, solver: str) -> str:
     """The certificate's ``bound`` text for a removal step of ``solver`` under ``bound`` ("paper" or "tight")."""
     if bound == "paper":
@@ -107,8 +143,9 @@ def certify(cfg: Any, operation: str, state: ModelState, *, step: float, retrain
         operation=operation, guarantee=cfg.guarantee, epsilon=eps, delta=delta, noise=cfg.noise, bound=bound,
         step_bound=float(step), residual_bound=float(state.residual_bound), budget=float(budget),
         budget_left=float(max(budget - state.residual_bound, 0.0)) if cfg.noise != "none" else 0.0,
-        epsilon_spent=float(epsilon_spent(state.residual_bound, cfg.sigma, cfg.delta, cfg.noise,
-                                          calibration=cfg.calibration))
+        # computed when first read (_ComputedOnFirstRead): the same function on the same arguments
+        epsilon_spent=functools.partial(epsilon_spent, float(state.residual_bound), cfg.sigma, cfg.delta, cfg.noise,
+                                        calibration=cfg.calibration)  # type: ignore[arg-type]
         if cfg.noise != "none" else 0.0,
         retrained=retrained, n_removed=len(removed), n_remaining=state.n, worst_case_bound=float(worst),
         solve_error=float(solve_error), seconds=float(seconds), removed_indices=removed, bound_mode=cfg.bound,

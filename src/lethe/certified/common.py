@@ -123,7 +123,7 @@ def removed_gradient(cfg: RemovalConfig, w: np.ndarray, XR: np.ndarray, yR: np.n
     Delta = m * lam * w + XR.T @ d1
     lip1 = float(getattr(loss, "d2_sup", 0.25 if loss.gamma else 2.0))
     wn = vnorm(w)
-    d1_abs = float(np.max(np.abs(d1), initial=0.0))
+    d1_abs = float(np.abs(d1).max(initial=0.0))
     # margins: ≤ γ_d ρ ‖w‖ each; ℓ' Lipschitz with ℓ'' ≤ lip1; evaluation ≤ 8u(1 + |ℓ'|); Xᵀ(·) and the sum.
     d1_err = lip1 * gamma_k(d + 1) * rho * wn + 8 * U * (1.0 + d1_abs)
     err = (m * rho * d1_err + gamma_k(m + 1) * math.sqrt(m) * rho * vnorm(d1)

@@ -26,7 +26,7 @@ def cho_solve(F: tuple[np.ndarray, bool | None], b: np.ndarray, check_finite: bo
     if c.ndim == 1:  # :func:`jacobi_preconditioner`: the inverse diagonal
         return c * b
     if lower is None:
-        scale = float(np.max(np.abs(b), initial=0.0))  # the product is linear: scale into float32's range
+        scale = float(np.abs(b).max(initial=0.0))  # the product is linear: scale into float32's range
         if scale == 0.0 or not np.isfinite(scale):
             return np.zeros_like(b) if scale == 0.0 else np.full_like(b, np.nan)
         x = ssymv(1.0, c, np.asarray(b / scale, dtype=np.float32), lower=0)
@@ -82,7 +82,7 @@ def dense_pcg(mv: Callable[[np.ndarray], np.ndarray], F: tuple[np.ndarray, bool 
     """
     it = 0
     rz_old = 0.0
-    p = np.zeros_like(v)
+    p = v  # replaced by the first iteration's direction (zc) before it is read
     while it < max_it and vnorm(e) > tol:
         r = -e
         zc = cho_solve(F, r, check_finite=False)
