@@ -153,10 +153,15 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             return trained[name]
         return getattr(self, name, None)
 
-    def _check_params_unchanged(self, action: str) -> None:
+    def _check_params_unchanged(self, action: str, *, fitted: bool = False) -> None:
         """Refuse ``action`` when parameters changed since ``fit``: the state was trained (and its budget computed)
-        under ``trained_params_``; a certificate or a file must not describe it under other ones."""
-        check_is_fitted(self, "states_")
+        under ``trained_params_``; a certificate or a file must not describe it under other ones. ``fitted``: the
+        caller has just checked that the model is fitted."""
+        if not fitted:
+            check_is_fitted(self, "states_")
+        trained = self.trained_params_
+        if all(getattr(self, k, _NO_Y) is v for k, v in trained.items()):
+            return  # every parameter is the very object it was at fit (same_value(v, v) holds): nothing changed
         now = self._current_params()
         changed = [f"{k}: {v!r} at fit, {now.get(k)!r} now" for k, v in self.trained_params_.items()
                    if not same_value(v, now.get(k))]
@@ -228,7 +233,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         if (indices is None) == (keys is None):
             raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
                              f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
-        self._check_params_unchanged("remove")
+        self._check_params_unchanged("remove", fitted=True)
         return removal_rows(indices, keys, active=self.active_, record_keys=getattr(self, "keys_", None))
 
     def _forget_rows(self, idx: np.ndarray) -> None:
