@@ -4,11 +4,14 @@ goes (issue 15).
 Generates ``--rows`` × ``--features`` rows (‖xᵢ‖ ≤ 1), fits ``CertifiedLogisticRegression`` with λ = 1e-3, σ = 10,
 removes ``--warm`` rows one at a time, then times ``--removals`` more through ``remove()`` (median and mean, one
 BLAS thread) and profiles a further ``--removals`` with cProfile (the ``--top`` functions by own time). At
-n = 10⁶ × 100 the O(d²) step itself takes ≈ 0.03 ms. Since issue 25 the rest is: ONE word-wise comparison of the
-solver cache's own copy of the row mask with the model's (O(n), ``NewtonCache.matches_removal``/``synced_count``:
-what keeps a stale cache from ever certifying — it costs time, never soundness), one copy of the mask for the rows
-kept, the certificate's ε spent (the exact analytic-Gaussian inversion) and Python bookkeeping; no row count, no
-hash of the mask, no second validation. To compare with an older tree, run this file with ``PYTHONPATH`` pointing
+n = 10⁶ × 100 the O(d²) step itself takes ≈ 0.03 ms. Since issue 25 the rest is: ONE comparison of the
+solver cache's own copy of the row mask with the model's (O(n): the C library's ``memcmp`` over 1 MB, 0.025–0.04 ms
+on the 2-core development machine, ``NewtonCache.synced_count``/``same_mask``: what keeps a stale cache from ever
+certifying — it costs time, never soundness), the step's BLAS-2 products and Python bookkeeping; no row count, no
+copy of the mask (the estimator's mask is cleared in place, ``clear_active``), no hash of the mask, no second
+validation, and the certificate's ε spent (the exact analytic-Gaussian inversion, ≈ 0.04 ms) is computed when it is
+first read (``Certificate.epsilon_spent``): the median is printed without and with reading it.
+To compare with an older tree, run this file with ``PYTHONPATH`` pointing
 at that tree's ``src``.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_removal_overhead.py`` (about a minute; 0.8 GB of features).
@@ -41,7 +44,7 @@ def main() -> None:
     y = np.where(X @ rng.normal(size=args.features) > 0, 1, -1)
     est = CertifiedLogisticRegression(lam=1e-3, sigma=10.0, random_state=0).fit(X, y)
     del X
-    rows = rng.permutation(args.rows)[: args.warm + 2 * args.removals]
+    rows = rng.permutation(args.rows)[: args.warm + 3 * args.removals]
     t0 = time.perf_counter()
     est.remove([int(rows[0])])
     print(f"solver {est.solver!r} -> {est.solver_!r}; first removal (forms the removal machinery) "
@@ -57,9 +60,16 @@ def main() -> None:
     print(f"{args.removals} removals after {args.warm} warm ones: median {1e3 * np.median(times):.3f} ms, "
           f"mean {1e3 * np.mean(times):.3f} ms; CPU time of this process (less sensitive to other processes on a "
           f"shared machine): median {1e3 * np.median(cpu):.3f} ms")
+    read = []
+    for i in rows[args.warm + args.removals: args.warm + 2 * args.removals]:
+        t0 = time.perf_counter()
+        float(est.remove([int(i)]).epsilon_spent)  # the certificate's ε spent, read at once
+        read.append(time.perf_counter() - t0)
+    print(f"{len(read)} more removals, each reading its certificate's epsilon_spent: median "
+          f"{1e3 * np.median(read):.3f} ms")
     prof = cProfile.Profile()
     prof.enable()
-    for i in rows[args.warm + args.removals:]:
+    for i in rows[args.warm + 2 * args.removals:]:
         est.remove([int(i)])
     prof.disable()
     out = io.StringIO()
