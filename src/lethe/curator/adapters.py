@@ -496,7 +496,7 @@ class NoisyGDAdapter(MechanismAdapter):
 
     def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
-        from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
+        from lethe.noisygd.edit_stream import CuratorConfig, EditRequest, NoisyGDCurator
         from lethe.noisygd.models import model_from_dict
 
         m = artifact.meta
@@ -507,13 +507,12 @@ class NoisyGDAdapter(MechanismAdapter):
         if idx.size == 0 or np.unique(idx).size != idx.size or idx.min() < 0 or idx.max() >= X.shape[0]:
             raise ValueError(f"indices must be distinct rows of the {X.shape[0]} current records. "
                              f"Found {idx.tolist()}.")
-        model = model_from_dict(m["model"])
-        cur = NoisyGDCurator(model, CuratorConfig(**m["config"]), random_state=rng)
-        # restore the state exactly as NoisyGDCurator.load does, without writing the records to a file
-        cur._database = Database(np.vstack([X, np.zeros((n_dummies, d))]), np.concatenate([yy, np.zeros(n_dummies)]))
-        cur._theta = np.array(artifact.arrays["theta"], dtype=np.float64)
-        cur._step = int(m["step"])
-        cur._total_steps = int(m["total_steps"])
+        # the curator's one public constructor for a state held elsewhere (checked as NoisyGDCurator.load checks a
+        # file; the certificate history is this service's ledger)
+        cur = NoisyGDCurator.resume(model_from_dict(m["model"]), CuratorConfig(**m["config"]),
+                                    np.vstack([X, np.zeros((n_dummies, d))]), np.concatenate([yy, np.zeros(n_dummies)]),
+                                    np.asarray(artifact.arrays["theta"], dtype=np.float64), step=int(m["step"]),
+                                    total_steps=int(m["total_steps"]), random_state=rng, where="the model version")
         r = int(self.params["r"])
         certs = [cur.unlearn(EditRequest.deletion(idx[i:i + r].tolist(), n_features=d)).to_dict()
                  for i in range(0, idx.size, r)]

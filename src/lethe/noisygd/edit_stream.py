@@ -606,27 +606,9 @@ class NoisyGDCurator:
             cur._rng = _rng_from_state(meta["rng"])
         except (TypeError, ValueError, KeyError) as e:
             raise fail(f"its model, configuration or generator state is not valid: {e}") from None
-        X, y, theta = arrays["X"], arrays["y"], arrays["theta"]
-        p = cur.model.n_features
-        for name, arr, shape in (("X", X, (X.shape[0] if X.ndim == 2 else -1, p)), ("y", y, (X.shape[0],)),
-                                 ("theta", theta, (cur.model.n_params,))):
-            if arr.dtype != np.float64 or arr.shape != shape or not np.all(np.isfinite(arr)):
-                raise fail(f"{name} must be finite float64 of shape {shape}. Found {arr.dtype} {arr.shape}.")
-        n = int(X.shape[0])
-        if n < 1:
-            raise fail("the database has no record.")
-        try:
-            cur._check_rows(X, "load")
-            cur._check_labels(y, "load")
-        except EditRequestError as e:
-            raise fail(str(e)) from None
-        step_raw, total_raw = meta.get("step"), meta.get("total_steps")
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step_raw, total_raw)):
-            raise fail(f"step and total_steps must be integers >= 0. Found {step_raw!r}, {total_raw!r}.")
-        step, total = int(step_raw), int(total_raw)  # type: ignore[arg-type]
-        c = cur.config
-        if total != c.k_learn + step * c.k_unlearn:
-            raise fail(f"total_steps must be K_A + step*K_Abar = {c.k_learn + step * c.k_unlearn}. Found {total}.")
+        step, total = cur._restore(arrays["X"], arrays["y"], arrays["theta"], meta.get("step"),
+                                   meta.get("total_steps"), fail)
+        n = cur.database.n
         raw = meta.get("certificates")
         if not isinstance(raw, list) or len(raw) != step + 1:
             raise fail(f"expected {step + 1} certificates (learning and {step} edits). "
@@ -639,11 +621,54 @@ class NoisyGDCurator:
             if cert != cur._expected_certificate(i, n, cert.p, cert.r):
                 raise fail(f"certificate {i} is not the one this configuration issues for operation {i} on {n} "
                            "records (its numbers, theorem or assumptions were changed).")
-        cur._database = Database(X, y)
-        cur._theta = np.array(theta, dtype=np.float64)
-        cur._step, cur._total_steps = step, total
         cur._certificates = certs
         return cur
+
+    @classmethod
+    def resume(cls, model: Model, config: CuratorConfig, X: np.ndarray, y: np.ndarray, theta: np.ndarray, *,
+               step: int, total_steps: int, random_state: RandomState = None,
+               publish: Callable[[np.ndarray], Any] | None = None, where: str = "state") -> NoisyGDCurator:
+        """A curator that continues a run whose state is held elsewhere — a service's model versions keep the
+        database, θ and the counters, and the certificate history in their own ledger — after the checks
+        :meth:`from_state` makes on them (finite float64 arrays of the model's shapes, every row within
+        ``row_bound``, valid labels, ``total_steps`` = K_A + ``step``·K_Ā). :attr:`certificates` then holds the
+        operations made after resuming only. The one public way to restore a curator without a file (the service's
+        Noisy-GD adapter uses it; no caller writes the curator's attributes). Raises
+        :class:`lethe.io.ModelFileError` (a ``ValueError``) naming the first failure."""
+
+        def fail(msg: str) -> ModelFileError:
+            return ModelFileError(f"{where}: {msg} The state was edited or corrupted; it is refused.")
+
+        cur = cls(model, config, random_state=random_state, publish=publish)
+        cur._restore(X, y, theta, step, total_steps, fail)
+        return cur
+
+    def _restore(self, X: np.ndarray, y: np.ndarray, theta: np.ndarray, step_raw: Any, total_raw: Any,
+                 fail: Callable[[str], ModelFileError]) -> tuple[int, int]:
+        """Check (X, y, θ, step, total_steps) as a state of this curator's model and configuration and adopt it;
+        returns (step, total_steps). ``fail`` makes the error to raise from a message."""
+        p = self.model.n_features
+        for name, arr, shape in (("X", X, (X.shape[0] if X.ndim == 2 else -1, p)), ("y", y, (X.shape[0],)),
+                                 ("theta", theta, (self.model.n_params,))):
+            if arr.dtype != np.float64 or arr.shape != shape or not np.all(np.isfinite(arr)):
+                raise fail(f"{name} must be finite float64 of shape {shape}. Found {arr.dtype} {arr.shape}.")
+        if int(X.shape[0]) < 1:
+            raise fail("the database has no record.")
+        try:
+            self._check_rows(X, "load")
+            self._check_labels(y, "load")
+        except EditRequestError as e:
+            raise fail(str(e)) from None
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (step_raw, total_raw)):
+            raise fail(f"step and total_steps must be integers >= 0. Found {step_raw!r}, {total_raw!r}.")
+        step, total = int(step_raw), int(total_raw)
+        c = self.config
+        if total != c.k_learn + step * c.k_unlearn:
+            raise fail(f"total_steps must be K_A + step*K_Abar = {c.k_learn + step * c.k_unlearn}. Found {total}.")
+        self._database = Database(X, y)
+        self._theta = np.array(theta, dtype=np.float64)
+        self._step, self._total_steps = step, total
+        return step, total
 
     def _expected_certificate(self, i: int, n: int, p: int, r: int) -> NoisyGDCertificate:
         """The certificate :meth:`learn` (i = 0) or the i-th :meth:`unlearn` issues on a database of n records, for
