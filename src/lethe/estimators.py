@@ -53,7 +53,7 @@ from lethe.certified.model_file import NOISE_TAIL_PROBABILITY, check_model_file,
 from lethe.certified.newton import new_caches
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import MulticlassCertificate, OneVsAllRemoval, joint_residual
-from lethe.certified.rows import INTERCEPT_SCALE, squared_loss_rounding_floor
+from lethe.certified.rows import INTERCEPT_SCALE, set_rows, squared_loss_rounding_floor
 from lethe.estimator_data import (
     check_keys,
     check_sample_ids,
@@ -72,6 +72,15 @@ from lethe.estimator_data import (
 from lethe.io import ModelFileError, load_npz, model_key, save_npz
 
 _NO_Y = object()
+
+
+def _owned_mask(mask: np.ndarray) -> np.ndarray:
+    """``mask`` made read-only: a fitted model's ``active_`` is written only by the model itself
+    (:func:`lethe.certified.rows.set_rows`, under its lock, together with its solver caches), so ``model.active_[i]
+    = ...`` from outside raises instead of desynchronising them, and a removal may skip comparing it in full with its
+    cache's copy (:meth:`lethe.certified.cache.NewtonCache.synced_count` with ``owned``)."""
+    mask.flags.writeable = False
+    return mask
 _check_keys = check_keys  # the name tests/test_estimators_api.py imports
 
 
@@ -239,7 +248,8 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
     def _forget_rows(self, idx: np.ndarray) -> None:
         """Clear the removed rows from memory: features, targets, and keys (a removed record's key must not stay
         in the model or its file)."""
-        self.active_[idx] = False
+        set_rows(self.active_, idx, False)
+        _owned_mask(self.active_)  # read-only between calls (a mask made writable from outside is the model's again)
         backend_of(self.X_).zero_rows(self.X_, idx)
         if sp.issparse(self.X_):
             # the zeroed entries still record WHICH features the removed rows had (e.g. the words of a document):
@@ -364,7 +374,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
                                                                    seconds=seconds) for k, st in enumerate(states)],
                                      n_removed=0, seconds=seconds, n_added=m)
         self.X_, self.Y_ = X_all, Y_all
-        self.active_ = np.concatenate([self.active_, np.ones(m, dtype=bool)])
+        self.active_ = _owned_mask(np.concatenate([self.active_, np.ones(m, dtype=bool)]))
         if keys is not None:
             self.keys_ = np.concatenate([self.keys_, keys])
         self.states_ = states
@@ -525,7 +535,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         est = cls(**params)
         est.trained_params_ = est._current_params()
         mech = est._mechanism(est.trained_params_, tol=mechanism_tol)
-        est.X_, est.Y_, est.active_ = X, Y, active
+        est.X_, est.Y_, est.active_ = X, Y, _owned_mask(np.asarray(active, dtype=bool))
         est.states_ = list(states)
         est.members_, est.keys_ = members, keys
         est.n_removed_ = int(n_removed)
@@ -704,7 +714,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         OneVsAllRemoval(mech).check_training(states)
         self.classes_ = classes
         self.X_, self.Y_ = X, Y
-        self.active_ = np.ones(X.shape[0], dtype=bool)
+        self.active_ = _owned_mask(np.ones(X.shape[0], dtype=bool))
         self.members_ = members
         self.keys_ = keys
         self.states_ = states
@@ -861,7 +871,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         cache = NewtonCache()
         state, cert = mech.train(X, Y[0], random_state=rng, cache=cache)
         self.X_, self.Y_ = X, Y
-        self.active_ = np.ones(X.shape[0], dtype=bool)
+        self.active_ = _owned_mask(np.ones(X.shape[0], dtype=bool))
         self.members_ = None
         self.keys_ = keys
         self.states_ = [state]

@@ -93,3 +93,95 @@ def test_the_estimator_mask_is_unchanged_after_a_failed_removal(monkeypatch: pyt
     monkeypatch.undo()
     est.remove([5])
     assert not est.active_[5]
+
+
+# -- the estimator's mask: read-only between calls, compared in full only when it may have changed -------------------
+
+
+def _count_compares(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    import lethe.certified.cache as cache_module
+
+    calls = {"n": 0}
+    real = cache_module.same_mask
+
+    def counting(a: np.ndarray, b: np.ndarray) -> bool:
+        calls["n"] += 1
+        return real(a, b)
+
+    monkeypatch.setattr(cache_module, "same_mask", counting)
+    return calls
+
+
+def test_the_fitted_mask_is_read_only_after_every_operation(tmp_path: object) -> None:
+    from pathlib import Path
+
+    X, y = _data(n=200, d=5, seed=4)
+    y3 = np.digitize(X[:, 1], [-0.3, 0.3])
+    for est, yy in ((CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0), y),
+                    (CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0), y3)):
+        est.fit(X[:150], yy[:150])
+        assert not est.active_.flags.writeable
+        est.remove([3])
+        assert not est.active_.flags.writeable and not est.active_[3]
+        est.add(X[150:160], yy[150:160])
+        assert not est.active_.flags.writeable and est.active_.shape == (160,)
+        with pytest.raises(ValueError, match="read-only"):
+            est.active_[7] = False  # a user's write is refused; nothing changed
+        assert est.active_[7]
+        path = Path(str(tmp_path)) / f"m{len(est.classes_)}.npz"
+        est.save(path)
+        loaded = CertifiedLogisticRegression.load(path)
+        assert not loaded.active_.flags.writeable
+        loaded.remove([8])
+        assert not loaded.active_.flags.writeable and not loaded.active_[8]
+
+
+def test_an_unchanged_mask_is_not_compared_again_and_a_writable_one_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the second removal on, the model's own read-only mask is not compared in full (the cache advanced with it);
+    a mask made writable again is compared, and one changed meanwhile is refused, as before."""
+    X, y = _data(n=300, d=5, seed=5)
+    est = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    ref = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    calls = _count_compares(monkeypatch)
+    for step, row in enumerate((5, 9, 13, 21)):
+        calls["n"] = 0
+        cert = est.remove([row])
+        assert (calls["n"] >= 1) if step == 0 else (calls["n"] == 0), f"removal {step}: {calls['n']} comparisons"
+        ref_cert = ref.remove([row])
+        assert cert.to_dict() | {"seconds": 0} == ref_cert.to_dict() | {"seconds": 0}
+    # tampering: the mask made writable (on purpose) and a removed row marked active again
+    est.active_.flags.writeable = True
+    est.active_[5] = True
+    calls["n"] = 0
+    with pytest.raises(ValueError, match="active rows the model was trained on"):
+        est.remove([30])
+    assert calls["n"] >= 1  # compared in full, found different: the cache is not trusted
+    est.active_[5] = False  # put back: the model is usable again, and compares while the mask stays writable
+    calls["n"] = 0
+    cert = est.remove([30])
+    ref_cert = ref.remove([30])
+    assert calls["n"] >= 1
+    assert cert.to_dict() | {"seconds": 0} == ref_cert.to_dict() | {"seconds": 0}
+    assert not est.active_.flags.writeable  # the removal made it the model's own again
+
+
+def test_owned_is_trusted_only_for_the_array_the_cache_advanced_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lethe.certified.cache import NewtonCache
+
+    X, y = _data(n=150, d=4, seed=6)
+    mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver="anchor")
+    cache = NewtonCache()
+    state, _ = mech.train(X, y, random_state=0, cache=cache)
+    active = np.ones(X.shape[0], dtype=bool)
+    state, _ = mech.remove(state, X, y, [1], active=active, cache=cache, check_input=False, clear_active=True)
+    active.flags.writeable = False
+    calls = _count_compares(monkeypatch)
+    assert cache.synced_count(X, state.w, active, owned=True) == X.shape[0] - 1 and calls["n"] == 0
+    other = active.copy()
+    other.flags.writeable = False
+    assert cache.synced_count(X, state.w, other, owned=True) == X.shape[0] - 1 and calls["n"] == 1  # a copy
+    assert cache.synced_count(X, state.w, active) == X.shape[0] - 1 and calls["n"] == 2  # not owned
+    assert cache.synced_count(X, state.w + 1e-9, active, owned=True) is None  # other weights
+    active.flags.writeable = True
+    calls["n"] = 0
+    assert cache.synced_count(X, state.w, active, owned=True) == X.shape[0] - 1 and calls["n"] == 1  # writable

@@ -239,6 +239,8 @@ class NewtonCache:
         self._mask: np.ndarray | None = None  # a copy of the active-row mask the cache was advanced to
         self._count = 0  # its number of active rows
         self._vouched: tuple[np.ndarray, np.ndarray, int] | None = None  # see :meth:`vouch_removal`
+        # the mask array the cache was last advanced with, by weak reference (see :meth:`synced_count`'s ``owned``)
+        self._advanced_with: weakref.ref[np.ndarray] | None = None
         self.z: np.ndarray | None = None
         self.eta = math.inf
         self.row_norm_max: float | None = None
@@ -326,9 +328,22 @@ class NewtonCache:
         return (self.kind == kind and self._key is not None and self._xref is not None and self._xref() is X
                 and self._mask is not None and self._key == _sync_key(X, w) and same_mask(self._mask, active))
 
-    def synced_count(self, X: DataMatrix, w: np.ndarray, active: np.ndarray) -> int | None:
+    def synced_count(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, *, owned: bool = False) -> int | None:
         """The number of rows of ``active`` if the cache (of any kind) is synced to (X, w, ``active``) — its mask is
-        then equal to ``active``, compared in full, and its count was taken from it — else None."""
+        then equal to ``active``, compared in full, and its count was taken from it — else None.
+
+        ``owned=True``: the caller owns ``active`` and keeps it read-only except while it changes it together with
+        the cache (:meth:`lethe.certified.mechanism.CertifiedRemoval.remove` with ``clear_active``: the estimators'
+        ``active_``). The O(n) comparison is then skipped when ``active`` is the very array the cache was last
+        advanced with (:meth:`_advance` copies it, or clears the same rows of the copy: their contents were equal
+        then) and it is read-only now, so nothing can have written to it since without first making it writable
+        again on purpose (NumPy refuses ``active[i] = ...`` on it). A writable array, another array or a copy is
+        compared in full, as without ``owned``."""
+        if (owned and self._advanced_with is not None and self._advanced_with() is active
+                and not active.flags.writeable and self.kind is not None and self._key is not None
+                and self._xref is not None and self._xref() is X and self._mask is not None
+                and self._mask.shape == active.shape and self._key == _sync_key(X, w)):
+            return self._count
         if self.kind is None or not self.matches(X, w, active, self.kind):
             return None
         return self._count
@@ -377,6 +392,7 @@ class NewtonCache:
         cache's mask was ``active`` ∪ ``removed`` at the start of its step and has not changed it since: the mask is
         then updated in O(m) instead of copied (idempotent: rows already cleared are not counted twice)."""
         self._xref = weakref.ref(X)
+        self._advanced_with = weakref.ref(active) if isinstance(active, np.ndarray) else None
         mask = self._mask
         if removed is not None and mask is not None and mask.shape == active.shape:
             self._count -= int(np.count_nonzero(mask[removed]))
@@ -396,6 +412,7 @@ class NewtonCache:
         state["_xref"] = None
         state["_key"] = None
         state["_mask"] = None
+        state["_advanced_with"] = None
         state["buf"] = None
         state["shared"] = None
         return state

@@ -61,7 +61,7 @@ from lethe.certified.newton import (
 )
 from lethe.certified.newton import cho_solve as newton_solve
 from lethe.certified.noise import CALIBRATIONS, NOISES, residual_budget, sample_perturbation
-from lethe.certified.rows import check_indices, check_row_norms
+from lethe.certified.rows import check_indices, check_row_norms, set_rows
 from lethe.certified.state import ModelState
 from lethe.losses import Loss, get_loss
 
@@ -649,7 +649,10 @@ class CertifiedRemoval:
         clear_active : bool
             Clear ``active[indices]`` in place (``active`` must then be a boolean NumPy array) instead of working on
             a copy of the mask: for callers that clear them anyway (the estimators), it saves an O(n) copy per
-            removal. If the removal raises, the rows are set again, so ``active`` is as it was.
+            removal. If the removal raises, the rows are set again, so ``active`` is as it was. A read-only
+            ``active`` is made writable for the change and read-only again: a caller that keeps its mask read-only
+            between removals (the estimators' ``active_``) also spares the O(n) comparison with the cache's copy
+            (:meth:`NewtonCache.synced_count` with ``owned``).
         """
         t0 = time.perf_counter()
         if check_input:
@@ -665,7 +668,7 @@ class CertifiedRemoval:
         active = np.asarray(active, dtype=bool)
         if active.shape != (n_rows,):
             raise ValueError(f"active must be a boolean mask of length {n_rows}. Found shape {active.shape}.")
-        n_active = cache.synced_count(X, state.w, active) if cache is not None else None
+        n_active = cache.synced_count(X, state.w, active, owned=clear_active) if cache is not None else None
         synced = n_active is not None
         if n_active is None:
             n_active = int(np.count_nonzero(active))
@@ -676,7 +679,7 @@ class CertifiedRemoval:
             raise ValueError(f"X must have {state.w.shape[0]} features. Found {X.shape[1]}.")
         idx = check_indices(indices, n_rows, active, state.n)  # state.n == the rows ``active`` marks (checked)
         keep = active if clear_active else active.copy()
-        keep[idx] = False
+        set_rows(keep, idx, False)
         try:
             if synced:  # the cache's mask was just compared with ``active``: the step need not compare it again
                 cache.vouch_removal(keep, idx, n_active - idx.size)  # type: ignore[union-attr]
@@ -686,7 +689,7 @@ class CertifiedRemoval:
                 new = mech.retrain(state, X, y, keep, check_random_state(random_state), cache)
         except BaseException:
             if clear_active:
-                keep[idx] = True  # the caller's mask as it was
+                set_rows(keep, idx, True)  # the caller's mask as it was
             raise
         return new, mech.certify("retrain" if retrained else "remove", new, step=r.step_bound, retrained=retrained,
                                  removed=tuple(idx.tolist()), worst=r.worst_case, solve_error=r.solve_error,

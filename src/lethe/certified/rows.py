@@ -64,6 +64,20 @@ def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int | None
     return idx.astype(np.int64)
 
 
+def set_rows(mask: np.ndarray, idx: np.ndarray, value: bool) -> None:
+    """``mask[idx] = value``, also on a mask its owner keeps read-only (made writable for the change and read-only
+    again: :meth:`lethe.certified.mechanism.CertifiedRemoval.remove` with ``clear_active``, the estimators'
+    ``active_``)."""
+    if mask.flags.writeable:
+        mask[idx] = value
+        return
+    mask.flags.writeable = True
+    try:
+        mask[idx] = value
+    finally:
+        mask.flags.writeable = False
+
+
 def squared_loss_rounding_floor(X: Any, y: np.ndarray, lam: float) -> float:
     """A tolerance the direct solve of ridge least squares can reach in float64, where 1e-9 λn may not be.
 
@@ -80,4 +94,4 @@ def squared_loss_rounding_floor(X: Any, y: np.ndarray, lam: float) -> float:
     return 8.0 * (n + d) * u * ((2 * fro * fro + lam * n) * W + 2 * fro * ny)
 
 
-__all__ = ["INTERCEPT_SCALE", "check_indices", "check_row_norms", "squared_loss_rounding_floor"]
+__all__ = ["INTERCEPT_SCALE", "check_indices", "check_row_norms", "set_rows", "squared_loss_rounding_floor"]
