@@ -263,3 +263,75 @@ def test_database_errors_carry_no_statement_parameters(tmp_path: Path) -> None:
         assert "secret-key-0042" not in str(info.value)
     finally:
         c.close()
+
+
+def test_a_gathered_group_is_committed_once_without_a_second_queue(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's intake gathers a group; ``Curator.submit_deletions`` commits it at once, in one write transaction,
+    without going through the leader/follower queue of threads (each submission is batched once: issue 25)."""
+    data = make_data(tmp_path / "data.csv")
+    c = _curator(tmp_path / "c", data.csv, None)
+
+    def no_queue(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("a gathered group went through the leader/follower queue")
+
+    monkeypatch.setattr(DeletionIntake, "_join_group", no_queue)
+    monkeypatch.setattr(DeletionIntake, "_lead_group", no_queue)
+    commits = [0]
+
+    def on_commit(conn: Any) -> None:
+        commits[0] += 1
+
+    try:
+        event.listen(c.store.write_engine, "commit", on_commit)
+        out = c.submit_deletions([("people", f"user-{i:04d}", ALICE, None) for i in range(12)]
+                                 + [("nowhere", "user-0001", ALICE, None)])
+        assert commits[0] == 1
+        assert all(not isinstance(o, Exception) and o[1] for o in out[:12]) and isinstance(out[12], Exception)
+    finally:
+        event.remove(c.store.write_engine, "commit", on_commit)
+        c.close()
+
+
+def test_gathered_groups_and_threads_racing_answer_as_a_serial_order(tmp_path: Path) -> None:
+    """Groups committed at once (the API's intake) while threads submit through the leader/follower queue, on
+    overlapping keys: every key has exactly one live request, every created request is answered to exactly one
+    caller, and a repeat of a key by the same requester gets the same request back."""
+    data = make_data(tmp_path / "data.csv")
+    c = _curator(tmp_path / "c", data.csv, None)
+    keys = [f"user-{i:04d}" for i in range(40)]
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def group_caller(offset: int) -> None:
+        out = c.submit_deletions([("people", k, ALICE, None) for k in keys[offset:offset + 20]])
+        with lock:
+            results.extend(("group", k, o) for k, o in zip(keys[offset:offset + 20], out, strict=True))
+
+    def thread_caller(k: str) -> None:
+        try:
+            o: Any = c.submit_deletion("people", k, principal=ALICE)
+        except Exception as exc:  # noqa: BLE001 - compared below
+            o = exc
+        with lock:
+            results.append(("thread", k, o))
+
+    try:
+        workers = [threading.Thread(target=group_caller, args=(off,)) for off in (0, 10, 20)]
+        workers += [threading.Thread(target=thread_caller, args=(k,)) for k in keys[5:35:3]]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+        assert not any(isinstance(o, Exception) for _, _, o in results), results
+        by_key: dict[str, set[str]] = {}
+        created: dict[str, int] = {}
+        for _, k, (view, was_created) in results:
+            by_key.setdefault(k, set()).add(view["id"])
+            created[view["id"]] = created.get(view["id"], 0) + int(was_created)
+        assert all(len(ids) == 1 for ids in by_key.values())  # one request per key, whoever answered
+        assert all(n == 1 for n in created.values())  # created once, answered "created" to one caller
+        with c.store.read() as s:
+            assert s.scalar(select(func.count()).select_from(DeletionRequest)) == len(by_key)
+    finally:
+        c.close()

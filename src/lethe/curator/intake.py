@@ -199,7 +199,13 @@ class DeletionIntake:
 
     def submit_deletions(self, submissions: list[tuple[str, str, Principal, str | None]]
                          ) -> list[Answer | Exception]:
-        """Several submissions written as one group (see :meth:`lethe.curator.service.Curator.submit_deletions`)."""
+        """Several submissions written as one group (see :meth:`lethe.curator.service.Curator.submit_deletions`).
+
+        The caller gathered the group (the HTTP API's intake thread: the submissions that arrived while its previous
+        group committed), so it is committed as it is, at once — not queued again behind this process's
+        leader/follower group commit (:meth:`_join_group`, for threads that submit one at a time): each submission
+        is batched once. A group committing while another one does (a thread's group here, or another process's)
+        is ordered by the store, as submissions of two processes are (:meth:`_commit_group`)."""
         out: list[Answer | Exception] = []
         group: list[Submission] = []
         for dataset, key, principal, crid in submissions:
@@ -210,17 +216,12 @@ class DeletionIntake:
                 continue
             out.append(_PENDING)
         if group:
-            with self._mutex:  # take the lead as a group of its own (queued behind any threads' group)
-                self._queue.extend(group)
-                lead = not self._busy
-                self._busy = True
-            if lead:
-                self._lead_group(group[0])
-            else:
-                for sub in group:
-                    sub.done.wait()
-                    if sub.lead:
-                        self._lead_group(sub)
+            try:
+                self._commit_group(group)
+            finally:
+                for member in group:  # a group that failed as a whole: each member is answered alone
+                    if member.result is None and member.error is None:
+                        member.alone = True
         answers = iter(group)
         for i, o in enumerate(out):
             if o is _PENDING:

@@ -289,7 +289,8 @@ class Curator:
         """Several submissions (dataset, key, principal, client request id) written as one group: each gets
         the answer :meth:`submit_deletion` would give it — its (view, created), or the exception it would raise —
         as if they had been made one after the other in this order. For a server's intake thread, which collects
-        the submissions that arrive while the previous group commits."""
+        the submissions that arrive while the previous group commits: the group is committed at once, not queued
+        again behind :meth:`submit_deletion`'s group commit (each submission is batched once)."""
         return self.intake.submit_deletions(submissions)
 
     # -- processing -------------------------------------------------------------------------------------------------
