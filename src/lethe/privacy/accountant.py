@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
@@ -52,8 +52,25 @@ def _check_unit_closed(name: str, value: Any) -> float:
     return v
 
 
+class _Event:
+    """What the three events share: validated fields stored on the frozen dataclass, and ``to_dict``."""
+
+    kind: ClassVar[str]
+    label: str
+
+    def _store(self, **checked: Any) -> None:
+        """Store the checked field values (the dataclasses are frozen), then check ``label``."""
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+        _check_label(self.label)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe record, including ``kind``."""
+        return {"kind": self.kind, **asdict(cast(Any, self))}
+
+
 @dataclass(frozen=True)
-class ApproxDPEvent:
+class ApproxDPEvent(_Event):
     """A mechanism known to be (ε, δ)-DP.
 
     Examples
@@ -68,17 +85,25 @@ class ApproxDPEvent:
     label: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_nonnegative("epsilon", self.epsilon))
-        object.__setattr__(self, "delta", _check_unit_closed("delta", self.delta))
-        _check_label(self.label)
+        self._store(epsilon=check_nonnegative("epsilon", self.epsilon),
+                    delta=_check_unit_closed("delta", self.delta))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record, including ``kind``."""
-        return {"kind": self.kind, **asdict(self)}
+
+class _RunsEvent(_Event):
+    """``count`` runs of a noise mechanism: its scale (the field named ``_noise``) > 0, ``sensitivity`` ≥ 0."""
+
+    _noise: ClassVar[str]
+    sensitivity: float
+    count: int
+
+    def __post_init__(self) -> None:
+        self._store(**{self._noise: check_positive(self._noise, getattr(self, self._noise))},
+                    sensitivity=check_nonnegative("sensitivity", self.sensitivity),
+                    count=check_positive_int("count", self.count))
 
 
 @dataclass(frozen=True)
-class LaplaceEvent:
+class LaplaceEvent(_RunsEvent):
     """``count`` runs of the Laplace mechanism with scale b on a function of L1 sensitivity Δ₁.
 
     Examples
@@ -88,24 +113,15 @@ class LaplaceEvent:
     """
 
     kind: ClassVar[str] = "laplace"
+    _noise: ClassVar[str] = "scale"
     scale: float
     sensitivity: float = 1.0
     count: int = 1
     label: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", check_positive("scale", self.scale))
-        object.__setattr__(self, "sensitivity", check_nonnegative("sensitivity", self.sensitivity))
-        object.__setattr__(self, "count", check_positive_int("count", self.count))
-        _check_label(self.label)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record, including ``kind``."""
-        return {"kind": self.kind, **asdict(self)}
-
 
 @dataclass(frozen=True)
-class GaussianEvent:
+class GaussianEvent(_RunsEvent):
     """``count`` runs of the Gaussian mechanism with std σ on a function of L2 sensitivity Δ₂.
 
     Examples
@@ -115,20 +131,11 @@ class GaussianEvent:
     """
 
     kind: ClassVar[str] = "gaussian"
+    _noise: ClassVar[str] = "sigma"
     sigma: float
     sensitivity: float = 1.0
     count: int = 1
     label: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
-        object.__setattr__(self, "sensitivity", check_nonnegative("sensitivity", self.sensitivity))
-        object.__setattr__(self, "count", check_positive_int("count", self.count))
-        _check_label(self.label)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record, including ``kind``."""
-        return {"kind": self.kind, **asdict(self)}
 
 
 PrivacyEvent = ApproxDPEvent | LaplaceEvent | GaussianEvent
