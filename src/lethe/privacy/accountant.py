@@ -21,6 +21,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
@@ -90,14 +91,15 @@ class ApproxDPEvent(_Event):
 
 
 class _RunsEvent(_Event):
-    """``count`` runs of a noise mechanism: its scale (the field named ``_noise``) > 0, ``sensitivity`` ≥ 0."""
+    """``count`` ≥ 1 runs of a noise mechanism on a function of sensitivity ``sensitivity`` ≥ 0; the first field is
+    the noise scale (> 0)."""
 
-    _noise: ClassVar[str]
     sensitivity: float
     count: int
 
     def __post_init__(self) -> None:
-        self._store(**{self._noise: check_positive(self._noise, getattr(self, self._noise))},
+        noise = dataclass_fields(cast(Any, self))[0].name
+        self._store(**{noise: check_positive(noise, getattr(self, noise))},
                     sensitivity=check_nonnegative("sensitivity", self.sensitivity),
                     count=check_positive_int("count", self.count))
 
@@ -113,7 +115,6 @@ class LaplaceEvent(_RunsEvent):
     """
 
     kind: ClassVar[str] = "laplace"
-    _noise: ClassVar[str] = "scale"
     scale: float
     sensitivity: float = 1.0
     count: int = 1
@@ -131,7 +132,6 @@ class GaussianEvent(_RunsEvent):
     """
 
     kind: ClassVar[str] = "gaussian"
-    _noise: ClassVar[str] = "sigma"
     sigma: float
     sensitivity: float = 1.0
     count: int = 1
