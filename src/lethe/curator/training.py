@@ -4,8 +4,6 @@ perturbation), and dropped (their artifacts destroyed). Publication goes through
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +12,7 @@ from sqlalchemy import func, select
 
 from lethe._rng import RandomState, check_random_state
 from lethe.curator import dask_plane
-from lethe.curator.adapters import TABULAR_DEFAULTS, get_adapter
+from lethe.curator.adapters import TABULAR_DEFAULTS, Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.datasets import DatasetCatalog
@@ -41,6 +39,7 @@ class ModelTrainer:
     Parameters
     ----------
     store, artifacts, lock : the store, the artifact files and the processing lock.
+    adapters : builds the mechanisms' adapters (on the curator's clock).
     datasets : the row spaces trained on.
     publisher : publishes the versions and writes their certificates.
     retention : recovery, and the destruction of superseded versions.
@@ -48,21 +47,13 @@ class ModelTrainer:
     """
 
     store: Store
+    adapters: Adapters
     artifacts: ArtifactStore
     lock: ProcessingLock
     datasets: DatasetCatalog
     publisher: VersionPublisher
     retention: Retention
     serving: Serving
-    #: seconds since the epoch, injected into the adapters of mechanisms that publish on a schedule (the time of
-    #: a ``released-logistic`` model's release 0)
-    clock: Callable[[], float] = time.time
-
-    def _adapter(self, mechanism: str, params: dict[str, Any] | None) -> Any:
-        adapter: Any = get_adapter(mechanism, params)
-        if hasattr(adapter, "release_due"):
-            adapter.clock = self.clock
-        return adapter
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
@@ -88,7 +79,7 @@ class ModelTrainer:
         elif tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
             params = {**defaults, **(params or {})}
         try:
-            adapter = self._adapter(mechanism, params)
+            adapter = self.adapters.get(mechanism, params)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         rng = check_random_state(random_state)
@@ -193,7 +184,7 @@ class ModelTrainer:
                 serve = bool(m.serve_unreleased) if serve_unreleased is None else bool(serve_unreleased)
                 old_vid = m.current_version_id
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
-                adapter = self._adapter(mech, params)
+                adapter = self.adapters.get(mech, params)
                 keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
             try:
                 artifact, cert = _train(adapter, X, y, rng, keys)
