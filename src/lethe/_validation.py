@@ -38,28 +38,27 @@ def check_real(name: str, value: Any) -> float:
     return v
 
 
+def _check_real_in(name: str, value: Any, inside: Callable[[float], bool], rule: str) -> float:
+    """:func:`check_real`, then ``ValueError("<name> must be <rule>. Found <value>.")`` unless ``inside(v)``."""
+    v = check_real(name, value)
+    if not inside(v):
+        raise ValueError(f"{name} must be {rule}. Found {value}.")
+    return v
+
+
 def check_positive(name: str, value: Any) -> float:
     """A finite real number > 0."""
-    v = check_real(name, value)
-    if v <= 0:
-        raise ValueError(f"{name} must be > 0. Found {value}.")
-    return v
+    return _check_real_in(name, value, lambda v: v > 0, "> 0")
 
 
 def check_nonnegative(name: str, value: Any) -> float:
     """A finite real number >= 0."""
-    v = check_real(name, value)
-    if v < 0:
-        raise ValueError(f"{name} must be >= 0. Found {value}.")
-    return v
+    return _check_real_in(name, value, lambda v: v >= 0, ">= 0")
 
 
 def check_open_unit(name: str, value: Any) -> float:
     """A real number in the open interval (0, 1) (e.g. δ)."""
-    v = check_real(name, value)
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must be in the open interval (0, 1). Found {value}.")
-    return v
+    return _check_real_in(name, value, lambda v: 0.0 < v < 1.0, "in the open interval (0, 1)")
 
 
 def check_positive_int(name: str, value: Any) -> int:

@@ -13,13 +13,8 @@ import math
 import numpy as np
 
 from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, removed_rows, solve_maintained
-from lethe.certified.bounds import (
-    UNIT_ROUNDOFF,
-    anchor_bounds,
-    gamma_k,
-    vnorm,
-    worst_case_bound,
-)
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import anchor_bounds, gamma_k, vnorm, worst_case_bound
 from lethe.certified.cache import NewtonCache
 from lethe.certified.common import (
     RemovalConfig,
@@ -36,9 +31,6 @@ from lethe.certified.common import (
 from lethe.certified.data import DataMatrix, is_dense
 from lethe.certified.linalg import cho_solve, sym_mv
 from lethe.certified.state import ModelState
-
-U = UNIT_ROUNDOFF
-
 
 #: The share of rows left below which build_anchor forms its products from a copy of the remaining rows; measurements
 #: (:func:`_measure`) follow the same rule.

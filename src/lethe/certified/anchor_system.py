@@ -9,17 +9,12 @@ import math
 import numpy as np
 from scipy.linalg.blas import dsyr, dsyrk, ssyrk
 
-from lethe.certified.bounds import (
-    UNIT_ROUNDOFF,
-    gamma_k,
-    vnorm,
-)
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import gamma_k, vnorm
 from lethe.certified.cache import NewtonCache
 from lethe.certified.common import RemovalConfig, max_row_norm
 from lethe.certified.data import DataMatrix, backend_of, is_dense
 from lethe.certified.linalg import cho_solve, dense_pcg, fro_sym_upper, precond_factor, sym_mv
-
-U = UNIT_ROUNDOFF
 
 
 def _gram_single(X: np.ndarray, r: np.ndarray, block: int = 2048) -> np.ndarray:

@@ -21,14 +21,10 @@ import numpy as np
 from scipy.linalg import cho_factor
 from scipy.linalg.blas import dsyrk
 
-from lethe.certified.bounds import (
-    UNIT_ROUNDOFF,
-    gamma_k,
-)
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import gamma_k
 from lethe.certified.data import DataMatrix
 from lethe.certified.linalg import precond_factor
-
-U = UNIT_ROUNDOFF
 
 
 @dataclass(frozen=True)

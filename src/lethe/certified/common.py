@@ -23,7 +23,6 @@ import numpy as np
 
 from lethe.certified.bounds import (
     ROW_NORM_MAX,
-    UNIT_ROUNDOFF,
     evaluation_slack,
     gamma_k,
     gradient_rounding_allowance,
@@ -32,12 +31,11 @@ from lethe.certified.bounds import (
     remainder_bound_tight,
     vnorm,
 )
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
 from lethe.certified.cache import NewtonCache, WorkBuffers
 from lethe.certified.data import DataMatrix, backend_of
 from lethe.certified.state import ModelState
 from lethe.losses import LogisticLoss, Loss
-
-U = UNIT_ROUNDOFF
 
 
 class RemovalConfig(Protocol):

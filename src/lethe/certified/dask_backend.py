@@ -29,11 +29,9 @@ import numpy as np
 from scipy.linalg import eigvalsh
 
 from lethe.certified._limits import matrix_free_min_features
-from lethe.certified.bounds import EPS, UNIT_ROUNDOFF, gamma_k
+from lethe.certified.bounds import EPS, gamma_k
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
 from lethe.losses import Loss
-
-U = UNIT_ROUNDOFF
 
 
 def _split(vec: np.ndarray, chunks: tuple[int, ...]) -> list[np.ndarray]:

@@ -43,7 +43,7 @@ from scipy.linalg.blas import dsyrk
 
 from lethe._validation import canonical_csr, check_finite_matrix
 from lethe.certified._limits import DEFAULT_MATRIX_FREE_MIN_FEATURES, register_matrix_free_min_features
-from lethe.certified.bounds import UNIT_ROUNDOFF, spectral_norm_upper_bound
+from lethe.certified.bounds import spectral_norm_upper_bound
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
 from lethe.losses import Loss
 
@@ -53,7 +53,6 @@ DataMatrix = Any
 #: Above this many features, non-dense backends use matrix-free solvers (no d × d matrix is formed).
 MATRIX_FREE_MIN_FEATURES = DEFAULT_MATRIX_FREE_MIN_FEATURES
 
-U = UNIT_ROUNDOFF
 
 #: Work space of the dense weighted Gram matrix: rows are scaled and accumulated in blocks of this many bytes.
 GRAM_BLOCK_BYTES = 8 * 2**20

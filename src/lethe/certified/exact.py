@@ -19,12 +19,8 @@ from scipy.linalg import cho_factor
 
 from lethe.certified import objective as obj
 from lethe.certified.anchor_system import build_anchor, downdate
-from lethe.certified.bounds import (
-    UNIT_ROUNDOFF,
-    gamma_k,
-    vnorm,
-    worst_case_bound,
-)
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import gamma_k, vnorm, worst_case_bound
 from lethe.certified.cache import CostModel, NewtonCache, work_buffers
 from lethe.certified.common import (
     RemovalConfig,
@@ -41,8 +37,6 @@ from lethe.certified.common import (
 from lethe.certified.data import DataMatrix, backend_of
 from lethe.certified.linalg import MATRIX_FREE_MAX_ITER, cho_solve, dense_pcg, jacobi_preconditioner, sym_mv
 from lethe.certified.state import ModelState
-
-U = UNIT_ROUNDOFF
 
 
 def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,

@@ -11,13 +11,8 @@ import math
 import numpy as np
 
 from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, solve_maintained
-from lethe.certified.bounds import (
-    UNIT_ROUNDOFF,
-    evaluation_slack,
-    gamma_k,
-    vnorm,
-    worst_case_bound,
-)
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import evaluation_slack, gamma_k, vnorm, worst_case_bound
 from lethe.certified.cache import NewtonCache, work_buffers
 from lethe.certified.common import (
     RemovalConfig,
@@ -36,8 +31,6 @@ from lethe.certified.data import DataMatrix, backend_of
 from lethe.certified.linalg import cho_solve
 from lethe.certified.single import column_groups, representatives, single_pass_margins, single_pass_transpose
 from lethe.certified.state import ModelState
-
-U = UNIT_ROUNDOFF
 
 
 def _flush(cache: NewtonCache, X: DataMatrix, w: np.ndarray, x_norm: float, rho: float, *, margins: bool) -> None:

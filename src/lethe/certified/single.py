@@ -9,15 +9,9 @@ import math
 
 import numpy as np
 
-from lethe.certified.bounds import (
-    UNIT_ROUNDOFF,
-    gamma_k,
-    vnorm,
-)
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import gamma_k, vnorm
 from lethe.certified.cache import WorkBuffers
-
-U = UNIT_ROUNDOFF
-
 
 U32 = 2.0**-24  # unit roundoff of IEEE single precision
 

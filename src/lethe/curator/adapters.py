@@ -27,7 +27,10 @@ with :func:`register_adapter`; :func:`get_adapter` builds one from its name and 
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -127,6 +130,27 @@ def get_adapter(name: str, params: dict[str, Any] | None = None) -> MechanismAda
     if name not in _ADAPTERS:
         raise ValueError(f"mechanism must be one of {available_mechanisms()}. Found {name!r}.")
     return _ADAPTERS[name](params)
+
+
+@dataclass(eq=False)
+class Adapters:
+    """Builds adapters (:func:`get_adapter`) for the curator's components, giving those that keep a release schedule
+    (``release_due``) the curator's clock.
+
+    Parameters
+    ----------
+    clock : seconds since the epoch (default :func:`time.time`): the time of a ``released-logistic`` model's release 0
+        and of its ``cadence_seconds`` rule; tests pass a fake clock.
+    """
+
+    clock: Callable[[], float] = time.time
+
+    def get(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        """The adapter of mechanism ``name`` with JSON ``params``, on this clock where it keeps a schedule."""
+        adapter: Any = get_adapter(name, params)
+        if hasattr(adapter, "release_due"):
+            adapter.clock = self.clock
+        return adapter
 
 
 def _finite_or_none(x: float) -> float | None:
@@ -547,5 +571,5 @@ class NoisyGDAdapter(MechanismAdapter):
 TABULAR_DEFAULTS: dict[str, dict[str, Any]] = {"certified-removal": {"fit_intercept": True}}
 
 
-__all__ = ["TABULAR_DEFAULTS", "CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel",
+__all__ = ["TABULAR_DEFAULTS", "Adapters", "CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel",
            "available_mechanisms", "get_adapter", "register_adapter"]

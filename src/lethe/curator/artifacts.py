@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.curator.files import fsync_path, load_or_create_secret
+from lethe.curator.files import fsync_path, load_or_create_secret, write_zeros
 from lethe.io import META_KEY, write_npz_atomic  # the same layout as lethe.io's files: arrays + JSON meta as uint8
 
 
@@ -351,18 +351,9 @@ def destroy_file(path: Path) -> bool:
             os.rmdir(dirpath)
         return found
     try:
-        fd = os.open(path, os.O_WRONLY)
+        write_zeros(path)
     except FileNotFoundError:
         return False
-    try:
-        size = os.fstat(fd).st_size
-        zeros = b"\0" * min(size, 1 << 20)
-        left = size
-        while left > 0:
-            left -= os.write(fd, zeros[: min(left, len(zeros))])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
     try:
         os.unlink(path)
     except FileNotFoundError:

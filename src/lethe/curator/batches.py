@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 
 from lethe._rng import check_random_state
 from lethe.certified.one_vs_all import next_batch_cap
-from lethe.curator.adapters import get_adapter
+from lethe.curator.adapters import Adapters
 from lethe.curator.artifacts import ArtifactError, ArtifactStore
 from lethe.curator.dask_plane import active_rows
 from lethe.curator.dataplane import DataPlane, DataView, MatrixStore
@@ -112,6 +110,7 @@ class BatchProcessor:
     ----------
     store, settings, artifacts, matrices, lock : the store, the processing settings, the artifact and data-plane
         files, the processing lock.
+    adapters : builds the mechanisms' adapters; its clock says when a scheduled release is due.
     datasets : the row spaces removed from.
     publisher : publishes each batch.
     retention : recovery first; after a batch, destruction of the superseded versions and the purge.
@@ -119,6 +118,7 @@ class BatchProcessor:
     """
 
     store: Store
+    adapters: Adapters
     settings: Settings
     artifacts: ArtifactStore
     matrices: MatrixStore
@@ -127,9 +127,6 @@ class BatchProcessor:
     publisher: VersionPublisher
     retention: Retention
     serving: Serving
-    #: seconds since the epoch, for mechanisms that publish on a schedule (``released-logistic``'s
-    #: ``cadence_seconds``); injected into their adapters (tests use a fake clock)
-    clock: Callable[[], float] = time.time
     warm: WarmModels = field(default_factory=WarmModels, init=False)
     # dataset id -> batch size the budget allows (see budget_cap)
     _batch_caps: dict[int, int] = field(default_factory=dict, init=False, repr=False)
@@ -163,13 +160,6 @@ class BatchProcessor:
                 results.extend(self.publish_due_releases())  # the time rule: releases due without a new batch
         return results
 
-    def adapter(self, mechanism: str, params: dict[str, Any]) -> Any:
-        """The mechanism's adapter, with this processor's clock where it keeps a schedule."""
-        adapter: Any = get_adapter(mechanism, params)
-        if hasattr(adapter, "release_due"):
-            adapter.clock = self.clock
-        return adapter
-
     def publish_due_releases(self) -> list[BatchResult]:
         """Publish the releases a mechanism's schedule makes due without a new batch (the time rule of
         ``released-logistic``: ``cadence_seconds`` since the last release with a removal step pending), one
@@ -177,7 +167,7 @@ class BatchProcessor:
         batches, on every tick of the worker. Reads each model's published summary (public numbers); opens an
         artifact only for a model whose release is due. A failure is logged and leaves the model as it was; the
         next tick tries again."""
-        now = float(self.clock())
+        now = float(self.adapters.clock())
         with self.store.read() as s:
             due = []
             for m in s.scalars(select(Model).order_by(Model.id)):
@@ -185,7 +175,7 @@ class BatchProcessor:
                 ds = s.get(Dataset, m.dataset_id)
                 if v is None or ds is None or (v.summary or {}).get("cadence_seconds") is None:
                     continue  # no schedule of its own (only a time rule makes a release due without a batch)
-                adapter = self.adapter(m.mechanism, dict(m.params))
+                adapter = self.adapters.get(m.mechanism, dict(m.params))
                 if hasattr(adapter, "release_due") and adapter.release_due(dict(v.summary or {}), now):
                     due.append((m.id, m.name, m.mechanism, dict(m.params), v, ds.name, ds.n_features, adapter))
         results: list[BatchResult] = []
@@ -273,7 +263,7 @@ class BatchProcessor:
         with self.lock.hold(), self.store.read() as s:
             todo = []
             for m in s.scalars(select(Model).order_by(Model.id)):
-                adapter = get_adapter(m.mechanism, dict(m.params))
+                adapter = self.adapters.get(m.mechanism, dict(m.params))
                 plane = s.get(DataPlane, m.dataset_id)
                 v = s.get(ModelVersion, m.current_version_id)
                 if adapter.supports_warm and plane is not None and v is not None and \
@@ -342,7 +332,7 @@ class BatchProcessor:
             n_present = (first.n_records if first is not None and plane is not None else
                          int(s.scalar(select(func.count()).select_from(Record)
                                       .where(Record.dataset_id == dataset_id)) or 0))
-            adapters = {mid: self.adapter(mech, params) for mid, _n, mech, params in model_info}
+            adapters = {mid: self.adapters.get(mech, params) for mid, _n, mech, params in model_info}
             cold: tuple[DataView, np.ndarray] | None = None
             needs_view = [mid for mid in adapters if plane is None or not adapters[mid].supports_warm
                           or self.warm.version_of(mid) != current[mid].id]  # type: ignore[union-attr]

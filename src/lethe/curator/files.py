@@ -1,4 +1,5 @@
-"""Durable files of the data directory: fsync of a file or directory, and secrets created once, owner-only."""
+"""Durable files of the data directory: fsync of a file or directory, secrets created once, owner-only, and files
+overwritten with zeros."""
 
 from __future__ import annotations
 
@@ -31,4 +32,21 @@ def load_or_create_secret(path: Path, size: int = 32) -> bytes:
     return path.read_bytes()
 
 
-__all__ = ["fsync_path", "load_or_create_secret"]
+def write_zeros(path: Path, size: int | None = None) -> None:
+    """Write zeros over the file ``path`` and fsync it: over its whole length in place (``size`` None; the file must
+    exist, else ``FileNotFoundError``), or ``size`` zero bytes into it, created 0600 or truncated."""
+    if size is None:
+        fd = os.open(path, os.O_WRONLY)
+    else:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        left = os.fstat(fd).st_size if size is None else size
+        zeros = b"\0" * min(left, 1 << 20)
+        while left > 0:
+            left -= os.write(fd, zeros[: min(left, len(zeros))])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["fsync_path", "load_or_create_secret", "write_zeros"]

@@ -44,6 +44,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 
 from lethe._rng import RandomState
+from lethe.curator.adapters import Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.batches import BatchProcessor, BatchResult
 from lethe.curator.datadir import DataDirectory
@@ -78,8 +79,8 @@ class Curator:
         (``released-logistic``'s ``cadence_seconds``); tests pass a fake clock.
 
     Components (collaborators injected, each with its own public API): ``directory`` (:class:`DataDirectory`),
-    ``tokens``, ``datasets``, ``models`` (:class:`ModelTrainer`), ``intake``, ``publisher``, ``batches``,
-    ``retention``, ``serving``, ``views``.
+    ``adapters`` (:class:`~lethe.curator.adapters.Adapters`, on ``clock``), ``tokens``, ``datasets``, ``models``
+    (:class:`ModelTrainer`), ``intake``, ``publisher``, ``batches``, ``retention``, ``serving``, ``views``.
     """
 
     def __init__(self, data_dir: str | Path, database_url: str | None = None, settings: Settings | None = None,
@@ -105,14 +106,13 @@ class Curator:
         self.publisher = VersionPublisher(self.store, self.artifacts)
         self.datasets = DatasetCatalog(self.store, self.matrices, self.directory, self.lock, self.retention,
                                        self.publisher)
-        self.models = ModelTrainer(self.store, self.artifacts, self.lock, self.datasets, self.publisher,
-                                   self.retention, self.serving)
-        self.batches = BatchProcessor(self.store, self._settings, self.artifacts, self.matrices, self.lock,
-                                      self.datasets, self.publisher, self.retention, self.serving)
-        if clock is not None:
-            if not callable(clock):
-                raise TypeError(f"clock must be a callable returning seconds. Found {type(clock).__name__}.")
-            self.models.clock = self.batches.clock = clock
+        if clock is not None and not callable(clock):
+            raise TypeError(f"clock must be a callable returning seconds. Found {type(clock).__name__}.")
+        self.adapters = Adapters() if clock is None else Adapters(clock)
+        self.models = ModelTrainer(self.store, self.adapters, self.artifacts, self.lock, self.datasets,
+                                   self.publisher, self.retention, self.serving)
+        self.batches = BatchProcessor(self.store, self.adapters, self._settings, self.artifacts, self.matrices,
+                                      self.lock, self.datasets, self.publisher, self.retention, self.serving)
         self.views = ReadViews(self.store, self._settings, self.data_dir, self.serving, self.retention,
                                lambda: len(self.batches.warm))
         self.prometheus = CuratorMetrics(self.store, self._metric_probes)  # GET /metrics: a registry per curator

@@ -16,6 +16,7 @@ in the data directory, so the probe covers it; an external database (PostgreSQL)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lethe.curator.errors import storage_message
+from lethe.curator.files import write_zeros
 
 #: the probe file (removed after each probe; recovery ignores it: it is not under ``artifacts/`` or ``data/``)
 PROBE_FILE = ".storage-probe"
@@ -72,16 +74,11 @@ class StorageHealth:
         (None when a write succeeded and the free space is above the floor — which clears a reported fault)."""
         path = self.data_dir / PROBE_FILE
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.write(fd, b"\0" * 4096)
-                os.fsync(fd)
+                write_zeros(path, 4096)
             finally:
-                os.close(fd)
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(path)
-                except OSError:
-                    pass
             st = os.statvfs(self.data_dir)
             free = st.f_bavail * st.f_frsize
             if free < self.min_free_bytes:

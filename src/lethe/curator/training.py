@@ -4,17 +4,15 @@ perturbation), and dropped (their artifacts destroyed). Publication goes through
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
 
 from lethe._rng import RandomState, check_random_state
 from lethe.curator import dask_plane
-from lethe.curator.adapters import TABULAR_DEFAULTS, get_adapter
+from lethe.curator.adapters import TABULAR_DEFAULTS, Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.datasets import DatasetCatalog
@@ -41,6 +39,7 @@ class ModelTrainer:
     Parameters
     ----------
     store, artifacts, lock : the store, the artifact files and the processing lock.
+    adapters : builds the mechanisms' adapters (on the curator's clock).
     datasets : the row spaces trained on.
     publisher : publishes the versions and writes their certificates.
     retention : recovery, and the destruction of superseded versions.
@@ -48,21 +47,13 @@ class ModelTrainer:
     """
 
     store: Store
+    adapters: Adapters
     artifacts: ArtifactStore
     lock: ProcessingLock
     datasets: DatasetCatalog
     publisher: VersionPublisher
     retention: Retention
     serving: Serving
-    #: seconds since the epoch, injected into the adapters of mechanisms that publish on a schedule (the time of
-    #: a ``released-logistic`` model's release 0)
-    clock: Callable[[], float] = time.time
-
-    def _adapter(self, mechanism: str, params: dict[str, Any] | None) -> Any:
-        adapter: Any = get_adapter(mechanism, params)
-        if hasattr(adapter, "release_due"):
-            adapter.clock = self.clock
-        return adapter
 
     def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
               params: dict[str, Any] | None = None, random_state: RandomState = None,
@@ -88,7 +79,7 @@ class ModelTrainer:
         elif tabular:  # a schema dataset: the tabular defaults where the parameters do not say otherwise
             params = {**defaults, **(params or {})}
         try:
-            adapter = self._adapter(mechanism, params)
+            adapter = self.adapters.get(mechanism, params)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         rng = check_random_state(random_state)
@@ -104,17 +95,11 @@ class ModelTrainer:
             adapter.check_features(X.shape[1])
             bar.update(1)
             try:
-                artifact, cert = (adapter.train(X, y, rng) if keys is None
-                                  else cast(Any, adapter).train(X, y, rng, keys=keys))
+                artifact, cert = _train(adapter, X, y, rng, keys)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {cli_hint(str(exc))}") from exc
             bar.update(1)
-            summary = adapter.summary(artifact)
-            if serve_unreleased and covers_releases(summary):
-                raise InvalidInputError(f"serve_unreleased (--serve-unreleased) is for mechanisms whose "
-                                        f"certificates cover one published version; {mechanism!r} publishes "
-                                        f"private releases, served without it. Found serve_unreleased=True.")
-            binding = Serving.binding(model, mechanism, adapter.params, X.shape[1])
+            summary, binding = _summary_and_binding(adapter, artifact, model, mechanism, X.shape[1], serve_unreleased)
             with self.publisher.new_artifact(artifact, binding) as (relpath, sha):
                 with self.store.write() as s, s.begin():
                     n_now = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds_id))
@@ -199,19 +184,13 @@ class ModelTrainer:
                 serve = bool(m.serve_unreleased) if serve_unreleased is None else bool(serve_unreleased)
                 old_vid = m.current_version_id
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
-                adapter = self._adapter(mech, params)
+                adapter = self.adapters.get(mech, params)
                 keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
             try:
-                artifact, cert = (adapter.train(X, y, rng) if keys is None
-                                  else cast(Any, adapter).train(X, y, rng, keys=keys))
+                artifact, cert = _train(adapter, X, y, rng, keys)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
-            summary = adapter.summary(artifact)
-            if serve_unreleased and covers_releases(summary):
-                raise InvalidInputError(f"serve_unreleased (--serve-unreleased) is for mechanisms whose "
-                                        f"certificates cover one published version; {mech!r} publishes private "
-                                        f"releases, served without it. Found serve_unreleased=True.")
-            binding = Serving.binding(model, mech, adapter.params, X.shape[1])
+            summary, binding = _summary_and_binding(adapter, artifact, model, mech, X.shape[1], serve_unreleased)
             with self.publisher.new_artifact(artifact, binding) as (rel, sha):
                 with self.store.write() as s, s.begin():
                     m2 = s.get(Model, model_id)
@@ -254,6 +233,23 @@ class ModelTrainer:
             self.serving.forget()
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+
+def _train(adapter: Any, X: np.ndarray, y: np.ndarray, rng: Any, keys: list[str] | None) -> tuple[Any, Any]:
+    """The adapter's (artifact, certificate) on the records; their keys are passed to adapters that use them."""
+    return adapter.train(X, y, rng) if keys is None else adapter.train(X, y, rng, keys=keys)
+
+
+def _summary_and_binding(adapter: Any, artifact: Any, model: str, mechanism: str, n_features: int,
+                         serve_unreleased: bool | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The new version's summary and serving binding; refuses the serving opt-in for a mechanism that publishes
+    private releases (its certificates do not cover one published version)."""
+    summary = adapter.summary(artifact)
+    if serve_unreleased and covers_releases(summary):
+        raise InvalidInputError(f"serve_unreleased (--serve-unreleased) is for mechanisms whose "
+                                f"certificates cover one published version; {mechanism!r} publishes "
+                                f"private releases, served without it. Found serve_unreleased=True.")
+    return summary, Serving.binding(model, mechanism, adapter.params, n_features)
 
 
 def _check_serve_unreleased(value: Any, *, optional: bool) -> None:

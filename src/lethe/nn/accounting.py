@@ -18,8 +18,8 @@ every α > 1 (derivation in ``docs/nn_unlearning.md``),
     ε_0 = \frac{R^2}{2σ^2 S_2},\quad R = ρ^T D + s\,S_1,\quad S_1 = \sum_{k<T} ρ^k,\quad S_2 = \sum_{k<T} ρ^{2k}.
 
 An RDP curve α ↦ α ε₀ converts to (ε, δ) by the conversion of Canonne, Kamath & Steinke (2020, Prop. 12) /
-Balle et al. (2020, Thm 21), minimised over α (:func:`linear_rdp_epsilon`). :func:`calibrate_finetune` inverts the
-chain: target (ε, δ), C₀, C, η, λ → (σ, T).
+Balle et al. (2020, Thm 21), minimised over α (:func:`lethe.privacy.rdp.linear_rdp_epsilon`, re-exported here).
+:func:`calibrate_finetune` inverts the chain: target (ε, δ), C₀, C, η, λ → (σ, T).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lethe._validation import check_each, check_nonnegative, check_open_unit, ch
 from lethe.io import JsonRecord
 from lethe.privacy.calibration import bisect_boundary
 from lethe.privacy.gaussian import log_gaussian_delta
-from lethe.privacy.rdp import rdp_to_dp_tight
+from lethe.privacy.rdp import linear_rdp_epsilon, linear_rdp_max_slope
 
 __all__ = [
     "FineTuneSchedule",
@@ -121,112 +121,6 @@ def pabi_rdp_slope(*, steps: int, sigma: float, lr: float, grad_clip: float, mod
     eta, c, c0, _, rho = _check_step(lr, grad_clip, model_radius, weight_decay)
     r, s2 = _shift_radius(rho, t, c0, eta, c)
     return r * r / (2.0 * s * s * s2)
-
-
-def _eps_at(alpha: float, slope: float, delta: float) -> float:
-    return rdp_to_dp_tight(alpha, alpha * slope, delta)
-
-
-def _best_alpha(slope: float, delta: float) -> tuple[float, float]:
-    """min over α > 1 of the tight conversion of (α, α·slope); a golden-section search on log(α − 1).
-
-    Any α gives a valid ε, so the minimiser only needs to be good, not exact.
-    """
-    if slope == 0.0:
-        return 0.0, math.inf
-    # the Gaussian-like optimum is near α* ≈ 1 + sqrt(log(1/δ)/slope); search log(α-1) in a wide bracket
-    guess = math.log(math.sqrt(-math.log(delta) / slope))
-    lo, hi = min(guess - 8.0, -10.0), max(guess + 8.0, 10.0)
-
-    def f(u: float) -> float:
-        return _eps_at(1.0 + math.exp(u), slope, delta)
-
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = lo, hi
-    x1, x2 = b - g * (b - a), a + g * (b - a)
-    f1, f2 = f(x1), f(x2)
-    for _ in range(200):
-        if f1 <= f2:
-            b, x2, f2 = x2, x1, f1
-            x1 = b - g * (b - a)
-            f1 = f(x1)
-        else:
-            a, x1, f1 = x1, x2, f2
-            x2 = a + g * (b - a)
-            f2 = f(x2)
-        if b - a < 1e-10:
-            break
-    u = x1 if f1 <= f2 else x2
-    return f(u), 1.0 + math.exp(u)
-
-
-def linear_rdp_epsilon(slope: float, delta: float) -> float:
-    r"""(ε, δ) of a mechanism with :math:`D_α ≤ α\,ε_0` for every α > 1.
-
-    .. math:: ε(δ) = \min_{α>1}\; α ε_0 + \log\frac{α-1}{α} - \frac{\log δ + \log α}{α - 1}
-
-    (Canonne, Kamath & Steinke 2020, Prop. 12, applied at every order; the minimum is found numerically and any
-    order evaluated is a valid bound, so an imperfect minimiser only loses tightness, never soundness). Each order
-    is converted by :func:`lethe.privacy.rdp.rdp_to_dp_tight`; the minimum is over the continuum of orders, not a
-    grid (:func:`lethe.privacy.rdp.best_dp_over_orders`). The curve has the shape of a Gaussian mechanism's RDP, but
-    :func:`lethe.privacy.gaussian.analytic_gaussian_epsilon` is *not* a valid substitute: shifted-Rényi bounds only
-    bound the Rényi divergences, not the Gaussian privacy profile.
-
-    Parameters
-    ----------
-    slope : float
-        ε₀ ≥ 0.
-    delta : float
-        δ in (0, 1).
-
-    Returns
-    -------
-    float
-        ε ≥ 0.
-
-    Examples
-    --------
-    >>> round(linear_rdp_epsilon(0.02, 1e-5), 4)
-    0.7943
-    """
-    s = check_nonnegative("slope", slope)
-    d = check_open_unit("delta", delta)
-    if not math.isfinite(s):
-        return math.inf
-    return _best_alpha(s, d)[0]
-
-
-def linear_rdp_max_slope(epsilon: float, delta: float) -> float:
-    """The largest ε₀ (to relative precision 1e-12, rounded down) with ``linear_rdp_epsilon(ε₀, δ) ≤ ε``.
-
-    Parameters
-    ----------
-    epsilon : float
-        Target ε > 0.
-    delta : float
-        Target δ in (0, 1).
-
-    Returns
-    -------
-    float
-        ε₀ > 0 such that :func:`linear_rdp_epsilon` (ε₀, δ) ≤ ε (checked).
-
-    Examples
-    --------
-    >>> s = linear_rdp_max_slope(1.0, 1e-5)
-    >>> linear_rdp_epsilon(s, 1e-5) <= 1.0 < linear_rdp_epsilon(1.01 * s, 1e-5)
-    True
-    """
-    e = check_positive("epsilon", epsilon)
-    d = check_open_unit("delta", delta)
-    lo, hi = 0.0, e  # ε(ε₀) ≥ ε₀ (α → 1 side is worse), so ε₀ = ε is infeasible or exactly feasible
-    while linear_rdp_epsilon(hi, d) <= e:
-        lo, hi = hi, 2.0 * hi
-    lo, hi = bisect_boundary(lambda s: linear_rdp_epsilon(s, d) <= e, lo, hi, feasible_side="lo", rel_tol=1e-12,
-                             max_iter=200)
-    if lo <= 0.0 or linear_rdp_epsilon(lo, d) > e:
-        raise ValueError(f"No positive RDP slope meets epsilon={e!r} at delta={d!r}.")
-    return lo
 
 
 def pabi_epsilon(*, steps: int, sigma: float, lr: float, grad_clip: float, model_radius: float, delta: float,

@@ -533,8 +533,6 @@ def unlearn_model_clip(model: nn.Module, X_retained: Any, y_retained: Any, *, sc
                     p.add_(torch.randn(p.shape, generator=run.gen, dtype=p.dtype), alpha=schedule.sigma)
         run.post_process(model, params, loss_fn)
     return ModelClipCertificate(
-        operation="unlearn_model_clip", theorem=schedule.theorem, epsilon=schedule.epsilon, delta=schedule.delta,
-        delta_certified=schedule.delta_certified, sigma=schedule.sigma, steps=schedule.steps,
-        model_clip=schedule.model_clip, lr=schedule.lr, weight_decay=schedule.weight_decay, batch_size=run.bb,
-        post_steps=run.post, post_radius=run.prad, post_momentum=run.pmom, n_retained=run.n, n_removed=run.removed,
+        operation="unlearn_model_clip", **schedule.to_dict(), batch_size=run.bb, post_steps=run.post,
+        post_radius=run.prad, post_momentum=run.pmom, n_retained=run.n, n_removed=run.removed,
         gradient_evaluations=(schedule.steps + run.post) * run.bb)

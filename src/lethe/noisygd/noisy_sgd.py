@@ -23,7 +23,7 @@ then give, by privacy amplification by iteration (shifted Rényi divergence, shi
 
 .. math:: D_α ≤ α\,\frac{c^{2T} Δ_k^2}{2σ^2 \sum_{j<T} c^{2j}} \quad(\text{every } α > 1),
 
-converted to (ε, δ) by :func:`lethe.nn.accounting.linear_rdp_epsilon`. Chien et al.'s published code uses 2ησ² for the
+converted to (ε, δ) by :func:`lethe.privacy.rdp.linear_rdp_epsilon`. Chien et al.'s published code uses 2ησ² for the
 noise variance and a constant twice ours; the bound here is their bound with the Gaussian shift-reduction cost
 α a²/(2σ²) evaluated exactly.
 """
@@ -39,8 +39,8 @@ import numpy as np
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_positive_int
 from lethe.io import JsonRecord
-from lethe.nn.accounting import linear_rdp_epsilon
 from lethe.privacy.calibration import bisect_boundary
+from lethe.privacy.rdp import linear_rdp_epsilon
 
 __all__ = [
     "ConvexUnlearningPlan",

@@ -134,11 +134,14 @@ def convex_unlearning_steps(
     epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
     q, lipschitz, smoothness, lam, sigma2, eta, n = check_convex_run(q, lipschitz, smoothness, lam, sigma2, eta, n)
     bound = 2.0 / (eta * lam) * math.log(4.0 * q * lipschitz**2 / (lam * epsilon_dd * sigma2 * n**2))
-    k = _ceil_steps(bound)
-    # The returned K must certify epsilon_dd as computed by convex_deletion_epsilon (what certificates report).
-    while convex_deletion_epsilon(
-        k, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, sigma2=sigma2, eta=eta, n=n
-    ) > epsilon_dd:
+    return _certified_steps(_ceil_steps(bound), epsilon_dd, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam,
+                            sigma2=sigma2, eta=eta, n=n)
+
+
+def _certified_steps(k: int, epsilon_dd: float, **run: Any) -> int:
+    """The smallest K ≥ k with :func:`convex_deletion_epsilon` (K, ``**run``) ≤ ε_dd: the K returned must certify
+    ε_dd as that function computes it (what certificates report), whatever the rounding of the closed form."""
+    while convex_deletion_epsilon(k, **run) > epsilon_dd:
         k += 1
     return k
 
@@ -276,10 +279,8 @@ def convex_schedule(
         )
     else:
         k_learn, k_util, risk = 0, 0, None
-    while convex_deletion_epsilon(
-        k_del, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, sigma2=sigma2, eta=eta, n=n
-    ) > epsilon_dd:
-        k_del += 1
+    k_del = _certified_steps(k_del, epsilon_dd, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam,
+                             sigma2=sigma2, eta=eta, n=n)
     k_unlearn = max(k_del, k_util)
     eps_dd = convex_deletion_epsilon(
         k_unlearn, q=q, lipschitz=lipschitz, smoothness=smoothness, lam=lam, sigma2=sigma2, eta=eta, n=n
@@ -332,6 +333,16 @@ def nonconvex_excess_risk_bound(
     )
 
 
+def _check_sizes(n: Any, d: Any, r: Any) -> tuple[int, int, int]:
+    """Database size n, model dimension d and records per edit r: integers ≥ 1 with r ≤ n."""
+    n = check_positive_int("n", n)
+    d = check_positive_int("d", d)
+    r = check_positive_int("r", r)
+    if r > n:
+        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    return n, d, r
+
+
 def _check_schedule_inputs(lipschitz: Any, smoothness: Any, lam: Any, n: Any, d: Any, r: Any, q: Any,
                            epsilon_dp: Any, epsilon_dd: Any, *,
                            theorem: str) -> tuple[float, float, float, int, int, int, float, float, float]:
@@ -340,11 +351,7 @@ def _check_schedule_inputs(lipschitz: Any, smoothness: Any, lam: Any, n: Any, d:
     lipschitz = check_positive("lipschitz", lipschitz)
     smoothness = check_positive("smoothness", smoothness)
     lam = check_positive("lam", lam)
-    n = check_positive_int("n", n)
-    d = check_positive_int("d", d)
-    r = check_positive_int("r", r)
-    if r > n:
-        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    n, d, r = _check_sizes(n, d, r)
     q = check_renyi_order("q", q)
     epsilon_dp = check_positive("epsilon_dp", epsilon_dp)
     epsilon_dd = check_positive("epsilon_dd", epsilon_dd)
@@ -541,11 +548,7 @@ def nonconvex_deletion_epsilon(
     eta = check_positive("eta", eta)
     lam = check_positive("lam", lam)
     smoothness = check_nonnegative("smoothness", smoothness)
-    d = check_positive_int("d", d)
-    n = check_positive_int("n", n)
-    r = check_positive_int("r", r)
-    if r > n:
-        raise ValueError(f"r must be <= n = {n}. Found {r}.")
+    n, d, r = _check_sizes(n, d, r)
     eta_max = nonconvex_eta_max(lam=lam, B=B, q=q, smoothness=smoothness)
     if eta > eta_max * (1.0 + 1e-12):
         raise ValueError(f"eta must be <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). Found {eta!r}.")

@@ -21,7 +21,8 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import fields as dataclass_fields
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
@@ -52,8 +53,25 @@ def _check_unit_closed(name: str, value: Any) -> float:
     return v
 
 
+class _Event:
+    """What the three events share: validated fields stored on the frozen dataclass, and ``to_dict``."""
+
+    kind: ClassVar[str]
+    label: str
+
+    def _store(self, **checked: Any) -> None:
+        """Store the checked field values (the dataclasses are frozen), then check ``label``."""
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+        _check_label(self.label)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe record, including ``kind``."""
+        return {"kind": self.kind, **asdict(cast(Any, self))}
+
+
 @dataclass(frozen=True)
-class ApproxDPEvent:
+class ApproxDPEvent(_Event):
     """A mechanism known to be (ε, δ)-DP.
 
     Examples
@@ -68,17 +86,26 @@ class ApproxDPEvent:
     label: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "epsilon", check_nonnegative("epsilon", self.epsilon))
-        object.__setattr__(self, "delta", _check_unit_closed("delta", self.delta))
-        _check_label(self.label)
+        self._store(epsilon=check_nonnegative("epsilon", self.epsilon),
+                    delta=_check_unit_closed("delta", self.delta))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record, including ``kind``."""
-        return {"kind": self.kind, **asdict(self)}
+
+class _RunsEvent(_Event):
+    """``count`` ≥ 1 runs of a noise mechanism on a function of sensitivity ``sensitivity`` ≥ 0; the first field is
+    the noise scale (> 0)."""
+
+    sensitivity: float
+    count: int
+
+    def __post_init__(self) -> None:
+        noise = dataclass_fields(cast(Any, self))[0].name
+        self._store(**{noise: check_positive(noise, getattr(self, noise))},
+                    sensitivity=check_nonnegative("sensitivity", self.sensitivity),
+                    count=check_positive_int("count", self.count))
 
 
 @dataclass(frozen=True)
-class LaplaceEvent:
+class LaplaceEvent(_RunsEvent):
     """``count`` runs of the Laplace mechanism with scale b on a function of L1 sensitivity Δ₁.
 
     Examples
@@ -93,19 +120,9 @@ class LaplaceEvent:
     count: int = 1
     label: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", check_positive("scale", self.scale))
-        object.__setattr__(self, "sensitivity", check_nonnegative("sensitivity", self.sensitivity))
-        object.__setattr__(self, "count", check_positive_int("count", self.count))
-        _check_label(self.label)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record, including ``kind``."""
-        return {"kind": self.kind, **asdict(self)}
-
 
 @dataclass(frozen=True)
-class GaussianEvent:
+class GaussianEvent(_RunsEvent):
     """``count`` runs of the Gaussian mechanism with std σ on a function of L2 sensitivity Δ₂.
 
     Examples
@@ -119,16 +136,6 @@ class GaussianEvent:
     sensitivity: float = 1.0
     count: int = 1
     label: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
-        object.__setattr__(self, "sensitivity", check_nonnegative("sensitivity", self.sensitivity))
-        object.__setattr__(self, "count", check_positive_int("count", self.count))
-        _check_label(self.label)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record, including ``kind``."""
-        return {"kind": self.kind, **asdict(self)}
 
 
 PrivacyEvent = ApproxDPEvent | LaplaceEvent | GaussianEvent

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
@@ -69,6 +69,28 @@ def _check_outputs(outputs: Any, dim: int) -> np.ndarray:
     return o
 
 
+class _NoisyQuery:
+    """What the two PLRVs share: a noise scale (the field named ``_scale``, > 0) and the query's values f(D), f(D'),
+    stored as tuples of floats of the same length (the dataclasses are frozen)."""
+
+    _scale: ClassVar[str]
+    value: Any
+    neighbour_value: Any
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, self._scale, check_positive(self._scale, getattr(self, self._scale)))
+        a, b = _centres(self.value, self.neighbour_value)
+        object.__setattr__(self, "value", tuple(float(x) for x in a))
+        object.__setattr__(self, "neighbour_value", tuple(float(x) for x in b))
+
+
+def _check_losses(losses: Any) -> np.ndarray:
+    arr = np.asarray(losses, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("losses must be non-empty. Found 0 samples.")
+    return arr
+
+
 def empirical_tail(losses: Any, epsilon: float) -> float:
     """Fraction of privacy-loss samples strictly above ε: the plug-in estimate of P(L > ε).
 
@@ -78,9 +100,7 @@ def empirical_tail(losses: Any, epsilon: float) -> float:
     0.5
     """
     e = check_real("epsilon", epsilon)
-    arr = np.asarray(losses, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("losses must be non-empty. Found 0 samples.")
+    arr = _check_losses(losses)
     return float(np.mean(arr > e))
 
 
@@ -96,14 +116,12 @@ def empirical_hockey_stick(losses: Any, epsilon: float) -> float:
     0.210707
     """
     e = check_real("epsilon", epsilon)
-    arr = np.asarray(losses, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("losses must be non-empty. Found 0 samples.")
+    arr = _check_losses(losses)
     return float(np.mean(-np.expm1(np.minimum(e - arr, 0.0))))
 
 
 @dataclass(frozen=True)
-class GaussianPrivacyLoss:
+class GaussianPrivacyLoss(_NoisyQuery):
     """PLRV of M(D) = f(D) + N(0, σ² I) against M(D') = f(D') + N(0, σ² I).
 
     With o = f(D) + z, L(o) = (‖o − f(D')‖² − ‖o − f(D)‖²)/(2σ²) = (‖v‖² − 2⟨z, v⟩)/(2σ²), so
@@ -132,12 +150,7 @@ class GaussianPrivacyLoss:
     sigma: float
     value: Any
     neighbour_value: Any
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "sigma", check_positive("sigma", self.sigma))
-        a, b = _centres(self.value, self.neighbour_value)
-        object.__setattr__(self, "value", tuple(float(x) for x in a))
-        object.__setattr__(self, "neighbour_value", tuple(float(x) for x in b))
+    _scale: ClassVar[str] = "sigma"
 
     @property
     def mu(self) -> float:
@@ -197,7 +210,7 @@ def _laplace_loss_cdf(t: np.ndarray, a: float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class LaplacePrivacyLoss:
+class LaplacePrivacyLoss(_NoisyQuery):
     """PLRV of M(D) = f(D) + Laplace(0, b)^k against M(D') = f(D') + Laplace(0, b)^k.
 
     L = Σ_i L_i with independent L_i = (|z_i − v_i| − |z_i|)/b ∈ [−a_i, a_i], a_i = |v_i|/b, so
@@ -225,12 +238,7 @@ class LaplacePrivacyLoss:
     scale: float
     value: Any
     neighbour_value: Any
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "scale", check_positive("scale", self.scale))
-        a, b = _centres(self.value, self.neighbour_value)
-        object.__setattr__(self, "value", tuple(float(x) for x in a))
-        object.__setattr__(self, "neighbour_value", tuple(float(x) for x in b))
+    _scale: ClassVar[str] = "scale"
 
     @property
     def _a(self) -> np.ndarray:

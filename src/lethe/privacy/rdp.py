@@ -20,6 +20,10 @@ Conversions (both valid upper bounds on the ε of an (α, ε_rdp)-RDP mechanism 
 * tight (Canonne, Kamath & Steinke 2020, Prop. 12; Balle et al. 2020, Thm 21; Asoodeh et al. 2021):
   ε = ε_rdp + log((α − 1)/α) − (log δ + log α)/(α − 1), never larger than Thm B.1 because
   log((α−1)/α) < 0 and −log α/(α−1) < 0 for every α > 1.
+
+A curve ε_rdp(α) = α ε₀ (every order at once: shifted-Rényi bounds of noisy iterations, lethe.nn and Noisy-SGD)
+converts by :func:`linear_rdp_epsilon`, the tight conversion minimised over the continuum of orders, and is
+calibrated by :func:`linear_rdp_max_slope`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lethe._validation import check_nonnegative, check_open_unit, check_positive, check_real
+from lethe.privacy.calibration import bisect_boundary
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -38,6 +43,8 @@ __all__ = [
     "compose_rdp",
     "gaussian_rdp",
     "laplace_rdp",
+    "linear_rdp_epsilon",
+    "linear_rdp_max_slope",
     "pure_dp_rdp",
     "rdp_to_dp",
     "rdp_to_dp_tight",
@@ -301,3 +308,109 @@ def best_dp_over_orders(
         if eps < best_eps or math.isnan(best_alpha):
             best_eps, best_alpha = eps, a_f
     return best_eps, best_alpha
+
+
+def _eps_at(alpha: float, slope: float, delta: float) -> float:
+    return rdp_to_dp_tight(alpha, alpha * slope, delta)
+
+
+def _best_alpha(slope: float, delta: float) -> tuple[float, float]:
+    """min over α > 1 of the tight conversion of (α, α·slope); a golden-section search on log(α − 1).
+
+    Any α gives a valid ε, so the minimiser only needs to be good, not exact.
+    """
+    if slope == 0.0:
+        return 0.0, math.inf
+    # the Gaussian-like optimum is near α* ≈ 1 + sqrt(log(1/δ)/slope); search log(α-1) in a wide bracket
+    guess = math.log(math.sqrt(-math.log(delta) / slope))
+    lo, hi = min(guess - 8.0, -10.0), max(guess + 8.0, 10.0)
+
+    def f(u: float) -> float:
+        return _eps_at(1.0 + math.exp(u), slope, delta)
+
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    x1, x2 = b - g * (b - a), a + g * (b - a)
+    f1, f2 = f(x1), f(x2)
+    for _ in range(200):
+        if f1 <= f2:
+            b, x2, f2 = x2, x1, f1
+            x1 = b - g * (b - a)
+            f1 = f(x1)
+        else:
+            a, x1, f1 = x1, x2, f2
+            x2 = a + g * (b - a)
+            f2 = f(x2)
+        if b - a < 1e-10:
+            break
+    u = x1 if f1 <= f2 else x2
+    return f(u), 1.0 + math.exp(u)
+
+
+def linear_rdp_epsilon(slope: float, delta: float) -> float:
+    r"""(ε, δ) of a mechanism with :math:`D_α ≤ α\,ε_0` for every α > 1.
+
+    .. math:: ε(δ) = \min_{α>1}\; α ε_0 + \log\frac{α-1}{α} - \frac{\log δ + \log α}{α - 1}
+
+    (Canonne, Kamath & Steinke 2020, Prop. 12, applied at every order; the minimum is found numerically and any
+    order evaluated is a valid bound, so an imperfect minimiser only loses tightness, never soundness). Each order
+    is converted by :func:`rdp_to_dp_tight`; the minimum is over the continuum of orders, not a
+    grid (:func:`best_dp_over_orders`). The curve has the shape of a Gaussian mechanism's RDP, but
+    :func:`lethe.privacy.gaussian.analytic_gaussian_epsilon` is *not* a valid substitute: shifted-Rényi bounds only
+    bound the Rényi divergences, not the Gaussian privacy profile.
+
+    Parameters
+    ----------
+    slope : float
+        ε₀ ≥ 0.
+    delta : float
+        δ in (0, 1).
+
+    Returns
+    -------
+    float
+        ε ≥ 0.
+
+    Examples
+    --------
+    >>> round(linear_rdp_epsilon(0.02, 1e-5), 4)
+    0.7943
+    """
+    s = check_nonnegative("slope", slope)
+    d = check_open_unit("delta", delta)
+    if not math.isfinite(s):
+        return math.inf
+    return _best_alpha(s, d)[0]
+
+
+def linear_rdp_max_slope(epsilon: float, delta: float) -> float:
+    """The largest ε₀ (to relative precision 1e-12, rounded down) with ``linear_rdp_epsilon(ε₀, δ) ≤ ε``.
+
+    Parameters
+    ----------
+    epsilon : float
+        Target ε > 0.
+    delta : float
+        Target δ in (0, 1).
+
+    Returns
+    -------
+    float
+        ε₀ > 0 such that :func:`linear_rdp_epsilon` (ε₀, δ) ≤ ε (checked).
+
+    Examples
+    --------
+    >>> s = linear_rdp_max_slope(1.0, 1e-5)
+    >>> linear_rdp_epsilon(s, 1e-5) <= 1.0 < linear_rdp_epsilon(1.01 * s, 1e-5)
+    True
+    """
+    e = check_positive("epsilon", epsilon)
+    d = check_open_unit("delta", delta)
+    lo, hi = 0.0, e  # ε(ε₀) ≥ ε₀ (α → 1 side is worse), so ε₀ = ε is infeasible or exactly feasible
+    while linear_rdp_epsilon(hi, d) <= e:
+        lo, hi = hi, 2.0 * hi
+    lo, hi = bisect_boundary(lambda s: linear_rdp_epsilon(s, d) <= e, lo, hi, feasible_side="lo", rel_tol=1e-12,
+                             max_iter=200)
+    if lo <= 0.0 or linear_rdp_epsilon(lo, d) > e:
+        raise ValueError(f"No positive RDP slope meets epsilon={e!r} at delta={d!r}.")
+    return lo

@@ -5,3 +5,28 @@ newest revision; an existing one is upgraded to it (a store from before Alembic 
 revision its ``meta.schema_version`` names). Each revision lives in ``versions/``; add one with a new file whose
 ``down_revision`` is the current head, and bump ``SCHEMA_VERSION`` / ``REVISIONS`` in :mod:`lethe.curator.store`.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def store_step(migrate: str) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A revision's ``upgrade`` and ``downgrade``: run :mod:`lethe.curator.store`'s ``migrate`` on Alembic's connection.
+
+    ``migrate`` names a function of the store module that takes the connection (e.g. ``"migrate_1_to_2"``); it is
+    looked up when the revision runs, so importing a revision does not import the store. Stores are never
+    downgraded: ``downgrade`` raises ``NotImplementedError``.
+    """
+
+    def upgrade() -> None:
+        from alembic import op
+
+        from lethe.curator import store
+
+        getattr(store, migrate)(op.get_bind())
+
+    def downgrade() -> None:
+        raise NotImplementedError("The curator's store is never downgraded.")
+
+    return upgrade, downgrade

@@ -11,19 +11,10 @@ Revises: 0001
 
 from __future__ import annotations
 
-from alembic import op
+from lethe.curator.migrations import store_step
 
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
-
-
-def upgrade() -> None:
-    from lethe.curator.store import migrate_1_to_2
-
-    migrate_1_to_2(op.get_bind())
-
-
-def downgrade() -> None:
-    raise NotImplementedError("The curator's store is never downgraded.")
+upgrade, downgrade = store_step("migrate_1_to_2")

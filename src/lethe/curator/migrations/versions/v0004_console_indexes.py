@@ -9,19 +9,10 @@ Revises: 0003
 
 from __future__ import annotations
 
-from alembic import op
+from lethe.curator.migrations import store_step
 
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
-
-
-def upgrade() -> None:
-    from lethe.curator.store import migrate_3_to_4
-
-    migrate_3_to_4(op.get_bind())
-
-
-def downgrade() -> None:
-    raise NotImplementedError("The curator's store is never downgraded.")
+upgrade, downgrade = store_step("migrate_3_to_4")

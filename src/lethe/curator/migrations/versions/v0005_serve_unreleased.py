@@ -12,19 +12,10 @@ Revises: 0004
 
 from __future__ import annotations
 
-from alembic import op
+from lethe.curator.migrations import store_step
 
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
-
-
-def upgrade() -> None:
-    from lethe.curator.store import migrate_4_to_5
-
-    migrate_4_to_5(op.get_bind())
-
-
-def downgrade() -> None:
-    raise NotImplementedError("The curator's store is never downgraded.")
+upgrade, downgrade = store_step("migrate_4_to_5")
