@@ -49,11 +49,19 @@ from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.common import measured_residual
 from lethe.certified.data import backend_of, check_data_matrix
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
-from lethe.certified.model_file import NOISE_TAIL_PROBABILITY, check_model_file, noise_norm_tail, saved_solver
+from lethe.certified.model_file import (
+    NOISE_TAIL_PROBABILITY,
+    check_meta_entries,
+    check_model_file,
+    classes_meta,
+    noise_norm_tail,
+    saved_solver,
+    state_meta,
+)
 from lethe.certified.newton import new_caches
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import MulticlassCertificate, OneVsAllRemoval, joint_residual
-from lethe.certified.rows import INTERCEPT_SCALE, set_rows, squared_loss_rounding_floor
+from lethe.certified.rows import INTERCEPT_SCALE, owned_mask, set_rows, squared_loss_rounding_floor
 from lethe.estimator_data import (
     check_keys,
     check_sample_ids,
@@ -72,21 +80,7 @@ from lethe.estimator_data import (
 from lethe.io import ModelFileError, load_npz, model_key, save_npz
 
 _NO_Y = object()
-
-
-def _owned_mask(mask: np.ndarray) -> np.ndarray:
-    """``mask`` made read-only: a fitted model's ``active_`` is written only by the model itself
-    (:func:`lethe.certified.rows.set_rows`, under its lock, together with its solver caches), so ``model.active_[i]
-    = ...`` from outside raises instead of desynchronising them, and a removal may skip comparing it in full with its
-    cache's copy (:meth:`lethe.certified.cache.NewtonCache.synced_count` with ``owned``)."""
-    mask.flags.writeable = False
-    return mask
-_check_keys = check_keys  # the name tests/test_estimators_api.py imports
-
-
 _PARAM_NAMES: dict[type, list[str]] = {}
-
-
 #: id(model) -> the index array its running ``remove`` validated (set and cleared under the model's lock).
 _CHECKED_ROWS: dict[int, np.ndarray] = {}
 
@@ -245,11 +239,29 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         self._check_params_unchanged("remove", fitted=True)
         return removal_rows(indices, keys, active=self.active_, record_keys=getattr(self, "keys_", None))
 
+    def _fitted(self, X: Any, Y: np.ndarray, *, members: Any, keys: Any, states: list[ModelState], certs: list[Any],
+                mech: CertifiedRemoval, caches: list[NewtonCache], params: dict[str, Any],
+                rng: np.random.Generator) -> Any:
+        """Adopt what ``fit`` trained (all rows active; the mask read-only, :func:`_owned_mask`) and return self."""
+        self.X_, self.Y_ = X, Y
+        self.active_ = owned_mask(np.ones(X.shape[0], dtype=bool))
+        self.members_ = members
+        self.keys_ = keys
+        self.states_ = states
+        self._certificate = None
+        self.fit_certificates_ = certs
+        self.n_removed_ = 0
+        self.mechanism_ = mech
+        self.caches_ = caches
+        self.trained_params_ = params
+        self._rng = rng
+        return self
+
     def _forget_rows(self, idx: np.ndarray) -> None:
         """Clear the removed rows from memory: features, targets, and keys (a removed record's key must not stay
         in the model or its file)."""
         set_rows(self.active_, idx, False)
-        _owned_mask(self.active_)  # read-only between calls (a mask made writable from outside is the model's again)
+        owned_mask(self.active_)  # read-only between calls (a mask made writable from outside is the model's again)
         backend_of(self.X_).zero_rows(self.X_, idx)
         if sp.issparse(self.X_):
             # the zeroed entries still record WHICH features the removed rows had (e.g. the words of a document):
@@ -374,7 +386,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
                                                                    seconds=seconds) for k, st in enumerate(states)],
                                      n_removed=0, seconds=seconds, n_added=m)
         self.X_, self.Y_ = X_all, Y_all
-        self.active_ = _owned_mask(np.concatenate([self.active_, np.ones(m, dtype=bool)]))
+        self.active_ = owned_mask(np.concatenate([self.active_, np.ones(m, dtype=bool)]))
         if keys is not None:
             self.keys_ = np.concatenate([self.keys_, keys])
         self.states_ = states
@@ -443,13 +455,8 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         self._check_params_unchanged("save")
         secret_key = model_key(key)
         arrays: dict[str, np.ndarray] = {**data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
-        states = []
         for k, st in enumerate(self.states_):
-            arrays[f"w_{k}"] = st.w
-            arrays[f"b_{k}"] = st.b
-            states.append({"n": st.n, "residual_bound": st.residual_bound, "x_norm_bound": st.x_norm_bound,
-                           "removals_since_training": st.removals_since_training, "retrainings": st.retrainings,
-                           "train_iterations": st.train_iterations})
+            arrays[f"w_{k}"], arrays[f"b_{k}"] = st.w, st.b
         if getattr(self, "members_", None) is not None:
             arrays["members"] = self.members_
         if getattr(self, "keys_", None) is not None:
@@ -457,19 +464,13 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         rs = self.random_state
         params = dict(self.trained_params_)
         params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
-        meta = {"class": type(self).__name__, "params": params, "states": states,
+        meta = {"class": type(self).__name__, "params": params, "states": [state_meta(st) for st in self.states_],
                 "n_removed": self.n_removed_, "n_features_in": self.n_features_in_,
                 "mechanism_tol": self.mechanism_.tol, "solver": self.mechanism_.solver}
         if hasattr(self, "feature_names_in_"):
             meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
         if hasattr(self, "classes_"):
-            classes = self.classes_
-            if classes.dtype.kind in "iub":
-                meta["classes"] = [int(c) for c in classes]
-            elif classes.dtype.kind == "f":
-                meta["classes"] = [float(c) for c in classes]
-            else:
-                meta["classes"] = [str(c) for c in classes]
+            meta["classes"] = classes_meta(self.classes_)
         return save_npz(path, arrays, meta, secret=True, key=secret_key)
 
     @classmethod
@@ -484,12 +485,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         :class:`lethe.io.ModelFileError` (a ``ValueError``) naming what is wrong; nothing is loaded.
         """
         arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
-        if meta.get("class") != cls.__name__:
-            raise ModelFileError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
-        for name, kind in (("params", dict), ("states", list), ("n_removed", int), ("n_features_in", int)):
-            if not isinstance(meta.get(name), kind):
-                raise ModelFileError(f"{path}: the metadata entry {name!r} must be a {kind.__name__}. "
-                                     f"Found {type(meta.get(name)).__name__}.")
+        check_meta_entries(meta, cls.__name__, str(path))
         params = dict(meta["params"])
         if isinstance(params.get("random_state"), dict):
             params["random_state"] = None
@@ -535,7 +531,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         est = cls(**params)
         est.trained_params_ = est._current_params()
         mech = est._mechanism(est.trained_params_, tol=mechanism_tol)
-        est.X_, est.Y_, est.active_ = X, Y, _owned_mask(np.asarray(active, dtype=bool))
+        est.X_, est.Y_, est.active_ = X, Y, owned_mask(np.asarray(active, dtype=bool))
         est.states_ = list(states)
         est.members_, est.keys_ = members, keys
         est.n_removed_ = int(n_removed)
@@ -713,19 +709,8 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             certs.append(cert)
         OneVsAllRemoval(mech).check_training(states)
         self.classes_ = classes
-        self.X_, self.Y_ = X, Y
-        self.active_ = _owned_mask(np.ones(X.shape[0], dtype=bool))
-        self.members_ = members
-        self.keys_ = keys
-        self.states_ = states
-        self._certificate = None
-        self.fit_certificates_ = certs
-        self.n_removed_ = 0
-        self.mechanism_ = mech
-        self.caches_ = caches
-        self.trained_params_ = params
-        self._rng = rng
-        return self
+        return self._fitted(X, Y, members=members, keys=keys, states=states, certs=certs, mech=mech,
+                            caches=caches, params=params, rng=rng)
 
     @property
     @serialised
@@ -870,19 +855,8 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         rng = check_random_state(self.random_state)
         cache = NewtonCache()
         state, cert = mech.train(X, Y[0], random_state=rng, cache=cache)
-        self.X_, self.Y_ = X, Y
-        self.active_ = _owned_mask(np.ones(X.shape[0], dtype=bool))
-        self.members_ = None
-        self.keys_ = keys
-        self.states_ = [state]
-        self._certificate = None
-        self.fit_certificates_ = [cert]
-        self.n_removed_ = 0
-        self.mechanism_ = mech
-        self.caches_ = [cache]
-        self.trained_params_ = params
-        self._rng = rng
-        return self
+        return self._fitted(X, Y, members=None, keys=keys, states=[state], certs=[cert], mech=mech,
+                            caches=[cache], params=params, rng=rng)
 
     @property
     @serialised

@@ -211,6 +211,33 @@ def check_model_file(loss: str, intercept: bool, mech: CertifiedRemoval, arrays:
     return {"X": X, "Y": Y, "active": active, "members": members, "keys": keys, "states": states}
 
 
+def state_meta(st: ModelState) -> dict[str, Any]:
+    """A state's scalars as a model file's metadata records them (its w and b are arrays of their own)."""
+    return {"n": st.n, "residual_bound": st.residual_bound, "x_norm_bound": st.x_norm_bound,
+            "removals_since_training": st.removals_since_training, "retrainings": st.retrainings,
+            "train_iterations": st.train_iterations}
+
+
+def classes_meta(classes: np.ndarray) -> list[Any]:
+    """A classifier's classes as JSON values of their kind (integers, floats or strings)."""
+    if classes.dtype.kind in "iub":
+        return [int(c) for c in classes]
+    if classes.dtype.kind == "f":
+        return [float(c) for c in classes]
+    return [str(c) for c in classes]
+
+
+def check_meta_entries(meta: dict[str, Any], class_name: str, where: str) -> None:
+    """The metadata names ``class_name`` and holds its entries with their JSON types; else
+    :class:`lethe.io.ModelFileError` naming the first that does not."""
+    if meta.get("class") != class_name:
+        raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {class_name}.")
+    for name, kind in (("params", dict), ("states", list), ("n_removed", int), ("n_features_in", int)):
+        if not isinstance(meta.get(name), kind):
+            raise ModelFileError(f"{where}: the metadata entry {name!r} must be a {kind.__name__}. "
+                                 f"Found {type(meta.get(name)).__name__}.")
+
+
 def saved_solver(saved: Any, param: str) -> str | None:
     """The concrete solver recorded in a saved model's metadata, checked against its ``solver`` parameter: the
     same solver, or any concrete one for ``"auto"``; None (resolve again) when none is recorded."""
@@ -222,4 +249,5 @@ def saved_solver(saved: Any, param: str) -> str | None:
     return str(saved)
 
 
-__all__ = ["NOISE_TAIL_PROBABILITY", "check_model_file", "noise_norm_tail", "saved_solver"]
+__all__ = ["NOISE_TAIL_PROBABILITY", "check_meta_entries", "check_model_file", "classes_meta", "noise_norm_tail",
+           "saved_solver", "state_meta"]

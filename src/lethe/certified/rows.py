@@ -64,6 +64,15 @@ def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int | None
     return idx.astype(np.int64)
 
 
+def owned_mask(mask: np.ndarray) -> np.ndarray:
+    """``mask`` made read-only and returned: the estimators' ``active_`` is written only by the model itself
+    (:func:`set_rows`, under its lock, together with its solver caches), so ``model.active_[i] = ...`` from outside
+    raises instead of desynchronising them, and a removal may skip comparing it in full with its cache's copy
+    (:meth:`lethe.certified.cache.NewtonCache.synced_count` with ``owned``)."""
+    mask.flags.writeable = False
+    return mask
+
+
 def set_rows(mask: np.ndarray, idx: np.ndarray, value: bool) -> None:
     """``mask[idx] = value``, also on a mask its owner keeps read-only (made writable for the change and read-only
     again: :meth:`lethe.certified.mechanism.CertifiedRemoval.remove` with ``clear_active``, the estimators'
@@ -94,4 +103,5 @@ def squared_loss_rounding_floor(X: Any, y: np.ndarray, lam: float) -> float:
     return 8.0 * (n + d) * u * ((2 * fro * fro + lam * n) * W + 2 * fro * ny)
 
 
-__all__ = ["INTERCEPT_SCALE", "check_indices", "check_row_norms", "set_rows", "squared_loss_rounding_floor"]
+__all__ = ["INTERCEPT_SCALE", "check_indices", "check_row_norms", "owned_mask", "set_rows",
+           "squared_loss_rounding_floor"]

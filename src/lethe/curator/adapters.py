@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lethe.certified.mechanism import CertifiedRemoval, ModelState
+from lethe.certified.model_file import classes_meta
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import OneVsAllRemoval
 from lethe.curator.artifacts import Artifact
@@ -282,7 +283,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
 
     def _artifact(self, est: Any, n: int) -> Artifact:
         states = est.states_
-        classes = _json_labels(est.classes_) if hasattr(est, "classes_") else None
+        classes = classes_meta(est.classes_) if hasattr(est, "classes_") else None
         meta = {"mechanism": self.name, "format": 2, "n": int(n), "classes": classes,
                 "n_removed": int(est.n_removed_), "solver": str(est.mechanism_.solver),
                 "states": [{"n": st.n, "residual_bound": st.residual_bound,
@@ -427,14 +428,6 @@ def _public_certificate(cert: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("per_class"), list):
         out["per_class"] = [None if c is None else _public_certificate(c) for c in out["per_class"]]
     return out
-
-
-def _json_labels(classes: np.ndarray) -> list[Any]:
-    if classes.dtype.kind in "iub":
-        return [int(c) for c in classes]
-    if classes.dtype.kind == "f":
-        return [float(c) for c in classes]
-    return [str(c) for c in classes]
 
 
 def _labels_like(classes: list[Any], y: np.ndarray) -> np.ndarray:
