@@ -53,9 +53,11 @@ from lethe.certified.newton import (
     SOLVERS,
     NewtonCache,
     StepResult,
+    anchor_step,
     build_anchor,
     check_solver_supports,
-    compute_step,
+    exact_hessian_step,
+    onepass_step,
     prime_cache,
     resolve_solver,
 )
@@ -694,6 +696,23 @@ class CertifiedRemoval:
         return new, mech.certify("retrain" if retrained else "remove", new, step=r.step_bound, retrained=retrained,
                                  removed=tuple(idx.tolist()), worst=r.worst_case, solve_error=r.solve_error,
                                  seconds=time.perf_counter() - t0, result=r)
+
+
+def compute_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
+                 idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
+    """The removal step of ``cfg.solver`` (:mod:`lethe.certified.anchor`, :mod:`~lethe.certified.onepass` or
+    :mod:`~lethe.certified.exact`). On an exception the cache is reset (its in-place updates may be half done)."""
+    check_solver_supports(cfg.solver, X)
+    try:
+        if cfg.solver == "anchor":
+            return anchor_step(cfg, state, X, y, keep, idx, cache)
+        if cfg.solver == "onepass":
+            return onepass_step(cfg, state, X, y, keep, idx, cache)
+        return exact_hessian_step(cfg, state, X, y, keep, idx, cache)
+    except BaseException:
+        if cache is not None:
+            cache.reset()
+        raise
 
 
 def _solve(cfg: CertifiedRemoval, X: DataMatrix, y: np.ndarray, b: np.ndarray, w0: np.ndarray | None = None,

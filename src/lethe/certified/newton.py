@@ -78,22 +78,6 @@ def new_caches(k: int, solver: str, members: np.ndarray | None) -> list[NewtonCa
     return [NewtonCache(shared=shared) for _ in range(k)]
 
 
-def compute_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
-                 idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
-    """Dispatch on ``cfg.solver``. On an exception the cache is reset (its in-place updates may be half done)."""
-    check_solver_supports(cfg.solver, X)
-    try:
-        if cfg.solver == "anchor":
-            return anchor_step(cfg, state, X, y, keep, idx, cache)
-        if cfg.solver == "onepass":
-            return onepass_step(cfg, state, X, y, keep, idx, cache)
-        return exact_hessian_step(cfg, state, X, y, keep, idx, cache)
-    except BaseException:
-        if cache is not None:
-            cache.reset()
-        raise
-
-
 def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, active: np.ndarray,
                 cache: NewtonCache, gram: np.ndarray | None = None) -> None:
     """Prepare ``cache`` for removals from ``state`` (after training), so the first removal is fast.
@@ -129,6 +113,6 @@ _downdate, _mv_maintained, _representatives = downdate, mv_maintained, represent
 
 __all__ = ["AUTO_ANCHOR_MAX_FEATURES", "BOUNDS", "SOLVERS", "CostModel", "NewtonCache", "SharedFloat32Data",
            "StepResult", "anchor_step", "build_anchor", "check_solver_supports", "cho_solve", "column_groups",
-           "compute_step", "downdate", "exact_hessian_step", "jacobi_preconditioner", "mv_maintained", "new_caches",
+           "downdate", "exact_hessian_step", "jacobi_preconditioner", "mv_maintained", "new_caches",
            "onepass_step", "precond_factor", "prime_cache", "representatives", "resolve_solver", "single_pass_margins",
            "single_pass_transpose", "solve_maintained"]
