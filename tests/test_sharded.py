@@ -55,6 +55,8 @@ def _shard_params(est) -> list[np.ndarray]:
             out += [np.asarray(a) for a in (v if isinstance(v, list) else [v])]
     if hasattr(est, "tree_"):
         out += [est.tree_.threshold, est.tree_.value, est.tree_.feature]
+    if hasattr(est, "booster_"):  # LightGBM: the whole model as text (trees, thresholds, leaf values)
+        out.append(np.frombuffer(est.booster_.model_to_string().encode(), dtype=np.uint8))
     if hasattr(est, "_predictors"):
         out += [p.nodes["value"] for it in est._predictors for p in it]
         out += [p.nodes["num_threshold"] for it in est._predictors for p in it]
@@ -77,12 +79,21 @@ def _same_model(a, b, X) -> bool:
     return True
 
 
+def _lgbm(**kw):
+    import lightgbm  # the dev extra installs it
+
+    return lightgbm.LGBMClassifier(n_estimators=8, num_leaves=4, min_child_samples=5, num_threads=1,
+                                   deterministic=True, force_row_wise=True, verbose=-1, **kw)
+
+
 CASES = {
     "hgb-R1": (ShardedClassifier, lambda: HistGradientBoostingClassifier(max_iter=8, early_stopping=False), 1,
                "vote"),
     # early stopping draws its validation split from the shard's recorded seed: still a function of the shard's rows
     "hgb-early-stopping-R1": (ShardedClassifier, lambda: HistGradientBoostingClassifier(
         max_iter=30, early_stopping=True, validation_fraction=0.2, n_iter_no_change=2), 1, "mean_proba"),
+    # LightGBM (the issue's alternative to HistGradientBoosting): deterministic on one thread
+    "lightgbm-R1": (ShardedClassifier, lambda: _lgbm(), 1, "mean_proba"),
     "logreg-R1-mean_proba": (ShardedClassifier, lambda: LogisticRegression(), 1, "mean_proba"),
     "sgd-R4": (ShardedClassifier, lambda: SGDClassifier(), 4, "vote"),
     "mlp-R3": (ShardedClassifier, lambda: MLPClassifier(hidden_layer_sizes=(8,), max_iter=5), 3, "mean_proba"),
@@ -390,6 +401,25 @@ def test_load_refuses_untrusted_types(tmp_path):
         ShardedClassifier.load(path)
     loaded = ShardedClassifier.load(path, trusted=["sklearn.tree._tree.Tree"])
     assert np.array_equal(loaded.predict_proba(X), model.predict_proba(X))
+
+
+LGBM_TYPES = ["collections.OrderedDict", "lightgbm.basic.Booster", "lightgbm.sklearn.LGBMClassifier"]
+
+
+def test_lightgbm_shards_save_and_load_with_their_types_trusted_then_stay_exact(tmp_path):
+    """LightGBM's types are not trusted by default (its Booster is rebuilt from a model string by LightGBM's own
+    parser): load refuses them until named, then the loaded model equals the saved one and its removals stay exact."""
+    X, y = _data()
+    ids = _ids(len(y))
+    model = _make("lightgbm-R1").fit(X, y, sample_ids=ids)
+    path = model.save(tmp_path / "lgbm.npz")
+    with pytest.raises(ValueError, match="trusted"):
+        ShardedClassifier.load(path)
+    loaded = ShardedClassifier.load(path, trusted=LGBM_TYPES)
+    assert _same_model(model, loaded, X)
+    loaded.remove(keys=ids[:3])
+    keep = np.arange(3, len(y))
+    assert _same_model(loaded, _make("lightgbm-R1").fit(X[keep], y[keep], sample_ids=ids[keep]), X)
 
 
 # -- secrets, copies, threads -----------------------------------------------------------------------------------------
