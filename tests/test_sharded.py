@@ -79,6 +79,9 @@ def _same_model(a, b, X) -> bool:
     return True
 
 
+AUGMENT = {"kind": "shift", "image_shape": [2, 2], "max_shift": 1}
+
+
 def _lgbm(**kw):
     import lightgbm  # the dev extra installs it
 
@@ -99,6 +102,9 @@ CASES = {
     "mlp-R3": (ShardedClassifier, lambda: MLPClassifier(hidden_layer_sizes=(8,), max_iter=5), 3, "mean_proba"),
     "torch-R3": (ShardedClassifier, lambda: TorchShardClassifier({"kind": "mlp", "hidden": [8]}, batch_size=16), 3,
                  "mean_proba"),
+    # augmentation: every minibatch's rows shifted as 2x2 images, shifts drawn from the (seed, call) generator
+    "torch-augment-R3": (ShardedClassifier, lambda: TorchShardClassifier(
+        {"kind": "mlp", "hidden": [8]}, batch_size=16, augment=AUGMENT), 3, "mean_proba"),
     "tree-regressor-R1": (ShardedRegressor, lambda: DecisionTreeRegressor(max_depth=4), 1, "mean"),
     "sgd-regressor-R3": (ShardedRegressor, lambda: SGDRegressor(), 3, "mean"),
 }
@@ -321,7 +327,7 @@ def test_certificate_public_view_hides_operator_fields():
 
 # -- persistence ------------------------------------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("case", ["hgb-R1", "mlp-R3", "torch-R3", "sgd-regressor-R3"])
+@pytest.mark.parametrize("case", ["hgb-R1", "mlp-R3", "torch-R3", "torch-augment-R3", "sgd-regressor-R3"])
 def test_save_load_round_trip_then_removals_stay_exact(case, tmp_path):
     regression = CASES[case][0] is ShardedRegressor
     X, y = _data(regression=regression)
@@ -452,6 +458,73 @@ def test_concurrent_removals_are_serialised():
     for b in batches:
         reference.remove(indices=b)
     assert model.n_removed_ == 24 and _same_model(model, reference, X)
+
+
+# -- augmentation (TorchShardClassifier(augment=...)) ------------------------------------------------------------------
+def _shift_direct(rows: np.ndarray, shifts: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
+    """The translation pixel by pixel: out[b, c, i, j] = img[b, c, i + dy, j + dx] if inside the image, else 0."""
+    c, h, w = chw
+    img = rows.reshape(-1, c, h, w)
+    out = np.zeros_like(img)
+    for b, (dy, dx) in enumerate(shifts):
+        for i in range(h):
+            for j in range(w):
+                if 0 <= i + dy < h and 0 <= j + dx < w:
+                    out[b, :, i, j] = img[b, :, i + dy, j + dx]
+    return out.reshape(rows.shape)
+
+
+def test_shift_images_equals_a_pixel_by_pixel_translation():
+    import torch
+
+    from lethe.sharded_torch import shift_images
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        chw = (int(rng.integers(1, 4)), int(rng.integers(1, 7)), int(rng.integers(1, 7)))
+        m = int(rng.integers(0, 4))
+        rows = rng.normal(size=(int(rng.integers(1, 9)), int(np.prod(chw))))
+        shifts = rng.integers(-m, m + 1, size=(rows.shape[0], 2))
+        got = shift_images(torch.from_numpy(rows), shifts, chw, m).numpy()
+        assert np.array_equal(got, _shift_direct(rows, shifts, chw)), (chw, m, shifts)
+
+
+def test_augmentation_is_used_deterministic_and_absent_at_max_shift_zero():
+    X, y = _data(n=120, d=4)
+
+    def fit(augment, seed=3):
+        return TorchShardClassifier({"kind": "mlp", "hidden": [8]}, batch_size=16, epochs=2, augment=augment,
+                                    random_state=seed).fit(X, y)
+
+    def params(m):
+        return [v.numpy() for v in m.module_.state_dict().values()]
+
+    def same(a, b):
+        return all(np.array_equal(p, q) for p, q in zip(params(a), params(b), strict=True))
+
+    assert same(fit(AUGMENT), fit(AUGMENT))  # a function of the rows and the seed
+    assert not same(fit(AUGMENT), fit(None))  # the shifts reach training
+    assert not same(fit(AUGMENT), fit(AUGMENT, seed=4))  # drawn from the seed
+    assert same(fit({**AUGMENT, "max_shift": 0}), fit(None))  # no shift draws: the plain stream
+    assert np.array_equal(fit(AUGMENT).predict_proba(X), fit(AUGMENT).predict_proba(X))
+
+
+@pytest.mark.parametrize(("augment", "err", "match"), [
+    ("shift", TypeError, "augment must be a dict"),
+    ({"kind": "flip", "image_shape": [2, 2], "max_shift": 1}, ValueError, "kind 'flip'"),
+    ({"kind": "shift", "image_shape": [2, 2], "max_shift": 1, "p": 0.5}, ValueError, r"unknown keys \['p'\]"),
+    ({"kind": "shift", "image_shape": [4], "max_shift": 1}, ValueError, "2 or 3 positive integers"),
+    ({"kind": "shift", "image_shape": [2, 0], "max_shift": 1}, ValueError, "2 or 3 positive integers"),
+    ({"kind": "shift", "image_shape": [2, 2], "max_shift": -1}, ValueError, "max_shift'] must be an integer >= 0"),
+    ({"kind": "shift", "image_shape": [2, 2], "max_shift": 1.5}, ValueError, "Found 1.5"),
+    ({"kind": "shift", "image_shape": [3, 2], "max_shift": 1}, ValueError, "holds 6 values; the rows have 4"),
+])
+def test_bad_augment_specs_change_nothing(augment, err, match):
+    X, y = _data()
+    est = TorchShardClassifier({"kind": "mlp", "hidden": [4]}, augment=augment, random_state=0)
+    with pytest.raises(err, match=match):
+        est.fit(X, y)
+    assert not hasattr(est, "module_") and not hasattr(est, "classes_")
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------------
