@@ -296,6 +296,8 @@ def main() -> None:
                     help="epochs of the unsharded MLP when tuned apart from the shards (default: --epochs)")
     ap.add_argument("--lr", type=float, default=0.1, help="MLP SGD step size (both models)")
     ap.add_argument("--slices", default="1,4", help="MNIST: comma-separated R values")
+    ap.add_argument("--augment", type=int, default=0, help="MNIST: training images shifted by up to this many "
+                    "pixels (TorchShardClassifier(augment=...)), both models; 0: none")
     ap.add_argument("--early-stopping", default="off,on", help="Adult: early stopping of both models, comma-separated "
                     "(off: max_iter 100; on: max_iter 200, early_stopping=True with HGB's defaults: 10 %% stratified "
                     "validation split, patience 10)")
@@ -331,11 +333,14 @@ def main() -> None:
             X, y = X[: args.n_train], y[: args.n_train]
         e_full = args.epochs_full or args.epochs
         for R in (int(r) for r in args.slices.split(",")):
-            def mlp(seed, epochs=args.epochs):
-                return TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=epochs, batch_size=64,
-                                            lr=args.lr, random_state=seed)
+            aug = {"kind": "shift", "image_shape": [28, 28], "max_shift": args.augment} if args.augment else None
 
-            report(run_task(f"MNIST-10, MLP 784-128-10, η = {args.lr:g}, {args.epochs} epochs per stage "
+            def mlp(seed, epochs=args.epochs, aug=aug):
+                return TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=epochs, batch_size=64,
+                                            lr=args.lr, random_state=seed, augment=aug)
+
+            shifts = f", random shifts of ±{args.augment} px" if args.augment else ""
+            report(run_task(f"MNIST-10, MLP 784-128-10, η = {args.lr:g}{shifts}, {args.epochs} epochs per stage "
                             f"(unsharded: {e_full})", mlp, X, y, Xte, yte, n_slices=R, removals=args.removals,
                             repeats=args.repeats, passes_per_row=args.epochs, diff_attack=True,
                             make_full=lambda seed: mlp(seed, epochs=e_full), passes_full=e_full))
