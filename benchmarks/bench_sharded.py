@@ -288,7 +288,9 @@ def report(r: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", choices=["adult", "mnist", "all"], default="all")
+    ap.add_argument("--task", choices=["adult", "mnist", "all", "mnist-tune"], default="all")
+    ap.add_argument("--tune-lr", default="0.1,0.3", help="mnist-tune: step sizes, comma-separated")
+    ap.add_argument("--tune-epochs", type=int, default=40, help="mnist-tune: epochs (a column every 5)")
     ap.add_argument("--removals", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3, help="MLP epochs per stage, both models (see --epochs-full)")
@@ -325,6 +327,8 @@ def main() -> None:
                 report(run_task(f"Adult, {cls.__name__}({label}), both models", make, X, y, Xte, yte, n_slices=1,
                                 removals=args.removals, repeats=args.repeats, passes_per_row=kw["max_iter"],
                                 diff_attack=True))
+    if args.task == "mnist-tune":
+        tune_mnist([float(v) for v in args.tune_lr.split(",")], args.augment, args.tune_epochs, 5)
     if args.task in ("mnist", "all"):
         Xtr8, ytr8, Xte8, yte8 = load_mnist()
         X, Xte = Xtr8.reshape(len(Xtr8), -1) / 255.0, Xte8.reshape(len(Xte8), -1) / 255.0
@@ -344,6 +348,36 @@ def main() -> None:
                             f"(unsharded: {e_full})", mlp, X, y, Xte, yte, n_slices=R, removals=args.removals,
                             repeats=args.repeats, passes_per_row=args.epochs, diff_attack=True,
                             make_full=lambda seed: mlp(seed, epochs=e_full), passes_full=e_full))
+
+
+def tune_mnist(lrs: list[float], augment: int, max_epochs: int, every: int) -> None:
+    """The tuning probe (``--task mnist-tune``): validation accuracy, every ``every`` epochs up to ``max_epochs``, of
+    the unsharded MLP (50,000 rows) and of the 8-shard ensemble (mean_proba; the rows partitioned by the keyed hash
+    as :class:`ShardedClassifier` does), trained on the first 50,000 MNIST training images and scored on the last
+    10,000 (the test set is not used). Each ``partial_fit`` call runs ``every`` epochs."""
+    from lethe.sharded import shard_assignment
+
+    Xtr8, ytr8, _, _ = load_mnist()
+    X, y = Xtr8.reshape(len(Xtr8), -1) / 255.0, ytr8.astype(np.int64)
+    Xt, yt, Xv, yv = X[:50000], y[:50000], X[50000:], y[50000:]
+    shard, _ = shard_assignment(np.arange(50000), KEY, 8)
+    classes = np.arange(10)
+    aug = {"kind": "shift", "image_shape": [28, 28], "max_shift": augment} if augment else None
+    print(f"validation accuracy (train: the first 50,000 training images, validation: the last 10,000); random "
+          f"shifts ±{augment} px; batch 64; a column every {every} epochs")
+    for lr in lrs:
+        for name, parts in (("unsharded", [np.arange(50000)]), ("sharded (S = 8)", [np.flatnonzero(shard == s)
+                                                                                     for s in range(8)])):
+            models = [TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=every, batch_size=64, lr=lr,
+                                           random_state=i, augment=aug) for i in range(len(parts))]
+            row = []
+            for _ in range(max_epochs // every):
+                proba = np.zeros((len(yv), 10))
+                for m, rows in zip(models, parts, strict=True):
+                    m.partial_fit(Xt[rows], yt[rows], classes=classes)
+                    proba += m.predict_proba(Xv)
+                row.append(float(np.mean(proba.argmax(1) == yv)))
+            print(f"η = {lr:g}, {name:16s}" + "".join(f"{a:8.4f}" for a in row), flush=True)
 
 
 def torch_threads() -> None:

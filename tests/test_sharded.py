@@ -103,8 +103,9 @@ CASES = {
     "torch-R3": (ShardedClassifier, lambda: TorchShardClassifier({"kind": "mlp", "hidden": [8]}, batch_size=16), 3,
                  "mean_proba"),
     # augmentation: every minibatch's rows shifted as 2x2 images, shifts drawn from the (seed, call) generator
-    "torch-augment-R3": (ShardedClassifier, lambda: TorchShardClassifier(
-        {"kind": "mlp", "hidden": [8]}, batch_size=16, augment=AUGMENT), 3, "mean_proba"),
+    # and the step size decayed linearly within each stage
+    "torch-augment-linear-R3": (ShardedClassifier, lambda: TorchShardClassifier(
+        {"kind": "mlp", "hidden": [8]}, batch_size=16, augment=AUGMENT, lr_schedule="linear"), 3, "mean_proba"),
     "tree-regressor-R1": (ShardedRegressor, lambda: DecisionTreeRegressor(max_depth=4), 1, "mean"),
     "sgd-regressor-R3": (ShardedRegressor, lambda: SGDRegressor(), 3, "mean"),
 }
@@ -327,7 +328,7 @@ def test_certificate_public_view_hides_operator_fields():
 
 # -- persistence ------------------------------------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("case", ["hgb-R1", "mlp-R3", "torch-R3", "torch-augment-R3", "sgd-regressor-R3"])
+@pytest.mark.parametrize("case", ["hgb-R1", "mlp-R3", "torch-R3", "torch-augment-linear-R3", "sgd-regressor-R3"])
 def test_save_load_round_trip_then_removals_stay_exact(case, tmp_path):
     regression = CASES[case][0] is ShardedRegressor
     X, y = _data(regression=regression)
@@ -507,6 +508,43 @@ def test_augmentation_is_used_deterministic_and_absent_at_max_shift_zero():
     assert not same(fit(AUGMENT), fit(AUGMENT, seed=4))  # drawn from the seed
     assert same(fit({**AUGMENT, "max_shift": 0}), fit(None))  # no shift draws: the plain stream
     assert np.array_equal(fit(AUGMENT).predict_proba(X), fit(AUGMENT).predict_proba(X))
+
+
+def test_linear_schedule_steps_are_eta_times_one_minus_t_over_T(monkeypatch):
+    """The step size of every SGD step, recorded at the step, equals η·(1 − t/T) computed here (T = epochs × ⌈n/B⌉);
+    the constant schedule keeps η."""
+    import torch
+
+    X, y = _data(n=100)
+    seen: list[float] = []
+    original = torch.optim.SGD.step
+
+    def recording(self, *a, **k):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", recording)
+    for epochs, batch, lr in ((1, 16, 0.1), (3, 32, 0.5), (2, 100, 0.2), (2, 7, 0.05)):
+        seen.clear()
+        TorchShardClassifier({"kind": "mlp", "hidden": [4]}, epochs=epochs, batch_size=batch, lr=lr,
+                             lr_schedule="linear", random_state=0).fit(X, y)
+        T = epochs * int(np.ceil(len(y) / batch))
+        assert seen == [lr * (1.0 - t / T) for t in range(T)], (epochs, batch)
+        seen.clear()
+        TorchShardClassifier({"kind": "mlp", "hidden": [4]}, epochs=epochs, batch_size=batch, lr=lr,
+                             random_state=0).fit(X, y)
+        assert seen == [lr] * T
+
+
+def test_bad_schedule_changes_nothing():
+    X, y = _data()
+    est = TorchShardClassifier({"kind": "mlp", "hidden": [4]}, random_state=0).fit(X, y)
+    before = [v.clone() for v in est.module_.state_dict().values()]
+    est.set_params(lr_schedule="cosine")
+    for call in (lambda: est.fit(X, y), lambda: est.partial_fit(X, y)):
+        with pytest.raises(ValueError, match="lr_schedule must be 'constant' or 'linear'. Found 'cosine'"):
+            call()
+        assert all(np.array_equal(a, b) for a, b in zip(before, est.module_.state_dict().values(), strict=True))
 
 
 @pytest.mark.parametrize(("augment", "err", "match"), [

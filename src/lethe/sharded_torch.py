@@ -66,11 +66,15 @@ class TorchShardClassifier(ClassifierMixin, BaseEstimator):
         filling with zeros: pixel (i, j) of the shifted image is pixel (i + dy, j + dx) of the original. The shifts
         are drawn from the call's generator (seeded by (``random_state``, call)), so training stays a deterministic
         function of the rows, their order and the seed: exactness is kept. A JSON spec (saved with the model).
+    lr_schedule : {"constant", "linear"}
+        The step size of step t of a ``partial_fit`` call of T steps (T = ``epochs`` × ⌈rows / ``batch_size``⌉):
+        η (constant, the default) or η·(1 − t/T) (linear decay to 0 over the call; each call, i.e. each slice stage,
+        starts again from η).
     """
 
     def __init__(self, module: dict[str, Any] | Callable[[int, int], Any] | None = None, *, epochs: int = 1,
                  batch_size: int = 64, lr: float = 0.1, random_state: int | None = None,
-                 augment: dict[str, Any] | None = None) -> None:
+                 augment: dict[str, Any] | None = None, lr_schedule: str = "constant") -> None:
         store_init_args(self, locals())
 
     def _build(self, n_features: int, n_classes: int) -> Any:
@@ -122,6 +126,10 @@ class TorchShardClassifier(ClassifierMixin, BaseEstimator):
                              f"{n_features} features.")
         return (c, h, w), int(m)
 
+    def _check_schedule(self) -> None:
+        if self.lr_schedule not in ("constant", "linear"):
+            raise ValueError(f"lr_schedule must be 'constant' or 'linear'. Found {self.lr_schedule!r}.")
+
     def partial_fit(self, X: Any, y: Any, classes: Any = None) -> TorchShardClassifier:
         """One call: ``epochs`` passes of minibatch SGD over (X, y) in an order drawn from (random_state, call)."""
         import torch
@@ -130,6 +138,7 @@ class TorchShardClassifier(ClassifierMixin, BaseEstimator):
         y = np.asarray(y)
         check_classification_targets(y)
         aug = self._augment_spec(X.shape[1])  # before any state changes: a bad spec changes nothing
+        self._check_schedule()
         if not hasattr(self, "module_"):
             if classes is None:
                 raise ValueError("classes must be given at the first partial_fit call.")
@@ -146,6 +155,7 @@ class TorchShardClassifier(ClassifierMixin, BaseEstimator):
         Xt, yt = torch.from_numpy(X), torch.from_numpy(yi.astype(np.int64))
         opt = torch.optim.SGD(self.module_.parameters(), lr=self.lr)
         self.module_.train()
+        n_steps, step = self.epochs * -(-X.shape[0] // self.batch_size), 0
         for _ in range(self.epochs):
             order = torch.from_numpy(gen.permutation(X.shape[0]))
             for start in range(0, X.shape[0], self.batch_size):
@@ -153,10 +163,13 @@ class TorchShardClassifier(ClassifierMixin, BaseEstimator):
                 xb = Xt[idx]
                 if aug is not None and aug[1] > 0:
                     xb = shift_images(xb, gen.integers(-aug[1], aug[1] + 1, size=(len(idx), 2)), *aug)
+                if self.lr_schedule == "linear":
+                    opt.param_groups[0]["lr"] = self.lr * (1.0 - step / n_steps)
                 opt.zero_grad()
                 loss = torch.nn.functional.cross_entropy(self.module_(xb), yt[idx])
                 loss.backward()
                 opt.step()
+                step += 1
         self.module_.eval()
         self.n_calls_ += 1
         return self
@@ -164,6 +177,7 @@ class TorchShardClassifier(ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> TorchShardClassifier:
         """A fresh module, then one :meth:`partial_fit` call on all rows."""
         self._augment_spec(check_array(X, dtype=np.float64).shape[1])  # a bad spec leaves a fitted model as it was
+        self._check_schedule()
         for attr in ("module_", "classes_", "n_calls_", "n_features_in_"):
             self.__dict__.pop(attr, None)
         return self.partial_fit(X, y, classes=np.unique(np.asarray(y)))
