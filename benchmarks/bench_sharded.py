@@ -289,14 +289,18 @@ def report(r: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=["adult", "mnist", "all", "mnist-tune"], default="all")
-    ap.add_argument("--tune-lr", default="0.1,0.3", help="mnist-tune: step sizes, comma-separated")
-    ap.add_argument("--tune-epochs", type=int, default=40, help="mnist-tune: epochs (a column every 5)")
+    ap.add_argument("--tune-lr", default="0.3,0.5,0.8", help="mnist-tune: the shards' step sizes, comma-separated")
+    ap.add_argument("--tune-lr-full", default="0.1,0.3,0.5", help="mnist-tune: the unsharded model's step sizes")
     ap.add_argument("--removals", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=3, help="MLP epochs per stage, both models (see --epochs-full)")
     ap.add_argument("--epochs-full", type=int, default=None,
                     help="epochs of the unsharded MLP when tuned apart from the shards (default: --epochs)")
-    ap.add_argument("--lr", type=float, default=0.1, help="MLP SGD step size (both models)")
+    ap.add_argument("--lr", type=float, default=0.1, help="MLP SGD step size (both models; see --lr-full)")
+    ap.add_argument("--lr-full", type=float, default=None,
+                    help="step size of the unsharded MLP when tuned apart from the shards (default: --lr)")
+    ap.add_argument("--schedule", choices=["constant", "linear"], default="constant",
+                    help="MLP step-size schedule within each partial_fit call (both models)")
     ap.add_argument("--slices", default="1,4", help="MNIST: comma-separated R values")
     ap.add_argument("--augment", type=int, default=0, help="MNIST: training images shifted by up to this many "
                     "pixels (TorchShardClassifier(augment=...)), both models; 0: none")
@@ -328,7 +332,8 @@ def main() -> None:
                                 removals=args.removals, repeats=args.repeats, passes_per_row=kw["max_iter"],
                                 diff_attack=True))
     if args.task == "mnist-tune":
-        tune_mnist([float(v) for v in args.tune_lr.split(",")], args.augment, args.tune_epochs, 5)
+        tune_mnist({"unsharded": [float(v) for v in args.tune_lr_full.split(",")],
+                    "sharded": [float(v) for v in args.tune_lr.split(",")]}, args.augment, args.epochs, args.schedule)
     if args.task in ("mnist", "all"):
         Xtr8, ytr8, Xte8, yte8 = load_mnist()
         X, Xte = Xtr8.reshape(len(Xtr8), -1) / 255.0, Xte8.reshape(len(Xte8), -1) / 255.0
@@ -336,48 +341,45 @@ def main() -> None:
         if args.n_train:
             X, y = X[: args.n_train], y[: args.n_train]
         e_full = args.epochs_full or args.epochs
+        lr_full = args.lr_full or args.lr
         for R in (int(r) for r in args.slices.split(",")):
             aug = {"kind": "shift", "image_shape": [28, 28], "max_shift": args.augment} if args.augment else None
 
-            def mlp(seed, epochs=args.epochs, aug=aug):
+            def mlp(seed, epochs=args.epochs, aug=aug, lr=args.lr):
                 return TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=epochs, batch_size=64,
-                                            lr=args.lr, random_state=seed, augment=aug)
+                                            lr=lr, random_state=seed, augment=aug, lr_schedule=args.schedule)
 
             shifts = f", random shifts of ±{args.augment} px" if args.augment else ""
-            report(run_task(f"MNIST-10, MLP 784-128-10, η = {args.lr:g}{shifts}, {args.epochs} epochs per stage "
-                            f"(unsharded: {e_full})", mlp, X, y, Xte, yte, n_slices=R, removals=args.removals,
-                            repeats=args.repeats, passes_per_row=args.epochs, diff_attack=True,
-                            make_full=lambda seed: mlp(seed, epochs=e_full), passes_full=e_full))
+            report(run_task(f"MNIST-10, MLP 784-128-10, η = {args.lr:g} (unsharded: {lr_full:g}), {args.schedule} "
+                            f"schedule{shifts}, {args.epochs} epochs per stage (unsharded: {e_full})", mlp, X, y,
+                            Xte, yte, n_slices=R, removals=args.removals, repeats=args.repeats,
+                            passes_per_row=args.epochs, diff_attack=True,
+                            make_full=lambda seed: mlp(seed, epochs=e_full, lr=lr_full), passes_full=e_full))
 
 
-def tune_mnist(lrs: list[float], augment: int, max_epochs: int, every: int) -> None:
-    """The tuning probe (``--task mnist-tune``): validation accuracy, every ``every`` epochs up to ``max_epochs``, of
-    the unsharded MLP (50,000 rows) and of the 8-shard ensemble (mean_proba; the rows partitioned by the keyed hash
-    as :class:`ShardedClassifier` does), trained on the first 50,000 MNIST training images and scored on the last
-    10,000 (the test set is not used). Each ``partial_fit`` call runs ``every`` epochs."""
+def tune_mnist(sides: dict[str, list[float]], augment: int, epochs: int, schedule: str) -> None:
+    """The tuning probe (``--task mnist-tune``): validation accuracy of the unsharded MLP (50,000 rows) and of the
+    8-shard ensemble (mean_proba; rows partitioned by the keyed hash as :class:`ShardedClassifier` does), each fitted
+    for ``epochs`` epochs at every step size of ``sides[side]`` with ``schedule``; trained on the first 50,000 MNIST
+    training images and scored on the last 10,000 (the test set is not used)."""
     from lethe.sharded import shard_assignment
 
     Xtr8, ytr8, _, _ = load_mnist()
     X, y = Xtr8.reshape(len(Xtr8), -1) / 255.0, ytr8.astype(np.int64)
     Xt, yt, Xv, yv = X[:50000], y[:50000], X[50000:], y[50000:]
     shard, _ = shard_assignment(np.arange(50000), KEY, 8)
-    classes = np.arange(10)
+    parts = {"unsharded": [np.arange(50000)], "sharded": [np.flatnonzero(shard == s) for s in range(8)]}
     aug = {"kind": "shift", "image_shape": [28, 28], "max_shift": augment} if augment else None
-    print(f"validation accuracy (train: the first 50,000 training images, validation: the last 10,000); random "
-          f"shifts ±{augment} px; batch 64; a column every {every} epochs")
-    for lr in lrs:
-        for name, parts in (("unsharded", [np.arange(50000)]), ("sharded (S = 8)", [np.flatnonzero(shard == s)
-                                                                                     for s in range(8)])):
-            models = [TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=every, batch_size=64, lr=lr,
-                                           random_state=i, augment=aug) for i in range(len(parts))]
-            row = []
-            for _ in range(max_epochs // every):
-                proba = np.zeros((len(yv), 10))
-                for m, rows in zip(models, parts, strict=True):
-                    m.partial_fit(Xt[rows], yt[rows], classes=classes)
-                    proba += m.predict_proba(Xv)
-                row.append(float(np.mean(proba.argmax(1) == yv)))
-            print(f"η = {lr:g}, {name:16s}" + "".join(f"{a:8.4f}" for a in row), flush=True)
+    print(f"validation accuracy (train: the first 50,000 training images, validation: the last 10,000); {epochs} "
+          f"epochs, {schedule} schedule, random shifts ±{augment} px, batch 64")
+    for side, lrs in sides.items():
+        for lr in lrs:
+            proba = np.zeros((len(yv), 10))
+            for i, rows in enumerate(parts[side]):
+                m = TorchShardClassifier({"kind": "mlp", "hidden": [128]}, epochs=epochs, batch_size=64, lr=lr,
+                                         random_state=i, augment=aug, lr_schedule=schedule).fit(Xt[rows], yt[rows])
+                proba += m.predict_proba(Xv)
+            print(f"  {side:10s} η = {lr:<5g} {float(np.mean(proba.argmax(1) == yv)):.4f}", flush=True)
 
 
 def torch_threads() -> None:
