@@ -5,8 +5,8 @@ A float32 replica of :class:`lethe.sharded.TorchShardClassifier`'s training, NOT
 are trained side by side as one batched matmul (``torch.baddbmm``), which makes a 30-epoch probe of the 8 shards cost
 what one network's does. Same model and training otherwise: weights and biases uniform in ±1/√fan_in (torch's
 ``nn.Linear`` default), plain SGD (``--momentum 0``), batch 64, cross-entropy, a fresh order every epoch, the step
-size constant or decayed linearly to 0 over the run (``--schedule``), random image shifts of up to ``--augment``
-pixels with zero fill (bilinear resampling at whole-pixel offsets: the exact shift). Shards are a random partition
+size constant, or decayed linearly or by a cosine to 0 over the run (``--schedule``), random image shifts of up to
+``--augment`` pixels with zero fill (bilinear resampling at whole-pixel offsets: the exact shift). Shards are a random partition
 of the split (the estimator's is a keyed hash: also uniform). It chose the settings of the benchmark run quoted in
 docs/sharded.md; ``bench_sharded.py --task mnist-tune`` re-checks them with the real estimator in float64.
 
@@ -68,6 +68,8 @@ def probe(S: int, lr: float, epochs: int, schedule: str, augment: int, momentum:
             xb = _shift(Xt[idx], gen, augment) if augment else Xt[idx]
             if schedule == "linear":
                 opt.param_groups[0]["lr"] = lr * (1 - k / total)
+            elif schedule == "cosine":  # probe only (not an estimator option)
+                opt.param_groups[0]["lr"] = lr * 0.5 * (1 + math.cos(math.pi * k / total))
             opt.zero_grad()
             # the sum over members of each member's mean loss: every member gets its own gradient
             loss = torch.nn.functional.cross_entropy(forward(xb).reshape(-1, 10), yt[idx].reshape(-1),
@@ -88,7 +90,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--lr", type=float, default=0.3)
     ap.add_argument("--epochs", type=int, default=30)
-    ap.add_argument("--schedule", choices=["constant", "linear"], default="constant")
+    ap.add_argument("--schedule", choices=["constant", "linear", "cosine"], default="constant")
     ap.add_argument("--augment", type=int, default=0)
     ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--every", type=int, default=None, help="evaluate every this many epochs (default: at the end)")
