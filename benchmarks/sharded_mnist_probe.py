@@ -6,9 +6,10 @@ are trained side by side as one batched matmul (``torch.baddbmm``), which makes 
 what one network's does. Same model and training otherwise: weights and biases uniform in ±1/√fan_in (torch's
 ``nn.Linear`` default), plain SGD (``--momentum 0``), batch 64, cross-entropy, a fresh order every epoch, the step
 size constant, or decayed linearly or by a cosine to 0 over the run (``--schedule``), random image shifts of up to
-``--augment`` pixels with zero fill (bilinear resampling at whole-pixel offsets: the exact shift). Shards are a random partition
-of the split (the estimator's is a keyed hash: also uniform). It chose the settings of the benchmark run quoted in
-docs/sharded.md; ``bench_sharded.py --task mnist-tune`` re-checks them with the real estimator in float64.
+``--augment`` pixels with zero fill (bilinear resampling at whole-pixel offsets: the exact shift). Shards are a
+random partition of the split (the estimator's is a keyed hash: also uniform). It chose the settings of the benchmark
+run quoted in docs/sharded.md; ``bench_sharded.py --task mnist-tune`` re-checks them with the real estimator in
+float64.
 
 Train: the first 50,000 MNIST training images; validation: the last 10,000 (the test set is never used).
 
