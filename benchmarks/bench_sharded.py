@@ -38,7 +38,7 @@ Runs quoted in docs/sharded.md ("The targets, re-measured"):
 
 * ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py --task adult --removals 100 --repeats 10``
 * ``OMP_NUM_THREADS=1 python benchmarks/bench_sharded.py --task mnist --slices 1 --epochs 30 --lr 0.8 --lr-full 0.3
-  --schedule linear --augment 2 --removals 50 --repeats 3``
+  --schedule linear --augment 2 --removals 100 --repeats 4``
 
 Options: ``[--task adult|mnist|all|mnist-tune|adult-scaling] [--removals 100] [--repeats 3] [--early-stopping off,on]
 [--adult-models hgb,lightgbm] [--epochs 3] [--epochs-full E] [--lr 0.1] [--lr-full η] [--schedule constant|linear]
