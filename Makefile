@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev,service,plots,deep,dask,tabular,sharded]"
+	@# LightGBM (dev extra: the sharded tests and benchmark) loads the system's OpenMP runtime (Debian: libgomp1)
+	@ldconfig -p 2>/dev/null | grep -q 'libgomp.so.1' || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq libgomp1 >/dev/null) || echo "note: install libgomp1 (LightGBM's OpenMP runtime)"
 	touch $(STAMP)
 
 venv: $(STAMP)

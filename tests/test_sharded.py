@@ -55,6 +55,8 @@ def _shard_params(est) -> list[np.ndarray]:
             out += [np.asarray(a) for a in (v if isinstance(v, list) else [v])]
     if hasattr(est, "tree_"):
         out += [est.tree_.threshold, est.tree_.value, est.tree_.feature]
+    if hasattr(est, "booster_"):  # LightGBM: the whole model as text (trees, thresholds, leaf values)
+        out.append(np.frombuffer(est.booster_.model_to_string().encode(), dtype=np.uint8))
     if hasattr(est, "_predictors"):
         out += [p.nodes["value"] for it in est._predictors for p in it]
         out += [p.nodes["num_threshold"] for it in est._predictors for p in it]
@@ -77,17 +79,33 @@ def _same_model(a, b, X) -> bool:
     return True
 
 
+AUGMENT = {"kind": "shift", "image_shape": [2, 2], "max_shift": 1}
+
+
+def _lgbm(**kw):
+    import lightgbm  # the dev extra installs it
+
+    return lightgbm.LGBMClassifier(n_estimators=8, num_leaves=4, min_child_samples=5, num_threads=1,
+                                   deterministic=True, force_row_wise=True, verbose=-1, **kw)
+
+
 CASES = {
     "hgb-R1": (ShardedClassifier, lambda: HistGradientBoostingClassifier(max_iter=8, early_stopping=False), 1,
                "vote"),
     # early stopping draws its validation split from the shard's recorded seed: still a function of the shard's rows
     "hgb-early-stopping-R1": (ShardedClassifier, lambda: HistGradientBoostingClassifier(
         max_iter=30, early_stopping=True, validation_fraction=0.2, n_iter_no_change=2), 1, "mean_proba"),
+    # LightGBM (the issue's alternative to HistGradientBoosting): deterministic on one thread
+    "lightgbm-R1": (ShardedClassifier, lambda: _lgbm(), 1, "mean_proba"),
     "logreg-R1-mean_proba": (ShardedClassifier, lambda: LogisticRegression(), 1, "mean_proba"),
     "sgd-R4": (ShardedClassifier, lambda: SGDClassifier(), 4, "vote"),
     "mlp-R3": (ShardedClassifier, lambda: MLPClassifier(hidden_layer_sizes=(8,), max_iter=5), 3, "mean_proba"),
     "torch-R3": (ShardedClassifier, lambda: TorchShardClassifier({"kind": "mlp", "hidden": [8]}, batch_size=16), 3,
                  "mean_proba"),
+    # augmentation: every minibatch's rows shifted as 2x2 images, shifts drawn from the (seed, call) generator
+    # and the step size decayed linearly within each stage
+    "torch-augment-linear-R3": (ShardedClassifier, lambda: TorchShardClassifier(
+        {"kind": "mlp", "hidden": [8]}, batch_size=16, augment=AUGMENT, lr_schedule="linear"), 3, "mean_proba"),
     "tree-regressor-R1": (ShardedRegressor, lambda: DecisionTreeRegressor(max_depth=4), 1, "mean"),
     "sgd-regressor-R3": (ShardedRegressor, lambda: SGDRegressor(), 3, "mean"),
 }
@@ -310,7 +328,7 @@ def test_certificate_public_view_hides_operator_fields():
 
 # -- persistence ------------------------------------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("case", ["hgb-R1", "mlp-R3", "torch-R3", "sgd-regressor-R3"])
+@pytest.mark.parametrize("case", ["hgb-R1", "mlp-R3", "torch-R3", "torch-augment-linear-R3", "sgd-regressor-R3"])
 def test_save_load_round_trip_then_removals_stay_exact(case, tmp_path):
     regression = CASES[case][0] is ShardedRegressor
     X, y = _data(regression=regression)
@@ -392,6 +410,25 @@ def test_load_refuses_untrusted_types(tmp_path):
     assert np.array_equal(loaded.predict_proba(X), model.predict_proba(X))
 
 
+LGBM_TYPES = ["collections.OrderedDict", "lightgbm.basic.Booster", "lightgbm.sklearn.LGBMClassifier"]
+
+
+def test_lightgbm_shards_save_and_load_with_their_types_trusted_then_stay_exact(tmp_path):
+    """LightGBM's types are not trusted by default (its Booster is rebuilt from a model string by LightGBM's own
+    parser): load refuses them until named, then the loaded model equals the saved one and its removals stay exact."""
+    X, y = _data()
+    ids = _ids(len(y))
+    model = _make("lightgbm-R1").fit(X, y, sample_ids=ids)
+    path = model.save(tmp_path / "lgbm.npz")
+    with pytest.raises(ValueError, match="trusted"):
+        ShardedClassifier.load(path)
+    loaded = ShardedClassifier.load(path, trusted=LGBM_TYPES)
+    assert _same_model(model, loaded, X)
+    loaded.remove(keys=ids[:3])
+    keep = np.arange(3, len(y))
+    assert _same_model(loaded, _make("lightgbm-R1").fit(X[keep], y[keep], sample_ids=ids[keep]), X)
+
+
 # -- secrets, copies, threads -----------------------------------------------------------------------------------------
 def test_pickle_refused_with_a_secret_deepcopy_and_clone_work():
     X, y = _data()
@@ -422,6 +459,110 @@ def test_concurrent_removals_are_serialised():
     for b in batches:
         reference.remove(indices=b)
     assert model.n_removed_ == 24 and _same_model(model, reference, X)
+
+
+# -- augmentation (TorchShardClassifier(augment=...)) ------------------------------------------------------------------
+def _shift_direct(rows: np.ndarray, shifts: np.ndarray, chw: tuple[int, int, int]) -> np.ndarray:
+    """The translation pixel by pixel: out[b, c, i, j] = img[b, c, i + dy, j + dx] if inside the image, else 0."""
+    c, h, w = chw
+    img = rows.reshape(-1, c, h, w)
+    out = np.zeros_like(img)
+    for b, (dy, dx) in enumerate(shifts):
+        for i in range(h):
+            for j in range(w):
+                if 0 <= i + dy < h and 0 <= j + dx < w:
+                    out[b, :, i, j] = img[b, :, i + dy, j + dx]
+    return out.reshape(rows.shape)
+
+
+def test_shift_images_equals_a_pixel_by_pixel_translation():
+    import torch
+
+    from lethe.sharded_torch import shift_images
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        chw = (int(rng.integers(1, 4)), int(rng.integers(1, 7)), int(rng.integers(1, 7)))
+        m = int(rng.integers(0, 4))
+        rows = rng.normal(size=(int(rng.integers(1, 9)), int(np.prod(chw))))
+        shifts = rng.integers(-m, m + 1, size=(rows.shape[0], 2))
+        got = shift_images(torch.from_numpy(rows), shifts, chw, m).numpy()
+        assert np.array_equal(got, _shift_direct(rows, shifts, chw)), (chw, m, shifts)
+
+
+def test_augmentation_is_used_deterministic_and_absent_at_max_shift_zero():
+    X, y = _data(n=120, d=4)
+
+    def fit(augment, seed=3):
+        return TorchShardClassifier({"kind": "mlp", "hidden": [8]}, batch_size=16, epochs=2, augment=augment,
+                                    random_state=seed).fit(X, y)
+
+    def params(m):
+        return [v.numpy() for v in m.module_.state_dict().values()]
+
+    def same(a, b):
+        return all(np.array_equal(p, q) for p, q in zip(params(a), params(b), strict=True))
+
+    assert same(fit(AUGMENT), fit(AUGMENT))  # a function of the rows and the seed
+    assert not same(fit(AUGMENT), fit(None))  # the shifts reach training
+    assert not same(fit(AUGMENT), fit(AUGMENT, seed=4))  # drawn from the seed
+    assert same(fit({**AUGMENT, "max_shift": 0}), fit(None))  # no shift draws: the plain stream
+    assert np.array_equal(fit(AUGMENT).predict_proba(X), fit(AUGMENT).predict_proba(X))
+
+
+def test_linear_schedule_steps_are_eta_times_one_minus_t_over_T(monkeypatch):
+    """The step size of every SGD step, recorded at the step, equals η·(1 − t/T) computed here (T = epochs × ⌈n/B⌉);
+    the constant schedule keeps η."""
+    import torch
+
+    X, y = _data(n=100)
+    seen: list[float] = []
+    original = torch.optim.SGD.step
+
+    def recording(self, *a, **k):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.SGD, "step", recording)
+    for epochs, batch, lr in ((1, 16, 0.1), (3, 32, 0.5), (2, 100, 0.2), (2, 7, 0.05)):
+        seen.clear()
+        TorchShardClassifier({"kind": "mlp", "hidden": [4]}, epochs=epochs, batch_size=batch, lr=lr,
+                             lr_schedule="linear", random_state=0).fit(X, y)
+        T = epochs * int(np.ceil(len(y) / batch))
+        assert seen == [lr * (1.0 - t / T) for t in range(T)], (epochs, batch)
+        seen.clear()
+        TorchShardClassifier({"kind": "mlp", "hidden": [4]}, epochs=epochs, batch_size=batch, lr=lr,
+                             random_state=0).fit(X, y)
+        assert seen == [lr] * T
+
+
+def test_bad_schedule_changes_nothing():
+    X, y = _data()
+    est = TorchShardClassifier({"kind": "mlp", "hidden": [4]}, random_state=0).fit(X, y)
+    before = [v.clone() for v in est.module_.state_dict().values()]
+    est.set_params(lr_schedule="cosine")
+    for call in (lambda: est.fit(X, y), lambda: est.partial_fit(X, y)):
+        with pytest.raises(ValueError, match="lr_schedule must be 'constant' or 'linear'. Found 'cosine'"):
+            call()
+        assert all(np.array_equal(a, b) for a, b in zip(before, est.module_.state_dict().values(), strict=True))
+
+
+@pytest.mark.parametrize(("augment", "err", "match"), [
+    ("shift", TypeError, "augment must be a dict"),
+    ({"kind": "flip", "image_shape": [2, 2], "max_shift": 1}, ValueError, "kind 'flip'"),
+    ({"kind": "shift", "image_shape": [2, 2], "max_shift": 1, "p": 0.5}, ValueError, r"unknown keys \['p'\]"),
+    ({"kind": "shift", "image_shape": [4], "max_shift": 1}, ValueError, "2 or 3 positive integers"),
+    ({"kind": "shift", "image_shape": [2, 0], "max_shift": 1}, ValueError, "2 or 3 positive integers"),
+    ({"kind": "shift", "image_shape": [2, 2], "max_shift": -1}, ValueError, "max_shift'] must be an integer >= 0"),
+    ({"kind": "shift", "image_shape": [2, 2], "max_shift": 1.5}, ValueError, "Found 1.5"),
+    ({"kind": "shift", "image_shape": [3, 2], "max_shift": 1}, ValueError, "holds 6 values; the rows have 4"),
+])
+def test_bad_augment_specs_change_nothing(augment, err, match):
+    X, y = _data()
+    est = TorchShardClassifier({"kind": "mlp", "hidden": [4]}, augment=augment, random_state=0)
+    with pytest.raises(err, match=match):
+        est.fit(X, y)
+    assert not hasattr(est, "module_") and not hasattr(est, "classes_")
 
 
 # -- bad input ---------------------------------------------------------------------------------------------------------
