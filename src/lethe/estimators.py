@@ -524,7 +524,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         certifies: the caller has checked the state (β ≤ the budget, the residual re-measured, counts). ``params``:
         the constructor's parameters the state was trained under (they become ``trained_params_``); ``X`` (n × D),
         ``Y`` (K, n) and ``active`` (n,): the model's rows as :meth:`fit` keeps them (intercept column and
-        normalisation applied, removed rows zeroed), used as they are (not copied); ``states``: one
+        normalisation applied, removed rows zeroed), used as they are (X and Y not copied; the mask is); ``states``: one
         :class:`~lethe.certified.state.ModelState` per binary model; ``solver``: the concrete solver the state was
         computed with (None: resolved again); ``mechanism_tol``: the training tolerance the mechanism used;
         ``prime``: prepare the solver caches now (one data pass, as ``fit`` leaves them) instead of at the first
@@ -532,7 +532,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         est = cls(**params)
         est.trained_params_ = est._current_params()
         mech = est._mechanism(est.trained_params_, tol=mechanism_tol)
-        est.X_, est.Y_, est.active_ = X, Y, owned_mask(np.asarray(active, dtype=bool))
+        est.X_, est.Y_, est.active_ = X, Y, owned_mask(np.array(active, dtype=bool))  # its own copy (n bytes)
         est.states_ = list(states)
         est.members_, est.keys_ = members, keys
         est.n_removed_ = int(n_removed)

@@ -185,3 +185,18 @@ def test_owned_is_trusted_only_for_the_array_the_cache_advanced_with(monkeypatch
     active.flags.writeable = True
     calls["n"] = 0
     assert cache.synced_count(X, state.w, active, owned=True) == X.shape[0] - 1 and calls["n"] == 1  # writable
+
+
+def test_from_state_keeps_its_own_mask_and_leaves_the_callers_alone() -> None:
+    """The service builds estimators through from_state with its own mask: the estimator takes a private read-only
+    copy (the caller's array stays writable and unchanged, even one that cannot be made writable again)."""
+    X, y = _data(n=120, d=4, seed=7)
+    est = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    est.remove([2])
+    mask = np.frombuffer(est.active_.tobytes(), dtype=bool)  # read-only, and cannot be made writable
+    clone = CertifiedLogisticRegression.from_state(est.trained_params_, X=est.X_.copy(), Y=est.Y_.copy(), active=mask,
+                                                   states=list(est.states_), n_features_in=est.n_features_in_,
+                                                   classes=est.classes_, n_removed=1, solver=est.solver_)
+    assert clone.active_ is not mask and not clone.active_.flags.writeable
+    clone.remove([3])
+    assert not clone.active_[3] and mask[3]
