@@ -186,3 +186,34 @@ def test_nonconvex_excess_risk_hand():
     # 1·1·√(2·0.5·4/1) = 2;  0.5·4·1·3/1 = 6;  (2/2)(log 2 + 2·2) = log 2 + 4.
     v = nonconvex_excess_risk_bound(lipschitz=1.0, smoothness=1.0, lam=1.0, B=4.0, sigma2=1.0, epsilon_dd=0.5, d=2)
     assert v == pytest.approx(2 + 6 + math.log(2) + 4)
+
+
+def test_unlearning_steps_are_the_smallest_that_certify_computed_independently() -> None:
+    """Over random convex runs, the K_Ā returned certifies ε_dd by Eq. (114) evaluated in 50-digit arithmetic
+    (independently of the library's float formula), K_Ā − 1 does not (up to the float rounding of the boundary), and
+    the search from K = 0 reaches the same K (mutations: accepting ε up to 1.5 ε_dd, or K − 1, fail it)."""
+    import random
+
+    import mpmath
+
+    from lethe.noisygd.schedule import _certified_steps
+
+    mpmath.mp.dps = 50
+    rnd = random.Random(11)
+    for _ in range(400):
+        lam = 10 ** rnd.uniform(-3, 0)
+        beta = 10 ** rnd.uniform(-1, 1)
+        run = dict(q=rnd.uniform(1.5, 20.0), lipschitz=10 ** rnd.uniform(-1, 1), smoothness=beta, lam=lam,
+                   sigma2=10 ** rnd.uniform(-6, -1), eta=rnd.uniform(0.1, 0.99) / (lam + beta),
+                   n=rnd.randint(10, 100_000))
+        def exact(k: float, r: dict = run) -> mpmath.mpf:
+            return (4 * mpmath.mpf(r["q"]) * mpmath.mpf(r["lipschitz"]) ** 2
+                    / (mpmath.mpf(r["lam"]) * mpmath.mpf(r["sigma2"]) * mpmath.mpf(r["n"]) ** 2)
+                    * mpmath.exp(-mpmath.mpf(r["eta"]) * mpmath.mpf(r["lam"]) * k / 2))
+
+        eps_dd = float(exact(rnd.uniform(0, 400))) * rnd.uniform(0.5, 2.0)
+        k = convex_unlearning_steps(eps_dd, **run)
+        assert exact(k) <= eps_dd * (1 + 1e-12), (run, eps_dd, k)
+        if k > 0:
+            assert exact(k - 1) > eps_dd * (1 - 1e-12), (run, eps_dd, k)
+        assert _certified_steps(0, eps_dd, **run) == k
