@@ -23,22 +23,9 @@ _ENV = "LETHE_BLAS_THREADS"
 _controller: ThreadpoolController | None = None
 
 
-_parsed: tuple[str | None, int | None] = (None, None)  # the last setting read and its value (read every call)
-
-
 def blas_thread_count() -> int | None:
     """The configured BLAS thread count (``None``: inherit). Raises ``ValueError`` for a malformed setting."""
-    global _parsed
-    raw = os.environ.get(_ENV, "1")
-    if raw == _parsed[0]:  # the same setting as last time: its value (a removal reads it every time)
-        return _parsed[1]
-    n = _parse(raw)
-    _parsed = (raw, n)
-    return n
-
-
-def _parse(raw: str) -> int | None:
-    raw = raw.strip()
+    raw = os.environ.get(_ENV, "1").strip()
     if raw == "inherit":
         return None
     try:

@@ -663,8 +663,7 @@ class CertifiedRemoval:
         n_rows = X.shape[0]
         if clear_active and not (isinstance(active, np.ndarray) and active.dtype == np.bool_):
             raise TypeError("clear_active=True clears the rows in the caller's mask: active must be a boolean NumPy "
-                            f"array. Found {type(active).__name__}"
-                            f"{'' if not isinstance(active, np.ndarray) else ' of dtype ' + str(active.dtype)}.")
+                            f"array. Found {type(active).__name__} of dtype {getattr(active, 'dtype', None)}.")
         if active is None:
             active = np.ones(n_rows, dtype=bool)
         active = np.asarray(active, dtype=bool)

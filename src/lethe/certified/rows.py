@@ -40,15 +40,10 @@ def check_indices(indices: Any, n: int, active: np.ndarray, n_active: int | None
         raise ValueError("indices must name at least one row. Found an empty sequence.")
     if not np.issubdtype(idx.dtype, np.integer):
         raise TypeError(f"indices must be integers. Found dtype {idx.dtype}.")
-    if idx.size == 1:  # one row (the hot path of a removal): the same checks on a Python int
+    if idx.size == 1:  # one row (the hot path of a removal): accepted on Python ints; else the checks below say why
         i = int(idx[0])
-        if i < 0 or i >= n:
-            raise ValueError(f"indices must be {rows} [0, {n}). Found {i}.")
-        if not active[i]:
-            raise ValueError(f"{row} {i} was already removed.")
-        if n_active is not None and n_active <= 1:
-            raise ValueError(f"Cannot remove all {n_active} remaining rows: one must remain.")
-        return np.array([i], dtype=np.int64)
+        if 0 <= i < n and active[i] and (n_active is None or n_active > 1):
+            return np.array([i], dtype=np.int64)
     if idx.min() < 0 or idx.max() >= n:  # (the first offender is named; scalar checks first: the one-row case)
         bad = np.flatnonzero((idx < 0) | (idx >= n))
         raise ValueError(f"indices must be {rows} [0, {n}). Found {int(idx[bad[0]])}.")
