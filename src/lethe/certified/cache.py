@@ -317,12 +317,19 @@ class NewtonCache:
         self.factor = None
         self._clear_state()
 
+    def _synced_mask(self, X: DataMatrix, w: np.ndarray, kind: str | None) -> np.ndarray | None:
+        """The cache's row mask if it was last advanced, by a ``kind`` solver, to exactly these weights and this data
+        array (the same object: a weak reference, so a new array at a recycled address does not match); else None."""
+        if (kind is not None and self.kind == kind and self._key is not None and self._xref is not None
+                and self._xref() is X and self._key == _sync_key(X, w)):
+            return self._mask
+        return None
+
     def matches(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, kind: str) -> bool:
-        """Whether the cache was last advanced, by a ``kind`` solver, to exactly these weights, rows and data array
-        (the same object: a weak reference, so a new array at a recycled address does not match). The rows are
-        compared in full (O(n), a word-wise comparison, :func:`same_mask`)."""
-        return (self.kind == kind and self._key is not None and self._xref is not None and self._xref() is X
-                and self._mask is not None and self._key == _sync_key(X, w) and same_mask(self._mask, active))
+        """Whether the cache is synced (:meth:`_synced_mask`) to (X, w, ``kind``) and to exactly these rows, compared
+        in full (O(n), :func:`same_mask`)."""
+        mask = self._synced_mask(X, w, kind)
+        return mask is not None and same_mask(mask, active)
 
     def synced_count(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, *, owned: bool = False) -> int | None:
         """The number of rows of ``active`` if the cache (of any kind) is synced to (X, w, ``active``) — its mask is
@@ -335,14 +342,13 @@ class NewtonCache:
         then) and it is read-only now, so nothing can have written to it since without first making it writable
         again on purpose (NumPy refuses ``active[i] = ...`` on it). A writable array, another array or a copy is
         compared in full, as without ``owned``."""
-        if (owned and self._advanced_with is not None and self._advanced_with() is active
-                and not active.flags.writeable and self.kind is not None and self._key is not None
-                and self._xref is not None and self._xref() is X and self._mask is not None
-                and self._mask.shape == active.shape and self._key == _sync_key(X, w)):
-            return self._count
-        if self.kind is None or not self.matches(X, w, active, self.kind):
+        mask = self._synced_mask(X, w, self.kind)
+        if mask is None:
             return None
-        return self._count
+        if (owned and self._advanced_with is not None and self._advanced_with() is active
+                and not active.flags.writeable and mask.shape == active.shape):
+            return self._count
+        return self._count if same_mask(mask, active) else None
 
     def matches_removal(self, X: DataMatrix, w: np.ndarray, keep: np.ndarray, idx: np.ndarray,
                         kind: str) -> int | None:
@@ -350,12 +356,11 @@ class NewtonCache:
         must have every row of ``idx`` active and equal ``keep`` once they are cleared (one O(n) comparison, O(m)
         besides). Returns the number of rows of ``keep`` when synced, else None."""
         vouched, self._vouched = self._vouched, None
-        if not (self.kind == kind and self._key is not None and self._xref is not None and self._xref() is X
-                and self._mask is not None and self._mask.shape == keep.shape and self._key == _sync_key(X, w)):
+        mask = self._synced_mask(X, w, kind)
+        if mask is None or mask.shape != keep.shape:
             return None
         if vouched is not None and vouched[0] is keep and vouched[1] is idx:
             return vouched[2]
-        mask = self._mask
         if idx.size == 0 or int(idx.min()) < 0 or int(idx.max()) >= mask.shape[0]:
             return None
         saved = mask[idx]
