@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lethe.families import FamilyWords, family_of_mechanism
+
 # Shown in the "technical details" table, in this order, with a plain label. Nothing else is shown.
 PUBLIC_FIELDS: tuple[tuple[str, str], ...] = (
     ("operation", "operation"),
@@ -153,13 +155,29 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
                 f"This removal used {used_now} of the model's removal budget; {used_total} is used in all since "
                 f"the last training and {left} remains.")))
     ex.retrained = bool(retrained) if retrained is not None else None
+    words = _words(cert_view.get("mechanism"))
     if retrained is True:
-        ex.sentences.append(("Retraining", "Yes. The budget would have been exceeded, so the model was trained "
-                                           "again from scratch on the remaining records, with fresh secret noise."))
-    elif retrained is False:
-        ex.sentences.append(("Retraining", "No. The model was updated in place (a certified Newton step) within "
-                                           "its removal budget."))
+        ex.sentences.append(("Retraining", words.retrained if words else _GENERIC_RETRAINED))
+    elif retrained is False or (retrained is None and words is not None):
+        ex.sentences.append(("Retraining", words.updated_in_place if words else _GENERIC_UPDATED))
+    if words is not None:
+        ex.sentences.append(("Who it covers", words.observer))
+        ex.sentences.append(("Not covered", words.not_covered))
     return ex
+
+
+_GENERIC_RETRAINED = "Yes. The model was trained again on the remaining records."
+_GENERIC_UPDATED = "No. The model was updated by its unlearning mechanism (see the proof)."
+
+
+def _words(mechanism: Any) -> FamilyWords | None:
+    """The registered family's words for ``mechanism`` (the registry, never a name written here), or None."""
+    if not isinstance(mechanism, str):
+        return None
+    try:
+        return family_of_mechanism(mechanism).words
+    except ValueError:
+        return None
 
 
 __all__ = ["PUBLIC_FIELDS", "REQUESTER_FIELDS", "Explained", "explain", "num", "percent"]
