@@ -1,15 +1,13 @@
 """The curator service: deletion requests end to end (store, mechanism adapters, worker, HTTP API).
 
-Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas, pyarrow, tqdm). See ``docs/curator.md``.
+Mechanisms come from the registry of families (:mod:`lethe.families`); no module registers one by being
+imported here. Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas, pyarrow, tqdm). See ``docs/curator.md``.
 
 >>> from lethe.curator import Curator, Settings   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from lethe.curator import adapters_nn as _adapters_nn  # noqa: F401  (registers mechanism 'noisy-finetune')
-from lethe.curator import adapters_release as _adapters_release  # noqa: F401  (registers 'released-logistic')
-from lethe.curator import adapters_sharded as _adapters_sharded  # noqa: F401  (registers mechanism 'sharded')
 from lethe.curator.adapters import (
     CertifiedRemovalAdapter,
     MechanismAdapter,

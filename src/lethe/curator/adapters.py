@@ -62,6 +62,16 @@ class MechanismAdapter(ABC):
     name: ClassVar[str]
     secret_arrays: ClassVar[tuple[str, ...]] = ()
     supports_warm: ClassVar[bool] = False
+    #: declared capabilities (read by the generic curator, never sniffed; each agrees with the family's
+    #: :class:`lethe.families.Capability` set, which the conformance suite checks):
+    #: the trainer passes the records' keys to :meth:`train` (``Capability.RECORD_KEYS``);
+    uses_record_keys: ClassVar[bool] = False
+    #: arrays needed to predict but never published to model-readers;
+    unpublished_arrays: ClassVar[tuple[str, ...]] = ()
+    #: publications follow a clock (``Capability.RELEASE_SCHEDULE``): :meth:`release_due` may answer True.
+    keeps_schedule: ClassVar[bool] = False
+    #: seconds since the epoch; :class:`Adapters` gives every adapter the curator's clock.
+    clock: Callable[[], float] = staticmethod(time.time)
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         self.params = self.check_params(dict(params or {}))
@@ -97,6 +107,11 @@ class MechanismAdapter(ABC):
     def summary(self, artifact: Artifact) -> dict[str, Any]:
         """Public, JSON-serialisable facts about a version (budget, n). Must not contain secret arrays."""
 
+    def release_due(self, summary: dict[str, Any], now: float) -> bool:
+        """Mechanisms with a release schedule (``keeps_schedule``): True when a release is due at ``now`` without a
+        new batch. Default: never."""
+        return False
+
     def check_features(self, n_features: int) -> None:  # noqa: B027 - optional hook
         """Refuse datasets the mechanism cannot use (default: accept)."""
 
@@ -121,13 +136,35 @@ def register_adapter(cls: type[MechanismAdapter]) -> type[MechanismAdapter]:
     return cls
 
 
+def _from_families() -> None:
+    """Import the adapter of every registered family that runs in the service (:mod:`lethe.families`: built-ins and
+    entry-point families), so that each is registered; an adapter class that does not subclass
+    :class:`MechanismAdapter` is refused."""
+    from lethe.families import families
+
+    for fam in families():
+        if fam.adapter is None:
+            continue
+        cls = fam.adapter_class()
+        if not (isinstance(cls, type) and issubclass(cls, MechanismAdapter)):
+            raise TypeError(f"Family {fam.name!r}: its adapter {fam.adapter!r} must subclass MechanismAdapter.")
+        if cls.name not in fam.mechanisms:
+            raise ValueError(f"Family {fam.name!r}: its adapter's name {cls.name!r} must be one of its mechanisms "
+                             f"{list(fam.mechanisms)}.")
+        if _ADAPTERS.get(cls.name) is not cls:
+            register_adapter(cls)
+
+
 def available_mechanisms() -> tuple[str, ...]:
-    """Names of the registered mechanisms."""
+    """Names of the registered mechanisms (every family of :mod:`lethe.families` with an adapter)."""
+    _from_families()
     return tuple(sorted(_ADAPTERS))
 
 
 def get_adapter(name: str, params: dict[str, Any] | None = None) -> MechanismAdapter:
     """Build the adapter of mechanism ``name`` with JSON ``params`` (validated)."""
+    if name not in _ADAPTERS:
+        _from_families()
     if name not in _ADAPTERS:
         raise ValueError(f"mechanism must be one of {available_mechanisms()}. Found {name!r}.")
     return _ADAPTERS[name](params)
@@ -148,9 +185,8 @@ class Adapters:
 
     def get(self, name: str, params: dict[str, Any] | None = None) -> Any:
         """The adapter of mechanism ``name`` with JSON ``params``, on this clock where it keeps a schedule."""
-        adapter: Any = get_adapter(name, params)
-        if hasattr(adapter, "release_due"):
-            adapter.clock = self.clock
+        adapter = get_adapter(name, params)
+        adapter.clock = self.clock
         return adapter
 
 
