@@ -33,8 +33,8 @@ LAYERS: dict[str, int] = {
     "lethe.io": FOUNDATION,
     "lethe.datasets": FOUNDATION,
     "lethe.schema": FOUNDATION,  # declared table schemas (a data description, its loader and validator)
-    "lethe.protocols": FOUNDATION,
-    "lethe.families": FOUNDATION,  # the registry of unlearning families (dotted paths, no lethe imports; issue 34)  # the Unlearner and Certificate protocols (typing.Protocol only, issue 25)
+    "lethe.protocols": FOUNDATION,  # the Unlearner and Certificate protocols (typing.Protocol only, issue 25)
+    "lethe.families": FOUNDATION,  # the registry of unlearning families (dotted paths, no lethe imports; issue 34)
     # math: pure functions, no state
     "lethe.losses": MATH,
     "lethe.certified": MATH,  # bounds, noise, objective (the stateful modules are listed below)

@@ -198,7 +198,8 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
     Family(
         name="noisy-gd",
         mechanisms=("noisy-gd",),
-        estimators=("lethe.noisygd.estimators:NoisyGDLogisticRegression", "lethe.noisygd.estimators:NoisyGDMLPClassifier",
+        estimators=("lethe.noisygd.estimators:NoisyGDLogisticRegression",
+                    "lethe.noisygd.estimators:NoisyGDMLPClassifier",
                     "lethe.noisygd.estimators:NoisyGDBoundedMLPClassifier",
                     "lethe.noisygd.estimators:PNSGDLogisticRegression"),
         adapter="lethe.curator.adapters:NoisyGDAdapter",
