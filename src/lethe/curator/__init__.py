@@ -1,7 +1,8 @@
 """The curator service: deletion requests end to end (store, mechanism adapters, worker, HTTP API).
 
 Mechanisms come from the registry of families (:mod:`lethe.families`); no module registers one by being
-imported here. Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas, pyarrow, tqdm). See ``docs/curator.md``.
+imported here. Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas, pyarrow, tqdm). See
+``docs/curator.md``.
 
 >>> from lethe.curator import Curator, Settings   # doctest: +SKIP
 """
