@@ -62,6 +62,8 @@ from lethe.certified.newton import new_caches
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import MulticlassCertificate, OneVsAllRemoval, joint_residual
 from lethe.certified.rows import INTERCEPT_SCALE, owned_mask, set_rows, squared_loss_rounding_floor
+from lethe.certified.transaction import Undo, resume
+from lethe.certified.transaction import begin as begin_undo
 from lethe.estimator_data import (
     check_keys,
     check_sample_ids,
@@ -257,31 +259,39 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         self._rng = rng
         return self
 
-    def _forget_rows(self, idx: np.ndarray) -> None:
-        """Clear the removed rows from memory: features, targets, and keys (a removed record's key must not stay
-        in the model or its file)."""
-        set_rows(self.active_, idx, False)
+    def _commit_removal(self, idx: np.ndarray, undo: Undo, states: list[ModelState], cert: Any) -> Any:
+        """Erase the removed rows (features, targets, keys; a Dask model's store) with ``undo`` saving them, then
+        commit the removal in one statement (:mod:`lethe.certified.transaction`): the model never holds a removal
+        whose rows are not erased, nor erased rows it still counts. Returns ``cert``."""
+        set_rows(self.active_, idx, False)  # (already cleared by the binary mechanism's clear_active)
         owned_mask(self.active_)  # read-only between calls (a mask made writable from outside is the model's again)
-        backend_of(self.X_).zero_rows(self.X_, idx)
-        if sp.issparse(self.X_):
-            # the zeroed entries still record WHICH features the removed rows had (e.g. the words of a document):
-            # drop them, in place (same matrix object, so the caches keyed to it stay valid; values are unchanged)
-            self.X_.eliminate_zeros()
-        self.Y_[:, idx] = 0.0
-        if getattr(self, "keys_", None) is not None:
-            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
-        self.n_removed_ += idx.size
+        undo.erase(self.X_, self.Y_, getattr(self, "keys_", None), idx)
+        self.states_, self._certificate, self.n_removed_, undo.done = states, cert, self.n_removed_ + idx.size, True
+        undo.finish()  # after the commit: a CSR matrix's explicit zeros dropped, the record forgotten
+        return cert
+
+    def resync(self) -> Any:
+        """Complete what a failed or interrupted ``remove``/``add`` left unfinished: write back the rows of a Dask
+        model's store that a failed removal had erased (:class:`lethe.certified.transaction.ResyncRequiredError`
+        until the storage works again). Every ``remove``/``add`` does this first; returns self."""
+        with instance_lock(self):
+            resume(self)
+        return self
 
     @serialised
     def remove(self, indices: Any = None, *, keys: Any = None) -> Any:
         """Remove training rows as one batch and certify it: by their positions in ``fit``'s X (``indices``) or by
         record key (``keys``: ``sample_ids`` given to ``fit``, or the index of the DataFrame it was fitted on).
 
-        Returns the immutable certificate. On error nothing changes. Raises ``ValueError`` if the parameters
-        changed since ``fit``, for an unknown or already removed key (the two are not told apart: the model keeps
-        no trace of removed keys), and for a row removed before. To remove rows one at a time (Guo et al. 2020,
-        Alg. 2 with |B_j| = 1), call it once per row.
+        Returns the immutable certificate. On error nothing changes: an exception raised anywhere in the call (an
+        error, ``KeyboardInterrupt``, a signal handler's exception, a full disk while a Dask store's rows are erased)
+        leaves the model as it was — mask, state, caches, data, random generator — or, if it arrives once the
+        removal is committed, completed in full (:mod:`lethe.certified.transaction`). Raises ``ValueError`` if the
+        parameters changed since ``fit``, for an unknown or already removed key (the two are not told apart: the
+        model keeps no trace of removed keys), and for a row removed before. To remove rows one at a time (Guo et
+        al. 2020, Alg. 2 with |B_j| = 1), call it once per row.
         """
+        resume(self)  # an interrupted call's rollback completed first (under the lock: remove is serialised)
         idx = self._check_remove_indices(indices, keys)
         # remove_rows (under this call's lock) does not validate them again. Kept outside the instance's __dict__:
         # readers that take no lock (scikit-learn's check_is_fitted iterates vars(model) in predict) must never
@@ -309,6 +319,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         entropy for every operation). Under the model's lock, taken here rather than by :func:`serialised` (the
         same lock; one call less on the path of every deletion)."""
         with instance_lock(self):
+            resume(self)  # an interrupted call's rollback completed first (nothing else is trusted before it)
             rng = self._rng if random_state is None else check_random_state(random_state)
             if idx is not _CHECKED_ROWS.get(id(self)):  # the very array :meth:`remove` validated, or validate
                 idx = self._check_remove_indices(idx)
@@ -332,10 +343,13 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         if that exceeds the budget ε′ the model is retrained on D ∪ A with a fresh b (for one-vs-all: classes in
         order of their residual until the joint bound fits). The new rows pass the same validation as ``fit``'s
         (unit ball, intercept column); a model fitted with record keys needs ``sample_ids`` for them. Returns the
-        certificate; on error nothing changes. Not available with ``negative_subsample``.
+        certificate; on error nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included,
+        leaves the model as it was, or — once committed — with the rows added in full:
+        :mod:`lethe.certified.transaction`). Not available with ``negative_subsample``.
         """
         from lethe.certified.addition import add_rows, add_step, certificate
 
+        resume(self)  # an interrupted call's rollback completed first
         self._check_params_unchanged("add")
         if getattr(self, "members_", None) is not None:
             raise ValueError("add is not supported for a one-vs-all model with negative_subsample: the new rows' "
@@ -369,30 +383,37 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         new = np.arange(n0, n0 + m)
         mech: CertifiedRemoval = self.mechanism_
         t0 = time.perf_counter()
-        if len(self.states_) == 1:
-            state, cert = add_rows(mech, self.states_[0], X_all, Y_all[0], active, new, random_state=self._rng)
-            states: list[ModelState] = [state]
-            result: Any = cert
-        else:
-            K = len(self.states_)
-            ova = OneVsAllRemoval(mech)
-            proposed = [add_step(mech, st, X_all, Y_all[k], active, new) for k, st in enumerate(self.states_)]
-            keep = active.copy()
-            keep[new] = True
-            order = sorted(range(K), key=lambda k: -proposed[k].residual_bound)
-            states, retrained, beta = ova.settle(
-                proposed, order, lambda k: mech.retrain(proposed[k], X_all, Y_all[k], keep, self._rng), "added")
-            seconds = time.perf_counter() - t0
-            result = ova.certificate(beta, retrained, [certificate(mech, st, retrained=k in retrained, n_added=m,
-                                                                   seconds=seconds) for k, st in enumerate(states)],
-                                     n_removed=0, seconds=seconds, n_added=m)
-        self.X_, self.Y_ = X_all, Y_all
-        self.active_ = owned_mask(np.concatenate([self.active_, np.ones(m, dtype=bool)]))
-        if keys is not None:
-            self.keys_ = np.concatenate([self.keys_, keys])
-        self.states_ = states
-        self.caches_ = new_caches(len(states), self.mechanism_.solver, None)  # the data array changed
-        self._certificate = result
+        # everything is formed aside (new arrays, states, caches) and committed in one statement; only the random
+        # generator of a retraining is shared, and restored if the call fails (lethe.certified.transaction)
+        undo = begin_undo(self, None, self._rng)
+        try:
+            if len(self.states_) == 1:
+                state, cert = add_rows(mech, self.states_[0], X_all, Y_all[0], active, new, random_state=self._rng)
+                states: list[ModelState] = [state]
+                result: Any = cert
+            else:
+                K = len(self.states_)
+                ova = OneVsAllRemoval(mech)
+                proposed = [add_step(mech, st, X_all, Y_all[k], active, new) for k, st in enumerate(self.states_)]
+                keep = active.copy()
+                keep[new] = True
+                order = sorted(range(K), key=lambda k: -proposed[k].residual_bound)
+                states, retrained, beta = ova.settle(
+                    proposed, order, lambda k: mech.retrain(proposed[k], X_all, Y_all[k], keep, self._rng), "added")
+                seconds = time.perf_counter() - t0
+                result = ova.certificate(beta, retrained, [certificate(mech, st, retrained=k in retrained,
+                                                                       n_added=m, seconds=seconds)
+                                                           for k, st in enumerate(states)],
+                                         n_removed=0, seconds=seconds, n_added=m)
+            mask = owned_mask(np.concatenate([self.active_, np.ones(m, dtype=bool)]))
+            all_keys = np.concatenate([self.keys_, keys]) if keys is not None else getattr(self, "keys_", None)
+            caches = new_caches(len(states), self.mechanism_.solver, None)  # the data array changed
+            (self.X_, self.Y_, self.active_, self.keys_, self.states_, self.caches_, self._certificate,
+             undo.done) = X_all, Y_all, mask, all_keys, states, caches, result, True
+            undo.finish()
+        except BaseException:
+            undo.rollback()  # the generator's state back (nothing else was changed); a no-op after the commit
+            raise
         return result
 
     @property
@@ -792,18 +813,20 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         one-vs-all form (:class:`lethe.certified.one_vs_all.OneVsAllRemoval`, joint budget) for more classes.
         Returns a :class:`~lethe.certified.mechanism.Certificate` or a :class:`MulticlassCertificate`."""
         mech: CertifiedRemoval = self.mechanism_
-        if len(self.states_) == 1:
-            state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
-                                      cache=self.caches_[0], random_state=rng, check_input=False,
-                                      clear_active=True)  # active_[idx] cleared on success, as _forget_rows does
-            self.states_[0] = state
-            self._forget_rows(idx)
-            return cert
-        states, mcert = OneVsAllRemoval(mech).remove(self.states_, self.X_, self.Y_, self.active_, self.members_,
-                                                     idx, self.caches_, rng, self.classes_)
-        self.states_ = states
-        self._forget_rows(idx)
-        return mcert
+        undo = begin_undo(self, idx, rng, self.caches_)  # a failed call is rolled back (transaction module)
+        undo.mask = self.active_
+        try:
+            if len(self.states_) == 1:
+                state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
+                                          cache=self.caches_[0], random_state=rng, check_input=False,
+                                          clear_active=True)  # active_[idx] cleared in place (undone on error)
+                return self._commit_removal(idx, undo, [state], cert)
+            states, mcert = OneVsAllRemoval(mech).remove(self.states_, self.X_, self.Y_, self.active_,
+                                                         self.members_, idx, self.caches_, rng, self.classes_)
+            return self._commit_removal(idx, undo, states, mcert)
+        except BaseException:
+            undo.rollback()  # a no-op beyond finishing if the commit happened
+            raise
 
 
 class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
@@ -886,11 +909,15 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
 
     def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Certificate:
         """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
-        state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
-                                             cache=self.caches_[0], random_state=rng, check_input=False)
-        self.states_[0] = state
-        self._forget_rows(idx)
-        return cert
+        undo = begin_undo(self, idx, rng, self.caches_)  # a failed call is rolled back (transaction module)
+        undo.mask = self.active_
+        try:
+            state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
+                                                 cache=self.caches_[0], random_state=rng, check_input=False)
+            return self._commit_removal(idx, undo, [state], cert)
+        except BaseException:
+            undo.rollback()  # a no-op beyond finishing if the commit happened
+            raise
 
 
 __all__ = ["INTERCEPT_SCALE", "NOISE_TAIL_PROBABILITY", "CertifiedLinearRegression", "CertifiedLogisticRegression",

@@ -35,7 +35,12 @@ from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.bounds import release_sensitivity
 from lethe.certified.common import measured_residual
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
-from lethe.certified.rows import INTERCEPT_SCALE  # features and constant column scaled by 1/√2 (fit_intercept)
+from lethe.certified.rows import (
+    INTERCEPT_SCALE,  # features and constant column scaled by 1/√2 (fit_intercept)
+    set_rows,
+)
+from lethe.certified.transaction import begin as begin_undo
+from lethe.certified.transaction import resume
 from lethe.estimators import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.io import load_npz, model_key, save_npz
@@ -335,9 +340,12 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         Returns the new :class:`Release` if this removal completed a cadence (every ``cadence`` removals), else
         None (the removal is then published by a later release). Raises ``BudgetExceededError`` if the removal
         could not be published within the horizon, ``ValueError`` if it would leave fewer than ``n_floor`` rows; on
-        any error nothing changes.
+        any error nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the
+        centre, its cache, the rows, the accountant and the releases as they were, or — once committed — the
+        removal done in full: :mod:`lethe.certified.transaction`).
         """
         check_is_fitted(self, "releases_")
+        resume(self)  # an interrupted call's rollback completed first
         idx = self._rows(indices, keys)
         acc = self._accountant
         publishes = self._pending + 1 >= int(self.cadence)
@@ -350,20 +358,28 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         if n_after < self.n_floor_:
             raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor = {self.n_floor_}: "
                              "the released models' sensitivity bound needs n_floor rows. Nothing was removed.")
-        state, _ = self._mech.remove(self._state, self._X, self._Y, idx, active=self._active, cache=self._cache,
-                                     check_input=False)
-        self._state = state
-        self._active[idx] = False
-        self._X[idx] = 0.0
-        self._Y[idx] = 0.0
-        if self._keys is not None:
-            self._keys[idx] = "" if self._keys.dtype.kind == "U" else 0
-        self.n_removed_ += idx.size
-        if not publishes:
-            self._pending += 1
-            return None
-        self._pending = 0
-        return self._publish()
+        # one transaction (lethe.certified.transaction): the centre's step, the erasure of the rows and the release
+        # are undone together if anything raises before the commit (an error, KeyboardInterrupt, a signal handler)
+        undo = begin_undo(self, idx, self._rng, [self._cache])
+        undo.mask = self._active
+        try:
+            state, _ = self._mech.remove(self._state, self._X, self._Y, idx, active=self._active, cache=self._cache,
+                                         check_input=False)
+            set_rows(self._active, idx, False)
+            undo.erase(self._X, self._Y, self._keys, idx)
+            undo.save_attrs("_state", "_pending", "n_removed_", "_accountant")
+            undo.save_list(self.releases_)
+            self._state, self.n_removed_, self._pending = state, self.n_removed_ + idx.size, self._pending + 1
+            release = None
+            if publishes:
+                self._pending = 0
+                release = self._publish()  # from the new centre (recorded in the accountant, appended)
+            undo.done = True  # the commit point
+            undo.finish()
+        except BaseException:
+            undo.rollback()  # a no-op beyond finishing once committed
+            raise
+        return release
 
     @serialised
     def release(self) -> Release:

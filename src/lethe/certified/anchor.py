@@ -64,6 +64,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     # in sync with (w, rows before): the cache's own mask is compared with keep ∪ idx (one word-wise O(n)
     # comparison) and its row count gives n′; the mask of the rows before is formed only when it is needed
     n_synced = None if _reanchor else cache.matches_removal(X, w, keep, idx, "anchor")
+    cache._mark_dirty()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
     n_new = n_synced if n_synced is not None else int(np.count_nonzero(keep))
     before: list[np.ndarray] = []
 
@@ -186,7 +187,8 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     acc, carried, e_norm, err_step = carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
     step = e_norm + err_step + mis + rem
     # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
-    h += gv
+    h = h + gv  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
+    cache.h_G = h
     cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
                     + 1.01 * U * vnorm(h))
 

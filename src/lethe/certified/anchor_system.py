@@ -144,6 +144,10 @@ def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, 
     queue, as after a single removal; the bound on ε_M does not depend on the order of the folds, docs §7c)."""
     assert cache.M is not None and cache.s_hat is not None
     d = cache.M.shape[0]
+    if not track:
+        # pcg/refine (O(nd) per step): M is downdated in a copy, so a transaction's snapshot keeps the old M
+        # (:meth:`NewtonCache.begin`); with ``track`` only the diagonal is written in place (saved by the snapshot)
+        cache.M = cache.M.copy(order="K")
     if track and (cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d)):
         cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
         cache.pend_Z = np.empty((max(cache.fold_every, 1), d))

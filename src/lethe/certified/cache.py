@@ -226,6 +226,7 @@ class NewtonCache:
         self.sweeps_total = 0
         self.buf: WorkBuffers | None = None  # work space, not state: kept across resets
         self.shared = shared  # onepass: a float32 copy of the data shared with other caches (kept across resets)
+        self.txn: CacheTransaction | None = None  # the open transaction (:meth:`begin`), if any (kept across resets)
         self._clear_state()
 
     def _clear_state(self) -> None:
@@ -291,16 +292,17 @@ class NewtonCache:
         if k == 0 or self.M is None or self.pend_Z is None:
             return
         self._fold_rows(self.pend_Z[:k], self.pend_S)
-        self.pend_k = 0
-        self.pend_S = 0.0
+        # the next rows are queued in a new array: a transaction's snapshot keeps these (:meth:`begin`)
+        self.pend_Z, self.pend_k, self.pend_S = np.empty_like(self.pend_Z), 0, 0.0
 
     def _fold_rows(self, Z: np.ndarray, S: float) -> None:
         """M ← M − ZᵀZ for the k × d rows Z (z̃ = fl(√ŝ) x, S ≥ Σ‖z̃‖²) by one ``dsyrk``, ε_M grown as in
         :meth:`fold_pending` (the bound holds for any k)."""
         assert self.M is not None
         k = Z.shape[0]
-        # Zᵀ is a Fortran-contiguous d × k view of C-contiguous rows: C ← C − (Zᵀ)(Zᵀ)ᵀ without copying the rows
-        self.M = dsyrk(-1.0, Z.T, beta=1.0, c=self.M, trans=0, lower=0, overwrite_c=1)
+        # Zᵀ is a Fortran-contiguous d × k view of C-contiguous rows: C ← C − (Zᵀ)(Zᵀ)ᵀ without copying the rows;
+        # into a new matrix (once per ``fold_every`` rows): a transaction's snapshot (:meth:`begin`) keeps the old M
+        self.M = dsyrk(-1.0, Z.T, beta=1.0, c=self.M, trans=0, lower=0, overwrite_c=0)
         self.eps_M += gamma_k(k + 1) * (self.fro_M + 2.0 * self.eps_M + S) + 5 * U * S
 
     def refactorize(self) -> str:
@@ -387,6 +389,17 @@ class NewtonCache:
     def _mark_dirty(self) -> None:
         self._key = None
 
+    def begin(self, idx: np.ndarray) -> CacheTransaction:
+        """Open a transaction for a step that removes rows ``idx``: a snapshot of the cache (:class:`CacheTransaction`)
+        whose :meth:`~CacheTransaction.rollback` puts it back exactly as it is now, bit for bit — so a removal that
+        raises (an error, ``KeyboardInterrupt``, a signal handler's exception) and is rolled back leaves a cache that
+        gives the next removal the same certificate as if the failed call had never run. O(m d + d) (the arrays the
+        steps change in place are saved on the removed rows only; every other array a step changes is replaced,
+        not written)."""
+        txn = CacheTransaction(self, idx)
+        self.txn = txn
+        return txn
+
     def _advance(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, *,
                  removed: np.ndarray | None = None) -> None:
         """Key the cache to (X, w, ``active``). ``removed``: the caller checked (:meth:`matches_removal`) that the
@@ -399,12 +412,9 @@ class NewtonCache:
             self._count -= int(np.count_nonzero(mask[removed]))
             mask[removed] = False
         else:
-            active = np.asarray(active, dtype=bool)
-            if mask is not None and mask.shape == active.shape:
-                np.copyto(mask, active)
-            else:
-                self._mask = active.copy()
-            self._count = int(np.count_nonzero(active))
+            # a new array (not copied into the old one): a transaction's snapshot (:meth:`begin`) keeps the old mask
+            self._mask = np.array(active, dtype=bool, copy=True)
+            self._count = int(np.count_nonzero(self._mask))
         self._key = _sync_key(X, w)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -416,7 +426,66 @@ class NewtonCache:
         state["_advanced_with"] = None
         state["buf"] = None
         state["shared"] = None
+        state["txn"] = None
         return state
+
+
+def _rows_of(a: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
+    """``a[idx]`` (a copy) for an array indexed by data rows, else None."""
+    if a is None or a.ndim == 0 or a.shape[0] == 0 or idx.size == 0 or int(idx.max()) >= a.shape[0]:
+        return None
+    return np.array(a[idx], copy=True)
+
+
+class CacheTransaction:
+    """A snapshot of a :class:`NewtonCache` before a removal step (:meth:`NewtonCache.begin`).
+
+    The steps replace most of the cache's arrays by new ones (so the snapshot's references keep the old ones) and
+    change a few in place on the removed rows only; those rows are saved here: the mask's and the curvatures' ŝ
+    entries, the pending mismatch P and the single-precision copy (``onepass``; a shared copy's rows and its
+    record of zeroed rows), and M's diagonal (the λ m I downdate). :meth:`rollback` writes the saved rows back
+    and then the attributes, the sync key last (until then the cache matches nothing and would be rebuilt): it is
+    idempotent, so a rollback that was itself interrupted can be run again.
+    """
+
+    def __init__(self, cache: NewtonCache, idx: np.ndarray) -> None:
+        self.cache = cache
+        self.idx = idx = np.asarray(idx, dtype=np.int64)
+        self.attrs = dict(cache.__dict__)
+        self.attrs["txn"] = None
+        self.mask_rows = _rows_of(cache._mask, idx)
+        self.s_hat_rows = _rows_of(cache.s_hat, idx)
+        self.p_rows = _rows_of(cache.P, idx)
+        shared = cache.shared
+        self.x32_rows = _rows_of(cache.X32, idx) if shared is None or shared.X32 is not cache.X32 else None
+        self.shared_rows = ((_rows_of(shared.X32, idx), _rows_of(shared.zeroed, idx))
+                            if shared is not None and shared.X32 is not None else None)
+        self.m_diag = np.array(np.diagonal(cache.M), copy=True) if cache.M is not None else None
+
+    def rollback(self) -> None:
+        """Put the cache back as it was at :meth:`NewtonCache.begin` (idempotent)."""
+        cache, a, idx = self.cache, self.attrs, self.idx
+        cache._key = None  # matches nothing while it is restored
+        for name, rows in (("_mask", self.mask_rows), ("s_hat", self.s_hat_rows), ("P", self.p_rows),
+                           ("X32", self.x32_rows)):
+            if rows is not None and a.get(name) is not None:
+                a[name][idx] = rows
+        shared = a.get("shared")
+        if self.shared_rows is not None and shared is not None:
+            x_rows, z_rows = self.shared_rows
+            if x_rows is not None and shared.X32 is not None and shared.X32.shape[0] > int(idx.max()):
+                shared.X32[idx] = x_rows
+            if z_rows is not None and shared.zeroed is not None and shared.zeroed.shape[0] > int(idx.max()):
+                shared.zeroed[idx] = z_rows
+        if self.m_diag is not None and a.get("M") is not None:
+            np.einsum("ii->i", a["M"])[...] = self.m_diag
+        cache.__dict__.update({k: v for k, v in a.items() if k != "_key"})
+        cache._key = a["_key"]
+
+    def close(self) -> None:
+        """The step was committed: forget the snapshot."""
+        if self.cache.txn is self:
+            self.cache.txn = None
 
 
 class WorkBuffers:

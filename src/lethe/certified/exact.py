@@ -74,6 +74,8 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     active_before = keep.copy()
     active_before[idx] = True
     synced = cache is not None and cache.matches(X, w, active_before, "exact") and cache.z is not None
+    if cache is not None:
+        cache._mark_dirty()  # before anything is changed: a step that does not finish leaves a cache matching nothing
     if synced:
         assert cache is not None and cache.z is not None
         z, eta = cache.z, cache.eta

@@ -651,7 +651,9 @@ class CertifiedRemoval:
         clear_active : bool
             Clear ``active[indices]`` in place (``active`` must then be a boolean NumPy array) instead of working on
             a copy of the mask: for callers that clear them anyway (the estimators), it saves an O(n) copy per
-            removal. If the removal raises, the rows are set again, so ``active`` is as it was. A read-only
+            removal. If the removal raises, the rows are set again, so ``active`` is as it was (and the
+            cache is put back as it was, :meth:`NewtonCache.begin`: the next removal is certified as if this one had
+            never run). A read-only
             ``active`` is made writable for the change and read-only again: a caller that keeps its mask read-only
             between removals (the estimators' ``active_``) also spares the O(n) comparison with the cache's copy
             (:meth:`NewtonCache.synced_count` with ``owned``).
@@ -680,21 +682,34 @@ class CertifiedRemoval:
             raise ValueError(f"X must have {state.w.shape[0]} features. Found {X.shape[1]}.")
         idx = check_indices(indices, n_rows, active, state.n)  # state.n == the rows ``active`` marks (checked)
         keep = active if clear_active else active.copy()
-        set_rows(keep, idx, False)
+        # a transaction on the cache (unless the caller opened one: the estimators, whose own undo record covers it)
+        txn = cache.begin(idx) if cache is not None and cache.txn is None else None
+        rng: np.random.Generator | None = None
+        rng_state: Any = None
         try:
+            set_rows(keep, idx, False)  # inside the try: the rows are set again whatever point an exception hits
             if synced:  # the cache's mask was just compared with ``active``: the step need not compare it again
                 cache.vouch_removal(keep, idx, n_active - idx.size)  # type: ignore[union-attr]
             new, r = mech.propose(state, X, y, keep, idx, cache)
             retrained = not mech.within_budget(new.residual_bound)
             if retrained:  # Alg. 2, line 17
-                new = mech.retrain(state, X, y, keep, check_random_state(random_state), cache)
+                rng = check_random_state(random_state)
+                rng_state = rng.bit_generator.state if rng is random_state else None  # the caller's, restored
+                new = mech.retrain(state, X, y, keep, rng, cache)
+            cert = mech.certify("retrain" if retrained else "remove", new, step=r.step_bound, retrained=retrained,
+                                removed=tuple(idx.tolist()), worst=r.worst_case, solve_error=r.solve_error,
+                                seconds=time.perf_counter() - t0, result=r)
         except BaseException:
             if clear_active:
                 set_rows(keep, idx, True)  # the caller's mask as it was
+            if rng is not None and rng_state is not None:
+                rng.bit_generator.state = rng_state
+            if txn is not None:
+                txn.rollback()  # the cache as it was, bit for bit
             raise
-        return new, mech.certify("retrain" if retrained else "remove", new, step=r.step_bound, retrained=retrained,
-                                 removed=tuple(idx.tolist()), worst=r.worst_case, solve_error=r.solve_error,
-                                 seconds=time.perf_counter() - t0, result=r)
+        if txn is not None:
+            txn.close()
+        return new, cert
 
 
 def compute_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,

@@ -47,7 +47,7 @@ def _flush(cache: NewtonCache, X: DataMatrix, w: np.ndarray, x_norm: float, rho:
         cache.carry_err += (x_norm * cache.p_err + q_err
                             + 2 * U * (vnorm(E) + vnorm(q)))
         cache.carry_e = E
-    P[:] = 0.0
+    cache.P = np.zeros_like(P)  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
     cache.p_err = 0.0
     if margins or cache.z_ref is None or cache.w_ref is None:
         cache.z, cache.eta = compute_margins(X, w, rho)
@@ -112,6 +112,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     synced = (cache.matches(X, w, active_before, "onepass") and cache.X32 is not None and cache.P is not None
               and cache.z is not None and cache.M is not None
               and (cache.shared is None or cache.shared.usable_for_step(cache.X32, active_before, idx)))
+    cache._mark_dirty()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
     if not synced:
         cache.reset()
         prime_onepass(cfg, w, X, y, active_before, cache, removing=idx)
@@ -212,7 +213,8 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
             z_fresh = True
             passes += 1.0
     else:
-        P += g
+        P = P + g  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
+        cache.P = P
         p_norm = vnorm(P)
         cache.p_err += g_err + U * p_norm
         e_delta = e - e_old  # M̂′v − Δ as computed
@@ -244,7 +246,8 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     step = e_step + err_step + mis + rem
 
     if not z_fresh:  # advance the margins to w_new (unless just refreshed): z + ã, with the tracked error
-        z += a  # in place: z is the cache's own margin vector
+        z = z + a  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
+        cache.z = z
         cache.eta = eta + zeta + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0)))
     cache._advance(X, w_new, keep)
     cache.removals_since_refresh += 1
