@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -17,3 +18,22 @@ settings.register_profile(
     "slow", max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck)
 )
 settings.load_profile(os.environ.get("LETHE_HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def model_key_in_a_temporary_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model key lethe creates on the first save (and the release counts beside it) live in a temporary
+    configuration directory shared by the session, never in the user's ``~/.config``: ``$XDG_CONFIG_HOME`` points
+    there and no key comes from the user's environment (``$LETHE_MODEL_KEY``, ``$LETHE_MODEL_KEY_FILE``)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(_session_config(tmp_path_factory)))
+    monkeypatch.delenv("LETHE_MODEL_KEY", raising=False)
+    monkeypatch.delenv("LETHE_MODEL_KEY_FILE", raising=False)
+
+
+_CONFIG: list[object] = []
+
+
+def _session_config(tmp_path_factory: pytest.TempPathFactory) -> object:
+    if not _CONFIG:
+        _CONFIG.append(tmp_path_factory.mktemp("config"))
+    return _CONFIG[0]

@@ -31,6 +31,8 @@ LAYERS: dict[str, int] = {
     "lethe._validation": FOUNDATION,
     "lethe._locking": FOUNDATION,  # one lock per fitted model, no copies of a secret (issue 28)
     "lethe.io": FOUNDATION,
+    "lethe.model_keys": FOUNDATION,  # the model-file key created on first save, and the release counts beside it
+    "lethe.model_origin": FOUNDATION,  # a loaded model's origin; certificates that say a file was not authenticated
     "lethe.datasets": FOUNDATION,
     "lethe.schema": FOUNDATION,  # declared table schemas (a data description, its loader and validator)
     "lethe.protocols": FOUNDATION,  # the Unlearner and Certificate protocols (typing.Protocol only, issue 25)

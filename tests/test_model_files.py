@@ -79,8 +79,10 @@ def test_each_reported_edit_is_refused(tmp_path, fitted, edit):
     path = fitted.save(tmp_path / "m.npz")
     kwargs, message = EDITS[edit]
     bad = edit_model_file(path, tmp_path / "bad.npz", **kwargs)
-    with pytest.raises(ModelFileError, match=message):
+    with pytest.raises(ModelFileError, match="failed authentication"):  # by default: the tag
         CertifiedLogisticRegression.load(bad)
+    with pytest.raises(ModelFileError, match=message):  # trusted anyway: the invariant checks still refuse it
+        CertifiedLogisticRegression.load(bad, trust_unauthenticated=True)
 
 
 def test_the_doubled_w_is_a_false_certificate_that_the_remeasure_alone_catches(tmp_path, fitted, monkeypatch):
@@ -92,7 +94,7 @@ def test_the_doubled_w_is_a_false_certificate_that_the_remeasure_alone_catches(t
         return np.zeros_like(w), 0.0
 
     monkeypatch.setattr(estimators_module, "measured_residual", no_remeasure)
-    loaded = CertifiedLogisticRegression.load(bad)
+    loaded = CertifiedLogisticRegression.load(bad, trust_unauthenticated=True)
     assert _exact(loaded)[0] > 100 * loaded.states_[0].residual_bound
 
 
@@ -131,7 +133,7 @@ def test_other_models_round_trip_and_refuse_a_doubled_w(tmp_path, kind):
     last = len(model.states_) - 1
     bad = edit_model_file(path, tmp_path / "bad.npz", arrays_fn=_scale(f"w_{last}", 2.0))
     with pytest.raises(ModelFileError, match="re-measured"):
-        cls.load(bad)
+        cls.load(bad, trust_unauthenticated=True)
 
 
 def test_noise_none_needs_b_zero(tmp_path):
@@ -140,17 +142,21 @@ def test_noise_none_needs_b_zero(tmp_path):
     bad = edit_model_file(model.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
                           arrays_fn=lambda a: a.update(b_0=a["b_0"] + 1))
     with pytest.raises(ModelFileError, match="b must be zero"):
-        CertifiedLinearRegression.load(bad)
+        CertifiedLinearRegression.load(bad, trust_unauthenticated=True)
 
 
 # -- authentication ---------------------------------------------------------------------------------------------
-def test_a_tagged_file_loads_only_with_its_key_and_unedited(tmp_path, fitted):
+def test_a_tagged_file_loads_only_with_its_key_and_unedited(tmp_path, fitted, monkeypatch):
     path = fitted.save(tmp_path / "m.npz", key=KEY)
     arrays, _ = read_model_file(path)
     assert TAG_KEY in arrays
     assert CertifiedLogisticRegression.load(path, key=KEY.hex()).coef_.tolist() == fitted.coef_.tolist()
-    with pytest.raises(ModelFileError, match="no model key was given"):
+    with pytest.raises(ModelFileError, match="failed authentication"):  # under this machine's own key
         CertifiedLogisticRegression.load(path)
+    with monkeypatch.context() as m:
+        m.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))  # no key file at all
+        with pytest.raises(ModelFileError, match="no model key was given"):
+            CertifiedLogisticRegression.load(path)
     with pytest.raises(ModelFileError, match="failed authentication"):
         CertifiedLogisticRegression.load(path, key=bytes(32))
     # one feature of one kept row changed by 0.1 %: the tag (checked first) refuses it
@@ -175,6 +181,10 @@ def test_the_key_comes_from_the_environment_or_a_key_file(tmp_path, fitted, monk
     key_file = tmp_path / "model.key"
     key_file.write_text(KEY.hex() + "\n")
     monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
+    key_file.chmod(0o644)
+    with pytest.raises(ValueError, match="group or others can read or write it"):
+        model_key()
+    key_file.chmod(0o600)
     assert model_key() == KEY
     CertifiedLogisticRegression.load(path)
     key_file.write_text("not hex")
@@ -216,7 +226,7 @@ def test_the_sigma_edit_is_caught_by_the_noise_check_alone(tmp_path, fitted, mon
     bad = edit_model_file(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
                 meta_fn=lambda m: m["params"].update(sigma=100.0))
     monkeypatch.setattr(estimators_module, "NOISE_TAIL_PROBABILITY", 0.0)
-    loaded = CertifiedLogisticRegression.load(bad)
+    loaded = CertifiedLogisticRegression.load(bad, trust_unauthenticated=True)
     assert loaded.mechanism_.budget > 1000 * fitted.mechanism_.budget
 
 
@@ -242,7 +252,7 @@ def test_whatever_loads_after_an_edit_of_w_has_a_true_bound(tmp_path):
         step *= 10 ** rng.uniform(-14, 0) * np.linalg.norm(w) / np.linalg.norm(step)
         bad = edit_model_file(path, tmp_path / f"e{seed}.npz", arrays_fn=lambda a, s=step: a.update(w_0=a["w_0"] + s))
         try:
-            loaded = CertifiedLogisticRegression.load(bad)
+            loaded = CertifiedLogisticRegression.load(bad, trust_unauthenticated=True)
         except ModelFileError as e:
             assert "re-measured" in str(e)
             outcomes["refused"] += 1

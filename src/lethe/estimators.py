@@ -79,7 +79,8 @@ from lethe.estimator_data import (
     same_value,
     validate_input,
 )
-from lethe.io import ModelFileError, load_npz, model_key, save_npz
+from lethe.io import ModelFileError, open_model_file, save_model_file
+from lethe.model_origin import reports_model_origin, set_origin
 
 _NO_Y = object()
 _PARAM_NAMES: dict[type, list[str]] = {}
@@ -87,6 +88,7 @@ _PARAM_NAMES: dict[type, list[str]] = {}
 _CHECKED_ROWS: dict[int, np.ndarray] = {}
 
 
+@reports_model_origin
 class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
     """Shared machinery: the mechanism, the training rows kept for removal, removal by row index or key.
 
@@ -470,12 +472,12 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         with ``set_params`` since ``fit``. A ``random_state`` that is not an int (None, a Generator) is saved as
         None: the loaded model draws fresh randomness for later retrainings.
 
-        With a key — ``key`` (bytes or hexadecimal str), else ``$LETHE_MODEL_KEY`` (hexadecimal), else the file
-        named by ``$LETHE_MODEL_KEY_FILE`` (:func:`lethe.io.model_key`) — the file carries an HMAC-SHA256 tag of
-        all its arrays and metadata, which :meth:`load` checks (docs/estimators.md, "Model files").
+        The file carries an HMAC-SHA256 tag of all its arrays and metadata, which :meth:`load` checks, under the
+        key ``key`` (bytes or hexadecimal str), else ``$LETHE_MODEL_KEY`` (hexadecimal), else the key file
+        (``$LETHE_MODEL_KEY_FILE``, else ``~/.config/lethe/model.key``), created with a random key on the first save
+        where none exists (:func:`lethe.io.save_model_file`; docs/estimators.md, "Model files").
         """
         self._check_params_unchanged("save")
-        secret_key = model_key(key)
         arrays: dict[str, np.ndarray] = {**data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
         for k, st in enumerate(self.states_):
             arrays[f"w_{k}"], arrays[f"b_{k}"] = st.w, st.b
@@ -493,20 +495,23 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
         if hasattr(self, "classes_"):
             meta["classes"] = classes_meta(self.classes_)
-        return save_npz(path, arrays, meta, secret=True, key=secret_key)
+        return save_model_file(path, arrays, meta, key=key, model=self)
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> Any:
+    def load(cls, path: str | Path, *, key: bytes | str | None = None, trust_unauthenticated: bool = False) -> Any:
         """Load a model written by :meth:`save` (never unpickles), after checking it.
 
-        Authentication (:func:`lethe.io.load_npz` with the key of :func:`lethe.io.model_key`): a tagged file needs
-        the key and a matching tag; with a key configured an untagged file is refused. Then, always, the invariants
+        Authentication (:func:`lethe.io.open_model_file` with the key of :func:`lethe.io.model_key`): the file
+        loads only with a tag that matches under the key; a file without one (stripped, or never keyed), or under
+        another key, is refused unless ``trust_unauthenticated=True`` — then the model's ``model_file_`` and every
+        later certificate say it was not authenticated (:mod:`lethe.model_origin`). Then, always, the invariants
         of a certified state (:func:`lethe.certified.model_file.check_model_file`): array names, shapes, dtypes and
         finiteness, the parameters, n = the active rows, removed rows erased, β ≤ the budget, ‖b‖ consistent with
         σ, and the gradient residual re-measured from the saved rows, which must not exceed β. Any failure raises
         :class:`lethe.io.ModelFileError` (a ``ValueError``) naming what is wrong; nothing is loaded.
         """
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
+        arrays, meta = opened.arrays, opened.meta
         check_meta_entries(meta, cls.__name__, str(path))
         params = dict(meta["params"])
         if isinstance(params.get("random_state"), dict):
@@ -532,7 +537,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
                              solver=meta.get("solver"), mechanism_tol=meta.get("mechanism_tol"))
         if "feature_names_in" in meta:
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
-        return est
+        return set_origin(est, opened.origin)
 
     @classmethod
     def from_state(cls, params: dict[str, Any], *, X: Any, Y: np.ndarray, active: np.ndarray,
@@ -569,6 +574,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         return est
 
 
+@reports_model_origin
 class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     """Logistic regression that can forget training rows with (ε, δ)-certified removal (Guo et al. 2020).
 
@@ -829,6 +835,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             raise
 
 
+@reports_model_origin
 class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     """Ridge least squares with exact removal (Guo et al. 2020, §3.2): the Newton step equals retraining.
 

@@ -36,7 +36,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.pipeline import Pipeline, make_pipeline
 
 from lethe._locking import SerialisedModel, serialised
-from lethe.io import ModelFileError, load_npz, model_key, save_npz
+from lethe.io import ModelFileError, load_npz, model_key, open_model_file, save_npz
 
 
 def step_learns_from_data(step: Any) -> bool:
@@ -137,7 +137,7 @@ class UnlearningPipeline(SerialisedModel, Pipeline):
                     "(pipe[-1].save(path)) and rebuild the pipeline around its load().")
             specs.append([name, *spec])
         final = self._final_estimator
-        secret_key = model_key(key)
+        secret_key = model_key(key, create=True)  # the final step's file is tagged under it (created if need be)
         out = final.save(path, key=secret_key)
         arrays, meta = load_npz(out, key=secret_key, authenticate=True)
         meta.pop("format_version", None)
@@ -145,18 +145,19 @@ class UnlearningPipeline(SerialisedModel, Pipeline):
         return save_npz(out, arrays, meta, secret=True, key=secret_key)
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> UnlearningPipeline:
+    def load(cls, path: str | Path, *, key: bytes | str | None = None,
+             trust_unauthenticated: bool = False) -> UnlearningPipeline:
         """Load a pipeline written by :meth:`save`: the final step by its class's ``load`` (authentication and all of
-        its invariant checks), the earlier steps rebuilt from their parameters. :class:`lethe.io.ModelFileError` if
-        the file holds no pipeline or names an unknown step or final class."""
+        its invariant checks; ``trust_unauthenticated`` passed on), the earlier steps rebuilt from their parameters.
+        :class:`lethe.io.ModelFileError` if the file holds no pipeline or names an unknown step or final class."""
         secret_key = model_key(key)
-        _, meta = load_npz(path, key=secret_key, authenticate=True)
+        meta = open_model_file(path, key=secret_key, trust_unauthenticated=trust_unauthenticated).meta
         desc = meta.get("pipeline")
         final_cls = _unlearner_classes().get(str(meta.get("class")))
         if not isinstance(desc, dict) or final_cls is None:
             raise ModelFileError(f"{path} does not hold an UnlearningPipeline (no pipeline description or an unknown "
                                  f"final class {meta.get('class')!r}).")
-        final = final_cls.load(path, key=secret_key)
+        final = final_cls.load(path, key=secret_key, trust_unauthenticated=trust_unauthenticated)
         steps: list[tuple[str, Any]] = []
         try:
             for name, kind, params in desc["steps"]:

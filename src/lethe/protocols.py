@@ -28,9 +28,11 @@ by having the members (structural typing); nothing inherits from these protocols
   class and why, and changes nothing.
 * ``certificate_``: the certificate of the last certified operation (``remove``/``add``, and ``fit`` where fitting
   is itself certified, e.g. Noisy-GD's learning run); None when there is none yet (also before ``fit``).
-* ``save(path, *, key=None)`` and the classmethod ``load(path, *, key=None)``: :mod:`lethe.io` files (no pickle),
-  authenticated by an HMAC tag when a key is configured (``key=``, ``$LETHE_MODEL_KEY``, ``$LETHE_MODEL_KEY_FILE``)
-  and checked for the invariants of a certified state at load.
+* ``save(path, *, key=None)`` and the classmethod ``load(path, *, key=None, trust_unauthenticated=False)``:
+  :mod:`lethe.io` files (no pickle), always authenticated by an HMAC tag (``key=``, ``$LETHE_MODEL_KEY``, or the key
+  file, created on the first save where none exists) and checked for the invariants of a certified state at load. A
+  file without a valid tag is refused unless ``trust_unauthenticated=True``; the certificates of a model loaded
+  that way say so (:mod:`lethe.model_origin`).
 
 ``isinstance(obj, Unlearner)`` checks that the members exist (``runtime_checkable``), not their signatures; the
 tests in ``tests/test_protocols.py`` check the signatures and the behaviour of every class that conforms.
@@ -101,6 +103,6 @@ class Unlearner(Protocol):
         ...
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> Any:
+    def load(cls, path: str | Path, *, key: bytes | str | None = None, trust_unauthenticated: bool = False) -> Any:
         """Read a file written by ``save``, after authenticating and checking it."""
         ...

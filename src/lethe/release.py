@@ -19,6 +19,7 @@ This front end holds no math: it calls the mechanism, the bound, the calibration
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,8 @@ from lethe.certified.transaction import begin as begin_undo
 from lethe.certified.transaction import resume
 from lethe.estimators import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
-from lethe.io import load_npz, model_key, save_npz
+from lethe.io import ModelFileError, open_model_file, save_model_file
+from lethe.model_origin import reports_model_origin, set_origin
 from lethe.losses import get_loss
 from lethe.privacy.release import (
     RELEASE_OBSERVER,
@@ -81,6 +83,7 @@ class Release:
                 "certificate": self.certificate.to_dict()}
 
 
+@reports_model_origin
 class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Binary logistic regression whose every published version is private, with removal of training rows.
 
@@ -444,7 +447,10 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         """Save the model (secret centre, remaining rows, the accountant and every release) without pickle, owner-only.
 
         The stream goes on from the file: the accountant's state is in it, so a loaded model can never publish more
-        than the horizon. Do not keep copies of an older file: loading it would restart the ledger from there."""
+        than the horizon. The file is tagged under the model key (created on the first save where none is
+        configured; :func:`lethe.io.save_model_file`) and records the stream's random id and its counts (releases,
+        removals), which are also recorded beside the key (:mod:`lethe.model_keys`): :meth:`load` refuses an older
+        file of the same stream, so a kept copy cannot restart the ledger from an earlier point on this machine."""
         check_is_fitted(self, "releases_")
         st = self._state
         arrays: dict[str, np.ndarray] = {"X": self._X, "Y": self._Y, "active": self._active, "w": st.w,
@@ -467,19 +473,29 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             "releases": [{"version": r.version, "intercept": r.intercept, "certificate": r.certificate.to_dict()}
                          for r in self.releases_],
         }
-        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+        stream = self.__dict__.get("_lethe_stream")
+        if stream is None or stream[0] is not self.releases_:  # a new stream since fit (or never saved)
+            stream = (self.releases_, secrets.token_hex(16))
+            self.__dict__["_lethe_stream"] = stream
+        counts = {"releases": int(self._accountant.releases), "n_removed": int(self.n_removed_)}
+        return save_model_file(path, arrays, meta, key=key, model=self, stream=(stream[1], counts))
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> ReleasedLogisticRegression:
+    def load(cls, path: str | Path, *, key: bytes | str | None = None,
+             trust_unauthenticated: bool = False) -> ReleasedLogisticRegression:
         """Load a model written by :meth:`save` (never unpickles); later releases draw fresh OS randomness.
 
-        The file is authenticated as the estimators' files are (``key=``, ``$LETHE_MODEL_KEY`` or
-        ``$LETHE_MODEL_KEY_FILE``; docs/estimators.md "Model files") and, always, checked before anything is built
-        from it (:func:`_check_release_file`): shapes and finiteness, the rows' invariants, the accountant's σ
+        The file is authenticated as the estimators' files are (``key=``, ``$LETHE_MODEL_KEY`` or the key file;
+        refused without a valid tag unless ``trust_unauthenticated=True``, which every later certificate then
+        states; docs/estimators.md "Model files"), refused when its release stream has been saved or loaded here
+        with more releases or removals (:func:`lethe.model_keys.check_counts`, trusted or not), and, always,
+        checked before anything is built from it (:func:`_check_release_file`): shapes and finiteness, the rows'
+        invariants, the accountant's σ
         against the sensitivity recomputed from the parameters, and the centre's residual ‖∇L_0(w)‖ re-measured
         from the saved rows — a centre farther from the minimiser than β_cap would break the sensitivity bound
         every release rests on, so such a file is refused."""
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
+        arrays, meta = opened.arrays, opened.meta
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
         params = dict(meta["params"])
@@ -521,7 +537,13 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             raise ValueError(f"{path}: the accountant records {est._accountant.releases} releases but the file holds "
                              f"{len(releases)}.")
         _check_release_file(est, path)
-        return est
+        counts = {"releases": int(est._accountant.releases), "n_removed": int(est.n_removed_)}
+        if opened.stream is not None:
+            est.__dict__["_lethe_stream"] = (est.releases_, opened.stream)
+            if opened.counts != counts:
+                raise ModelFileError(f"{path}: the stream's recorded counts {opened.counts} differ from the file's "
+                                     f"own {counts}: the file was edited.")
+        return set_origin(est, opened.origin)
 
 
 def _check_release_file(est: ReleasedLogisticRegression, path: str | Path) -> None:

@@ -42,7 +42,8 @@ from sklearn.utils.validation import check_array, check_is_fitted
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.estimator_data import check_keys as _check_keys
-from lethe.io import JsonRecord, load_npz, model_key, save_npz
+from lethe.io import JsonRecord, open_model_file, save_model_file
+from lethe.model_origin import reports_model_origin, set_origin
 from lethe.sharded_torch import TorchShardClassifier
 
 __all__ = ["ExactCertificate", "ShardedClassifier", "ShardedRegressor", "TorchShardClassifier", "shard_assignment"]
@@ -213,6 +214,7 @@ class _Serialized:
     data: bytes
 
 
+@reports_model_origin
 class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
     """Shared machinery of :class:`ShardedClassifier` and :class:`ShardedRegressor`."""
 
@@ -522,16 +524,17 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         and checkpoints as skops bytes, torch modules as float64 parameter arrays, the partition, seeds and per-shard
         row digests as JSON.
 
-        With a model key — ``key`` (bytes or hexadecimal str), else ``$LETHE_MODEL_KEY`` (hexadecimal), else the file
-        named by ``$LETHE_MODEL_KEY_FILE`` (:func:`lethe.io.model_key`; the same policy as the certified estimators)
-        — the file carries an HMAC-SHA256 tag of all its arrays and metadata, which :meth:`load` checks before
-        anything read from the file is used. The model key authenticates the file; it is not the hash key of the
-        partition (that one is inside the file).
+        The file carries an HMAC-SHA256 tag of all its arrays and metadata, which :meth:`load` checks before
+        anything read from the file is used, under the model key — ``key`` (bytes or hexadecimal str), else
+        ``$LETHE_MODEL_KEY`` (hexadecimal), else the key file (``$LETHE_MODEL_KEY_FILE``, else
+        ``~/.config/lethe/model.key``), created on the first save where none exists
+        (:func:`lethe.io.save_model_file`; the same policy as the certified estimators). The model key
+        authenticates the file; it is not the hash key of the partition (that one is inside the file).
         """
         with self._mutex:
             check_is_fitted(self, "estimators_")
             arrays, meta = self._state_arrays()
-            return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+            return save_model_file(path, arrays, meta, key=key, model=self)
 
     def _compacted(self) -> Any:
         """A copy without the removed rows (the estimators are shared, not copied): the same model, whose rows are
@@ -596,13 +599,15 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
 
     @classmethod
     def load(cls, path: str | Path, *, estimator: Any = None, trusted: Sequence[str] = (),
-             key: bytes | str | None = None) -> Any:
+             key: bytes | str | None = None, trust_unauthenticated: bool = False) -> Any:
         """Load a model written by :meth:`save` (never unpickles) and check its invariants.
 
-        Authentication first (:func:`lethe.io.load_npz` with the model key of :func:`lethe.io.model_key`: ``key``,
-        else ``$LETHE_MODEL_KEY``, else ``$LETHE_MODEL_KEY_FILE``): a tagged file needs the key and a matching tag;
-        with a key configured an untagged file (a stripped tag) is refused; a wrong key or an edited file fails
-        (:class:`lethe.io.ModelFileError`). Then the checks: the class; S shards and R stages per shard as recorded;
+        Authentication first (:func:`lethe.io.open_model_file` with the model key of :func:`lethe.io.model_key`:
+        ``key``, else ``$LETHE_MODEL_KEY``, else the key file): the file needs a tag that matches under the key; a
+        file without one (never keyed, or stripped), a wrong key or an edited file fails
+        (:class:`lethe.io.ModelFileError`) unless ``trust_unauthenticated=True``, which the model's ``model_file_``
+        and every later certificate then state. ``trusted`` (below) is about skops types, not the file. Then the
+        checks: the class; S shards and R stages per shard as recorded;
         the partition recomputed from the record keys
         with the saved hash key equals the saved one; every shard's active row set has the recorded size and
         SHA-256 digest; empty shards are exactly those without rows. skops rebuilds only its default types,
@@ -616,8 +621,9 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         trusted : sequence of str
             More types skops may rebuild.
         """
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
-        return cls._from_state(arrays, meta, source=str(path), estimator=estimator, trusted=trusted)
+        opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
+        est = cls._from_state(opened.arrays, opened.meta, source=str(path), estimator=estimator, trusted=trusted)
+        return set_origin(est, opened.origin)
 
     @classmethod
     def _from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, source: str, estimator: Any = None,

@@ -15,7 +15,8 @@ from lethe._locking import SerialisedModel, serialised
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.estimators import keys_of, removal_rows
-from lethe.io import ModelFileError, load_npz, model_key, save_npz
+from lethe.io import ModelFileError, open_model_file, save_model_file
+from lethe.model_origin import reports_model_origin, set_origin
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune
 from lethe.nn.models import build_module, check_spec
 from lethe.nn.unlearning import NNUnlearningCertificate, flat_parameters, load_flat_parameters, train, unlearn
@@ -23,6 +24,7 @@ from lethe.nn.unlearning import NNUnlearningCertificate, flat_parameters, load_f
 __all__ = ["NoisyFineTuneClassifier"]
 
 
+@reports_model_origin
 class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Neural classifier with certified removal by noisy clipped fine-tuning (Koloskova et al., ICML 2025).
 
@@ -152,8 +154,9 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
         the retained rows and their labels, which original rows are still in, record keys, the certificates.
 
         The noise stream (``rng_``) is NOT saved: it is secret (knowing it reveals the noise of later removals);
-        the loaded model draws a fresh one. With a key (``key``, ``$LETHE_MODEL_KEY`` or ``$LETHE_MODEL_KEY_FILE``,
-        :func:`lethe.io.model_key`) the file carries an HMAC-SHA256 tag that :meth:`load` checks."""
+        the loaded model draws a fresh one. The file carries an HMAC-SHA256 tag that :meth:`load` checks, under the
+        key ``key``, ``$LETHE_MODEL_KEY`` or the key file (``$LETHE_MODEL_KEY_FILE``, else
+        ``~/.config/lethe/model.key``, created on the first save where none exists; :func:`lethe.io.save_model_file`)."""
         check_is_fitted(self, "model_")
         params = self.get_params(deep=False)
         rs = params["random_state"]
@@ -169,17 +172,20 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
                 "certificates": [c.to_dict() for c in self.certificates_]}
         if hasattr(self, "feature_names_in_"):
             meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
-        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+        return save_model_file(path, arrays, meta, key=key, model=self)
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> NoisyFineTuneClassifier:
-        """Load a model written by :meth:`save` after authenticating it (:func:`lethe.io.load_npz`'s policy) and
+    def load(cls, path: str | Path, *, key: bytes | str | None = None,
+             trust_unauthenticated: bool = False) -> NoisyFineTuneClassifier:
+        """Load a model written by :meth:`save` after authenticating it (:func:`lethe.io.open_model_file`'s policy:
+        refused without a valid tag unless ``trust_unauthenticated=True``, which every later certificate states) and
         checking it: the parameters valid and the schedule the one they calibrate, θ finite with the module's
         parameter count, the retained rows finite with one label of a known class each, as many as the original
         rows still in, removed keys blanked and kept ones distinct, and the certificates those of this schedule,
         removing exactly the rows marked out. Any failure raises :class:`lethe.io.ModelFileError`; nothing is
         loaded. The noise stream is fresh."""
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
+        arrays, meta = opened.arrays, opened.meta
 
         def fail(msg: str) -> ModelFileError:
             return ModelFileError(f"{path}: {msg} The file was edited or corrupted; it is refused.")
@@ -245,7 +251,7 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
         est.keys_ = None if keys is None else keys.copy()
         est.rng_ = check_random_state(None)  # never the saved seed's stream again: later noise must be fresh
         est.certificates_ = certs
-        return est
+        return set_origin(est, opened.origin)
 
     @serialised
     def predict_proba(self, X: Any) -> np.ndarray:

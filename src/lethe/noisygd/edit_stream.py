@@ -32,7 +32,8 @@ import numpy as np
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import check_positive
 from lethe.exceptions import NotFittedError
-from lethe.io import JsonRecord, ModelFileError, load_npz, model_key, save_npz
+from lethe.io import JsonRecord, ModelFileError, open_model_file, save_model_file
+from lethe.model_origin import reports_model_origin, set_origin
 from lethe.noisygd.algorithm import noisy_gd
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.database import Database, EditRequest, EditRequestError, Replacement
@@ -223,6 +224,7 @@ def _rng_from_state(d: dict[str, Any]) -> np.random.Generator:
     return np.random.Generator(bg)
 
 
+@reports_model_origin
 class NoisyGDCurator:
     """The data curator (A_Noisy-GD, Ā_Noisy-GD, f_pub) of Def. 5.1 / Algorithm 1.
 
@@ -559,23 +561,26 @@ class NoisyGDCurator:
         """Write the state to one ``.npz`` file (no pickle; owner-only, atomic). The publish function is not saved.
 
         The file holds SECRET state: the model Θ̂_i (secret whenever f_pub is not the identity) and the generator
-        state (whoever knows it knows the noise of every later run). With a key — ``key`` (bytes or hexadecimal
-        str), else ``$LETHE_MODEL_KEY``, else the file named by ``$LETHE_MODEL_KEY_FILE``
-        (:func:`lethe.io.model_key`) — it carries an HMAC-SHA256 tag of every array and the metadata, which
-        :meth:`load` checks."""
-        return save_npz(path, self.state_arrays(), self.state_meta(), secret=True, key=model_key(key))
+        state (whoever knows it knows the noise of every later run). It carries an HMAC-SHA256 tag of every array
+        and the metadata, which :meth:`load` checks, under the key ``key`` (bytes or hexadecimal str), else
+        ``$LETHE_MODEL_KEY``, else the key file (``$LETHE_MODEL_KEY_FILE``, else ``~/.config/lethe/model.key``),
+        created on the first save where none exists (:func:`lethe.io.save_model_file`)."""
+        return save_model_file(path, self.state_arrays(), self.state_meta(), key=key, model=self)
 
     @classmethod
     def load(cls, path: str | Path, *, key: bytes | str | None = None,
-             publish: Callable[[np.ndarray], Any] | None = None) -> NoisyGDCurator:
+             publish: Callable[[np.ndarray], Any] | None = None,
+             trust_unauthenticated: bool = False) -> NoisyGDCurator:
         """Inverse of :meth:`save`, after authenticating and checking the file.
 
-        Authentication follows :func:`lethe.io.load_npz` (``authenticate=True``): a tagged file needs the key and a
-        matching tag; with a key configured an untagged file is refused. Then, always, :meth:`from_state`'s
-        invariant checks. Any failure raises :class:`lethe.io.ModelFileError` (a ``ValueError``); nothing is
-        loaded."""
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
-        return cls.from_state(arrays, meta, where=str(path), publish=publish)
+        Authentication follows :func:`lethe.io.open_model_file`: the file needs a tag that matches under the key;
+        one without (never keyed, or stripped), or under another key, is refused unless
+        ``trust_unauthenticated=True``, which every later certificate then states. Then, always,
+        :meth:`from_state`'s invariant checks. Any failure raises :class:`lethe.io.ModelFileError` (a
+        ``ValueError``); nothing is loaded."""
+        opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
+        cur = cls.from_state(opened.arrays, opened.meta, where=str(path), publish=publish)
+        return set_origin(cur, opened.origin)
 
     @classmethod
     def from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, where: str = "state",

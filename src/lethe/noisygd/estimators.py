@@ -29,7 +29,8 @@ from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import store_init_args
 from lethe.estimators import keys_of, removal_rows
-from lethe.io import ModelFileError, load_npz, model_key, save_npz
+from lethe.io import ModelFileError, open_model_file, save_model_file
+from lethe.model_origin import ModelFileOrigin, reports_model_origin, set_origin
 from lethe.noisygd.certificate import NoisyGDCertificate
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
@@ -78,11 +79,13 @@ def _file_meta(est: Any) -> dict[str, Any]:
     return meta
 
 
-def _open_file(cls: type, path: str | Path, key: bytes | str | None,
-               ) -> tuple[dict[str, np.ndarray], dict[str, Any], Callable[[str], ModelFileError]]:
-    """(arrays, metadata, fail) of an authenticated model file of class ``cls`` (:func:`lethe.io.load_npz`'s
-    policy); ``fail(msg)`` is the :class:`~lethe.io.ModelFileError` that refuses it."""
-    arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+def _open_file(cls: type, path: str | Path, key: bytes | str | None, trust_unauthenticated: bool = False,
+               ) -> tuple[dict[str, np.ndarray], dict[str, Any], Callable[[str], ModelFileError], ModelFileOrigin]:
+    """(arrays, metadata, fail, origin) of an authenticated model file of class ``cls``
+    (:func:`lethe.io.open_model_file`'s policy: refused without a valid tag unless ``trust_unauthenticated``);
+    ``fail(msg)`` is the :class:`~lethe.io.ModelFileError` that refuses it."""
+    opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
+    arrays, meta = opened.arrays, opened.meta
     where = str(path)
 
     def fail(msg: str) -> ModelFileError:
@@ -90,7 +93,7 @@ def _open_file(cls: type, path: str | Path, key: bytes | str | None,
 
     if meta.get("class") != cls.__name__:
         raise ModelFileError(f"{where} holds a {meta.get('class')!r}, not a {cls.__name__}.")
-    return arrays, meta, fail
+    return arrays, meta, fail, opened.origin
 
 
 def _check_file_keys(keys: np.ndarray | None, gone: np.ndarray, fail: Callable[[str], ModelFileError]) -> None:
@@ -103,6 +106,7 @@ def _check_file_keys(keys: np.ndarray | None, gone: np.ndarray, fail: Callable[[
         raise fail("keys must be one per row, distinct for the rows kept and blank for the rows removed.")
 
 
+@reports_model_origin
 class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
     """Shared fit/predict/edit logic; subclasses define the model, the schedule and the curator config.
 
@@ -267,23 +271,25 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         """Save the fitted model without pickle: the curator's state (:meth:`NoisyGDCurator.save`'s arrays and
         metadata: database, model, generator state, certificates) plus the estimator's parameters, classes,
         which rows are still in and the record keys. Owner-only and atomic; with a key (``key``,
-        ``$LETHE_MODEL_KEY``, ``$LETHE_MODEL_KEY_FILE``) authenticated by an HMAC-SHA256 tag."""
+        ``$LETHE_MODEL_KEY``, the key file, created on the first save where none exists) authenticated by an
+        HMAC-SHA256 tag (:func:`lethe.io.save_model_file`)."""
         check_is_fitted(self, "curator_")
         arrays = {**self.curator_.state_arrays(), "active": self.active_}
         if self.keys_ is not None:
             arrays["keys"] = self.keys_
         meta = {**_file_meta(self), "curator": self.curator_.state_meta()}
-        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+        return save_model_file(path, arrays, meta, key=key, model=self)
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> Any:
-        """Load a model written by :meth:`save`: authentication (:func:`lethe.io.load_npz`'s policy), then the
+    def load(cls, path: str | Path, *, key: bytes | str | None = None, trust_unauthenticated: bool = False) -> Any:
+        """Load a model written by :meth:`save`: authentication (:func:`lethe.io.open_model_file`'s policy: refused
+        without a valid tag unless ``trust_unauthenticated=True``, which every later certificate states), then the
         curator's invariant checks (:meth:`NoisyGDCurator.from_state`: shapes, finiteness, rows and labels, step
         counters, every certificate recomputed), then the estimator's: the configuration is the one its parameters
         build for n records (same schedule), the model has the classes' shape, the rows marked removed are the
         dummy zero record, keys blank for them and distinct otherwise. :class:`lethe.io.ModelFileError` on any
         failure; nothing is loaded."""
-        arrays, meta, fail = _open_file(cls, path, key)
+        arrays, meta, fail, origin = _open_file(cls, path, key, trust_unauthenticated)
         where = str(path)
         active, keys = arrays.pop("active", None), arrays.pop("keys", None)
         if not isinstance(meta.get("curator"), dict):
@@ -322,7 +328,7 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         est.keys_ = None if keys is None else keys.copy()
         est._certificate = curator.certificates[-1]
         est._sync()
-        return est
+        return set_origin(est, origin)
 
 
 class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
@@ -650,6 +656,7 @@ class PNSGDCertificate:
         return {**asdict(self), "guarantee": self.guarantee, "observer": self.observer}
 
 
+@reports_model_origin
 class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
     r"""Binary logistic regression learned and unlearned by projected noisy mini-batch SGD (Chien et al. 2024).
 
@@ -826,15 +833,17 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
             arrays["keys"] = self.keys_
         meta = {**_file_meta(self), "removed": list(self._removed), "phase_steps": list(self._phase_steps),
                 "certificates": [] if self._certificate is None else [asdict(self._certificate)]}
-        return save_npz(path, arrays, meta, secret=True, key=model_key(key))
+        return save_model_file(path, arrays, meta, key=key, model=self)
 
     @classmethod
-    def load(cls, path: str | Path, *, key: bytes | str | None = None) -> PNSGDLogisticRegression:
+    def load(cls, path: str | Path, *, key: bytes | str | None = None,
+             trust_unauthenticated: bool = False) -> PNSGDLogisticRegression:
         """Load a model written by :meth:`save` after authenticating it and checking it: the plan recomputed from
         the parameters and (n, d); rows finite in the unit ball, labels ±1, removed rows and labels zero and as many
         as the requests removed; θ finite within the projection radius; the request history's steps and the last
-        certificate recomputed. :class:`lethe.io.ModelFileError` on any failure; nothing is loaded."""
-        arrays, meta, fail = _open_file(cls, path, key)
+        certificate recomputed. :class:`lethe.io.ModelFileError` on any failure; nothing is loaded. A file without a
+        valid tag is refused unless ``trust_unauthenticated=True`` (:func:`lethe.io.open_model_file`)."""
+        arrays, meta, fail, origin = _open_file(cls, path, key, trust_unauthenticated)
         expected = {"X", "y", "gone", "theta"} | ({"keys"} if "keys" in arrays else set())
         if set(arrays) != expected:
             raise fail(f"expected arrays {sorted(expected)}. Found {sorted(arrays)}.")
@@ -888,4 +897,4 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         est._removed, est._phase_steps = removed, phase
         est._rng = check_random_state(None)  # fresh noise: the saved seed's stream is never reused
         est._certificate = certs[-1] if certs else None
-        return est
+        return set_origin(est, origin)

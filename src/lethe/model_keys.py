@@ -1,0 +1,177 @@
+"""The key that authenticates model files, created on first use, and the release counters kept beside it.
+
+Foundation layer (no math, no state of its own beyond the two files below).
+
+**The key** (:func:`key_file_path`, :func:`read_key_file`, :func:`create_key_file`). Where no key is configured
+(``key=``, ``$LETHE_MODEL_KEY``), lethe uses the key file ``$LETHE_MODEL_KEY_FILE``, else
+``$XDG_CONFIG_HOME/lethe/model.key``, else ``~/.config/lethe/model.key``. The first ``save`` without a key creates
+it, as SSH creates a host key: 32 random bytes from the operating system, written in hexadecimal to an owner-only
+file (0600) in an owner-only directory (0700, when lethe creates it), atomically: the key is written to a private
+temporary file, then linked to its name, which fails if another process linked first (then that process's key is
+used) — no reader ever sees a partial key, and two processes never use two keys. A key file that group or others
+can read or write, or that belongs to another user, is refused (as ``ssh`` refuses such a private key).
+
+**The release counters** (:func:`recorded_counts`, :func:`record_counts`; the check is
+:func:`lethe.io.check_counts`). Beside the key file,
+``<key file>.counts`` (owner-only JSON) maps the random id of each saved release stream
+(:class:`lethe.release.ReleasedLogisticRegression`) to the highest counts it was saved or loaded with (releases
+published, records removed). A file whose counts are behind is refused at load: an older copy, even an authentic
+one, would restart the ledger from an earlier point and publish releases the accountant already counted. Limits:
+the counters live on this machine, under this key location; a copy of the file loaded on another machine, or under
+another key location, or after the counts file was deleted, is checked against nothing (the service keeps its
+count in its store instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+#: The environment variables of the model key: the key in hexadecimal, or the path of a file holding it.
+KEY_ENV = "LETHE_MODEL_KEY"
+KEY_FILE_ENV = "LETHE_MODEL_KEY_FILE"
+#: Bytes of a key lethe creates.
+NEW_KEY_BYTES = 32
+COUNTS_SUFFIX = ".counts"
+
+
+class KeyFileError(ValueError):
+    """The model key file (or the counts beside it) cannot be used: unreadable, not hexadecimal, or readable or
+    writable by others."""
+
+
+def key_file_path() -> Path:
+    """The key file lethe reads (and creates on the first save) when no key is given and ``$LETHE_MODEL_KEY`` is
+    unset: ``$LETHE_MODEL_KEY_FILE``, else ``$XDG_CONFIG_HOME/lethe/model.key``, else ``~/.config/lethe/model.key``."""
+    if os.environ.get(KEY_FILE_ENV):
+        return Path(os.environ[KEY_FILE_ENV]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "lethe" / "model.key"
+
+
+def _check_private(st: os.stat_result, path: Path, what: str, *, readable_by_others: bool = False) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise KeyFileError(f"The {what} {path} is not a regular file.")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise KeyFileError(f"The {what} {path} belongs to user id {st.st_uid}, not to this user ({os.geteuid()}): "
+                           "refused (whoever owns it can change it).")
+    loose = st.st_mode & (0o022 if readable_by_others else 0o077)
+    if loose:
+        raise KeyFileError(f"The {what} {path} has permissions {stat.S_IMODE(st.st_mode):04o}: group or others can "
+                           f"{'write' if readable_by_others else 'read or write'} it, so it is refused. Make it "
+                           f"owner-only: chmod 600 {path}.")
+
+
+def read_key_file(path: Path) -> str | None:
+    """The text of the key file ``path`` (None if it does not exist), after checking that only its owner, this user,
+    can read or write it (:class:`KeyFileError` otherwise; symbolic links are followed, the file itself is checked)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise KeyFileError(f"The model key file {path} cannot be read: {e.strerror}.") from None
+    with os.fdopen(fd, "r") as f:
+        _check_private(os.fstat(f.fileno()), path, "model key file")
+        return f.read()
+
+
+def _private_dir(directory: Path) -> None:
+    """Create ``directory`` (and parents) owner-only (0700) if it does not exist."""
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def create_key_file(path: Path) -> str:
+    """Create the key file ``path`` with a new random key (hexadecimal text), atomically, unless it exists; return
+    the text of the key file that exists afterwards (this process's or the one another process created first)."""
+    _private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".model-key-", dir=path.parent)  # created 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_bytes(NEW_KEY_BYTES).hex() + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):  # another process created it first: use that one
+            os.link(tmp, path)  # atomic, never replaces: the first key wins
+    finally:
+        os.unlink(tmp)
+    text = read_key_file(path)
+    if text is None:
+        raise KeyFileError(f"The model key file {path} could not be created.")
+    return text
+
+
+# -- release counters -------------------------------------------------------------------------------------------------
+def counts_path() -> Path:
+    """The counts file: beside the key file (:func:`key_file_path`), named ``<key file>.counts``."""
+    k = key_file_path()
+    return k.with_name(k.name + COUNTS_SUFFIX)
+
+
+def _read_counts(path: Path) -> dict[str, dict[str, int]]:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(fd, "r") as f:
+        _check_private(os.fstat(f.fileno()), path, "release counts file", readable_by_others=True)
+        text = f.read()
+    try:
+        data = json.loads(text) if text.strip() else {}
+        streams = data.get("streams", {})
+        return {str(s): {str(k): int(v) for k, v in c.items()} for s, c in streams.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise KeyFileError(f"The release counts file {path} is not valid JSON of lethe's counters: it is refused "
+                           "(restore it, or delete it to forget every counter).") from None
+
+
+@contextlib.contextmanager
+def _locked_counts() -> Iterator[Path]:
+    path = counts_path()
+    _private_dir(path.parent)
+    lock = path.with_name(path.name + ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def recorded_counts(stream: str) -> dict[str, int]:
+    """The highest counts recorded for the release stream ``stream`` on this machine ({} if none)."""
+    return _read_counts(counts_path()).get(stream, {})
+
+
+def record_counts(stream: str, counts: Mapping[str, int]) -> None:
+    """Raise the recorded counts of ``stream`` to at least ``counts`` (never lower them), under a file lock, written
+    atomically to the owner-only counts file."""
+    with _locked_counts() as path:
+        data = _read_counts(path)
+        cur = data.setdefault(stream, {})
+        for k, v in counts.items():
+            cur[k] = max(int(v), cur.get(k, 0))
+        fd, tmp = tempfile.mkstemp(prefix=".counts-", dir=path.parent)  # created 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps({"streams": data}, sort_keys=True))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "NEW_KEY_BYTES", "KeyFileError", "counts_path", "create_key_file",
+           "key_file_path", "read_key_file", "record_counts", "recorded_counts"]
