@@ -245,7 +245,8 @@ def _status(args: argparse.Namespace) -> int:
     _print(status)
     for f in status.get("faults", []):
         what = (f"model {f['model']} version {f['version']}" if "model" in f else
-                f"dataset {f['dataset']}" if "dataset" in f else f"storage {f.get('storage', '')}")
+                f"dataset {f['dataset']}" if "dataset" in f else
+                f"{f['requests']} request(s)" if "requests" in f else f"storage {f.get('storage', '')}")
         print(f"lethe: fault: {what}: {f['error']} (repair: {f['repair']})", file=sys.stderr)
     return 0 if status.get("healthy", True) else 3
 

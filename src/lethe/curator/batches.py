@@ -403,6 +403,11 @@ class BatchProcessor:
             raise
         self.warm.advance(new_ids)
         self.serving.seed_verified(new, new_ids)
+        # followers committed while the batch published (PostgreSQL: after its followers were selected) complete
+        # now, with the same certificates (lethe.curator.followers)
+        followers = self.retention.followers
+        followers._at("batch-published")
+        followers.settle_pairs((str(r.id), dataset_id, r.record_id) for r in reqs if r is not None)
         self.budget_cap(dataset_id, len(request_ids), [item.certificate for item in new])
         log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
                  ds_name, versions)
@@ -438,6 +443,12 @@ class BatchProcessor:
                             DeletionRequest.record_id == req.record_id)):
                         f.status, f.error, f.processed_at, f.record_id = "failed", error, req.processed_at, None
                         add_event(s, "request_failed", {"batch_id": batch_id, "error": error}, request_id=f.id)
+        if status == "failed":  # followers committed concurrently fail with their leader (lethe.curator.followers)
+            with self.store.read() as s:
+                ended = s.execute(select(DeletionRequest.id, DeletionRequest.dataset_id, DeletionRequest.record_id)
+                                  .where(DeletionRequest.id.in_(request_ids),
+                                         DeletionRequest.status == "failed")).all()
+            self.retention.followers.settle_pairs((r.id, r.dataset_id, r.record_id) for r in ended)
         log.warning("batch %s of dataset %s not processed (%s)", batch_id, ds_name, status)
         return BatchResult(batch_id=batch_id, dataset=ds_name, request_ids=tuple(request_ids), status=status,
                            error=error)

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from lethe.curator.datadir import DataDirectory
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import BusyError, ConflictError, CuratorError, InvalidInputError, NotFoundError
+from lethe.curator.followers import Followers
 from lethe.curator.public import check_payload
 from lethe.curator.settings import DROPPED_PREFIX, Principal
 from lethe.curator.store import Dataset, DeletionRequest, LedgerEvent, Record, Store, add_event, utcnow
@@ -76,6 +77,7 @@ class Submission:
     alone: bool = False  # its group failed as a whole: the caller submits it in a transaction of its own
     result: Answer | None = None
     error: CuratorError | None = None
+    follows: tuple[str, int, int | None] | None = None  # a new follower's (leader id, dataset id, record id)
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ class DeletionIntake:
         self.data_dir = data_dir
         self.views = views
         self.on_created = on_created
+        self.followers = Followers(store)  # a follower committed after its leader's batch is completed here
         self._mutex = threading.Lock()  # group commit of submissions (see _join_group)
         self._queue: list[Submission] = []
         self._busy = False
@@ -240,6 +243,7 @@ class DeletionIntake:
                 with self.store.write() as s, s.begin():
                     view, created = self.answer_in(s, sub)
                 if created:
+                    self._settle_followers([sub.follows])
                     self.on_created()
                 return view, created
             except IntegrityError:
@@ -324,7 +328,22 @@ class DeletionIntake:
         for sub, (result, error) in zip(group, outcomes, strict=True):
             sub.result, sub.error = result, error
         if any(result is not None and result[1] for result, _ in outcomes):
+            self._settle_followers([m.follows for m, (result, _e) in zip(group, outcomes, strict=True)
+                                    if result is not None and result[1]])
             self.on_created()
+
+    def _settle_followers(self, follows: list[tuple[str, int, int | None] | None]) -> None:
+        """After the commit: the new followers whose leader's batch published (or failed) meanwhile are completed
+        now (on PostgreSQL that batch may have selected the leader's followers before ours was committed:
+        :mod:`lethe.curator.followers`). Best effort: a failure here is left to recovery, which completes them."""
+        pairs = [f for f in follows if f is not None]
+        if not pairs:
+            return
+        self.followers._at("intake-committed")
+        try:
+            self.followers.settle_pairs(pairs)
+        except Exception as exc:  # noqa: BLE001 - the submission is committed; recovery settles what is left
+            log.warning("settling follower requests failed (%s); recovery completes them", type(exc).__name__)
 
     def _commit_group_serially(self, group: list[Submission]) -> list[Outcome] | None:
         """A group in one transaction, one savepoint per submission (after a race with another process); None if
@@ -336,6 +355,7 @@ class DeletionIntake:
                     outcome: Outcome = (None, BusyError("Concurrent submissions of this deletion kept conflicting; "
                                                         "retry."))
                     for _attempt in range(3):
+                        sub.follows = None
                         try:
                             with s.begin_nested():
                                 outcome = (self.answer_in(s, sub), None)
@@ -414,6 +434,8 @@ class DeletionIntake:
                 continue
             assert ds is not None
             row = new_row(sub, ds.id, existing, digest if existing.holds_record else owner)
+            if existing.status == FOLLOWER and known.live is not None:
+                sub.follows = (known.live.id, ds.id, existing.record_id)
             rows.append(row)
             req = NewRequest(**row)  # not an ORM instance: the group is inserted in bulk below
             payload = check_payload({"dataset": sub.dataset, "requester": p.name})
@@ -461,6 +483,8 @@ class DeletionIntake:
         assert known.dataset is not None
         row = new_row(sub, known.dataset.id, existing,
                       known.digest if existing.holds_record else known.owner_digest)
+        if existing.status == FOLLOWER and known.live is not None:
+            sub.follows = (known.live.id, known.dataset.id, existing.record_id)
         req = DeletionRequest(**row)
         s.add(req)
         s.flush()  # the unique constraints fire here (IntegrityError → the caller answers from the winner)

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from lethe.curator.artifacts import ArtifactStore, destroy_file
 from lethe.curator.dataplane import DataPlane, MatrixStore
+from lethe.curator.followers import Followers
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.serving import Serving
 from lethe.curator.settings import DROPPED_PREFIX, KEYS_HASHED
@@ -51,9 +52,11 @@ class Retention:
     lock: ProcessingLock
     serving: Serving
     storage: StorageHealth = field(init=False)
+    followers: Followers = field(init=False)
 
     def __post_init__(self) -> None:
         self.storage = StorageHealth(self.data_dir)
+        self.followers = Followers(self.store)
 
     def verify_datasets(self) -> list[dict[str, Any]]:
         """Check that every live dataset's data-plane files exist and have the size its rows need (N × d and N
@@ -83,6 +86,15 @@ class Retention:
                                "repair": f"drop its models and the dataset (lethe dataset drop {name} --yes), then "
                                          "register it again from its source"})
         return faults
+
+    def verify_requests(self) -> list[dict[str, Any]]:
+        """Requests that would never reach an end on their own: follower requests no pending request leads
+        (:meth:`lethe.curator.followers.Followers.stuck`). ``[{requests, error, repair}]`` (empty when none)."""
+        n = self.followers.stuck()
+        if not n:
+            return []
+        return [{"requests": n, "error": f"{n} follower request(s) wait for a request that is no longer pending",
+                 "repair": "run `lethe process` (or let the worker run): recovery completes them"}]
 
     def destroy_superseded(self, *, record: bool = True) -> list[tuple[int, int, str]]:
         """Destroy the artifacts of superseded versions; with ``record``, mark them destroyed (one transaction).
@@ -230,6 +242,7 @@ class Retention:
         for p in orphans:
             destroy_file(self.data_dir / p)
         destroyed = len(self.destroy_superseded())
+        self.followers.settle_orphans()  # followers whose leader's batch ended without them (a crash, a race)
         purged = 0
         if self.purge_pending():
             purged = int(self.purge(attempts=3, erase=None if self.erase_pending() else {}))

@@ -268,8 +268,8 @@ class ReadViews:
             counts = dict(s.execute(select(db.DeletionRequest.status, func.count())
                                     .group_by(db.DeletionRequest.status)).all())
             oldest = s.scalar(select(func.min(db.DeletionRequest.submitted_at))
-                              .where(db.DeletionRequest.status == "pending"))
-        faults = self.serving.verify_models() + self.retention.verify_datasets()
+                              .where(db.DeletionRequest.status.in_(("pending", "waiting"))))
+        faults = self.serving.verify_models() + self.retention.verify_datasets() + self.retention.verify_requests()
         storage = self.retention.storage.probe()  # a write under the data directory, now (see lethe.curator.storage)
         if storage is not None:
             faults.append({"storage": str(self.data_dir), "error": storage["error"], "repair": storage["repair"]})
@@ -277,7 +277,10 @@ class ReadViews:
         warm = self.warm_count() or (int(worker.get("warm_models", 0)) if worker is not None else 0)
         return {"data_dir": str(self.data_dir), "database": self.safe_url(), "healthy": not faults,
                 "faults": faults, "datasets": datasets, "models": models,
-                "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
+                # a follower (stored "waiting") is pending to everyone who reads a count (lethe.curator.public)
+                "requests": {"pending": int(counts.get("pending", 0)) + int(counts.get("waiting", 0)),
+                             **{k: int(counts.get(k, 0)) for k in ("done", "failed")},
+                             "waiting": int(counts.get("waiting", 0))},
                 "oldest_pending": iso(oldest), "purge_pending": self.retention.purge_pending(), "warm_models": warm,
                 "worker_process": None if worker is None else
                 {k: worker.get(k) for k in ("pid", "started_at", "ready", "warm_models")},
@@ -309,7 +312,8 @@ class ReadViews:
             counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
-                "faults": len(self.serving.verify_models()) + len(self.retention.verify_datasets()),
+                "faults": len(self.serving.verify_models()) + len(self.retention.verify_datasets())
+                + len(self.retention.verify_requests()),
                 "storage_fault": self.retention.storage.probe() is not None,
                 "purge_pending": self.retention.purge_pending()}
 
@@ -326,7 +330,7 @@ class ReadViews:
     def pending_count(self) -> int:
         with self.store.read() as s:
             return int(s.scalar(select(func.count()).select_from(db.DeletionRequest)
-                                .where(db.DeletionRequest.status == "pending")) or 0)
+                                .where(db.DeletionRequest.status.in_(("pending", "waiting")))) or 0)
 
 
 

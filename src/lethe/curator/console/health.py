@@ -61,7 +61,11 @@ def check(curator: Curator) -> Health:
     settings = curator.settings
     with curator.store.read() as s:
         counts = Q.status_counts(s)
-        oldest = s.scalar(select(func.min(DeletionRequest.submitted_at)).where(DeletionRequest.status == "pending"))
+        waiting = int(s.scalar(select(func.count()).select_from(DeletionRequest)
+                               .where(DeletionRequest.status == "waiting")) or 0)
+        counts["pending"] = (counts["pending"] or 0) + waiting  # a follower is pending (lethe.curator.public)
+        oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
+                          .where(DeletionRequest.status.in_(("pending", "waiting"))))
         last = s.scalar(select(func.max(DeletionRequest.processed_at)).where(DeletionRequest.status == "done"))
         failed_rows = s.execute(select(DeletionRequest.id, DeletionRequest.requester, DeletionRequest.error,
                                        DeletionRequest.attempts, DeletionRequest.processed_at)
@@ -97,6 +101,9 @@ def check(curator: Curator) -> Health:
     for f in curator.retention.verify_datasets():
         h.faults.append(Fault(f"Dataset “{f['dataset']}”: its files are missing or damaged ({f['error']})",
                               "Training and every deletion for this dataset will fail; its records cannot be read.",
+                              f"Repair: {f['repair']}."))
+    for f in curator.retention.verify_requests():
+        h.faults.append(Fault(f"{f['requests']:,} request(s) cannot reach an end on their own", f["error"] + ".",
                               f"Repair: {f['repair']}."))
     storage = curator.retention.storage.probe()
     if storage is not None:
