@@ -47,6 +47,7 @@ from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.model_origin import reports_model_origin, set_origin
 from lethe.losses import get_loss
+from lethe.privacy.mechanisms import OSRandomSource
 from lethe.privacy.release import (
     RELEASE_OBSERVER,
     ReleaseAccountant,
@@ -55,7 +56,7 @@ from lethe.privacy.release import (
     release_sigma,
 )
 
-__all__ = ["GUARANTEE", "Release", "ReleaseCertificate", "ReleasedLogisticRegression", "check_release_state"]
+__all__ = ["GUARANTEE", "SCHEDULE_REVEALS", "SEEDED_GUARANTEE", "Release", "ReleaseCertificate", "ReleasedLogisticRegression", "check_release_state"]
 
 
 #: An upper bound on the logistic loss at margin 0, log 2 (rounded up).
@@ -63,8 +64,21 @@ _LOGISTIC_AT_ZERO = math.log(2.0) * (1.0 + 1e-15)
 
 GUARANTEE = ("(epsilon, delta)-differential privacy of the whole sequence of releases with respect to adding or "
              "removing any one record (fresh Gaussian noise per release, exact composition; "
-             "docs/release_privacy.md)")
+             "docs/release_privacy.md), given the release schedule: the releases' times and count are published and "
+             "are not covered (see schedule_reveals)")
 _GUARANTEE = GUARANTEE
+
+#: What the library's schedule reveals (``ReleaseCertificate.schedule_reveals``): releases follow the caller's calls
+#: of ``remove`` (every ``cadence`` removals) and ``release`` (docs/release_privacy.md §3).
+SCHEDULE_REVEALS = ("that removals happened, how many and when: a release follows every `cadence` calls of remove "
+                    "(and every call of release); with releases on a clock only (release() every T seconds, a "
+                    "cadence no removal reaches) it reveals nothing about the records")
+
+#: The guarantee a SEEDED stream states instead (``random_state`` not None): anyone who knows or guesses the seed
+#: regenerates the noise and subtracts it, recovering the exact centre; such releases are not private.
+SEEDED_GUARANTEE = ("NOT PRIVATE: the release noise was seeded (random_state is not None); anyone who knows the seed "
+                    "subtracts it and recovers the exact centre. Use random_state=None (operating-system randomness) "
+                    "for anything published")
 
 
 @dataclass(frozen=True)
@@ -116,7 +130,11 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         Training tolerance on ‖∇L_0‖ (default 10⁻³ β_cap).
     max_iter : int, default=2000
     random_state : None, int or numpy Generator
-        Seeds the release noise. Use None (OS entropy) for real releases.
+        None (the default): the release noise is drawn from the operating system's CSPRNG
+        (:class:`lethe.privacy.mechanisms.OSRandomSource`). A seed makes the stream reproducible for tests and
+        benchmarks and NOT private — whoever knows the seed subtracts the noise — and every certificate of the stream
+        says so (``private: False``, ``noise_source: "seeded"``, guarantee "NOT PRIVATE ..."); the curator refuses
+        seeds for released models.
 
     Attributes
     ----------
@@ -199,9 +217,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         keys = check_sample_ids(sample_ids, X.shape[0]) if sample_ids is not None else None
         n = X.shape[0]
         n_floor = auto_n_floor(n) if self.n_floor == "auto" else int(self.n_floor)
-        if n < n_floor:
-            raise ValueError(f"X has {n} rows, fewer than n_floor = {n_floor}: the sensitivity bound assumes at "
-                             "least n_floor rows besides any one target.")
+        if n <= n_floor:
+            raise ValueError(f"X has {n} rows, fewer than n_floor + 1 = {n_floor + 1}: the sensitivity bound "
+                             "assumes at least n_floor rows besides any one target, so n must exceed n_floor.")
         loss = get_loss("logistic")
         assert loss.grad_bound is not None
         # ℓ ≥ 0 with ℓ(0, ±1) = log 2: λ‖w*‖ ≤ √(2λ log 2) (the bound's step i); rounded up
@@ -216,6 +234,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         cache = NewtonCache()
         state, _ = mech.train(X, Y, cache=cache, defer_setup=True, check_input=bool(self.fit_intercept))
         rng = check_random_state(self.random_state)
+        # release noise: the operating system's CSPRNG (lethe.privacy.mechanisms.OSRandomSource); a seed makes the
+        # stream reproducible and NOT private (its certificates say so: SEEDED_GUARANTEE)
+        self._seeded_rng = rng if self.random_state is not None else None
         self.classes_ = classes
         self.n_floor_ = n_floor
         self.sensitivity_ = sensitivity
@@ -234,7 +255,12 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
     def _publish(self) -> Release:
         """Record one release in the accountant (refused past the horizon, nothing changed), then draw fresh noise."""
         accountant = self._accountant.record()
-        w = self._state.w + self._rng.normal(0.0, accountant.sigma, size=self._state.w.shape[0])
+        seeded_rng = self.__dict__.get("_seeded_rng")
+        seeded = seeded_rng is not None or bool(self.releases_ and not self.releases_[-1].certificate.private)
+        d = self._state.w.shape[0]
+        noise = (seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None
+                 else OSRandomSource().standard_normal((d,)))
+        w = self._state.w + accountant.sigma * noise
         if self._trained["fit_intercept"]:
             coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
         else:
@@ -242,12 +268,14 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         coef = np.array(coef, dtype=np.float64, copy=True)
         coef.setflags(write=False)
         cert = ReleaseCertificate(
-            observer=RELEASE_OBSERVER, guarantee=GUARANTEE, version=len(self.releases_),
+            observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else GUARANTEE,
+            version=len(self.releases_),
             releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
             delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
             sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
             n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
-            cadence=int(self.cadence))
+            cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
+            noise_source="seeded" if seeded else "os-csprng", private=not seeded)
         release = Release(version=len(self.releases_), coef=coef, intercept=intercept, certificate=cert)
         self._accountant = accountant
         self.releases_.append(release)

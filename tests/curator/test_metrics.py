@@ -62,7 +62,7 @@ def cur(tmp_path: Path, data: Data) -> Iterator[Curator]:
     c.register_dataset("people", data.csv, key="user_id", label="label")
     c.register_dataset("other", data.csv, key="user_id", label="label")
     c.train("people", "clf", params=PARAMS, random_state=0)
-    c.train("people", "rel", mechanism="released-logistic", params=RELEASED, random_state=0)
+    c.train("people", "rel", mechanism="released-logistic", params=RELEASED)
     yield c
     c.close()
 

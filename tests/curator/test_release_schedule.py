@@ -43,7 +43,7 @@ def _world(root: Path, data: Data, target: str, held: bool, params: dict[str, An
     df.to_csv(csv, index=False)
     c = Curator(root / "lethe-data", settings=Settings(batch_size=1), clock=clock)
     c.register_dataset("people", csv, key="user_id", label="label")
-    c.train("people", "m", mechanism="released-logistic", params=params, random_state=0)
+    c.train("people", "m", mechanism="released-logistic", params=params)
     return c
 
 

@@ -40,7 +40,7 @@ def cur(tmp_path: Path, data: Data) -> Iterator[Curator]:
     c.register_dataset("people", data.csv, key="user_id", label="label")
     c.train("people", "plain", params=PARAMS, random_state=0)
     c.train("people", "opted", params=PARAMS, random_state=0, serve_unreleased=True)
-    c.train("people", "rel", mechanism="released-logistic", params=RELEASED, random_state=0)
+    c.train("people", "rel", mechanism="released-logistic", params=RELEASED)
     yield c
     c.close()
 

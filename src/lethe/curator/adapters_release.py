@@ -28,10 +28,16 @@ The accountant (releases used of the horizon, ε spent at δ) is kept in the art
 with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
 
 Horizon spent (documented alternative to a refusal that would leave the record in the data): the removal is still
-carried out on the secret centre, but no release is drawn — the version keeps serving the last release, the
-certificate says ``published: false, horizon_spent: true``, the summary shows ``horizon_spent`` to operators, and the
-whole-sequence guarantee (which covers every record, the deleted one included, at every release) is unchanged. To
-publish again, train a new model: a new stream, whose budget composes with the old one's for records in both.
+carried out on the secret centre, but no release is drawn and the certificate says ``published: false,
+horizon_spent: true``. The last release was computed with the removed record, so the version is **withdrawn**
+(``withdrawn: true`` in its summary and certificate): model-readers are refused its weights and predictions
+(:meth:`lethe.curator.serving.Serving.check_served`), operators see a fault in ``lethe status`` and the health page
+(:meth:`lethe.curator.serving.Serving.verify_models`), and the data subject's text says the published model still
+held the record until it was withdrawn. To publish again, retrain: a new stream, composed with the old one's in the
+dataset's privacy ledger (:mod:`lethe.curator.lifetime`), refused if it would pass the dataset's lifetime budget.
+
+Noise: every release draws its noise from the operating system's CSPRNG (:func:`release_noise`); the service
+refuses a seed for this mechanism (issue 36: a seeded stream's noise can be regenerated and subtracted).
 
 The math is the library's: :func:`lethe.certified.bounds.release_sensitivity`,
 :class:`lethe.privacy.release.ReleaseAccountant` and :class:`lethe.certified.mechanism.CertifiedRemoval`.
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -50,7 +57,17 @@ from lethe.curator.adapters import MechanismAdapter, register_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError
 from lethe.curator.public import OBSERVER_RELEASES
 
-__all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter"]
+__all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter", "release_noise"]
+
+
+def release_noise(d: int) -> np.ndarray:
+    """d standard normal variates from the operating system's CSPRNG (:class:`lethe.privacy.mechanisms.OSRandomSource`:
+    no state, no seed): the noise of every release the service publishes. The service's ``random_state`` is never
+    used for it (a seed would let whoever knows it subtract the noise; the service refuses seeds for this
+    mechanism, :attr:`ReleasedLogisticAdapter.refuses_seed`)."""
+    from lethe.privacy.mechanisms import OSRandomSource
+
+    return OSRandomSource().standard_normal((int(d),))
 
 #: What each schedule's release times (and the release number a model-reader is told) reveal, in plain words, carried
 #: by every certificate and summary of a released model (docs/release_privacy.md §3).
@@ -73,6 +90,8 @@ class ReleasedLogisticAdapter(MechanismAdapter):
 
     name = "released-logistic"
     secret_arrays = ("centre",)
+    #: the service refuses ``random_state`` (``--seed``) for this mechanism: its noise is the privacy (issue 36)
+    refuses_seed = True
     _DEFAULTS: ClassVar[dict[str, Any]] = {
         "lam": 1e-2, "epsilon": 1.0, "delta": 1e-5, "horizon": 1000, "cadence": 1, "residual_cap": 0.01,
         "n_floor": "auto", "solver": "auto", "tol": None, "max_iter": 2000, "cadence_seconds": None,
@@ -156,13 +175,15 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "sigma": acc.sigma, "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases,
                 "published": published, "horizon_spent": bool(meta["horizon_spent"]),
                 "residual_bound": meta["state"]["residual_bound"], "n_removed": n_removed,
-                "n_remaining": meta["state"]["n"], "retrained": False}
+                "n_remaining": meta["state"]["n"], "retrained": False, "noise_source": "os-csprng",
+                "withdrawn": _withdrawn(acc, meta)}
 
     # -- the adapter contract ---------------------------------------------------------------------------------------
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         from lethe.release import ReleasedLogisticRegression
 
-        est = ReleasedLogisticRegression(**self._estimator_params(self.params), random_state=rng).fit(X, y)
+        # the release noise comes from the OS CSPRNG, never from ``rng`` (a seed would make it subtractable)
+        est = ReleasedLogisticRegression(**self._estimator_params(self.params), random_state=None).fit(X, y)
         rel = est.release_
         acc = est.accountant_
         state = est.state_
@@ -170,7 +191,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "accountant": acc.to_dict(), "pending": 0, "release_version": rel.version,
                 "released_at": float(self.clock()),
                 "n_floor": int(est.n_floor_), "solver": est.mechanism_.solver, "horizon_spent": False,
-                "state": self._state_meta(state), "n": int(state.n)}
+                "state": self._state_meta(state), "n": int(state.n), "stream": uuid.uuid4().hex}
         artifact = Artifact(arrays={"centre": np.array(state.w, dtype=np.float64),
                                     "w": np.array(rel.coef, dtype=np.float64)}, meta=meta)
         return artifact, self._certificate(acc, meta, published=True, n_removed=0, operation="train")
@@ -190,10 +211,10 @@ class ReleasedLogisticAdapter(MechanismAdapter):
             raise ValueError(f"indices must be distinct rows of the {n} current records.")
         if n != int(m["state"]["n"]):
             raise ValueError(f"The model holds {m['state']['n']} records; the data given has {n}.")
-        if n - idx.size < int(m["n_floor"]):
-            raise ValueError(f"Removing {idx.size} rows would leave {n - idx.size}, fewer than n_floor = "
-                             f"{m['n_floor']}: the releases' sensitivity bound needs n_floor rows. Nothing was "
-                             "removed.")
+        if n - idx.size <= int(m["n_floor"]):
+            raise ValueError(f"Removing {idx.size} rows would leave {n - idx.size}, fewer than n_floor + 1 = "
+                             f"{int(m['n_floor']) + 1}: the releases' sensitivity bound needs n_floor rows besides "
+                             "any one target. Nothing was removed.")
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         state = ModelState(w=centre, b=np.zeros_like(centre), **m["state"])
         mech = self._mechanism(X, solver=m["solver"])
@@ -214,7 +235,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         released_at = m.get("released_at")
         if due and acc.remaining > 0:
             acc = acc.record()
-            w_pub = new_state.w + rng.normal(0.0, acc.sigma, size=new_state.w.shape[0])
+            w_pub = new_state.w + acc.sigma * release_noise(new_state.w.shape[0])
             published, pending, version, released_at = True, 0, version + 1, now
         elif due:
             horizon_spent = True  # no release: the version keeps serving the last one (module docstring)
@@ -255,7 +276,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                              f"{acc.remaining}. Nothing was released (train a new model to publish again).")
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         acc = acc.record()
-        w_pub = centre + rng.normal(0.0, acc.sigma, size=centre.shape[0])
+        w_pub = centre + acc.sigma * release_noise(centre.shape[0])
         meta = {**m, "accountant": acc.to_dict(), "pending": 0, "release_version": int(m["release_version"]) + 1,
                 "released_at": float(self.clock())}
         out = Artifact(arrays={"centre": centre, "w": w_pub}, meta=meta)
@@ -282,4 +303,12 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "pending_removals": int(m["pending"]), "release_version": int(m["release_version"]),
                 "horizon_spent": bool(m["horizon_spent"]), "sigma": acc.sigma, "n": int(m["state"]["n"]),
                 "n_floor": int(m["n_floor"]), "residual_bound": float(m["state"]["residual_bound"]),
-                "retrainings": int(m["state"]["retrainings"])}
+                "retrainings": int(m["state"]["retrainings"]), "sensitivity": acc.sensitivity,
+                "stream": m.get("stream"), "withdrawn": _withdrawn(acc, m)}
+
+
+def _withdrawn(acc: Any, meta: dict[str, Any]) -> bool:
+    """Whether the version must not be served to model-readers: the horizon is spent and a removal is pending (it
+    can never be published), so the last release contains a record deleted since (issue 36; the service withdraws
+    it: model-readers are refused, operators see a fault, the requester is told ``published: false``)."""
+    return bool(acc.remaining <= 0 and int(meta["pending"]) >= 1)

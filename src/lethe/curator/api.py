@@ -491,8 +491,8 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         storage = curator.retention.storage.probe()
         out: dict[str, Any] = {"status": "ok", "faults": 0, "storage": "ok" if storage is None else "faulty"}
         try:
-            faults = (curator.verify_models() + curator.retention.verify_datasets()
-                      + curator.retention.verify_requests())
+            faults = (curator.verify_models() + curator.serving.withdrawn_faults()
+                      + curator.retention.verify_datasets() + curator.retention.verify_requests())
         except Exception:  # the database itself is unavailable: still alive, not healthy
             return {**out, "status": "degraded", "faults": None}
         out["faults"] = len(faults)

@@ -45,7 +45,9 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "retrained", "n_removed", "n_remaining", "n_retained", "n", "step", "steps", "edit_requests",
     # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
     "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule",
-    "schedule_reveals",
+    "schedule_reveals", "withdrawn", "noise_source",
+    # the dataset's privacy ledger (issue 36): every release of every model on its records, composed
+    "lifetime_epsilon", "lifetime_epsilon_committed", "lifetime_delta", "lifetime_budget",
 })
 
 #: The subset a requester sees on its own certificates: nothing that depends on other records of its batch.
@@ -54,6 +56,10 @@ REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     "epsilon", "delta", "budget", "q", "p", "r", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
     "epsilon_certified", "rdp_slope", "sigma", "lr", "grad_clip", "model_radius", "weight_decay", "clipping",
     "observer", "horizon", "cadence", "cadence_seconds", "schedule", "schedule_reveals",
+    # whether the removal is in the published model yet (issue 36: the data subject's text follows it); under the
+    # clock schedule they are the same whether or not the record was held
+    "published", "horizon_spent", "withdrawn", "noise_source",
+    "lifetime_epsilon", "lifetime_epsilon_committed", "lifetime_delta", "lifetime_budget",
 })
 
 #: Who a certificate's guarantee covers (issue 26): the certificates of the mechanisms that bound what ONE version

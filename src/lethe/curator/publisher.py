@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 
+from lethe.curator import lifetime
 from lethe.curator.artifacts import Artifact, ArtifactStore
 from lethe.curator.public import check_payload, public_certificate
 from lethe.curator.store import (
@@ -141,6 +142,7 @@ class VersionPublisher:
             old = s.get(ModelVersion, item.old.id)
             if m is None or old is None or m.current_version_id != old.id or old.status != "published":
                 raise RuntimeError(f"release {batch_id}: model {item.name} changed")
+            certificate = _count_release(s, m, item)
             add_event(s, "release", {"batch_id": batch_id, **item.summary}, model_id=item.model_id,
                       version_id=old.id)
             v = self.publish_version(s, m, old, artifact=item.artifact, sha256=item.sha256,
@@ -148,7 +150,7 @@ class VersionPublisher:
                                      announce={"batch_id": batch_id, "release": True})
             s.add(CertificateRow(id=str(uuid.uuid4()), kind="release", model_id=m.id, old_version_id=old.id,
                                  new_version_id=v.id, batch_id=batch_id, mechanism=item.mechanism,
-                                 certificate=item.certificate, created_at=now))
+                                 certificate=certificate, created_at=now))
             return v.number, v.id
 
     def publish_batch(self, batch_id: str, dataset_id: int, ds_name: str, request_ids: list[str],
@@ -175,7 +177,7 @@ class VersionPublisher:
                 old = s.get(ModelVersion, item.old.id)
                 if m is None or old is None or m.current_version_id != old.id or old.status != "published":
                     raise RuntimeError(f"batch {batch_id}: model {item.name} changed")
-                cert = item.certificate
+                cert = _count_release(s, m, item)
                 # record first (ledger), then update state
                 add_event(s, "retrain" if cert.get("retrained") else "remove",
                           {"batch_id": batch_id, "n_removed": len(request_ids), **item.summary,
@@ -234,6 +236,16 @@ class VersionPublisher:
             s.execute(insert(ledger_table), events)
             add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": ds_name, "count": len(reqs)})
         return versions, new_ids
+
+
+def _count_release(s: Any, model: Model, item: NewVersion) -> dict[str, Any]:
+    """Within the publishing transaction: a released model's version moves the store's count of its stream's
+    releases (refused if the artifact's count is behind it: a rollback, :func:`lethe.curator.lifetime.record_releases`)
+    and its certificate states the dataset's lifetime ε beside the stream's. Other mechanisms: unchanged."""
+    if item.summary.get("observer") != "every published release":
+        return item.certificate
+    lifetime.record_releases(s, model.id, item.summary)
+    return {**item.certificate, **lifetime.summary_fields(s, model.dataset_id)}
 
 
 __all__ = ["REQUEST_COLUMNS", "NewVersion", "VersionPublisher"]

@@ -137,8 +137,8 @@ class Curator:
     def _metric_probes(self) -> tuple[int, bool, bool]:
         """What ``/metrics`` reads at each scrape: artifact and dataset faults (cached per file stamp), whether the
         storage cannot be written, whether a purge is pending."""
-        faults = (len(self.serving.verify_models()) + len(self.retention.verify_datasets())
-                  + len(self.retention.verify_requests()))
+        faults = (len(self.serving.verify_models()) + len(self.serving.withdrawn_faults())
+                  + len(self.retention.verify_datasets()) + len(self.retention.verify_requests()))
         return faults, self.retention.storage.probe() is not None, self.retention.purge_pending()
 
     def _notify_work(self) -> None:

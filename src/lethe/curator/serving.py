@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy import func, select
 
+from lethe.curator import lifetime
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
 from lethe.curator.errors import BusyError, InvalidInputError, NotFoundError, ServiceFaultError, UnreleasedModelError
@@ -50,6 +51,25 @@ def _reader_version(summary: dict[str, Any], number: int) -> int:
     if covers_releases(summary) and summary.get("release_version") is not None:
         return int(summary["release_version"])
     return number
+
+
+class WithdrawnModelError(UnreleasedModelError):
+    """A released model whose horizon is spent while a removal is unpublished (or, under the clock schedule, whose
+    horizon is spent): its last release was computed with a record deleted since, so it is not served to
+    model-readers (issue 36)."""
+
+
+class LearnedFromRowsError(UnreleasedModelError):
+    """A model of a dataset whose feature space was learned from its rows (``--categorical`` without a schema): its
+    feature names and per-category weights would name a record, deleted or not, to model-readers (issue 36)."""
+
+
+def withdrawn_refusal(model: str) -> WithdrawnModelError:
+    """The refusal a model-reader gets for a withdrawn released model."""
+    return WithdrawnModelError(
+        f"Model {model!r} is withdrawn: its horizon of private releases is spent, and its last release was computed "
+        f"before a deletion it can no longer publish (docs/release_privacy.md §3). An operator must retrain it "
+        f"(lethe model retrain {model}) to serve it again.")
 
 
 def unreleased_refusal(model: str, mechanism: str) -> UnreleasedModelError:
@@ -144,6 +164,8 @@ class Serving:
                 info: dict[str, Any] = {"model": m.name, "mechanism": m.mechanism, "params": dict(m.params),
                                         "version": v.number, "serve_unreleased": bool(m.serve_unreleased),
                                         "covers_releases": covers_releases(dict(v.summary or {})),
+                                        "withdrawn": bool((v.summary or {}).get("withdrawn")),
+                                        "learned": _learned(ds),
                                         # what a model-reader is told: a released model's release number (it
                                         # changes only when a release is published), else the version number
                                         "reader_version": _reader_version(dict(v.summary or {}), v.number),
@@ -180,7 +202,17 @@ class Serving:
         """Predictions and weights are served from released models only (issue 26): a version whose guarantee does
         not cover an observer of every published release is refused (:class:`UnreleasedModelError`) unless the
         caller is an operator (admin scope, the CLI: they hold the data) or an operator opted in at training."""
-        if operator or info["covers_releases"] or info["serve_unreleased"]:
+        if operator:
+            return
+        if info.get("learned"):
+            raise LearnedFromRowsError(
+                f"Model {info['model']!r} is not served to model-readers: its dataset's {info['learned']} were "
+                "learned from the rows (--categorical without a schema), and its feature names and weights would "
+                "reveal a record that held a rare category, deleted or not. Register the data with a declared schema "
+                "(lethe dataset add --schema) and train the model on it.")
+        if info.get("withdrawn"):
+            raise withdrawn_refusal(info["model"])
+        if info["covers_releases"] or info["serve_unreleased"]:
             return
         raise unreleased_refusal(info["model"], info["mechanism"])
 
@@ -215,7 +247,9 @@ class Serving:
             d = ds.n_features
             declared, ds_name = ds.feature_names.get("schema"), ds.name
             self.check_served({"model": m.name, "mechanism": m.mechanism, "serve_unreleased": bool(m.serve_unreleased),
-                               "covers_releases": v is not None and covers_releases(dict(v.summary or {}))},
+                               "covers_releases": v is not None and covers_releases(dict(v.summary or {})),
+                               "withdrawn": v is not None and bool((v.summary or {}).get("withdrawn")),
+                               "learned": _learned(ds)},
                               operator=operator)
             text_meta = ds.feature_names.get("text")
         given = sum(v is not None for v in (features, records, texts))
@@ -292,7 +326,7 @@ class Serving:
                     for m in s.scalars(select(Model).order_by(Model.id))
                     for v in [s.get(ModelVersion, m.current_version_id)]
                     for ds in [s.get(Dataset, m.dataset_id)] if v is not None and ds is not None]
-        faults = []
+            faults = release_faults(s, withdrawn=False)
         for model_id, name, mech, params, number, vid, relpath, sha, n_records, ds_name, d in rows:
             path = self.data_dir / relpath
             try:
@@ -317,6 +351,12 @@ class Serving:
                 self._verified[model_id] = stamp
         return faults
 
+    def withdrawn_faults(self) -> list[dict[str, Any]]:
+        """Released models withdrawn from model-readers (:func:`release_faults`), for operators: a fault to show
+        (status, health page), which does not stop deletions."""
+        with self.store.read() as s:
+            return release_faults(s, behind=False)
+
     def budget(self, model: str) -> dict[str, Any]:
         """Budget status of a model's published version (public numbers only)."""
         with self.store.read() as s:
@@ -330,8 +370,60 @@ class Serving:
                     "version": v.number, "version_id": v.id, "published_at": iso(v.created_at),
                     "n_records": v.n_records, "versions_total": int(n_versions or 0), **v.summary,
                     "served": served_to(dict(v.summary or {}), bool(m.serve_unreleased)),
-                    "serve_unreleased": bool(m.serve_unreleased)}
+                    "serve_unreleased": bool(m.serve_unreleased),
+                    # the dataset's privacy ledger: every release of every model on its records (issue 36)
+                    **lifetime.summary_fields(s, ds.id), "lifetime": lifetime.dataset_ledger(s, ds.id)}
 
+
+
+def learned_from_rows(ds: Dataset) -> str | None:
+    """What a dataset's published feature space holds that was learned from its rows (None: nothing): the categories
+    of ``--categorical`` columns of a dataset registered without a schema (feature names ``col=value``, one per
+    value seen). A category held by one record names it in every model that publishes the feature names or one
+    weight per category, even after the record's deletion (issue 36)."""
+    fn = ds.feature_names or {}
+    if fn.get("schema") is None and fn.get("categories"):
+        n = sum(len(v) for v in dict(fn["categories"]).values()) if isinstance(fn["categories"], dict) else 0
+        return f"{n} categories" if n else "categories"
+    return None
+
+
+
+def _learned(ds: Any) -> str | None:
+    return learned_from_rows(ds) if ds is not None else None
+
+
+def release_faults(s: Any, *, withdrawn: bool = True, behind: bool = True) -> list[dict[str, Any]]:
+    """Faults of released models for operators (``lethe status``, the health page; issue 36), read from the store:
+
+    * ``withdrawn``: the published version's horizon is spent with a removal it can no longer publish (under the
+      clock schedule: its horizon is spent) — model-readers are refused it; repair: retrain;
+    * ``release count behind``: the version's artifact records fewer releases than the service has published of its
+      stream (a rolled-back artifact) — the next publication from it is refused; repair: retrain.
+
+    :meth:`Serving.verify_models` reports the second kind (it stops the dataset's batches, like any artifact fault);
+    a withdrawn model's removals go on (the records leave the secret centre and the data), so the first kind is
+    reported beside it (:meth:`Serving.withdrawn_faults`, in ``lethe status``, /v1/status, the health page).
+    """
+    out: list[dict[str, Any]] = []
+    for m in s.scalars(select(Model).order_by(Model.id)):
+        v = s.get(ModelVersion, m.current_version_id) if m.current_version_id is not None else None
+        if v is None or not covers_releases(dict(v.summary or {})):
+            continue
+        ds = s.get(Dataset, m.dataset_id)
+        base = {"model": m.name, "version": v.number, "dataset": ds.name if ds is not None else None,
+                "repair": f"lethe model retrain {m.name}"}
+        if withdrawn and (v.summary or {}).get("withdrawn"):
+            out.append({**base, "fault": "withdrawn",
+                        "error": "withdrawn: the horizon of private releases is spent and the last release was "
+                                 "computed before a deletion it cannot publish; model-readers are refused it"})
+        stored = lifetime.open_releases(s, m.id)
+        k = (v.summary or {}).get("releases")
+        if behind and stored is not None and isinstance(k, int) and k < stored:
+            out.append({**base, "fault": "release count behind",
+                        "error": f"the published artifact records {k} releases; the service has published {stored} "
+                                 "of this stream (rolled back); publication from it is refused"})
+    return out
 
 
 def _without_value(message: str) -> str:
@@ -340,4 +432,5 @@ def _without_value(message: str) -> str:
     return head if head.endswith(".") else head + "."
 
 
-__all__ = ["UNRELEASED_WARNING", "Serving", "covers_releases", "served_to", "unreleased_refusal"]
+__all__ = ["UNRELEASED_WARNING", "LearnedFromRowsError", "Serving", "WithdrawnModelError", "covers_releases",
+           "learned_from_rows", "release_faults", "served_to", "unreleased_refusal", "withdrawn_refusal"]

@@ -52,9 +52,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 from lethe.curator.public import check_payload, public_certificate, public_error
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 7
 # meta.schema_version -> Alembic revision (lethe.curator.migrations)
-REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005"}
+REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 7: "0007"}
 
 # (name, columns): composite indexes on ``deletion_requests`` for the console's keyset pagination under each filter
 # of its Requests page (schema version 4; created by migration 0004 on older stores).
@@ -241,6 +241,65 @@ class Token(Base):
     scope: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+# -- the privacy ledger per dataset (issue 36; schema 7, lethe.curator.lifetime) -------------------------------------
+class PrivacyStream(Base):
+    """One release stream of a model trained on a dataset's records: a ``released-logistic`` training (or retraining)
+    and its releases. Kept when the model is dropped or retrained (then ``open`` is false and ``releases`` final): a
+    record held throughout met every release of every stream. ``mu`` is μ₁ of one release (Δ/σ ≤ 1/(√T σ_BW(ε, δ))),
+    ``releases`` the count published — the service's count, which an artifact's may not fall behind (a rollback)."""
+
+    __tablename__ = "privacy_streams"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(Integer, index=True)  # no foreign key: outlives a dropped dataset's row
+    model_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    model: Mapped[str] = mapped_column(String(200))
+    mechanism: Mapped[str] = mapped_column(String(64))
+    mu: Mapped[float] = mapped_column(Float)
+    horizon: Mapped[int] = mapped_column(Integer)
+    releases: Mapped[int] = mapped_column(Integer)
+    open: Mapped[bool] = mapped_column(Boolean, default=True)
+    started_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    ended_at: Mapped[_dt.datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+class PrivacyBudget(Base):
+    """The operator's lifetime budget of a dataset: (ε, δ) a record held throughout may spend over every release of
+    every model trained on it (default :data:`lethe.curator.lifetime.DEFAULT_LIFETIME_EPSILON` at
+    :data:`lethe.curator.lifetime.DEFAULT_LIFETIME_DELTA` when no row)."""
+
+    __tablename__ = "privacy_budgets"
+    dataset_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    set_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+def migrate_5_to_7(connection: Any) -> None:
+    """Schema 5 → 7 (Alembic revision 0007): the privacy ledger's tables (``privacy_streams``, ``privacy_budgets``),
+    and an open stream for every existing ``released-logistic`` model, with the releases its published version's
+    summary records and μ₁ bounded from its parameters (:func:`lethe.privacy.lifetime.stream_release_mu`). Streams
+    of models retrained or dropped before the upgrade are not known to the store: the ledger then starts from the
+    models that exist (the upgrade note in docs/release_privacy.md says so). Idempotent."""
+    from sqlalchemy import select
+
+    from lethe.privacy.lifetime import stream_release_mu
+
+    for table in (PrivacyStream.__table__, PrivacyBudget.__table__):
+        table.create(connection, checkfirst=True)  # type: ignore[attr-defined]
+    with Session(connection) as s:
+        known = set(s.scalars(select(PrivacyStream.model_id)))
+        for m in s.scalars(select(Model).where(Model.mechanism == "released-logistic")):
+            v = s.get(ModelVersion, m.current_version_id) if m.current_version_id is not None else None
+            if m.id in known or v is None:
+                continue
+            p, summ = dict(m.params), dict(v.summary or {})
+            s.add(PrivacyStream(dataset_id=m.dataset_id, model_id=m.id, model=m.name, mechanism=m.mechanism,
+                                mu=stream_release_mu(float(p["epsilon"]), float(p["delta"]), int(p["horizon"])),
+                                horizon=int(p["horizon"]), releases=int(summ.get("releases") or 1), open=True,
+                                started_at=m.created_at))
+        s.flush()
 
 
 # -- the append-only ledger ----------------------------------------------------------------------------------------
@@ -574,5 +633,5 @@ def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None
 
 __all__ = [
     "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation",
-    "Meta", "Model", "ModelVersion", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
+    "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
 ]

@@ -11,7 +11,7 @@ import numpy as np
 from sqlalchemy import func, select
 
 from lethe._rng import RandomState, check_random_state
-from lethe.curator import dask_plane
+from lethe.curator import dask_plane, lifetime
 from lethe.curator.adapters import TABULAR_DEFAULTS, Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.dataplane import DataPlane
@@ -21,7 +21,7 @@ from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
 from lethe.curator.publisher import VersionPublisher
 from lethe.curator.retention import Retention
-from lethe.curator.serving import UNRELEASED_WARNING, Serving, covers_releases, served_to
+from lethe.curator.serving import UNRELEASED_WARNING, Serving, covers_releases, learned_from_rows, served_to
 from lethe.curator.store import Dataset, Model, ModelVersion, Record, Store, add_event, utcnow
 from lethe.curator.validation import check_name, cli_hint
 
@@ -70,6 +70,7 @@ class ModelTrainer:
                 self._check_heldout(s, ds0, heldout, names)
             plane = s.get(DataPlane, ds0.id)
             zarr = plane is not None and dask_plane.is_zarr(plane.features_path)
+            learned = learned_from_rows(ds0)
         defaults = TABULAR_DEFAULTS.get(mechanism, {}) if tabular else {}
         if zarr:  # a read-only Zarr store: no option that rewrites rows (the tabular intercept is not applied)
             try:
@@ -82,6 +83,17 @@ class ModelTrainer:
             adapter = self.adapters.get(mechanism, params)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
+        _check_seed(adapter, mechanism, random_state)
+        if learned is not None and (getattr(adapter, "refuses_seed", False) or serve_unreleased):
+            raise InvalidInputError(
+                f"dataset {dataset!r} has {learned} learned from its rows (--categorical without a schema): a model "
+                f"served to model-readers would publish them, and a category held by one record reveals that record "
+                f"even after its deletion. Register the data with a declared schema (lethe dataset add --schema: "
+                f"categories, bounds and names declared, not learned) to train {mechanism!r}"
+                f"{' with --serve-unreleased' if serve_unreleased else ''} on it. Found {learned} learned from rows.")
+        if getattr(adapter, "refuses_seed", False):
+            with self.store.read() as s:
+                lifetime.check_stream(s, ds0.id, None, adapter.params, what=f"Training {model!r}")
         rng = check_random_state(random_state)
         with self.lock.hold(), progress_bar(progress, total=3, desc=f"train {model}") as bar:
             self.retention.recover_locked()
@@ -118,6 +130,7 @@ class ModelTrainer:
                     add_event(s, "train", {"dataset": ds_name, "mechanism": mechanism, "params": adapter.params,
                                            **summary, **_serving_payload(summary, serve_unreleased)},
                               model_id=m.id, version_id=v.id)
+                    cert = _open_stream(s, m, summary, cert, what=f"Training {model!r}")
                     self.publisher.train_certificate(s, m, v, None, cert, now)
                     model_id, version_id = m.id, v.id
             bar.update(1)
@@ -186,6 +199,15 @@ class ModelTrainer:
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
                 adapter = self.adapters.get(mech, params)
                 keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
+                _check_seed(adapter, mech, random_state)
+                learned = learned_from_rows(ds)
+                if learned is not None and serve:
+                    raise InvalidInputError(f"dataset {ds.name!r} has {learned} learned from its rows (--categorical "
+                                            "without a schema): a model served to model-readers would publish them. "
+                                            "Retrain without --serve-unreleased, or register the data with a "
+                                            "declared schema. Found serve_unreleased=True.")
+                if getattr(adapter, "refuses_seed", False):
+                    lifetime.check_stream(s, ds.id, model_id, params, what=f"Retraining {model!r}")
             try:
                 artifact, cert = _train(adapter, X, y, rng, keys)
             except (TypeError, ValueError) as exc:
@@ -207,6 +229,7 @@ class ModelTrainer:
                                                        n_records=int(ids.size), summary=summary, now=now,
                                                        announce={})
                     number = v.number
+                    cert = _open_stream(s, m2, summary, cert, what=f"Retraining {model!r}")
                     self.publisher.train_certificate(s, m2, v, old, cert, now)
             self.retention.destroy_superseded()
         log.info("retrained model %s: version %d, n=%d", model, number, ids.size)
@@ -221,6 +244,7 @@ class ModelTrainer:
                 versions = s.scalars(select(ModelVersion).where(ModelVersion.model_id == m.id)).all()
                 files = [v.artifact for v in versions if v.status != "destroyed"]
                 model_id = m.id
+                lifetime.close_stream(s, model_id)  # its releases stay in the dataset's ledger
                 m.current_version_id = None
                 s.flush()
                 for v in versions:
@@ -233,6 +257,27 @@ class ModelTrainer:
             self.serving.forget()
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+
+def _check_seed(adapter: Any, mechanism: str, random_state: Any) -> None:
+    """Refuse a seed for a mechanism whose noise is the privacy of what it publishes (``refuses_seed``)."""
+    if random_state is not None and getattr(adapter, "refuses_seed", False):
+        raise InvalidInputError(
+            f"random_state (--seed) is refused for {mechanism!r}: its release noise is what makes the published "
+            "weights private, and anyone who knows a seed regenerates and subtracts it. The service draws it from "
+            f"the operating system's CSPRNG; omit the seed. Found random_state={random_state!r}.")
+
+
+def _open_stream(s: Any, model: Model, summary: dict[str, Any], cert: dict[str, Any], *,
+                 what: str) -> dict[str, Any]:
+    """Within the write transaction: a released model's new stream in its dataset's privacy ledger (refused past the
+    lifetime budget, :func:`lethe.curator.lifetime.open_stream`), and the certificate with the lifetime ε beside the
+    stream's. Other mechanisms: the model's open stream, if any, is closed."""
+    if not covers_releases(summary):
+        lifetime.close_stream(s, model.id)
+        return cert
+    lifetime.open_stream(s, model, summary, what=what)
+    return {**cert, **lifetime.summary_fields(s, model.dataset_id)}
 
 
 def _train(adapter: Any, X: np.ndarray, y: np.ndarray, rng: Any, keys: list[str] | None) -> tuple[Any, Any]:

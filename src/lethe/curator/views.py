@@ -210,11 +210,15 @@ class ReadViews:
         old = s.get(db.ModelVersion, row.old_version_id) if row.old_version_id is not None else None
         new = s.get(db.ModelVersion, row.new_version_id) if row.new_version_id is not None else None
         requester = not principal.is_admin
+        # a requester is told no version number or id: the service's counters count every removal step and every
+        # publication, other people's included (issue 36); operators see them
         return {"id": row.id, "kind": row.kind, "request_id": row.request_id,
                 "batch_id": None if requester else row.batch_id,
                 "model": model.name if model else None, "mechanism": row.mechanism,
-                "old_version": old.number if old else None, "new_version": new.number if new else None,
-                "old_version_id": row.old_version_id, "new_version_id": row.new_version_id,
+                "old_version": old.number if old and not requester else None,
+                "new_version": new.number if new and not requester else None,
+                "old_version_id": None if requester else row.old_version_id,
+                "new_version_id": None if requester else row.new_version_id,
                 "submitted_at": iso(row.submitted_at), "issued_at": iso(row.created_at),
                 "certificate": public_certificate(row.certificate, requester=requester)}
 
@@ -269,7 +273,8 @@ class ReadViews:
                                     .group_by(db.DeletionRequest.status)).all())
             oldest = s.scalar(select(func.min(db.DeletionRequest.submitted_at))
                               .where(db.DeletionRequest.status.in_(("pending", "waiting"))))
-        faults = self.serving.verify_models() + self.retention.verify_datasets() + self.retention.verify_requests()
+        faults = (self.serving.verify_models() + self.serving.withdrawn_faults()
+                  + self.retention.verify_datasets() + self.retention.verify_requests())
         storage = self.retention.storage.probe()  # a write under the data directory, now (see lethe.curator.storage)
         if storage is not None:
             faults.append({"storage": str(self.data_dir), "error": storage["error"], "repair": storage["repair"]})
@@ -312,8 +317,8 @@ class ReadViews:
             counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
-                "faults": len(self.serving.verify_models()) + len(self.retention.verify_datasets())
-                + len(self.retention.verify_requests()),
+                "faults": (len(self.serving.verify_models()) + len(self.serving.withdrawn_faults())
+                           + len(self.retention.verify_datasets()) + len(self.retention.verify_requests())),
                 "storage_fault": self.retention.storage.probe() is not None,
                 "purge_pending": self.retention.purge_pending()}
 

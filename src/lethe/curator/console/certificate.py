@@ -37,6 +37,11 @@ PUBLIC_FIELDS: tuple[tuple[str, str], ...] = (
     ("epsilon_dd", "ε_dd (Rényi, deletion)"),
     ("epsilon_dd_adaptive", "ε_dd against adaptive requesters"),
     ("edit_requests", "edit requests"),
+    ("schedule_reveals", "what the release schedule reveals"),
+    ("published", "published in a release"),
+    ("withdrawn", "model withdrawn"),
+    ("lifetime_epsilon", "lifetime ε of the dataset (every release of every model)"),
+    ("lifetime_budget", "lifetime budget ε"),
 )
 _PUBLIC = {k for k, _ in PUBLIC_FIELDS}
 
@@ -47,6 +52,9 @@ _PUBLIC = {k for k, _ in PUBLIC_FIELDS}
 REQUESTER_FIELDS: frozenset[str] = frozenset({
     "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "epsilon", "delta",
     "budget", "q", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
+    # released models (issue 36): whether the removal is published yet, what the schedule reveals, the lifetime ε
+    "observer", "published", "horizon_spent", "withdrawn", "schedule", "schedule_reveals", "lifetime_epsilon",
+    "lifetime_delta", "lifetime_budget",
 })
 
 
@@ -116,11 +124,29 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
     n_removed = c.get("n_removed")
     batch = (f" It was removed together with {num(int(n_removed) - 1)} other record(s) in the same batch."
              if isinstance(n_removed, int) and n_removed > 1 else "")
-    ex.headline = (f"Model “{model}” no longer contains the record: version {new} replaced version {old}, "
-                   f"which was destroyed.{batch}")
+    released = raw.get("observer") == "every published release"
+    if released:
+        ex.headline = _released_headline(model, c, operator=operator, old=old, new=new) + batch
+    elif operator:
+        ex.headline = (f"Model “{model}” no longer contains the record: version {new} replaced version {old}, "
+                       f"which was destroyed.{batch}")
+    else:  # no version numbers: they count every removal step, other people's included (issue 36)
+        ex.headline = (f"Model “{model}” no longer contains the record: a new version replaced the one that held "
+                       f"it, which was destroyed.{batch}")
     eps, delta = c.get("epsilon"), c.get("delta")
     theorem = c.get("theorem") or c.get("guarantee")
-    if "epsilon_dd" in c:  # Noisy-GD (Chourasia & Shah 2023)
+    if released and eps is not None:
+        ex.sentences.append(("Guarantee", (
+            f"(ε = {num(eps)}, δ = {num(delta)})-differential privacy of every release the model will publish: no "
+            "one who sees all of them can tell whether the record was ever in the data, beyond a factor of "
+            f"e^ε = {num(math.exp(float(eps)))} in probability or with probability δ — given the release schedule, "
+            f"which is public and reveals {c.get('schedule_reveals') or 'when releases happen'}.")))
+        if c.get("lifetime_epsilon") is not None:
+            ex.sentences.append(("Lifetime", (
+                f"Over every release of every model trained on this dataset so far, a record held throughout is "
+                f"covered at ε = {num(c.get('lifetime_epsilon'))} (δ = {num(c.get('lifetime_delta'))}); the "
+                f"operator's lifetime budget is ε = {num(c.get('lifetime_budget'))}.")))
+    elif "epsilon_dd" in c:  # Noisy-GD (Chourasia & Shah 2023)
         ex.sentences.append(("Guarantee", (
             f"Deletion privacy of Rényi order q = {num(c.get('q'))} with ε_dd = {num(c.get('epsilon_dd'))}: the "
             "published model is statistically close to one trained without the record, as if it had never been "
@@ -178,6 +204,21 @@ def _words(mechanism: Any) -> FamilyWords | None:
         return family_of_mechanism(mechanism).words
     except ValueError:
         return None
+
+
+def _released_headline(model: Any, c: dict[str, Any], *, operator: bool, old: Any, new: Any) -> str:
+    """A released model's headline follows ``published`` (issue 36): only a release with fresh noise takes the record
+    out of what model-readers see; a withdrawn model is not served at all. Operators also see the version numbers."""
+    versions = f" (version {new} replaced version {old})" if operator and new is not None else ""
+    if c.get("published") is True:
+        return (f"Model “{model}” no longer contains the record: a new private release, computed without it, "
+                f"replaced the published one{versions}.")
+    if c.get("withdrawn") is True or c.get("horizon_spent") is True:
+        return (f"The record was removed from model “{model}”'s secret state, but the model can publish no more "
+                f"releases: its last release, computed while the record was held, is withdrawn — no one is served "
+                f"it — until the operator retrains the model{versions}.")
+    return (f"The record was removed from model “{model}”'s secret state; the published release was computed while "
+            f"it was held and still is until the next release, which will not contain it{versions}.")
 
 
 __all__ = ["PUBLIC_FIELDS", "REQUESTER_FIELDS", "Explained", "explain", "num", "percent"]
