@@ -566,12 +566,22 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse, responses=ERRORS)
     def metrics(p: Admin) -> PlainTextResponse:
         """Prometheus metrics (admin token; scrape with ``authorization: {credentials: <token>}``)."""
-        return PlainTextResponse(curator.prometheus.render(), media_type=CONTENT_TYPE_LATEST)
+        from lethe.curator.deadlines import render_metrics as deadline_metrics
+        return PlainTextResponse(curator.prometheus.render() + deadline_metrics(curator),
+                                 media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/status", responses=ERRORS, tags=["service"])
     def status(p: Admin) -> dict[str, Any]:
-        """Datasets, models, request counts (admin)."""
-        return json_safe(curator.status())
+        """Datasets, models, request counts (admin); the signing key and the ledger's chain head."""
+        from lethe.curator.certdoc import published_keys
+        return json_safe({**curator.status(), "signing": published_keys(curator)})
+
+    @app.get("/v1/keys", tags=["service"])
+    def keys() -> dict[str, Any]:
+        """The service's public signing key(s) (Ed25519) and the ledger's chain head: what a downloaded certificate
+        and an exported ledger are checked against (``lethe certificate verify``, ``lethe ledger verify``). Public."""
+        from lethe.curator.certdoc import published_keys
+        return json_safe(published_keys(curator))
 
     from lethe.curator.console import mount_console  # the web console at /console (issue 18)
     mount_console(app, curator, http_status=http_status)

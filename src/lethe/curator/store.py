@@ -46,15 +46,16 @@ from sqlalchemy import (
     event,
     false,
     insert,
+    select,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker, validates
 
 from lethe.curator.public import check_payload, public_certificate, public_error
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # meta.schema_version -> Alembic revision (lethe.curator.migrations)
-REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 7: "0007"}
+REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 7: "0007", 8: "0008"}
 
 # (name, columns): composite indexes on ``deletion_requests`` for the console's keyset pagination under each filter
 # of its Requests page (schema version 4; created by migration 0004 on older stores).
@@ -229,6 +230,9 @@ class LedgerEvent(Base):
     version_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     request_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # SHA-256(previous event's hash ‖ canonical JSON of this event): the tamper-evident chain (lethe.curator.chain;
+    # schema 8)
+    hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Token(Base):
@@ -627,11 +631,125 @@ def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None
     json.dumps(payload, allow_nan=True)  # raises TypeError before anything is added
     ev = LedgerEvent(kind=kind, payload=payload, model_id=model_id, version_id=version_id, request_id=request_id,
                      at=utcnow())
+    ev.hash = _chain_next(session, ev)
     session.add(ev)
     return ev
 
 
+# -- the ledger's hash chain (schema 8; lethe.curator.chain) ---------------------------------------------------------
+_HEAD = "lethe_ledger_head"
+_PG_LEDGER_LOCK = 0x6C657468  # pg_advisory_xact_lock key: one ledger writer at a time chains onto the head
+
+
+def ledger_head(session: Session) -> str:
+    """The hash of the newest ledger event (the chain's head) as this transaction sees it, including events it added.
+
+    The first call in a write transaction takes the ledger's lock on PostgreSQL (a transaction-scoped advisory
+    lock: two writers cannot both chain onto the same head; SQLite's ``BEGIN IMMEDIATE`` already serialises them),
+    then reads the head; later calls use the value this transaction left (:func:`_chain_next`)."""
+    from lethe.curator.chain import GENESIS
+
+    head = session.info.get(_HEAD)
+    if head is None:
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LEDGER_LOCK})
+        with session.no_autoflush:
+            head = session.scalar(select(LedgerEvent.hash).where(LedgerEvent.hash.is_not(None))
+                                  .order_by(LedgerEvent.id.desc()).limit(1)) or GENESIS
+        session.info[_HEAD] = head
+    return str(head)
+
+
+def _chain_next(session: Session, event: Any) -> str:
+    from lethe.curator.chain import link
+
+    h = link(ledger_head(session), event)
+    session.info[_HEAD] = h
+    return h
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _forget_head(session: Session, transaction: Any) -> None:
+    session.info.pop(_HEAD, None)  # the next transaction reads the head again (another may have appended)
+
+
+@event.listens_for(Session, "before_flush")
+def _chain_pending(session: Session, flush_context: Any, instances: Any) -> None:
+    # a LedgerEvent added without add_event: chained here, in the order it was added
+    from sqlalchemy import inspect as _inspect
+
+    new = [o for o in session.new if isinstance(o, LedgerEvent) and o.hash is None]
+    for ev in sorted(new, key=lambda o: _inspect(o).insert_order):
+        if ev.at is None:
+            ev.at = utcnow()
+        ev.hash = _chain_next(session, ev)
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _chain_bulk_inserts(state: Any) -> None:
+    # Core ``insert(LedgerEvent.__table__)`` with a list of rows (the publisher's and the intake's bulk paths): each
+    # row gets its time (if missing) and its link, in list order, before the statement runs
+    stmt = state.statement
+    if not state.is_insert or getattr(stmt, "table", None) is not LedgerEvent.__table__:
+        return
+    params = state.parameters
+    rows = params if isinstance(params, list) else [params] if isinstance(params, dict) else []
+    for row in rows:
+        if row.get("hash") is None:
+            row.setdefault("at", utcnow())
+            row.setdefault("model_id", None)
+            row.setdefault("version_id", None)
+            row.setdefault("request_id", None)
+            row["hash"] = _chain_next(state.session, row)
+
+
+def migrate_chain_ledger(connection: Any) -> None:
+    """Schema 5 → 8 (Alembic revision 0008): ``ledger.hash``, the tamper-evident chain. The column is added where
+    missing and every existing event gets its link, in id order (the append-only triggers are lifted for this one
+    pass and put back). Idempotent: events that carry a hash keep it."""
+    from alembic.operations import Operations
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import Column, inspect
+
+    from lethe.curator.chain import GENESIS, link
+
+    if "hash" not in {c["name"] for c in inspect(connection).get_columns("ledger")}:
+        col: Any = Column("hash", String(64), nullable=True)
+        Operations(MigrationContext.configure(connection)).add_column("ledger", col)
+    dialect = connection.dialect.name
+    rows = connection.execute(text("SELECT id, at, kind, model_id, version_id, request_id, payload, hash "
+                                   "FROM ledger ORDER BY id")).mappings().all()
+    if all(r["hash"] is not None for r in rows):
+        return
+    if dialect == "sqlite":
+        for op in ("update", "delete"):
+            connection.execute(text(f"DROP TRIGGER IF EXISTS ledger_no_{op}"))
+    elif dialect == "postgresql":
+        connection.execute(text("ALTER TABLE ledger DISABLE TRIGGER ledger_append_only"))
+    head = GENESIS
+    for r in rows:
+        if r["hash"] is not None:
+            head = r["hash"]
+            continue
+        payload = r["payload"]
+        if isinstance(payload, str):
+            payload = json.loads(payload)
+        at = r["at"]
+        if isinstance(at, str):
+            at = _dt.datetime.fromisoformat(at)
+        head = link(head, {**r, "payload": payload, "at": at})
+        connection.execute(text("UPDATE ledger SET hash = :h WHERE id = :i"), {"h": head, "i": r["id"]})
+    if dialect == "sqlite":
+        for op in ("UPDATE", "DELETE"):
+            connection.execute(text(
+                f"CREATE TRIGGER IF NOT EXISTS ledger_no_{op.lower()} BEFORE {op} ON ledger "
+                "BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END"))
+    elif dialect == "postgresql":
+        connection.execute(text("ALTER TABLE ledger ENABLE TRIGGER ledger_append_only"))
+
+
 __all__ = [
     "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation",
-    "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
+    "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token", "add_event",
+    "as_utc", "iso", "ledger_head", "sqlite_url", "utcnow",
 ]

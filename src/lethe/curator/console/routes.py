@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 import lethe
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError
-from lethe.curator.console import auth, health
+from lethe.curator.console import auth, health, proofs
 from lethe.curator.console import queries as Q
 from lethe.curator.console.certificate import explain, num, percent
 from lethe.curator.console.plots import chart
@@ -212,6 +212,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
                                        limit=PAGE)
                 counts = Q.status_counts(s, None if admin else sess.principal.name)
                 dsets = Q.datasets(s)
+                ages = Q.request_ages(s, None if admin else sess.principal.name)
         except ValueError as exc:
             return error(request, 422, str(exc), sess)
         base = {k: v for k, v in (("status", st), ("dataset", flt.dataset), ("q", q),
@@ -220,7 +221,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
                "prev": f"?{urlencode({**base, 'before': page.prev_cursor})}" if page.prev_cursor else None}
         return render(request, "requests.html", status=status, sess=sess, page=page, flt=flt, counts=counts,
                       datasets=dsets, nav=nav, message=message, submitted=submitted or {}, statuses=Q.STATUSES,
-                      title="Requests")
+                      ages=ages, title="Requests")
 
     @get("/requests")
     def requests_get(request: Request) -> Response:
@@ -265,7 +266,8 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
             return error(request, 404, "This request has no certificate yet.", sess)
         css = (STATIC_DIR / "certificate.css").read_text()
         html = env.get_template("certificate.html").render(req=req, certs=certs, css=css,
-                                                           generated=_dt.datetime.now(_dt.UTC).isoformat())
+                                                           generated=_dt.datetime.now(_dt.UTC).isoformat(),
+                                                           doc=proofs.certdoc.build_document(curator, rid))
         digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
         resp = HTMLResponse(html, headers={"Content-Disposition": f'attachment; filename="lethe-certificate-'
                                                                   f'{req["id"]}.html"'})
@@ -363,7 +365,8 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
     def ledger_verify(request: Request) -> Response:
         sess = session(request, admin=True)
         report = health.verify_chain(curator)
-        return render(request, "verify.html", sess=sess, report=report, title="Ledger check")
+        chain = proofs.certdoc.check_ledger(curator, head=request.query_params.get("head") or None)
+        return render(request, "verify.html", sess=sess, report=report, chain=chain, title="Ledger check")
 
     @post("/ledger/checkpoint")
     async def ledger_checkpoint(request: Request) -> Response:
@@ -379,6 +382,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
         h = health.check(curator)
         return render(request, "health.html", sess=sess, h=h, settings=curator.settings, title="Health")
 
+    proofs.register(router, curator, proofs.Helpers(render, error, session, get, post, _Stop))
     return router
 
 

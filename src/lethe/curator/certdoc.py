@@ -1,0 +1,211 @@
+"""Verifiable certificates: the signed certificate document of a request, the published key and chain head, and the
+offline checks behind ``lethe certificate verify`` and the console's verify page.
+
+A certificate document (``format: lethe-certificate/1``) holds what the requester's certificate page shows — the
+request (id, the requester's reference, dataset, times, outcome) and, per model, the certificate's requester fields
+with ``observer`` (whom the guarantee covers) and ``horizon_spent`` — plus a plain statement of what it guarantees,
+against whom and what it does not cover, the ledger event that recorded the request done (its fields, its hash and
+the hash before it: the link can be recomputed offline and found in an exported ledger) and the chain head when the
+document was signed. The service signs the whole (:mod:`lethe.curator.signing`). It names no record key and nothing of
+another request.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+import lethe
+from lethe.curator.chain import GENESIS, event_fields, link, verify_events
+from lethe.curator.public import OBSERVER_ONE_VERSION, OBSERVER_RELEASES, public_certificate
+from lethe.curator.settings import SECRETS_DIR
+from lethe.curator.signing import KEY_FILE, SigningKey, Verdict, verify_document
+from lethe.curator.store import CertificateRow, Dataset, DeletionRequest, LedgerEvent, Model, ModelVersion, iso, utcnow
+
+FORMAT = "lethe-certificate/1"
+
+_keys: dict[Path, SigningKey] = {}
+_keys_lock = threading.Lock()
+
+
+def service_key(data_dir: Path) -> SigningKey:
+    """The service's signing key of the data directory ``data_dir`` (created on first use, owner-only)."""
+    path = Path(data_dir) / SECRETS_DIR / KEY_FILE
+    with _keys_lock:
+        key = _keys.get(path)
+        if key is None:
+            key = _keys[path] = SigningKey.load(path)
+        return key
+
+
+def chain_head(s: Any) -> dict[str, Any]:
+    """The newest event's id and hash, and the number of events."""
+    row = s.execute(select(LedgerEvent.id, LedgerEvent.hash).where(LedgerEvent.hash.is_not(None))
+                    .order_by(LedgerEvent.id.desc()).limit(1)).first()
+    n = int(s.scalar(select(func.count()).select_from(LedgerEvent)) or 0)
+    return {"event": row.id if row else None, "hash": row.hash if row else None, "events": n}
+
+
+def published_keys(curator: Any) -> dict[str, Any]:
+    """What ``GET /v1/keys`` answers: the public key(s) and the ledger's chain head."""
+    key = service_key(curator.data_dir)
+    with curator.store.read() as s:
+        head = chain_head(s)
+    return {"keys": [key.public()], "ledger_head": {**head, "at": utcnow().isoformat()}}
+
+
+def statement(view: dict[str, Any]) -> dict[str, str]:
+    """What the certificate guarantees, against whom, and what it does not cover — in plain words."""
+    kind = view.get("kind")
+    c = view.get("certificate") or {}
+    model = view.get("model")
+    if kind == "deletion":
+        return {"guarantees": "The record was deleted from the service's database. No model had been trained on "
+                              "this dataset, so no model had to forget it.",
+                "against": "Anyone: the record is no longer stored by the service.",
+                "not_covered": "Copies made outside this service before the deletion (exports, backups, other "
+                               "systems) are not covered."}
+    observer = c.get("observer") or OBSERVER_ONE_VERSION
+    eps, delta = c.get("epsilon"), c.get("delta")
+    if "epsilon_dd" in c:
+        how = f"Rényi deletion privacy ε_dd = {c.get('epsilon_dd')} at order q = {c.get('q')}"
+    elif eps is not None and float(eps) == 0.0 and not delta:
+        how = "exact removal (ε = 0, δ = 0)"
+    else:
+        how = f"(ε = {eps}, δ = {delta})-certified removal"
+    g = (f"Model “{model}” (version {view.get('new_version')}) is, by {how}, statistically indistinguishable "
+         "from a model trained without the record. The record was deleted from the service's database.")
+    if observer == OBSERVER_RELEASES:
+        against = ("An observer of every model release the service publishes (all of them together), who may know "
+                   "every other record.")
+        not_covered = ("Not covered: copies of the data or of models made outside this service, and anything "
+                       "published before the release schedule began.")
+        if c.get("horizon_spent"):
+            not_covered += (" The model's release horizon is spent: it publishes no further release, so the "
+                            "removal will appear in no new release until the model is retrained.")
+    else:
+        against = ("An observer of ONE published version of the model. The guarantee covers one published version "
+                   "only: someone who saw the versions before and after the removal can compare them, and that "
+                   "comparison is not covered.")
+        not_covered = ("Not covered: comparisons of consecutive versions (keep versions unpublished, or use a "
+                       "released model), copies made outside this service, and the accuracy of the model.")
+    return {"guarantees": g, "against": against, "not_covered": not_covered}
+
+
+def _event_view(e: Any) -> dict[str, Any]:
+    return {"id": e.id, **event_fields(e.at, e.kind, e.model_id, e.version_id, e.request_id, e.payload)}
+
+
+def build_document(curator: Any, request_id: str) -> dict[str, Any] | None:
+    """The signed certificate document of a done request with certificates; None otherwise. The caller checks that
+    the reader may see the request (its requester, or an admin)."""
+    with curator.store.read() as s:
+        req = s.get(DeletionRequest, request_id)
+        if req is None or req.status != "done":
+            return None
+        rows = s.scalars(select(CertificateRow).where(CertificateRow.request_id == request_id)
+                         .order_by(CertificateRow.created_at, CertificateRow.id)).all()
+        if not rows:
+            return None
+        ds = s.get(Dataset, req.dataset_id)
+        certs = []
+        for row in rows:
+            model = s.get(Model, row.model_id) if row.model_id is not None else None
+            old = s.get(ModelVersion, row.old_version_id) if row.old_version_id is not None else None
+            new = s.get(ModelVersion, row.new_version_id) if row.new_version_id is not None else None
+            stored = dict(row.certificate or {})
+            shown = public_certificate(stored, requester=True)
+            if row.kind != "deletion":
+                shown["observer"] = stored.get("observer", OBSERVER_ONE_VERSION)
+                if "horizon_spent" in stored:  # the release schedule's state: no other record's data
+                    shown["horizon_spent"] = bool(stored["horizon_spent"])
+            view = {"id": row.id, "kind": row.kind, "model": model.name if model else None,
+                    "mechanism": row.mechanism, "old_version": old.number if old else None,
+                    "new_version": new.number if new else None, "issued_at": iso(row.created_at),
+                    "certificate": shown}
+            view["statement"] = statement(view)
+            certs.append(view)
+        ev = s.scalars(select(LedgerEvent).where(LedgerEvent.request_id == request_id,
+                                                 LedgerEvent.kind == "request_done")
+                       .order_by(LedgerEvent.id.desc()).limit(1)).first()
+        ledger: dict[str, Any] | None = None
+        if ev is not None and ev.hash is not None:
+            prev = s.scalar(select(LedgerEvent.hash).where(LedgerEvent.id < ev.id)
+                            .order_by(LedgerEvent.id.desc()).limit(1))
+            ledger = {"event": _event_view(ev), "hash": ev.hash, "previous_hash": prev or GENESIS}
+        head = chain_head(s)
+        doc = {"format": FORMAT, "issuer": "lethe curator", "lethe_version": lethe.__version__,
+               "request": {"id": req.id, "reference": req.client_request_id, "requester": req.requester,
+                           "dataset": ds.name if ds else None, "submitted_at": iso(req.submitted_at),
+                           "processed_at": iso(req.processed_at), "status": "done", "outcome": "removed"},
+               "certificates": certs, "ledger_event": ledger, "ledger_head": head,
+               "signed_at": utcnow().isoformat()}
+    return service_key(curator.data_dir).sign(doc)
+
+
+def verify_certificate(document: Any, *, public_key: bytes | None = None) -> Verdict:
+    """Check a downloaded certificate offline: the signature over all of it, then the ledger event's link
+    (``hash == SHA-256(previous_hash ‖ canonical(event))``) and that it records this request done."""
+    v = verify_document(document, public_key=public_key)
+    if not v.valid:
+        return v
+    if document.get("format") != FORMAT:
+        return Verdict(False, f"unknown format {document.get('format')!r} (expected {FORMAT})", v.key_id)
+    led = document.get("ledger_event")
+    if led is not None:
+        ev = led.get("event") or {}
+        if link(str(led.get("previous_hash")), ev) != led.get("hash"):
+            return Verdict(False, "the ledger event's hash does not match the event", v.key_id)
+        rid = (document.get("request") or {}).get("id")
+        if ev.get("request_id") != rid or ev.get("kind") != "request_done":
+            return Verdict(False, "the ledger event does not record this request done", v.key_id)
+        return Verdict(True, f"{v.reason}; ledger event {ev.get('id')} links to the chain "
+                             f"(hash {str(led.get('hash'))[:16]}…)", v.key_id)
+    return Verdict(True, f"{v.reason}; no ledger event (a request processed before the chain existed)", v.key_id)
+
+
+def check_ledger(curator: Any, *, head: str | None = None) -> Any:
+    """Walk the stored chain (:func:`lethe.curator.chain.verify_events`) in id order."""
+    def rows() -> Any:
+        last = 0
+        with curator.store.read() as s:
+            while True:
+                batch = s.execute(select(LedgerEvent.id, LedgerEvent.at, LedgerEvent.kind, LedgerEvent.model_id,
+                                         LedgerEvent.version_id, LedgerEvent.request_id, LedgerEvent.payload,
+                                         LedgerEvent.hash).where(LedgerEvent.id > last)
+                                  .order_by(LedgerEvent.id).limit(5000)).all()
+                if not batch:
+                    return
+                yield from batch
+                last = batch[-1].id
+
+    return verify_events(rows(), head=head)
+
+
+__all__ = ["FORMAT", "build_document", "chain_head", "check_ledger", "load_document", "published_keys", "service_key",
+           "statement", "verify_certificate"]
+
+
+def load_document(text: str) -> Any:
+    """A certificate document from a downloaded file: the JSON itself, or the HTML certificate (which embeds the
+    signed JSON in a ``<script type="application/json" id="lethe-certificate">`` block)."""
+    import html as _html
+    import json
+    import re
+
+    t = text.strip()
+    if t.startswith("{"):
+        try:
+            return json.loads(t)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    m = re.search(r'<script type="application/json" id="lethe-certificate">(.*?)</script>', t, re.S)
+    if m is None:
+        raise ValueError("the file holds no signed certificate (neither JSON nor a lethe HTML certificate)")
+    try:
+        return json.loads(_html.unescape(m.group(1)))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the certificate embedded in the HTML is not valid JSON ({exc.msg})") from None

@@ -1,0 +1,275 @@
+"""Issue 38: signed certificates, the ledger's hash chain, exports, deadlines and counts — through the console (FastAPI
+TestClient), the API and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from lethe.cli import main as cli_main
+from lethe.curator import Curator, Settings
+from lethe.curator.api import create_app
+from lethe.curator.certdoc import load_document, service_key, verify_certificate
+from lethe.curator.deadlines import AnswerPeriod, deadline_status
+from lethe.curator.settings import Principal
+from lethe.curator.store import CertificateRow, DeletionRequest
+
+from .conftest import CSRF_RE, Setup
+
+ALICE, BOB = Principal("alice", "requester"), Principal("bob", "requester")
+
+
+@pytest.fixture
+def cur(setup: Setup) -> Iterator[Curator]:
+    c = Curator(setup.data_dir, settings=Settings(batch_size=4))
+    yield c
+    c.close()
+
+
+def client(c: Curator) -> TestClient:
+    return TestClient(create_app(c, run_worker=False), base_url="http://127.0.0.1")
+
+
+def sign_in(cl: TestClient, token: str) -> str:
+    page = cl.get("/console/login")
+    csrf = CSRF_RE.search(page.text).group(1)  # type: ignore[union-attr]
+    r = cl.post("/console/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    return CSRF_RE.search(cl.get("/console/requests").text).group(1)  # type: ignore[union-attr]
+
+
+def done_request(c: Curator, key: str, who: Principal = ALICE) -> str:
+    view, _ = c.submit_deletion("people", key, principal=who)
+    c.process_pending(force=True)
+    return str(view["id"])
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    buf = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(buf):
+        rc = cli_main(list(argv))
+    return rc, buf.getvalue()
+
+
+# -- 1. verifiable certificates ----------------------------------------------------------------------------------
+def test_downloaded_certificate_verifies_and_one_edited_byte_fails(cur: Curator, setup: Setup, tmp_path: Path) -> None:
+    rid = done_request(cur, setup.keys[3])
+    with client(cur) as cl:
+        sign_in(cl, setup.alice)
+        r = cl.get(f"/console/requests/{rid}/certificate.json")
+        assert r.status_code == 200 and r.headers["content-disposition"].startswith("attachment;")
+        html = cl.get(f"/console/requests/{rid}/certificate.html").text
+        keys = cl.get("/v1/keys").json()
+    doc = r.json()
+    assert doc["signature"]["alg"] == "Ed25519" and doc["ledger_event"]["event"]["request_id"] == rid
+    assert doc["signature"]["key_id"] == keys["keys"][0]["key_id"]
+    assert setup.keys[3] not in r.text and setup.keys[3] not in html  # no record key
+    good = tmp_path / "cert.json"
+    good.write_text(r.text)
+    rc, out = run_cli("certificate", "verify", str(good), "--public-key", keys["keys"][0]["public_key"])
+    assert rc == 0 and out.startswith("VALID"), out
+    (tmp_path / "cert.html").write_text(html)  # the HTML certificate embeds the same signed document
+    assert run_cli("certificate", "verify", str(tmp_path / "cert.html"))[0] == 0
+    # one byte edited: a digit of the ε, the request's time, the outcome
+    text = r.text
+    for old, new in (('"epsilon": 1.0', '"epsilon": 2.0'), (rid[:8], rid[:7] + ("0" if rid[7] != "0" else "1")),
+                     ('"outcome": "removed"', '"outcome": "removeD"')):
+        assert old in text, old
+        bad = tmp_path / "bad.json"
+        bad.write_text(text.replace(old, new, 1))
+        rc, out = run_cli("certificate", "verify", str(bad))
+        assert rc == 1 and out.startswith("INVALID") and "changed after it was signed" in out, out
+    # another key: refused even though the document is intact
+    (tmp_path / "elsewhere" / "secrets").mkdir(parents=True, exist_ok=True)
+    other = service_key(tmp_path / "elsewhere")
+    rc, out = run_cli("certificate", "verify", str(good), "--public-key", other.public()["public_key"])
+    assert rc == 1 and "not by the trusted key" in out
+    # a re-signed forgery with an edited ledger event: the link no longer matches
+    forged = json.loads(text)
+    forged["ledger_event"]["event"]["at"] = "2020-01-01T00:00:00.000000"
+    assert not verify_certificate(other.sign(forged)).valid
+
+
+def test_verify_page_checks_a_pasted_certificate(cur: Curator, setup: Setup) -> None:
+    rid = done_request(cur, setup.keys[4])
+    with client(cur) as cl:
+        csrf = sign_in(cl, setup.alice)
+        text = cl.get(f"/console/requests/{rid}/certificate.json").text
+        page = cl.get("/console/verify")
+        assert page.status_code == 200 and "cert-file" in page.text and service_key(cur.data_dir).key_id in page.text
+        ok = cl.post("/console/verify", data={"csrf": csrf, "certificate": text})
+        assert ok.status_code == 200 and "Valid" in ok.text and "one published version" in ok.text.lower()
+        bad = cl.post("/console/verify", data={"csrf": csrf, "certificate": text.replace('"done"', '"dona"', 1)})
+        assert bad.status_code == 422 and "Not valid" in bad.text and "changed after it was signed" in bad.text
+        assert cl.post("/console/verify", data={"csrf": "x", "certificate": text}).status_code == 403
+
+
+def test_printable_certificate_states_guarantee_observer_and_limits(cur: Curator, setup: Setup) -> None:
+    rid = done_request(cur, setup.keys[5])
+    with client(cur) as cl:
+        sign_in(cl, setup.alice)
+        html = cl.get(f"/console/requests/{rid}/certificate.html").text
+    for words in ("What this guarantees", "Against whom", "What it does not cover", "observer: one published version",
+                  "covers one published version only", "Signing key id", "Ledger event", "@media print", "A4"):
+        assert words in html, words
+    doc = load_document(html)
+    assert doc["certificates"][0]["certificate"]["observer"] == "one published version"
+
+
+def test_ledger_chain_fails_where_an_event_is_removed_or_edited(cur: Curator, setup: Setup, tmp_path: Path) -> None:
+    done_request(cur, setup.keys[6])
+    done_request(cur, setup.keys[8], BOB)
+    d = ["--data-dir", str(setup.data_dir)]
+    rc, out = run_cli("ledger", "verify", *d)
+    assert rc == 0 and out.startswith("INTACT"), out
+    head = out.split()[-1]
+    rc, exported = run_cli("export", "ledger", "--format", "json", *d)
+    (tmp_path / "ledger.json").write_text(exported)
+    assert run_cli("ledger", "verify", "--file", str(tmp_path / "ledger.json"), "--head", head)[0] == 0
+    events = json.loads(exported)
+    # removed from the export: named
+    cut = events[:5] + events[6:]
+    (tmp_path / "cut.json").write_text(json.dumps(cut))
+    rc, out = run_cli("ledger", "verify", "--file", str(tmp_path / "cut.json"))
+    assert rc == 1 and f"breaks at event {events[6]['id']}" in out and "removed" in out, out
+    # removed and edited in the store itself (the triggers dropped, as someone with file access could)
+    db = sqlite3.connect(setup.data_dir / "lethe.db")
+    db.execute("DROP TRIGGER ledger_no_delete")
+    db.execute("DROP TRIGGER ledger_no_update")
+    victim = events[len(events) // 2]["id"]
+    db.execute("DELETE FROM ledger WHERE id = ?", (victim,))
+    db.commit()
+    rc, out = run_cli("ledger", "verify", *d)
+    assert rc == 1 and f"ids {victim}–{victim}" in out and "removed" in out, out
+    edited = events[2]["id"]
+    db.execute("UPDATE ledger SET kind = 'tampered' WHERE id = ?", (edited,))
+    db.commit()
+    db.close()
+    rc, out = run_cli("ledger", "verify", *d)
+    assert rc == 1 and f"breaks at event {edited}: event {edited} was edited" in out, out
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        page = cl.get("/console/ledger/verify").text
+        assert f"The chain is broken at event {edited}" in page
+
+
+def test_ledger_gaps_alone_do_not_break_the_chain() -> None:
+    from lethe.curator.chain import GENESIS, link, verify_events
+
+    evs, prev = [], GENESIS
+    for i, eid in enumerate((1, 2, 5, 9)):  # ids skipped by rolled-back transactions
+        e = {"id": eid, "at": f"2026-01-0{i + 1}T00:00:00", "kind": "k", "model_id": None, "version_id": None,
+             "request_id": None, "payload": {"n": i}}
+        prev = e["hash"] = link(prev, e)
+        evs.append(e)
+    assert verify_events(evs).intact
+    assert not verify_events(evs, head="f" * 64).intact  # a published head not in the chain: rewritten
+
+
+def test_keys_and_status_publish_key_and_head(cur: Curator, setup: Setup) -> None:
+    done_request(cur, setup.keys[9])
+    with client(cur) as cl:
+        keys = cl.get("/v1/keys").json()  # public
+        st = cl.get("/v1/status", headers={"Authorization": f"Bearer {setup.admin}"}).json()
+    assert keys["ledger_head"]["hash"] and len(keys["ledger_head"]["hash"]) == 64
+    assert st["signing"]["keys"][0]["key_id"] == keys["keys"][0]["key_id"]
+    secret = setup.data_dir / "secrets" / "signing_key"
+    assert secret.stat().st_mode & 0o077 == 0 and len(secret.read_bytes()) == 32
+    assert secret.read_bytes().hex() not in json.dumps(keys)
+
+
+# -- 3. exports ------------------------------------------------------------------------------------------------------
+def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setup: Setup) -> None:
+    done_request(cur, setup.keys[10])
+    done_request(cur, setup.keys[11], BOB)
+    cur.submit_deletion("people", "no-such-key", principal=ALICE)  # done at once: no record held
+    cur.submit_deletion("people", setup.keys[12], principal=BOB)  # pending
+    with cur.store.read() as s:
+        all_requests = {r.id: r.requester for r in s.scalars(select(DeletionRequest))}
+        all_certs = {c.id: c.request_id for c in s.scalars(select(CertificateRow))}
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        for fmt in ("csv", "json"):
+            body = cl.get(f"/console/exports/requests.{fmt}").text
+            rows = list(csv.DictReader(io.StringIO(body))) if fmt == "csv" else json.loads(body)
+            assert sorted(r["id"] for r in rows) == sorted(all_requests)  # each once
+            outcomes = {r["id"]: r["outcome"] for r in rows}
+            assert set(outcomes.values()) >= {"removed", "no record held"}
+            body = cl.get(f"/console/exports/certificates.{fmt}").text
+            rows = list(csv.DictReader(io.StringIO(body))) if fmt == "csv" else json.loads(body)
+            assert sorted(r["id"] for r in rows) == sorted(all_certs)
+        nrh = json.loads(cl.get("/console/exports/requests.json", params={"status": "no record held"}).text)
+        assert [r["requester"] for r in nrh] == ["alice"]
+        future = json.loads(cl.get("/console/exports/requests.json", params={"since": "2999-01-01"}).text)
+        assert future == []
+        assert cl.get("/console/exports/requests.json", params={"since": "yesterday"}).status_code == 422
+    with client(cur) as cl:
+        sign_in(cl, setup.alice)
+        body = cl.get("/console/exports/requests.json").text
+        mine = json.loads(body)
+        assert sorted(r["id"] for r in mine) == sorted(k for k, v in all_requests.items() if v == "alice")
+        certs = json.loads(cl.get("/console/exports/certificates.json").text)
+        assert {c["request_id"] for c in certs} <= {r["id"] for r in mine} and certs
+        for k in setup.keys:  # no record key, and bob's requests are absent
+            assert k not in body
+        assert "bob" not in body
+        assert cl.get("/console/exports/ledger.json").status_code == 403
+    rc, out = run_cli("export", "requests", "--format", "json", "--status", "pending", "--data-dir",
+                      str(setup.data_dir))
+    assert rc == 0 and [r["requester"] for r in json.loads(out)] == ["bob"]
+
+
+# -- 4. deadlines and counts ------------------------------------------------------------------------------------------
+def test_answer_period_is_calendar_months() -> None:
+    p = AnswerPeriod.parse("1 month")
+    assert p.due(_dt.datetime(2026, 1, 31, tzinfo=_dt.UTC)) == _dt.datetime(2026, 2, 28, tzinfo=_dt.UTC)
+    assert AnswerPeriod.parse("30 days").due(_dt.datetime(2026, 1, 1, tzinfo=_dt.UTC)).day == 31
+    assert AnswerPeriod.parse("3m").due(_dt.datetime(2026, 11, 15, tzinfo=_dt.UTC)).month == 2
+    with pytest.raises(ValueError, match="LETHE_ANSWER_PERIOD"):
+        AnswerPeriod.parse("soon")
+    t0 = _dt.datetime(2026, 1, 1, tzinfo=_dt.UTC)
+    assert deadline_status("done", t0, t0 + _dt.timedelta(days=40), p) == "answered late"
+    assert deadline_status("done", t0, t0 + _dt.timedelta(days=3), p) == "answered in time"
+    assert deadline_status("pending", t0, None, p, now=t0 + _dt.timedelta(days=32)) == "overdue"
+
+
+def test_counts_and_overdue_on_first_page_and_metrics(cur: Curator, setup: Setup) -> None:
+    done_request(cur, setup.keys[13])
+    v, _ = cur.submit_deletion("people", setup.keys[14], principal=ALICE)
+    old = _dt.datetime.now(_dt.UTC) - _dt.timedelta(days=45)
+    db = sqlite3.connect(setup.data_dir / "lethe.db")
+    db.execute("UPDATE deletion_requests SET submitted_at = ? WHERE id = ?",
+               (old.replace(tzinfo=None).isoformat(sep=" "), v["id"]))
+    db.commit()
+    db.close()
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        page = cl.get("/console/requests").text
+        metrics = cl.get("/metrics", headers={"Authorization": f"Bearer {setup.admin}"}).text
+    badges = dict(re.findall(r'<span class="count">([\d,]+)</span> (pending|done|failed)</a>', page)[i][::-1]
+                  for i in range(3))
+    assert badges == {"pending": "1", "done": "1", "failed": "0"}, badges
+    assert "Overdue — answer these first" in page and v["id"][:8] in page and 'class="overdue-row"' in page
+    assert "<th scope=\"col\">Outcome</th>" in page and ">removed<" in page
+    assert "lethe_requests_overdue 1.0" in metrics and 'lethe_requests_open_by_age{band="within"} 0.0' in metrics
+
+
+def test_ledger_page_names_models_and_versions(cur: Curator, setup: Setup) -> None:
+    done_request(cur, setup.keys[15])
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        page = cl.get("/console/ledger").text
+    assert "clf v2" in page and "clf v1" in page
+    assert not re.search(r'data-label="Model / version">\d+ / \d+<', page)
