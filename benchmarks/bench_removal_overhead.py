@@ -15,6 +15,11 @@ To compare with an older tree, run this file with ``PYTHONPATH`` pointing
 at that tree's ``src``.
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_removal_overhead.py`` (about a minute; 0.8 GB of features).
+
+``--keys int`` or ``--keys str`` (issue 37) fits with record keys (``sample_ids``) and times, in the same run,
+``--removals`` more removals by key (``remove(keys=[k])``) after the by-index ones, printing both medians and their
+ratio (the target: by key ≤ 2× by index). The first removal by key builds the model's key → row map
+(:mod:`lethe.keymap`, O(n), once); it is timed apart.
 """
 
 from __future__ import annotations
@@ -37,14 +42,18 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=200)
     ap.add_argument("--removals", type=int, default=1000)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--keys", choices=("none", "int", "str"), default="none",
+                    help="also time removals by record key (integer or string keys) in the same run")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     X = rng.normal(size=(args.rows, args.features))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     y = np.where(X @ rng.normal(size=args.features) > 0, 1, -1)
-    est = CertifiedLogisticRegression(lam=1e-3, sigma=10.0, random_state=0).fit(X, y)
+    ids = None if args.keys == "none" else (7 * np.arange(args.rows, dtype=np.int64) + 3 if args.keys == "int"
+                                            else np.char.add("customer-", np.arange(args.rows).astype(str)))
+    est = CertifiedLogisticRegression(lam=1e-3, sigma=10.0, random_state=0).fit(X, y, sample_ids=ids)
     del X
-    rows = rng.permutation(args.rows)[: args.warm + 3 * args.removals]
+    rows = rng.permutation(args.rows)[: args.warm + (3 if ids is None else 4) * args.removals + 1]
     t0 = time.perf_counter()
     est.remove([int(rows[0])])
     print(f"solver {est.solver!r} -> {est.solver_!r}; first removal (forms the removal machinery) "
@@ -60,6 +69,21 @@ def main() -> None:
     print(f"{args.removals} removals after {args.warm} warm ones: median {1e3 * np.median(times):.3f} ms, "
           f"mean {1e3 * np.mean(times):.3f} ms; CPU time of this process (less sensitive to other processes on a "
           f"shared machine): median {1e3 * np.median(cpu):.3f} ms")
+    if ids is not None:
+        by_key = rows[args.warm + 3 * args.removals:]
+        t0 = time.perf_counter()
+        est.remove(keys=[ids[int(by_key[0])]])
+        print(f"first removal by {args.keys} key (builds the key -> row map, once): "
+              f"{1e3 * (time.perf_counter() - t0):.1f} ms")
+        key_times = []
+        for i in by_key[1:]:
+            k = ids[int(i)]
+            t0 = time.perf_counter()
+            est.remove(keys=[k])
+            key_times.append(time.perf_counter() - t0)
+        print(f"{len(key_times)} removals by {args.keys} key: median {1e3 * np.median(key_times):.3f} ms, mean "
+              f"{1e3 * np.mean(key_times):.3f} ms; by index (above) median {1e3 * np.median(times):.3f} ms; "
+              f"ratio of medians {np.median(key_times) / np.median(times):.2f}")
     read = []
     for i in rows[args.warm + args.removals: args.warm + 2 * args.removals]:
         t0 = time.perf_counter()
@@ -69,7 +93,7 @@ def main() -> None:
           f"{1e3 * np.median(read):.3f} ms")
     prof = cProfile.Profile()
     prof.enable()
-    for i in rows[args.warm + 2 * args.removals:]:
+    for i in rows[args.warm + 2 * args.removals: args.warm + 3 * args.removals]:
         est.remove([int(i)])
     prof.disable()
     out = io.StringIO()

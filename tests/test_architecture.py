@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "lethe.schema": FOUNDATION,  # declared table schemas (a data description, its loader and validator)
     "lethe.protocols": FOUNDATION,  # the Unlearner and Certificate protocols (typing.Protocol only, issue 25)
     "lethe.families": FOUNDATION,  # the registry of unlearning families (dotted paths, no lethe imports; issue 34)
+    "lethe.keymap": FOUNDATION,  # record key → row in O(1) amortised, kept per model (issue 37)
     # math: pure functions, no state
     "lethe.losses": MATH,
     "lethe.certified": MATH,  # bounds, noise, objective (the stateful modules are listed below)

@@ -14,6 +14,7 @@ from sklearn.utils.validation import validate_data
 
 from lethe.certified.data import check_data_matrix
 from lethe.certified.rows import check_indices
+from lethe.keymap import key_rows
 
 
 # -- data backends (issue 14): fit/predict accept a SciPy sparse matrix; the mechanisms read it through
@@ -108,11 +109,14 @@ def keys_of(X: Any, sample_ids: Any) -> np.ndarray | None:
     return None
 
 
-def removal_rows(indices: Any, keys: Any, *, active: np.ndarray, record_keys: np.ndarray | None) -> np.ndarray:
+def removal_rows(indices: Any, keys: Any, *, active: np.ndarray, record_keys: np.ndarray | None,
+                 owner: Any = None) -> np.ndarray:
     """The ONE meaning of ``remove(indices=None, *, keys=None)`` for every :class:`lethe.protocols.Unlearner`:
     distinct ORIGINAL row positions of the fit's X (rows added later get the next positions) that are still
     active, given either as ``indices`` or as record ``keys`` (``record_keys``: one per original row, removed
-    ones blanked). Exactly one of the two. Returns int64 positions; raises ValueError/TypeError naming the rule."""
+    ones blanked). Exactly one of the two. Returns int64 positions; raises ValueError/TypeError naming the rule.
+    ``owner``: the model, whose key → row map (:func:`lethe.keymap.key_rows`) is kept between calls, so a key
+    costs O(1) amortised (None: a map built for this call, O(n))."""
     if (indices is None) == (keys is None):
         raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
                          f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
@@ -125,13 +129,9 @@ def removal_rows(indices: Any, keys: Any, *, active: np.ndarray, record_keys: np
             ks = ks.reshape(1)
         if ks.ndim != 1 or ks.size == 0:
             raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
-        lookup = {k: i for i, k in enumerate(record_keys.tolist()) if active[i]}
-        rows = []
-        for k in ks.tolist():
-            if k not in lookup:
-                raise ValueError(f"Key {k!r} is not a record of this model (unknown, or already removed).")
-            rows.append(lookup[k])
-        idx = np.asarray(rows, dtype=np.int64)
+        idx, missing = key_rows(owner, ks, record_keys, active)
+        if missing is not None:
+            raise ValueError(f"Key {missing.key!r} is not a record of this model (unknown, or already removed).")
     else:
         idx = np.asarray(indices)
     if idx.ndim == 0:

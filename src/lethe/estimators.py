@@ -241,7 +241,8 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             raise ValueError("Give exactly one of indices (training-row positions) and keys (record keys). "
                              f"Found indices={indices!r}, keys={'None' if keys is None else '...'}.")
         self._check_params_unchanged("remove", fitted=True)
-        return removal_rows(indices, keys, active=self.active_, record_keys=getattr(self, "keys_", None))
+        return removal_rows(indices, keys, active=self.active_, record_keys=getattr(self, "keys_", None),
+                            owner=self)
 
     def _fitted(self, X: Any, Y: np.ndarray, *, members: Any, keys: Any, states: list[ModelState], certs: list[Any],
                 mech: CertifiedRemoval, caches: list[NewtonCache], params: dict[str, Any],

@@ -45,8 +45,9 @@ from lethe.certified.transaction import resume
 from lethe.estimators import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.io import ModelFileError, open_model_file, save_model_file
-from lethe.model_origin import reports_model_origin, set_origin
+from lethe.keymap import key_rows
 from lethe.losses import get_loss
+from lethe.model_origin import reports_model_origin, set_origin
 from lethe.privacy.mechanisms import OSRandomSource
 from lethe.privacy.release import (
     RELEASE_OBSERVER,
@@ -340,13 +341,10 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             ks = ks.reshape(1) if ks.ndim == 0 else ks
             if ks.ndim != 1 or ks.size == 0:
                 raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
-            lookup = {k: i for i, k in enumerate(self._keys.tolist()) if self._active[i]}
-            rows = []
-            for k in ks.tolist():
-                if k not in lookup:  # the key is not echoed: it may name someone
-                    raise ValueError("A key is not a record of this model (unknown, or already removed).")
-                rows.append(lookup[k])
-            return np.asarray(rows, dtype=np.int64)
+            rows, missing = key_rows(self, ks, self._keys, self._active)  # O(1) amortised per key (lethe.keymap)
+            if missing is not None:  # the key is not echoed: it may name someone
+                raise ValueError("A key is not a record of this model (unknown, or already removed).")
+            return rows
         idx = np.asarray(indices)
         idx = idx.reshape(1) if idx.ndim == 0 else idx
         if idx.ndim != 1 or idx.size == 0:

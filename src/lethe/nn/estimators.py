@@ -125,7 +125,7 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
         On any error (unknown, repeated or already removed rows; no row left) the estimator is unchanged.
         """
         check_is_fitted(self, "model_")
-        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_)
+        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_, owner=self)
         current = np.cumsum(self.active_)[idx] - 1  # positions of those rows in X_ (the retained rows)
         n = self.X_.shape[0]
         if n - idx.size < 1:

@@ -248,7 +248,7 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         record key (``keys``). Exactly one of the two; a row already removed is refused. On error nothing changes.
         """
         check_is_fitted(self, "curator_")
-        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_)
+        idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_, owner=self)
         request = EditRequest.deletion(idx.tolist(), self.curator_.database.n_features)
         cert = self.curator_.unlearn(request, p=self.adaptivity)
         self._certificate = cert
@@ -798,7 +798,7 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         Repeated, already removed, unknown or out-of-range rows raise ``ValueError`` and change nothing.
         """
         check_is_fitted(self, "theta_")
-        idx = removal_rows(indices, keys, active=~self._gone, record_keys=self.keys_)
+        idx = removal_rows(indices, keys, active=~self._gone, record_keys=self.keys_, owner=self)
         n = self._X.shape[0]
         removed = [*self._removed, int(idx.size)]
         cert = self._certificate_for(len(removed), removed, self._phase_steps, n)
