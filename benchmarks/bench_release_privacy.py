@@ -146,7 +146,7 @@ def released_run(X: np.ndarray, y: np.ndarray, lam: float, batches: list[np.ndar
     m = ReleasedLogisticRegression(lam=lam, epsilon=EPSILON, delta=DELTA, horizon=len(batches) + 1,
                                    random_state=seed).fit(X, y)
     for b in batches:
-        if m.remove(b) is None:
+        if not m.remove(b).published:
             raise RuntimeError("cadence 1: every removal must publish a release")
     run = Run([np.asarray(r.coef, dtype=float) for r in m.releases_], list(batches))
     return run, m.release_.certificate

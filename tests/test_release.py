@@ -63,8 +63,9 @@ def test_remove_publishes_every_cadence_and_keeps_the_centre_certified():
     X, y = _data()
     m = _model(cadence=3, horizon=5).fit(X, y, sample_ids=[f"id{i}" for i in range(len(y))])
     out = [m.remove([i]) for i in range(3)] + [m.remove(keys=["id10", "id11"])]
-    assert [o is None for o in out] == [True, True, False, True]
-    assert out[2].version == 1 and len(m.releases_) == 2
+    assert [o.published for o in out] == [False, False, True, False]
+    assert m.certificate_ is out[-1] and out[0].version == 0
+    assert out[2].version == 1 and len(m.releases_) == 2 and out[2] == m.releases_[1].certificate
     assert m.n_removed_ == 5 and int(np.count_nonzero(m._active)) == len(y) - 5
     assert _centre_residual(m) <= m._state.residual_bound <= 0.01
     # the removed rows are gone from memory (features, target, key)
@@ -158,8 +159,8 @@ def test_save_load_continues_the_stream(tmp_path):
     np.testing.assert_array_equal(m2.coef_, m.coef_)
     assert m2.releases_[1].certificate == m.releases_[1].certificate
     np.testing.assert_array_equal(m2.predict(X), m.predict(X))
-    rel = m2.remove([3])  # completes the pending cadence
-    assert rel is not None and rel.version == 2
+    cert = m2.remove([3])  # completes the pending cadence
+    assert cert.published and cert.version == 2 and m2.release_.version == 2
     assert _centre_residual(m2) <= 0.01
     m2.remove([4])
     m2.remove([5])

@@ -50,7 +50,7 @@ def test_release_publishes_the_current_centre_and_counts_once() -> None:
     X, y, keys = _data(1)
     m = ReleasedLogisticRegression(lam=0.05, horizon=3, cadence=10**6, n_floor=300, random_state=0)
     m.fit(X, y, sample_ids=keys)
-    assert m.remove(keys=["k3"]) is None  # no removal publishes under this cadence
+    assert m.remove(keys=["k3"]).published is False  # no removal publishes under this cadence
     before = m.privacy_spent()
     rel = m.release()
     assert m.privacy_spent()["releases"] == before["releases"] + 1 == 2

@@ -18,6 +18,8 @@ This front end holds no math: it calls the mechanism, the bound, the calibration
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import secrets
 from dataclasses import dataclass
@@ -157,9 +159,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
     >>> X = rng.normal(size=(4000, 5)); X /= np.linalg.norm(X, axis=1, keepdims=True)
     >>> y = np.where(X[:, 0] > 0, 1, -1)
     >>> m = ReleasedLogisticRegression(lam=1e-2, horizon=11, random_state=0).fit(X, y)
-    >>> rel = m.remove([3])
-    >>> rel.version, rel.certificate.observer, m.privacy_spent()["releases"]
-    (1, 'every published release', 2)
+    >>> cert = m.remove([3])
+    >>> cert.version, cert.observer, cert.published, m.privacy_spent()["releases"]
+    (1, 'every published release', True, 2)
     """
 
     #: Records cannot be added to a release stream (lethe.protocols.Unlearner): a new record would need its own
@@ -312,7 +314,12 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         """The certificate of the latest release (lethe.protocols.Unlearner): what the whole sequence so far spent;
         None before ``fit``."""
         releases = self.__dict__.get("releases_")
-        return releases[-1].certificate if releases else None
+        if not releases:
+            return None
+        last = self.__dict__.get("_last_certificate")  # (release, certificate) of the last removal
+        if last is not None and last[0] is releases[-1]:
+            return last[1]  # that removal's, published or not (a later release or fit supersedes it)
+        return releases[-1].certificate
 
     def add(self, X: Any, y: Any, sample_ids: Any = None) -> Any:
         """Not supported (``supports_add = False``); raises ``NotImplementedError`` and changes nothing."""
@@ -363,11 +370,13 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         return idx.astype(np.int64)
 
     @serialised
-    def remove(self, indices: Any = None, *, keys: Any = None) -> Release | None:
+    def remove(self, indices: Any = None, *, keys: Any = None) -> ReleaseCertificate:
         """Remove training rows (ORIGINAL positions in ``fit``'s X, or record keys) as one batch.
 
-        Returns the new :class:`Release` if this removal completed a cadence (every ``cadence`` removals), else
-        None (the removal is then published by a later release). Raises ``BudgetExceededError`` if the removal
+        Returns the certificate of the removal (:class:`lethe.protocols.Certificate`, also ``certificate_``): the
+        certificate of the new release (``release_``) if this removal completed a cadence (every ``cadence``
+        removals), else the latest release's figures with ``published=False`` — the removal is published by a
+        later release, and until then model-readers still see a release computed with the rows. Raises ``BudgetExceededError`` if the removal
         could not be published within the horizon, ``ValueError`` if it would leave fewer than ``n_floor`` rows; on
         any error nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the
         centre, its cache, the rows, the accountant and the releases as they were, or — once committed — the
@@ -403,12 +412,18 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             if publishes:
                 self._pending = 0
                 release = self._publish()  # from the new centre (recorded in the accountant, appended)
+            latest = self.releases_[-1]
+            cert = (latest.certificate if release is not None
+                    else dataclasses.replace(latest.certificate, published=False))
+            self.__dict__.setdefault("_last_certificate", None)
+            undo.save_attrs("_last_certificate")
+            self._last_certificate = (latest, cert)
             undo.done = True  # the commit point
             undo.finish()
         except BaseException:
             undo.rollback()  # a no-op beyond finishing once committed
             raise
-        return release
+        return cert
 
     @serialised
     def release(self) -> Release:

@@ -246,9 +246,9 @@ def _released_sequence_hits(X: np.ndarray, y: np.ndarray, trials: int,
     hits = raw_hits = 0
     for r in rng.permutation(N)[:trials]:
         old, centre_old = m.release_.coef.copy(), m._state.w.copy()
-        rel = m.remove([int(r)])
-        assert rel is not None and rel.version == len(m.releases_) - 1
-        new, centre_new = rel.coef, m._state.w
+        cert = m.remove([int(r)])
+        assert cert.published and cert.version == len(m.releases_) - 1
+        new, centre_new = m.release_.coef, m._state.w
         n_old = N - len(m.releases_) + 2
         hits += single_deletion_guess(diff_geometry(X, y, old, LAM, n=n_old), old, new) == r
         raw_hits += single_deletion_guess(diff_geometry(X, y, centre_old, LAM, n=n_old), centre_old, centre_new) == r

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.io import load_npz, model_key, save_npz
+from lethe.io import open_model_file, save_model_file
 
 
 @dataclass(frozen=True)
@@ -88,12 +88,13 @@ class CentroidUnlearner:
     def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
         meta = {"keys": self.keys_, "classes": self.classes_.tolist(),
                 "certificate": self.certificate_.to_dict() if self.certificate_ else None}
-        return save_npz(path, {"X": self.X_, "y": self.y_, "pos": self.pos_, "means": self.means_},
-                        json.loads(json.dumps(meta)), key=model_key(key))
+        return save_model_file(path, {"X": self.X_, "y": self.y_, "pos": self.pos_, "means": self.means_},
+                               json.loads(json.dumps(meta)), key=key, model=self)
 
     @classmethod
     def load(cls, path: str | Path, *, key: bytes | str | None = None) -> CentroidUnlearner:
-        arrays, meta = load_npz(path, key=model_key(key), authenticate=True)
+        f = open_model_file(path, key=key)  # authenticated: an edited or untagged file is refused
+        arrays, meta = f.arrays, f.meta
         est = cls()
         est.X_, est.y_, est.pos_, est.means_ = arrays["X"], arrays["y"], arrays["pos"], arrays["means"]
         est.keys_, est.classes_ = meta["keys"], np.asarray(meta["classes"])
