@@ -64,7 +64,12 @@ def test_every_service_adapter_belongs_to_one_family():
         assert fam.adapter_class().name in fam.mechanisms  # type: ignore[union-attr]
     for fam in families():
         if fam.adapter is not None:
-            assert fam.adapter_class().name in available_mechanisms()  # type: ignore[union-attr]
+            cls = fam.adapter_class()
+            assert cls.name in available_mechanisms()  # type: ignore[union-attr]
+            # the adapter's declared capabilities are the family's (the curator reads the adapter's, never sniffs)
+            assert cls.supports_warm == fam.has(Capability.WARM), fam.name  # type: ignore[union-attr]
+            assert cls.uses_record_keys == fam.has(Capability.RECORD_KEYS), fam.name  # type: ignore[union-attr]
+            assert cls.keeps_schedule == fam.has(Capability.RELEASE_SCHEDULE), fam.name  # type: ignore[union-attr]
 
 
 def test_a_family_whose_words_claim_a_newton_step_it_does_not_declare_is_refused():

@@ -70,6 +70,8 @@ class MechanismAdapter(ABC):
     unpublished_arrays: ClassVar[tuple[str, ...]] = ()
     #: publications follow a clock (``Capability.RELEASE_SCHEDULE``): :meth:`release_due` may answer True.
     keeps_schedule: ClassVar[bool] = False
+    #: a known seed would publish the noise (released models): the trainer refuses ``random_state``.
+    refuses_seed: ClassVar[bool] = False
     #: seconds since the epoch; :class:`Adapters` gives every adapter the curator's clock.
     clock: Callable[[], float] = staticmethod(time.time)
 

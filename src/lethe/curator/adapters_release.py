@@ -89,6 +89,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     """
 
     name = "released-logistic"
+    keeps_schedule = True
     secret_arrays = ("centre",)
     #: the service refuses ``random_state`` (``--seed``) for this mechanism: its noise is the privacy (issue 36)
     refuses_seed = True

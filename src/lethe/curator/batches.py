@@ -176,7 +176,7 @@ class BatchProcessor:
                 if v is None or ds is None or (v.summary or {}).get("cadence_seconds") is None:
                     continue  # no schedule of its own (only a time rule makes a release due without a batch)
                 adapter = self.adapters.get(m.mechanism, dict(m.params))
-                if hasattr(adapter, "release_due") and adapter.release_due(dict(v.summary or {}), now):
+                if adapter.release_due(dict(v.summary or {}), now):
                     due.append((m.id, m.name, m.mechanism, dict(m.params), v, ds.name, ds.n_features, adapter))
         results: list[BatchResult] = []
         for model_id, name, mech, params, old, ds_name, d, adapter in due:

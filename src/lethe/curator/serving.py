@@ -223,7 +223,7 @@ class Serving:
         art, info = self.load_published(model)
         self.check_served(info, operator=operator)
         # arrays a mechanism needs to predict but does not publish (e.g. a sharded model's shards)
-        unpublished = getattr(get_adapter(info["mechanism"], info["params"]), "unpublished_arrays", ())
+        unpublished = get_adapter(info["mechanism"], info["params"]).unpublished_arrays
         return {"model": info["model"], "version": info["version" if operator else "reader_version"],
                 "mechanism": info["mechanism"],
                 "feature_names": info["feature_names"], "normalize": info["normalize"],

@@ -84,14 +84,14 @@ class ModelTrainer:
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         _check_seed(adapter, mechanism, random_state)
-        if learned is not None and (getattr(adapter, "refuses_seed", False) or serve_unreleased):
+        if learned is not None and (adapter.refuses_seed or serve_unreleased):
             raise InvalidInputError(
                 f"dataset {dataset!r} has {learned} learned from its rows (--categorical without a schema): a model "
                 f"served to model-readers would publish them, and a category held by one record reveals that record "
                 f"even after its deletion. Register the data with a declared schema (lethe dataset add --schema: "
                 f"categories, bounds and names declared, not learned) to train {mechanism!r}"
                 f"{' with --serve-unreleased' if serve_unreleased else ''} on it. Found {learned} learned from rows.")
-        if getattr(adapter, "refuses_seed", False):
+        if adapter.refuses_seed:
             with self.store.read() as s:
                 lifetime.check_stream(s, ds0.id, None, adapter.params, what=f"Training {model!r}")
         rng = check_random_state(random_state)
@@ -103,7 +103,7 @@ class ModelTrainer:
                     raise ConflictError(f"A model named {model!r} already exists.")
                 ds_id, ds_name = ds.id, ds.name
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
-                keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
+                keys = _record_keys(s, ds.id, ids) if adapter.uses_record_keys else None
             adapter.check_features(X.shape[1])
             bar.update(1)
             try:
@@ -198,7 +198,7 @@ class ModelTrainer:
                 old_vid = m.current_version_id
                 ids, X, y = self.datasets.current_data(s, ds.id, ds.n_features)
                 adapter = self.adapters.get(mech, params)
-                keys = _record_keys(s, ds.id, ids) if getattr(adapter, "uses_record_keys", False) else None
+                keys = _record_keys(s, ds.id, ids) if adapter.uses_record_keys else None
                 _check_seed(adapter, mech, random_state)
                 learned = learned_from_rows(ds)
                 if learned is not None and serve:
@@ -206,7 +206,7 @@ class ModelTrainer:
                                             "without a schema): a model served to model-readers would publish them. "
                                             "Retrain without --serve-unreleased, or register the data with a "
                                             "declared schema. Found serve_unreleased=True.")
-                if getattr(adapter, "refuses_seed", False):
+                if adapter.refuses_seed:
                     lifetime.check_stream(s, ds.id, model_id, params, what=f"Retraining {model!r}")
             try:
                 artifact, cert = _train(adapter, X, y, rng, keys)
@@ -261,7 +261,7 @@ class ModelTrainer:
 
 def _check_seed(adapter: Any, mechanism: str, random_state: Any) -> None:
     """Refuse a seed for a mechanism whose noise is the privacy of what it publishes (``refuses_seed``)."""
-    if random_state is not None and getattr(adapter, "refuses_seed", False):
+    if random_state is not None and adapter.refuses_seed:
         raise InvalidInputError(
             f"random_state (--seed) is refused for {mechanism!r}: its release noise is what makes the published "
             "weights private, and anyone who knows a seed regenerates and subtracts it. The service draws it from "
