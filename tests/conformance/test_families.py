@@ -70,6 +70,8 @@ def test_every_service_adapter_belongs_to_one_family():
             assert cls.supports_warm == fam.has(Capability.WARM), fam.name  # type: ignore[union-attr]
             assert cls.uses_record_keys == fam.has(Capability.RECORD_KEYS), fam.name  # type: ignore[union-attr]
             assert cls.keeps_schedule == fam.has(Capability.RELEASE_SCHEDULE), fam.name  # type: ignore[union-attr]
+            # its own artifact check (issue 34: a family without one had its states loaded unchecked)
+            assert "check_artifact" in vars(cls), f"{fam.name}: the adapter has no check_artifact of its own"
 
 
 def test_a_family_whose_words_claim_a_newton_step_it_does_not_declare_is_refused():

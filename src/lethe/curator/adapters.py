@@ -39,7 +39,12 @@ from lethe.certified.mechanism import CertifiedRemoval, ModelState
 from lethe.certified.model_file import classes_meta
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import OneVsAllRemoval
-from lethe.curator.artifacts import Artifact
+from lethe.curator.artifacts import (
+    Artifact,
+    ArtifactError,
+    certified_removal_states,
+    finite_array,
+)
 
 
 class WarmModel:
@@ -108,6 +113,19 @@ class MechanismAdapter(ABC):
     @abstractmethod
     def summary(self, artifact: Artifact) -> dict[str, Any]:
         """Public, JSON-serialisable facts about a version (budget, n). Must not contain secret arrays."""
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """The family's invariants of a stored state (called by :func:`lethe.curator.artifacts.check_invariants`
+        after the generic checks, for every artifact loaded or saved); raise
+        :class:`~lethe.curator.artifacts.ArtifactError` naming the rule and the value.
+
+        The default checks what every state must satisfy: its float arrays finite. A family overrides it with its
+        own rules (and the conformance suite requires that it does)."""
+        for name, a in artifact.arrays.items():
+            arr = np.asarray(a)
+            if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+                raise ArtifactError(f"array {name!r} holds a non-finite value.")
 
     def release_due(self, summary: dict[str, Any], now: float) -> bool:
         """Mechanisms with a release schedule (``keeps_schedule``): True when a release is due at ``now`` without a
@@ -234,6 +252,25 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
         return CertifiedLogisticRegression if loss == "logistic" else CertifiedLinearRegression
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """``w`` and ``b`` finite float64 vectors of the dataset's dimension; n ≥ 1; counters ≥ 0; the accumulated
+        residual bound β finite, ≥ 0 and, unless ``noise="none"``, β ≤ ε′ — the budget the parameters σ, ε, δ give
+        (Alg. 2: a state above budget must have been retrained, so such a file certifies nothing), judged by the
+        mechanism's own decision (:meth:`lethe.certified.one_vs_all.OneVsAllRemoval.check_stored`)."""
+        betas = certified_removal_states(artifact.meta, artifact.arrays, n_features)
+        if params is None:
+            return
+        try:
+            # fit_intercept / normalize_rows shape the rows, not the mechanism
+            mech = CertifiedRemoval(**{k: v for k, v in params.items() if k not in ("fit_intercept", "normalize_rows")})
+        except (TypeError, ValueError) as exc:
+            raise ArtifactError(f"the bound parameters are invalid: {exc}") from None
+        try:  # the mechanism's own budget decision on the (joint) bound (Alg. 2, line 16)
+            OneVsAllRemoval(mech).check_stored(betas)
+        except ValueError as exc:
+            raise ArtifactError(str(exc)) from None
 
     @classmethod
     def _option_defaults(cls, loss: str) -> dict[str, Any]:
@@ -500,6 +537,18 @@ class NoisyGDAdapter(MechanismAdapter):
     name = "noisy-gd"
     secret_arrays = ()
     _DEFAULTS: ClassVar[dict[str, Any]] = {"lam": 0.1, "q": 2.0, "epsilon_dp": 1.0, "epsilon_dd": 0.5, "r": 1, "p": 0}
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """``theta`` finite of the dataset's dimension; the configuration's λ and q equal the parameters."""
+        finite_array(artifact.arrays, "theta", n_features)
+        config = artifact.meta.get("config")
+        if not isinstance(config, dict):
+            raise ArtifactError("the Noisy-GD configuration is missing.")
+        if params is not None:
+            for k in ("lam", "q"):
+                if not math.isclose(float(config.get(k, math.nan)), float(params[k]), rel_tol=1e-12):
+                    raise ArtifactError(f"the state's {k}={config.get(k)!r} differs from the model's {params[k]!r}.")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lethe.curator.adapters import MechanismAdapter, register_adapter
-from lethe.curator.artifacts import Artifact
+from lethe.curator.artifacts import Artifact, ArtifactError, finite_array
 
 __all__ = ["NoisyFineTuneAdapter"]
 
@@ -39,6 +39,29 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         "clipping": "per_sample", "train_epochs": 5, "train_lr": 0.1, "post_steps": 100, "post_lr": None,
         "post_radius": 5.0,
     }
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """``theta`` a finite float vector; the state's feature count the dataset's; at least two classes; the
+        last operation recorded; with the parameters, ``theta`` has exactly the size of the module they build (an
+        edited or swapped vector of another shape cannot be loaded into it)."""
+        theta = finite_array(artifact.arrays, "theta", None)
+        m = artifact.meta
+        d = m.get("n_features")
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1 or (n_features is not None and d != n_features):
+            raise ArtifactError(f"the state's n_features must be the dataset's {n_features}. Found {d!r}.")
+        classes = m.get("classes")
+        if not isinstance(classes, list) or len(classes) < 2:
+            raise ArtifactError(f"the state's classes must list at least 2 labels. Found {classes!r}.")
+        if not isinstance(m.get("last"), dict):
+            raise ArtifactError("the state's last operation is missing.")
+        if params is not None:
+            from lethe.nn.models import build_module
+
+            module = build_module(params["module"], d, len(classes), random_state=np.random.default_rng(0))
+            size = sum(int(p.numel()) for p in module.parameters())
+            if theta.shape != (size,):
+                raise ArtifactError(f"theta must have the module's {size} parameters. Found shape {theta.shape}.")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> dict[str, Any]:

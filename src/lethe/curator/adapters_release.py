@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lethe.curator.adapters import MechanismAdapter, register_adapter
-from lethe.curator.artifacts import Artifact, ArtifactError
+from lethe.curator.artifacts import Artifact, ArtifactError, check_released_logistic
 from lethe.curator.public import OBSERVER_RELEASES
 
 __all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter", "release_noise"]
@@ -90,6 +90,12 @@ class ReleasedLogisticAdapter(MechanismAdapter):
 
     name = "released-logistic"
     keeps_schedule = True
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """:func:`lethe.curator.artifacts.check_released_logistic`: the centre and the release finite, the accountant
+        consistent with the parameters, the counts coherent."""
+        check_released_logistic(artifact.meta, artifact.arrays, n_features, params)
     secret_arrays = ("centre",)
     #: the service refuses ``random_state`` (``--seed``) for this mechanism: its noise is the privacy (issue 36)
     refuses_seed = True

@@ -101,7 +101,7 @@ def _load_key(path: Path) -> bytes:
     return data
 
 
-def _finite_array(arrays: dict[str, np.ndarray], name: str, d: int | None) -> np.ndarray:
+def finite_array(arrays: dict[str, np.ndarray], name: str, d: int | None) -> np.ndarray:
     a = arrays.get(name)
     if a is None:
         raise ArtifactError(f"array {name!r} is missing.")
@@ -123,7 +123,7 @@ def _check_beta(beta: Any) -> float:
     return float(beta)
 
 
-def _certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None) -> list[float]:
+def certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None) -> list[float]:
     """Validate the certified-removal state(s) of an artifact; return the residual bound β_k of each binary model.
 
     Format 1 (one binary model, its fields in the metadata) and format 2 (``states``: one entry per binary model of
@@ -131,8 +131,8 @@ def _certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray
     column."""
     states = meta.get("states")
     if states is None:
-        w = _finite_array(arrays, "w", d)
-        _finite_array(arrays, "b", w.shape[0])
+        w = finite_array(arrays, "w", d)
+        finite_array(arrays, "b", w.shape[0])
         for k in ("removals_since_training", "retrainings"):
             _check_count(k, meta.get(k))
         return [_check_beta(meta.get("residual_bound"))]
@@ -163,17 +163,17 @@ def _certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray
     return betas
 
 
-def _check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None,
+def check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None,
                              params: dict[str, Any] | None) -> None:
     """A ``released-logistic`` state (:mod:`lethe.curator.adapters_release`): the secret centre and the public
     release, finite float64 vectors of one width (d, or d + 1 with an intercept); with the (authenticated)
     parameters, the release stream's invariants of :func:`lethe.release.check_release_state` — accountant for the
     parameters' (ε, δ, T) with the sensitivity recomputed from them and σ ≥ the calibrated σ, β ≤ β_cap, counts."""
-    centre = _finite_array(arrays, "centre", None)
+    centre = finite_array(arrays, "centre", None)
     width = centre.shape[0]
     if d is not None and width not in (d, d + 1):
         raise ArtifactError(f"array 'centre' must have {d} or {d + 1} entries. Found {width}.")
-    _finite_array(arrays, "w", width)
+    finite_array(arrays, "w", width)
     if params is None:
         return
     from lethe.release import check_release_state
@@ -194,51 +194,34 @@ def _check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray]
 def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None:
     """Validate a loaded state against itself and against its (authenticated) binding.
 
-    Certified removal (Guo et al. 2020): ``w`` and ``b`` finite float64 vectors of the dataset's dimension; n ≥ 1;
-    counters ≥ 0; the accumulated residual bound β finite, ≥ 0 and, unless ``noise="none"``, β ≤ ε′ — the budget
-    the parameters σ, ε, δ give (Alg. 2: a state above budget must have been retrained, so such a file certifies
-    nothing), judged by the mechanism's own decision (:meth:`lethe.certified.one_vs_all.OneVsAllRemoval.check_stored`).
-    Released logistic regression (``released-logistic``): :func:`_check_released_logistic`. Noisy-GD
-    (Chourasia & Shah 2023): ``theta`` finite of the dataset's dimension; its configuration's λ
-    and q equal the parameters. Raises :class:`ArtifactError` naming the rule and the value.
+    Generic here: the mechanism the state is for is the binding's; n is an integer >= 1. The rest is the family's
+    own check, :meth:`lethe.curator.adapters.MechanismAdapter.check_artifact` of the adapter the registry
+    (:mod:`lethe.families`) names for the mechanism — e.g. certified removal's β ≤ ε′ (Guo et al. 2020, Alg. 2),
+    judged by the mechanism's own decision. A mechanism no registered family runs is refused: a state is never
+    loaded unchecked. Raises :class:`ArtifactError` naming the rule and the value.
     """
-    meta, arrays = artifact.meta, artifact.arrays
+    from lethe.families import family_of_mechanism
+
+    meta = artifact.meta
     b = binding or {}
     mech = b.get("mechanism", meta.get("mechanism"))
     if b and meta.get("mechanism") != mech:
         raise ArtifactError(f"the state is for mechanism {meta.get('mechanism')!r}, the model uses {mech!r}.")
-    d = b.get("n_features")
     n = meta.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ArtifactError(f"the state's record count n must be an integer >= 1. Found {n!r}.")
-    if mech == "certified-removal":
-        betas = _certified_removal_states(meta, arrays, d)
-        if "params" in b:
-            from lethe.certified.mechanism import CertifiedRemoval
-            from lethe.certified.one_vs_all import OneVsAllRemoval
-
-            try:
-                # fit_intercept / normalize_rows shape the rows, not the mechanism (lethe.curator.adapters)
-                mech_obj = CertifiedRemoval(**{k: v for k, v in b["params"].items()
-                                               if k not in ("fit_intercept", "normalize_rows")})
-            except (TypeError, ValueError) as exc:
-                raise ArtifactError(f"the bound parameters are invalid: {exc}") from None
-            try:  # the mechanism's own budget decision on the (joint) bound (Alg. 2, line 16)
-                OneVsAllRemoval(mech_obj).check_stored(betas)
-            except ValueError as exc:
-                raise ArtifactError(str(exc)) from None
-    elif mech == "released-logistic":
-        _check_released_logistic(meta, arrays, d, b.get("params"))
-    elif mech == "noisy-gd":
-        _finite_array(arrays, "theta", d)
-        config = meta.get("config")
-        params = b.get("params")
-        if not isinstance(config, dict):
-            raise ArtifactError("the Noisy-GD configuration is missing.")
-        if params is not None:
-            for k in ("lam", "q"):
-                if not math.isclose(float(config.get(k, math.nan)), float(params[k]), rel_tol=1e-12):
-                    raise ArtifactError(f"the state's {k}={config.get(k)!r} differs from the model's {params[k]!r}.")
+    try:
+        adapter = family_of_mechanism(str(mech)).adapter_class()
+    except ValueError:
+        adapter = None
+    if adapter is None:
+        raise ArtifactError(f"no registered family runs mechanism {mech!r}: its state cannot be checked.")
+    try:
+        adapter.check_artifact(artifact, b.get("n_features"), b.get("params"))
+    except ArtifactError:
+        raise
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ArtifactError(f"the {mech} state is malformed: {exc}") from None
 
 
 class ArtifactStore:
@@ -361,4 +344,5 @@ def destroy_file(path: Path) -> bool:
     return True
 
 
-__all__ = ["Artifact", "ArtifactError", "ArtifactStore", "canonical_bytes", "check_invariants", "destroy_file"]
+__all__ = ["Artifact", "ArtifactError", "ArtifactStore", "canonical_bytes", "certified_removal_states",
+           "check_invariants", "check_released_logistic", "destroy_file", "finite_array"]

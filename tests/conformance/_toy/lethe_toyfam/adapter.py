@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from lethe.curator.adapters import MechanismAdapter
-from lethe.curator.artifacts import Artifact
+from lethe.curator.artifacts import Artifact, ArtifactError
 from lethe_toyfam.estimator import CentroidUnlearner, ExactRecomputation
 
 
@@ -37,6 +37,15 @@ class CentroidAdapter(MechanismAdapter):
         est = CentroidUnlearner().fit(X, y)
         cert = est.remove(np.asarray(indices))
         return self._artifact(est, X.shape[0] - int(np.asarray(indices).size)), cert.to_dict()
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """One finite mean per class, of the dataset's dimension."""
+        means, classes = np.asarray(artifact.arrays.get("w")), artifact.meta.get("classes")
+        if not isinstance(classes, list) or means.shape != (len(classes), n_features or means.shape[-1]):
+            raise ArtifactError(f"the class means must have shape (classes, features). Found {means.shape}.")
+        if not np.all(np.isfinite(means)):
+            raise ArtifactError("the class means must be finite.")
 
     def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
         means, classes = artifact.arrays["w"], np.asarray(artifact.meta["classes"])
