@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-__all__ = ["BUILTIN_FAMILIES", "ENTRY_POINT_GROUP", "Capability", "Family", "FamilyWords", "families",
-           "family_names", "family_of_mechanism", "resolve"]
+__all__ = ["BUILTIN_FAMILIES", "DEFAULT_MECHANISM", "ENTRY_POINT_GROUP", "Capability", "Family", "FamilyWords",
+           "families", "family_names", "family_of_mechanism", "resolve"]
 
 #: The entry point group through which installed packages add families.
 ENTRY_POINT_GROUP = "lethe.families"
@@ -228,6 +228,10 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
         paper="Koloskova et al. (2025), noisy fine-tuning; lethe.nn.accounting"),
 )
+
+
+#: The mechanism the service trains when none is named (``lethe train`` without ``--mechanism``).
+DEFAULT_MECHANISM = BUILTIN_FAMILIES[0].mechanisms[0]
 
 
 def _entry_point_families() -> list[Family]:

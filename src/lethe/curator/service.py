@@ -64,6 +64,7 @@ from lethe.curator.tokens import TokenRegistry
 from lethe.curator.training import ModelTrainer
 from lethe.curator.views import ReadViews
 from lethe.curator.wakeup import WakeSender
+from lethe.families import DEFAULT_MECHANISM
 
 
 class Curator:
@@ -219,7 +220,7 @@ class Curator:
         because requests and certificates refer to it; its name can be registered again."""
         return self.datasets.drop(dataset)
 
-    def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
+    def train(self, dataset: str, model: str, *, mechanism: str = DEFAULT_MECHANISM,
               params: dict[str, Any] | None = None, random_state: RandomState = None,
               progress: bool = False, heldout: str | None = None, serve_unreleased: bool = False) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1.

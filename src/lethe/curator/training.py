@@ -24,6 +24,7 @@ from lethe.curator.retention import Retention
 from lethe.curator.serving import UNRELEASED_WARNING, Serving, covers_releases, learned_from_rows, served_to
 from lethe.curator.store import Dataset, Model, ModelVersion, Record, Store, add_event, utcnow
 from lethe.curator.validation import check_name, cli_hint
+from lethe.families import DEFAULT_MECHANISM
 
 log = logging.getLogger("lethe.curator")
 
@@ -55,7 +56,7 @@ class ModelTrainer:
     retention: Retention
     serving: Serving
 
-    def train(self, dataset: str, model: str, *, mechanism: str = "certified-removal",
+    def train(self, dataset: str, model: str, *, mechanism: str = DEFAULT_MECHANISM,
               params: dict[str, Any] | None = None, random_state: RandomState = None,
               progress: bool = False, heldout: str | None = None, serve_unreleased: bool = False) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1 (see
