@@ -102,7 +102,7 @@ class Undo:
         """Record the length of a list the operation appends to (truncated back by :meth:`rollback`)."""
         self.lists.append((items, len(items)))
 
-    def _restore_data(self) -> None:
+    def _restore_memory(self) -> None:
         X, rows = self.X, self.x_rows
         if rows is not None and X is not None:
             if isinstance(X, np.ndarray):
@@ -110,12 +110,15 @@ class Undo:
             elif sp.issparse(X):
                 for a, b, vals in rows:
                     X.data[a:b] = vals
-            else:
-                _restore_store(X, self.idx, rows)
         if self.y_rows is not None:
             self.y_rows[0][..., self.idx] = self.y_rows[1]
         if self.key_rows is not None:
             self.key_rows[0][self.idx] = self.key_rows[1]
+
+    def _restore_store(self) -> None:
+        X, rows = self.X, self.x_rows
+        if rows is not None and X is not None and not isinstance(X, np.ndarray) and not sp.issparse(X):
+            _restore_store(X, self.idx, rows)
 
     # -- the two ends ---------------------------------------------------------------------------------------------
     def rollback(self) -> None:
@@ -124,12 +127,7 @@ class Undo:
         if self.done:
             self.finish()
             return
-        try:
-            self._restore_data()
-        except Exception as exc:  # the storage fails: the model refuses every call until it works again
-            self.store_failed = exc
-            _PENDING[self.model] = self
-            raise ResyncRequiredError(_resync_message(self, exc)) from exc
+        self._restore_memory()
         if self.mask is not None and self.idx is not None:
             set_rows(self.mask, self.idx, True)
         if self.rng_state is not None and self.rng is not None:
@@ -140,6 +138,12 @@ class Undo:
             del items[length:]
         for txn in self.txns:
             txn.rollback()
+        try:
+            self._restore_store()  # last: the in-memory model is as before even if the storage still fails
+        except Exception as exc:  # the model refuses every call until the rows are written back
+            self.store_failed = exc
+            _PENDING[self.model] = self
+            raise ResyncRequiredError(_resync_message(self, exc)) from exc
         self.store_failed = None
         if _PENDING.get(self.model) is self:
             del _PENDING[self.model]
