@@ -262,11 +262,14 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         self._rng = rng
         return self
 
-    def _commit_removal(self, idx: np.ndarray, undo: Undo, states: list[ModelState], cert: Any) -> Any:
+    def _commit_removal(self, idx: np.ndarray, undo: Undo, states: list[ModelState], cert: Any, *,
+                        cleared: bool = False) -> Any:
         """Erase the removed rows (features, targets, keys; a Dask model's store) with ``undo`` saving them, then
         commit the removal in one statement (:mod:`lethe.certified.transaction`): the model never holds a removal
-        whose rows are not erased, nor erased rows it still counts. Returns ``cert``."""
-        set_rows(self.active_, idx, False)  # (already cleared by the binary mechanism's clear_active)
+        whose rows are not erased, nor erased rows it still counts. ``cleared``: ``active_[idx]`` is already
+        cleared (the mechanism's ``clear_active``). Returns ``cert``."""
+        if not cleared:
+            set_rows(self.active_, idx, False)
         owned_mask(self.active_)  # read-only between calls (a mask made writable from outside is the model's again)
         undo.erase(self.X_, self.Y_, getattr(self, "keys_", None), idx)
         self.states_, self._certificate, self.n_removed_, undo.done = states, cert, self.n_removed_ + idx.size, True
@@ -320,7 +323,8 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
 
         The removal path other front ends call (e.g. a service that maps its own keys to rows and draws fresh
         entropy for every operation). Under the model's lock, taken here rather than by :func:`serialised` (the
-        same lock; one call less on the path of every deletion)."""
+        same lock; one call less on the path of every deletion). Atomic as :meth:`remove` is: an exception anywhere
+        in the call leaves the model as it was, or — once committed — with the removal done in full."""
         with instance_lock(self):
             resume(self)  # an interrupted call's rollback completed first (nothing else is trusted before it)
             rng = self._rng if random_state is None else check_random_state(random_state)
@@ -820,14 +824,15 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         one-vs-all form (:class:`lethe.certified.one_vs_all.OneVsAllRemoval`, joint budget) for more classes.
         Returns a :class:`~lethe.certified.mechanism.Certificate` or a :class:`MulticlassCertificate`."""
         mech: CertifiedRemoval = self.mechanism_
-        undo = begin_undo(self, idx, rng, self.caches_)  # a failed call is rolled back (transaction module)
+        # a failed call is rolled back (transaction module); a binary model's retraining saves the generator itself
+        undo = begin_undo(self, idx, rng, self.caches_, lazy_rng=len(self.states_) == 1)
         undo.mask = self.active_
         try:
             if len(self.states_) == 1:
                 state, cert = mech.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,
                                           cache=self.caches_[0], random_state=rng, check_input=False,
                                           clear_active=True)  # active_[idx] cleared in place (undone on error)
-                return self._commit_removal(idx, undo, [state], cert)
+                return self._commit_removal(idx, undo, [state], cert, cleared=True)
             states, mcert = OneVsAllRemoval(mech).remove(self.states_, self.X_, self.Y_, self.active_,
                                                          self.members_, idx, self.caches_, rng, self.classes_)
             return self._commit_removal(idx, undo, states, mcert)
@@ -917,7 +922,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
 
     def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Certificate:
         """Remove the validated training rows ``idx`` by the exact Newton step; see :meth:`remove`."""
-        undo = begin_undo(self, idx, rng, self.caches_)  # a failed call is rolled back (transaction module)
+        undo = begin_undo(self, idx, rng, self.caches_, lazy_rng=True)  # a failed call is rolled back
         undo.mask = self.active_
         try:
             state, cert = self.mechanism_.remove(self.states_[0], self.X_, self.Y_[0], idx, active=self.active_,

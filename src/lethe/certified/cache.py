@@ -430,13 +430,6 @@ class NewtonCache:
         return state
 
 
-def _rows_of(a: np.ndarray | None, idx: np.ndarray) -> np.ndarray | None:
-    """``a[idx]`` (a copy) for an array indexed by data rows, else None."""
-    if a is None or a.ndim == 0 or a.shape[0] == 0 or idx.size == 0 or int(idx.max()) >= a.shape[0]:
-        return None
-    return np.array(a[idx], copy=True)
-
-
 class CacheTransaction:
     """A snapshot of a :class:`NewtonCache` before a removal step (:meth:`NewtonCache.begin`).
 
@@ -450,17 +443,24 @@ class CacheTransaction:
 
     def __init__(self, cache: NewtonCache, idx: np.ndarray) -> None:
         self.cache = cache
-        self.idx = idx = np.asarray(idx, dtype=np.int64)
-        self.attrs = dict(cache.__dict__)
-        self.attrs["txn"] = None
-        self.mask_rows = _rows_of(cache._mask, idx)
-        self.s_hat_rows = _rows_of(cache.s_hat, idx)
-        self.p_rows = _rows_of(cache.P, idx)
-        shared = cache.shared
-        self.x32_rows = _rows_of(cache.X32, idx) if shared is None or shared.X32 is not cache.X32 else None
-        self.shared_rows = ((_rows_of(shared.X32, idx), _rows_of(shared.zeroed, idx))
-                            if shared is not None and shared.X32 is not None else None)
-        self.m_diag = np.array(np.diagonal(cache.M), copy=True) if cache.M is not None else None
+        self.idx = idx
+        a = self.attrs = cache.__dict__.copy()
+        a["txn"] = None
+        mask, s_hat, P, X32, shared, M = a["_mask"], a["s_hat"], a["P"], a["X32"], a["shared"], a["M"]
+        self.mask_rows = self.s_hat_rows = self.p_rows = self.x32_rows = None
+        self.shared_rows: tuple[dict[str, Any], np.ndarray, np.ndarray] | None = None
+        try:  # (fancy indexing copies; an array of another length belongs to no data set of these rows: not saved)
+            self.mask_rows = mask[idx] if mask is not None else None
+            self.s_hat_rows = s_hat[idx] if s_hat is not None else None
+            self.p_rows = P[idx] if P is not None else None
+            if X32 is not None and (shared is None or shared.X32 is not X32):
+                self.x32_rows = X32[idx]
+            if shared is not None and shared.X32 is not None and shared.zeroed is not None:
+                self.shared_rows = (shared.__dict__.copy(), shared.X32[idx], shared.zeroed[idx])
+        except IndexError:
+            pass
+        self.m_diag = M.diagonal().copy() if M is not None else None
+        self.rng: tuple[Any, Any] | None = None  # (generator, its state before a retraining), recorded by the mechanism
 
     def rollback(self) -> None:
         """Put the cache back as it was at :meth:`NewtonCache.begin` (idempotent)."""
@@ -472,11 +472,10 @@ class CacheTransaction:
                 a[name][idx] = rows
         shared = a.get("shared")
         if self.shared_rows is not None and shared is not None:
-            x_rows, z_rows = self.shared_rows
-            if x_rows is not None and shared.X32 is not None and shared.X32.shape[0] > int(idx.max()):
-                shared.X32[idx] = x_rows
-            if z_rows is not None and shared.zeroed is not None and shared.zeroed.shape[0] > int(idx.max()):
-                shared.zeroed[idx] = z_rows
+            saved, x_rows, z_rows = self.shared_rows
+            saved["X32"][idx] = x_rows  # the arrays the rows were saved from
+            saved["zeroed"][idx] = z_rows
+            shared.__dict__.update(saved)
         if self.m_diag is not None and a.get("M") is not None:
             np.einsum("ii->i", a["M"])[...] = self.m_diag
         cache.__dict__.update({k: v for k, v in a.items() if k != "_key"})

@@ -695,6 +695,8 @@ class CertifiedRemoval:
             if retrained:  # Alg. 2, line 17
                 rng = check_random_state(random_state)
                 rng_state = rng.bit_generator.state if rng is random_state else None  # the caller's, restored
+                if rng_state is not None and txn is None and cache is not None and cache.txn is not None:
+                    cache.txn.rng = (rng, rng_state)  # for the caller's transaction (the estimators' lazy_rng)
                 new = mech.retrain(state, X, y, keep, rng, cache)
             cert = mech.certify("retrain" if retrained else "remove", new, step=r.step_bound, retrained=retrained,
                                 removed=tuple(idx.tolist()), worst=r.worst_case, solve_error=r.solve_error,

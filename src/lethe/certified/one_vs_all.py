@@ -176,7 +176,8 @@ class OneVsAllRemoval:
 
         ``Y`` (K, n) holds the ±1 targets of each binary model; ``members`` (K, n) the rows of each model's
         subsample (None: all); ``labels`` the class labels (for messages). Returns the new states and the
-        certificate; the caller's states, mask and caches' meaning are unchanged on error (the caches rebuild)."""
+        certificate; the caller's states, mask and caches' meaning are unchanged on error (the caches rebuild; under
+        the estimator's transaction, :mod:`lethe.certified.transaction`, they are restored bit for bit)."""
         t0 = time.perf_counter()
         mech = self.mechanism
         K = len(states)
