@@ -29,8 +29,16 @@ import numpy as np
 
 # where a model file's key comes from when no ``key=`` is given (:func:`model_key`): $LETHE_MODEL_KEY (hexadecimal),
 # else the key file (:func:`lethe.model_keys.key_file_path`, created on the first save)
-from lethe.model_keys import KEY_ENV, KEY_FILE_ENV, counts_path, create_key_file, key_file_path, read_key_file
-from lethe.model_keys import record_counts, recorded_counts
+from lethe.model_keys import (
+    KEY_ENV,
+    KEY_FILE_ENV,
+    counts_path,
+    create_key_file,
+    key_file_path,
+    read_key_file,
+    record_counts,
+    recorded_counts,
+)
 from lethe.model_origin import ModelFileOrigin, origin_of
 
 META_KEY = "__lethe_meta__"
@@ -258,7 +266,8 @@ def load_npz(path: str | Path, *, key: bytes | None = None,
 @dataclass(frozen=True)
 class ModelFile:
     """A model file as :func:`open_model_file` read it: its arrays, its metadata (without the entries lethe adds,
-    :data:`ORIGIN_META` and :data:`STREAM_META`), its origin, and the id and counts of the release stream it holds (or None)."""
+    :data:`ORIGIN_META` and :data:`STREAM_META`), its origin, and the id and counts of the release stream it holds
+    (or None)."""
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]

@@ -40,8 +40,8 @@ from lethe.certified.rows import INTERCEPT_SCALE  # features and constant column
 from lethe.estimators import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.io import ModelFileError, open_model_file, save_model_file
-from lethe.model_origin import reports_model_origin, set_origin
 from lethe.losses import get_loss
+from lethe.model_origin import reports_model_origin, set_origin
 from lethe.privacy.release import (
     RELEASE_OBSERVER,
     ReleaseAccountant,
