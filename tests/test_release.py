@@ -360,8 +360,10 @@ def test_edited_files_are_refused(tmp_path, edit):
         "n inconsistent": dict(meta=meta_state("n", 10)),
     }
     bad = _edit(path, tmp_path, **edits[edit])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no authentication tag"):
         ReleasedLogisticRegression.load(bad)
+    with pytest.raises(ValueError):  # trusted anyway: the invariant checks still refuse it
+        ReleasedLogisticRegression.load(bad, trust_unauthenticated=True)
 
 
 def test_a_centre_edit_is_caught_only_by_the_re_measure(tmp_path, monkeypatch):
@@ -373,9 +375,9 @@ def test_a_centre_edit_is_caught_only_by_the_re_measure(tmp_path, monkeypatch):
     path = m.save(tmp_path / "m.npz")
     bad = _edit(path, tmp_path, w=lambda w: w + 0.05 * X[0] / np.linalg.norm(X[0]))
     with pytest.raises(ValueError, match="re-measured"):
-        ReleasedLogisticRegression.load(bad)
+        ReleasedLogisticRegression.load(bad, trust_unauthenticated=True)
     monkeypatch.setattr(rel_mod, "measured_residual", lambda *a, **k: (np.zeros(X.shape[1]), 0.0))
-    ReleasedLogisticRegression.load(bad)  # the mutation lets the edited centre through
+    ReleasedLogisticRegression.load(bad, trust_unauthenticated=True)  # the mutation lets the edited centre through
 
 
 def test_authenticated_files(tmp_path):
@@ -388,6 +390,7 @@ def test_authenticated_files(tmp_path):
         ReleasedLogisticRegression.load(path)  # tagged file, no key
     with pytest.raises(ValueError):
         ReleasedLogisticRegression.load(path, key=bytes(range(1, 33)))  # wrong key
-    plain = m.save(tmp_path / "plain.npz")
+    plain = m.save(tmp_path / "plain.npz")  # tagged under this machine's key (created on the first save)
+    ReleasedLogisticRegression.load(plain)
     with pytest.raises(ValueError):
-        ReleasedLogisticRegression.load(plain, key=key)  # untagged file with a key configured
+        ReleasedLogisticRegression.load(plain, key=key)  # another key

@@ -392,8 +392,10 @@ def test_load_checks_the_invariants(tmp_path):
 
     for change, match in ((move_row, "partition"), (other_key, "partition"), (drop_shard, "shards recorded"),
                           (revive_row, "row set"), (swap_keys, "partition")):
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(ValueError, match="no authentication tag"):  # by default: no tag, refused
             ShardedClassifier.load(_edit(path, tmp_path, change))
+        with pytest.raises(ValueError, match=match):  # trusted anyway: the invariant checks still refuse it
+            ShardedClassifier.load(_edit(path, tmp_path, change), trust_unauthenticated=True)
     with pytest.raises(ValueError, match="not a ShardedRegressor"):
         ShardedRegressor.load(path)
 
@@ -674,7 +676,7 @@ def test_authenticated_save_load_and_refusals(tmp_path, monkeypatch):
     assert _same_model(model, loaded, X)
     assert ShardedClassifier.load(path, key=MODEL_KEY.hex()).key_ == model.key_  # hexadecimal str accepted
 
-    with pytest.raises(ModelFileError, match="no model key was given"):
+    with pytest.raises(ModelFileError, match="failed authentication"):  # under this machine's own key
         ShardedClassifier.load(path)
     with pytest.raises(ModelFileError, match="failed authentication"):
         ShardedClassifier.load(path, key=bytes(32))
@@ -691,24 +693,31 @@ def test_authenticated_save_load_and_refusals(tmp_path, monkeypatch):
     stripped = _rewrite(path, tmp_path / "stripped.npz", strip)
     with pytest.raises(ModelFileError, match="no authentication tag"):
         ShardedClassifier.load(stripped, key=MODEL_KEY)
-    # the stripped and edited file loads without a key, and is wrong: the tag is what catches the edit (mutation
+    with pytest.raises(ModelFileError, match="no authentication tag"):
+        ShardedClassifier.load(stripped)  # without a key given either: a stripped tag is refused by default
+    # the stripped and edited file loads only when trusted, and is wrong: the tag is what catches the edit (mutation
     # check: without authentication the edited label goes through every invariant check)
     both = _rewrite(stripped, tmp_path / "both.npz", flip_label)
-    assert not np.array_equal(ShardedClassifier.load(both).y_, model.y_)
+    trusted = ShardedClassifier.load(both, trust_unauthenticated=True)
+    assert not np.array_equal(trusted.y_, model.y_)
+    assert trusted.model_file_.authenticated is False
+    assert trusted.remove(keys=ids[:1]).to_dict()["authenticated"] is False
     with pytest.raises(ModelFileError, match="no authentication tag"):
         ShardedClassifier.load(both, key=MODEL_KEY)
 
-    # the environment: $LETHE_MODEL_KEY (hexadecimal) signs and checks without key=; an untagged file is then refused
+    # the environment: $LETHE_MODEL_KEY (hexadecimal) signs and checks without key=; a file tagged under another
+    # key (this machine's key file, created on the first save) is then refused
     plain = model.save(tmp_path / "plain.npz")
     monkeypatch.setenv(KEY_ENV, MODEL_KEY.hex())
     env_path = model.save(tmp_path / "env.npz")
     assert _same_model(model, ShardedClassifier.load(env_path), X)
     assert _same_model(model, ShardedClassifier.load(path), X)
-    with pytest.raises(ModelFileError, match="no authentication tag"):
+    with pytest.raises(ModelFileError, match="failed authentication"):
         ShardedClassifier.load(plain)
     monkeypatch.delenv(KEY_ENV)
     key_file = tmp_path / "model.key"
     key_file.write_text(MODEL_KEY.hex() + "\n")
+    key_file.chmod(0o600)
     monkeypatch.setenv(KEY_FILE_ENV, str(key_file))
     assert _same_model(model, ShardedClassifier.load(env_path), X)
     with pytest.raises(ValueError, match="at least 16 bytes"):

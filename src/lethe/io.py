@@ -266,7 +266,8 @@ def load_npz(path: str | Path, *, key: bytes | None = None,
 @dataclass(frozen=True)
 class ModelFile:
     """A model file as :func:`open_model_file` read it: its arrays, its metadata (without the entries lethe adds,
-    :data:`ORIGIN_META` and :data:`STREAM_META`), its origin, and the id and counts of the release stream it holds (or None)."""
+    :data:`ORIGIN_META` and :data:`STREAM_META`), its origin, and the id and counts of the release stream it holds
+    (or None)."""
 
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]

@@ -121,9 +121,9 @@ def reports_model_origin(cls: T) -> T:
             setattr(cls, name, _marking(cls.__dict__[name]))
     prop = cls.__dict__.get("certificate_")
     if isinstance(prop, property) and prop.fget is not None:
-        cls.certificate_ = property(_marking(prop.fget), doc=prop.__doc__)
+        setattr(cls, "certificate_", property(_marking(prop.fget), doc=prop.__doc__))  # noqa: B010
     if "fit" in cls.__dict__:
-        cls.fit = _clearing(cls.__dict__["fit"])
+        setattr(cls, "fit", _clearing(cls.__dict__["fit"]))  # noqa: B010
     return cls
 
 

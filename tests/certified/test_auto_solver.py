@@ -212,17 +212,21 @@ def test_a_saved_solver_that_contradicts_the_parameters_is_refused(tmp_path: Pat
     pinned = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, solver="pcg", random_state=0).fit(X, y)
     path = pinned.save(tmp_path / "p.npz")
     with pytest.raises(ValueError, match="solver"):
-        CertifiedLogisticRegression.load(_rewrite_meta(path, tmp_path / "e.npz", {"solver": "anchor"}))
+        CertifiedLogisticRegression.load(_rewrite_meta(path, tmp_path / "e.npz", {"solver": "anchor"}),
+                                         trust_unauthenticated=True)
     # a file from before solver="auto" (no recorded solver) keeps the solver of its parameters
-    old = CertifiedLogisticRegression.load(_rewrite_meta(path, tmp_path / "o.npz", {}, drop=("solver",)))
+    old = CertifiedLogisticRegression.load(_rewrite_meta(path, tmp_path / "o.npz", {}, drop=("solver",)),
+                                           trust_unauthenticated=True)
     assert old.solver_ == "pcg"
     auto = CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     apath = auto.save(tmp_path / "a.npz")
     # "auto" accepts the recorded concrete solver even where the rule would choose another (a later release's rule)
-    kept = CertifiedLogisticRegression.load(_rewrite_meta(apath, tmp_path / "k.npz", {"solver": "pcg"}))
+    kept = CertifiedLogisticRegression.load(_rewrite_meta(apath, tmp_path / "k.npz", {"solver": "pcg"}),
+                                            trust_unauthenticated=True)
     assert kept.solver_ == "pcg"
     with pytest.raises(ValueError, match="solver"):
-        CertifiedLogisticRegression.load(_rewrite_meta(apath, tmp_path / "b.npz", {"solver": "fastest"}))
+        CertifiedLogisticRegression.load(_rewrite_meta(apath, tmp_path / "b.npz", {"solver": "fastest"}),
+                                         trust_unauthenticated=True)
 
 
 def test_set_params_after_fit_does_not_change_the_solver_silently() -> None:

@@ -125,7 +125,7 @@ def test_state_holds_only_current_database_and_model(tmp_path):
     path = cur.save(tmp_path / "cur.npz")
     with np.load(path, allow_pickle=False) as z:
         stored = {k: z[k] for k in z.files}
-    assert set(stored) == {"X", "y", "theta", "__lethe_meta__"}
+    assert set(stored) == {"X", "y", "theta", "__lethe_meta__", "__lethe_tag__"}
     assert not np.any(np.all(stored["X"] == deleted, axis=1))
     meta_text = bytes(stored["__lethe_meta__"]).decode()
     for v in deleted:  # no value of the deleted record in the JSON metadata either

@@ -1,10 +1,11 @@
 """Noisy-GD files are authenticated and checked at load (issue 28's gap for NoisyGDCurator, and the Noisy-GD/PNSGD
 estimators' own save/load): edits refused, genuine round trip, the tag policy.
 
-Without a key, the invariant checks refuse what would make a certificate false or the state inconsistent: a
+Every edited file is refused by its tag by default; loaded with ``trust_unauthenticated=True``, the invariant checks
+still refuse what would make a certificate false or the state inconsistent: a
 certificate's ε (the accountant's numbers are recomputed), σ² in the configuration (it no longer satisfies Thm G.15's
 ρ, or disagrees with the estimator's parameters), the step counters, a row outside the unit ball, NaN in θ, a
-removed row restored. With a key, any change at all is refused by the HMAC tag. Mutation check: with the
+removed row restored. Any change at all is refused by the HMAC tag. Mutation check: with the
 certificate recomputation of ``NoisyGDCurator.from_state`` disabled, the edited-ε file loads (the test
 ``test_curator_refuses_edits_without_a_key[certificate epsilon]`` then fails).
 """
@@ -78,8 +79,10 @@ def test_curator_refuses_edits_without_a_key(tmp_path, what):
     path = _curator().save(tmp_path / "c.npz")
     arrays_fn, meta_fn = CURATOR_EDITS[what]
     bad = edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn)
-    with pytest.raises(ModelFileError, match="refused|does not hold"):
+    with pytest.raises(ModelFileError, match="failed authentication"):  # by default: the tag
         NoisyGDCurator.load(bad)
+    with pytest.raises(ModelFileError, match="refused|does not hold"):  # trusted anyway: the invariant checks
+        NoisyGDCurator.load(bad, trust_unauthenticated=True)
 
 
 @pytest.mark.parametrize("what", ["certificate epsilon", "NaN theta"])
@@ -94,11 +97,16 @@ def test_curator_tag_refuses_any_edit_and_the_policy_holds(tmp_path, what, monke
         NoisyGDCurator.load(nudged, key=KEY)
     with pytest.raises(ModelFileError, match="failed authentication"):
         NoisyGDCurator.load(path, key=bytes(32))  # wrong key
-    with pytest.raises(ModelFileError, match="no model key was given"):
-        NoisyGDCurator.load(path)  # tagged, no key
-    untagged = _curator().save(tmp_path / "u.npz")
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        NoisyGDCurator.load(path)  # tagged under another key than this machine's
+    untagged = edit_model_file(path, tmp_path / "u.npz", lambda a: a.pop(TAG_KEY))
     with pytest.raises(ModelFileError, match="no authentication tag"):
-        NoisyGDCurator.load(untagged, key=KEY)  # a key is configured: an untagged file is refused
+        NoisyGDCurator.load(untagged, key=KEY)  # an untagged (stripped) file is refused
+    with pytest.raises(ModelFileError, match="no authentication tag"):
+        NoisyGDCurator.load(untagged)
+    trusted = NoisyGDCurator.load(untagged, trust_unauthenticated=True)
+    cert = trusted.unlearn(EditRequest.deletion([30], 3))
+    assert cert.to_dict()["authenticated"] is False and cert.guarantee.startswith("NOT AUTHENTICATED")
     monkeypatch.setenv(KEY_ENV, KEY.hex())  # the environment's key is used by default, for save and load
     env_path = _curator().save(tmp_path / "e.npz")
     assert TAG_KEY in read_model_file(env_path)[0]
@@ -128,8 +136,11 @@ def test_noisygd_estimator_file_refuses_edits(tmp_path, what):
     est, _ = _estimator()
     path = est.save(tmp_path / "m.npz")
     arrays_fn, meta_fn = ESTIMATOR_EDITS[what]
+    bad = edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn)
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        NoisyGDLogisticRegression.load(bad)
     with pytest.raises(ModelFileError, match="refused"):
-        NoisyGDLogisticRegression.load(edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn))
+        NoisyGDLogisticRegression.load(bad, trust_unauthenticated=True)
 
 
 def test_noisygd_estimator_round_trip(tmp_path):
@@ -165,8 +176,11 @@ def test_pnsgd_file_refuses_edits(tmp_path, what):
     est, _ = _pnsgd()
     path = est.save(tmp_path / "m.npz")
     arrays_fn, meta_fn = PNSGD_EDITS[what]
+    bad = edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn)
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        PNSGDLogisticRegression.load(bad)
     with pytest.raises(ModelFileError, match="refused"):
-        PNSGDLogisticRegression.load(edit_model_file(path, tmp_path / "bad.npz", arrays_fn, meta_fn))
+        PNSGDLogisticRegression.load(bad, trust_unauthenticated=True)
 
 
 def test_pnsgd_round_trip_draws_fresh_noise(tmp_path):

@@ -156,7 +156,8 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
         The noise stream (``rng_``) is NOT saved: it is secret (knowing it reveals the noise of later removals);
         the loaded model draws a fresh one. The file carries an HMAC-SHA256 tag that :meth:`load` checks, under the
         key ``key``, ``$LETHE_MODEL_KEY`` or the key file (``$LETHE_MODEL_KEY_FILE``, else
-        ``~/.config/lethe/model.key``, created on the first save where none exists; :func:`lethe.io.save_model_file`)."""
+        ``~/.config/lethe/model.key``, created on the first save where none exists;
+        :func:`lethe.io.save_model_file`)."""
         check_is_fitted(self, "model_")
         params = self.get_params(deep=False)
         rs = params["random_state"]
