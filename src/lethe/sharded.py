@@ -30,18 +30,19 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, clone, is_classifier
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_array, check_is_fitted
+from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.estimator_data import check_keys as _check_keys
+from lethe.estimator_data import removal_rows
 from lethe.io import JsonRecord, open_model_file, save_model_file
 from lethe.model_origin import reports_model_origin, set_origin
 from lethe.sharded_torch import TorchShardClassifier
@@ -194,6 +195,25 @@ class ExactCertificate(JsonRecord):
         """The fields that may be shown to the requester or published: none that locates the removed record."""
         return {k: v for k, v in self.to_dict().items() if k not in self.OPERATOR_ONLY}
 
+    @classmethod
+    def from_dict(cls, d: Any) -> ExactCertificate:
+        """The certificate of :meth:`to_dict` (a saved model's last one). ValueError when a field is missing or
+        unknown, or when it does not say exact (ε = 0, δ = 0, this observer): an edited file is refused."""
+        names = [f.name for f in fields(cls)]
+        if not isinstance(d, dict) or set(d) != {*names, "observer"}:
+            found = sorted(d) if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"an exact certificate has the fields {sorted({*names, 'observer'})}. Found {found}.")
+        try:
+            cert = cls(**{k: tuple(int(v) for v in d[k]) if k in ("retrained_shards", "restart_slices")
+                          else d[k] for k in names})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the exact certificate's shard lists are not integers: {e}") from None
+        if (cert.guarantee, cert.epsilon, cert.delta, d["observer"]) != ("exact", 0.0, 0.0, cert.observer):
+            raise ValueError(f"an exact certificate says guarantee 'exact', epsilon 0, delta 0, observer "
+                             f"{cert.observer!r}. Found {cert.guarantee!r}, {cert.epsilon!r}, {cert.delta!r}, "
+                             f"{d['observer']!r}.")
+        return cert
+
 
 # -- the sharded meta-estimator ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -208,7 +228,7 @@ _MODES = ("fit", "partial_fit")
 
 @dataclass(frozen=True, eq=False)
 class _Serialized:
-    """A fitted shard (or checkpoint) kept as its skops bytes, not rebuilt (``_from_state(..., lazy=True)``): a
+    """A fitted shard (or checkpoint) kept as its skops bytes, not rebuilt (``from_state(..., lazy=True)``): a
     removal that does not retrain the shard carries it over unchanged, and saving writes the same bytes."""
 
     data: bytes
@@ -218,7 +238,8 @@ class _Serialized:
 class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
     """Shared machinery of :class:`ShardedClassifier` and :class:`ShardedRegressor`."""
 
-    _aggregations: ClassVar[tuple[str, ...]] = ()
+    #: The values ``aggregation`` may take; the first is the default.
+    aggregations: ClassVar[tuple[str, ...]] = ()
     #: lethe.protocols.Unlearner: records cannot be added to a fitted sharded model (see :meth:`add`).
     supports_add: ClassVar[bool] = False
 
@@ -296,9 +317,9 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                          f"Found {type(proto).__name__} with n_slices={n_slices}.")
 
     def _check_aggregation(self) -> str:
-        agg = self.aggregation if self.aggregation is not None else self._aggregations[0]
-        if agg not in self._aggregations:
-            raise ValueError(f"aggregation must be one of {list(self._aggregations)}. Found {agg!r}.")
+        agg = self.aggregation if self.aggregation is not None else self.aggregations[0]
+        if agg not in self.aggregations:
+            raise ValueError(f"aggregation must be one of {list(self.aggregations)}. Found {agg!r}.")
         return agg
 
     def _shard_estimator(self, s: int) -> Any:
@@ -329,7 +350,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             proto = self._prototype()
             mode = self._mode(proto, n_slices)
             secret = secrets.token_bytes(32) if self.key is None else _check_secret(self.key)
-            X = check_array(X, dtype="numeric", ensure_all_finite="allow-nan")
+            # the model's own copy: a removal erases the removed rows in place, never in the caller's array
+            X = check_array(X, dtype="numeric", ensure_all_finite="allow-nan", copy=True)
             y = self._check_y(y, X.shape[0])
             keys = np.arange(X.shape[0], dtype=np.int64) if sample_ids is None else _check_keys(sample_ids, X.shape[0])
             entropy = int(check_random_state(self.random_state).integers(0, 2**63 - 1))
@@ -357,7 +379,11 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             return self
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
-        y = np.asarray(y)
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None.")
+        y = np.array(y)  # a copy: the model's own (a removal blanks a removed label in place)
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = column_or_1d(y, warn=True)
         if y.ndim != 1 or y.shape[0] != n:
             raise ValueError(f"y must be 1-D with one value per row of X ({n}). Found shape {y.shape}.")
         return y
@@ -396,39 +422,33 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         return est, checkpoints, processed
 
     # -- removal ---------------------------------------------------------------------------------------------------
-    def _positions(self, indices: Any, keys: Any) -> np.ndarray:
-        if (indices is None) == (keys is None):
-            raise ValueError("remove needs exactly one of indices= (row positions of fit) or keys= (record keys).")
-        if keys is not None:
-            wanted = np.atleast_1d(np.asarray(keys))
-            if wanted.ndim != 1:
-                raise ValueError(f"keys must be 1-D. Found shape {wanted.shape}.")
-            order = np.argsort(self.keys_, kind="stable")
-            sorted_keys = self.keys_[order]
-            try:
-                at = np.searchsorted(sorted_keys, wanted)
-            except TypeError as e:
-                raise TypeError(f"keys must be of the type of the fitted record keys ({self.keys_.dtype}).") from e
-            at = np.minimum(at, len(sorted_keys) - 1)
-            missing = sorted_keys[at] != wanted
-            if np.any(missing):
-                raise ValueError("keys: a key is not a record of this model.")  # the key itself is not echoed
-            pos = order[at]
+    def _key_rows(self, keys: Any) -> np.ndarray:
+        """The original row positions of the record ``keys`` among the rows still held (a sorted search; a removed
+        record's key is erased, so an unknown and an already removed key get the same answer, as in every family)."""
+        ks = np.asarray(keys)
+        if ks.ndim == 0:
+            ks = ks.reshape(1)
+        if ks.ndim != 1 or ks.size == 0:
+            raise ValueError(f"keys must be a non-empty 1-D sequence of record keys. Found shape {ks.shape}.")
+        held = np.flatnonzero(self.active_)
+        order = held[np.argsort(self.keys_[held], kind="stable")]
+        sorted_keys = self.keys_[order]
+        if (ks.dtype.kind == "U") != (sorted_keys.dtype.kind == "U") or ks.dtype.kind not in "iuU":
+            found = np.zeros(ks.size, dtype=bool)  # another type of key names no record
         else:
-            pos = np.atleast_1d(np.asarray(indices))
-            if pos.ndim != 1 or (pos.size and pos.dtype.kind not in "iu"):
-                raise TypeError(f"indices must be a 1-D array of integers. Found dtype {pos.dtype}, shape {pos.shape}.")
-            pos = pos.astype(np.int64)
-            if pos.size and (pos.min() < 0 or pos.max() >= self.keys_.shape[0]):
-                raise ValueError(f"indices must be in [0, {self.keys_.shape[0]}). "
-                                 f"Found {int(pos.min())}..{int(pos.max())}.")
-        if pos.size == 0:
-            raise ValueError("remove needs at least one record. Found none.")
-        if np.unique(pos).size != pos.size:
-            raise ValueError("remove: a record is named more than once.")
-        if not np.all(self.active_[pos]):
-            raise ValueError("remove: a record was already removed.")
-        return pos
+            at = np.minimum(np.searchsorted(sorted_keys, ks), len(sorted_keys) - 1)
+            found = sorted_keys[at] == ks
+        if not np.all(found):
+            k = ks.tolist()[int(np.flatnonzero(~found)[0])]
+            raise ValueError(f"Key {k!r} is not a record of this model (unknown, or already removed).")
+        return order[at]
+
+    def _positions(self, indices: Any, keys: Any) -> np.ndarray:
+        """The rows a removal names: ORIGINAL positions of ``fit``'s X (the one meaning of indices of every family,
+        :func:`lethe.estimator_data.removal_rows`, whose checks and messages these are), still held."""
+        if indices is None and keys is not None:
+            indices, keys = self._key_rows(keys), None
+        return removal_rows(indices, keys, active=self.active_, record_keys=None)
 
     def remove(self, indices: Any = None, *, keys: Any = None) -> ExactCertificate:
         """Remove records (by row position of ``fit`` or by record key) and retrain only the shards that held them,
@@ -436,14 +456,24 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
 
         A batch is grouped by shard: each affected shard is retrained once. If the removal takes the last record of a
         class away, the classes change and every shard is retrained from scratch (a model fitted without the records
-        would not know the class). A failed removal changes nothing.
+        would not know the class).
+
+        The removed records are erased: their features and labels are blanked in ``X_`` and ``y_``, their keys in
+        ``keys_`` (an unknown and an already removed key then get the same answer), their shard and slice set to
+        -1; :meth:`save` writes the erased arrays. Rows keep their positions (``indices`` are positions in ``fit``'s
+        X, as in every family), so ``active_`` says which positions are still held.
+
+        Atomic: the new shards, mask and certificate are prepared aside and committed in one step, with the
+        erasure; an exception before the commit (a bad argument, a failed retraining, an interrupt) leaves the
+        model, ``certificate_`` included, as it was. One raised after it (on leaving the lock) finds the removal
+        complete, erased and certified by ``certificate_``.
 
         Returns
         -------
         ExactCertificate
         """
         with self._mutex:
-            check_is_fitted(self, "estimators_")
+            self._check_full("remove")
             t0 = time.perf_counter()
             pos = self._positions(indices, keys)
             active = self.active_.copy()
@@ -471,18 +501,43 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 est, cps, rows = staged._train_shard(s, active, start, previous)
                 estimators[s], checkpoints[s] = est, cps
                 replayed += rows
-            self.__dict__.update({"active_": active, "estimators_": estimators, "checkpoints_": checkpoints,
-                                  "n_shard_fits_": staged.n_shard_fits_, "n_removed_": self.n_removed_ + len(pos)})
-            if classes is not None:
-                self.__dict__["classes_"] = classes
             shards = tuple(sorted(restart))
             cert = ExactCertificate(guarantee="exact", epsilon=0.0, delta=0.0, n_removed=int(len(pos)),
                                     n_remaining=int(np.count_nonzero(active)), n_shards=self.n_shards_,
                                     n_shards_retrained=len(shards), retrained_shards=shards,
                                     restart_slices=tuple(restart[s] for s in shards), rows_replayed=int(replayed),
                                     seconds=time.perf_counter() - t0)
-            self.__dict__["last_certificate_"] = cert
+            new = {"active_": active, "estimators_": estimators, "checkpoints_": checkpoints,
+                   "n_shard_fits_": staged.n_shard_fits_, "n_removed_": self.n_removed_ + len(pos),
+                   "last_certificate_": cert}
+            if classes is not None:
+                new["classes_"] = classes
+            self._commit_erasing(new, pos)
             return cert
+
+    #: The per-row arrays a removal erases, with the value a removed row gets (None: zero of the array's dtype).
+    _ERASED: ClassVar[tuple[tuple[str, int | None], ...]] = (
+        ("X_", None), ("y_", None), ("keys_", None), ("shard_of_", -1), ("slice_of_", -1))
+
+    def _commit_erasing(self, new: dict[str, Any], pos: np.ndarray) -> None:
+        """Erase rows ``pos`` of the per-row arrays in place (the model owns them) and adopt ``new`` in one step; on
+        any exception before the adoption the erased values are written back, so nothing has changed."""
+        arrays = [(getattr(self, name), fill) for name, fill in self._ERASED]
+        saved = [a[pos].copy() for a, _ in arrays]  # a local undo copy, dropped when the call ends
+        try:
+            for a, fill in arrays:
+                a[pos] = np.zeros((), dtype=a.dtype) if fill is None else fill
+            self.__dict__.update(new)  # the commit: one C call (no line of Python, no signal, in between)
+        except BaseException:
+            for (a, _), old in zip(arrays, saved, strict=True):
+                a[pos] = old
+            raise
+
+    def _check_full(self, what: str) -> None:
+        check_is_fitted(self, "estimators_")
+        if "active_" not in self.__dict__:
+            raise ValueError(f"{what}: this model was loaded for prediction only (from_state(predict_only=True)); "
+                             "it holds no rows. Load the full state to remove records or save.")
 
     @property
     def certificate_(self) -> ExactCertificate | None:
@@ -504,7 +559,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
     def _check_X(self, X: Any) -> np.ndarray:
         X = check_array(X, dtype="numeric", ensure_all_finite="allow-nan")
         if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features; this model was fitted with {self.n_features_in_}.")
+            raise ValueError(f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
         return X
 
     @property
@@ -518,7 +574,7 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         return hashlib.sha256(np.ascontiguousarray(rows, dtype=np.int64).tobytes()).hexdigest()
 
     def save(self, path: str | Path, *, key: bytes | str | None = None) -> Path:
-        """Save without pickle: one owner-only (0600) ``.npz`` written atomically (:func:`lethe.io.save_npz`).
+        """Save without pickle: one owner-only (0600) ``.npz`` written atomically (:func:`lethe.io.save_model_file`).
 
         It holds the SECRET hash key and the training rows (retraining needs them); fitted scikit-learn estimators
         and checkpoints as skops bytes, torch modules as float64 parameter arrays, the partition, seeds and per-shard
@@ -533,28 +589,29 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         """
         with self._mutex:
             check_is_fitted(self, "estimators_")
-            arrays, meta = self._state_arrays()
+            arrays, meta = self.state()
             return save_model_file(path, arrays, meta, key=key, model=self)
 
-    def _compacted(self) -> Any:
-        """A copy without the removed rows (the estimators are shared, not copied): the same model, whose rows are
-        only the remaining records in their order. A removed record's values and key are not in it, and its later
+    def compacted(self) -> Any:
+        """A copy holding only the remaining rows, in their order (the estimators are shared, not copied): the same
+        model, whose row positions are now 0..n_remaining-1 (``indices`` of its removals count these rows). Its later
         removals and a fresh fit partition and order the remaining records as this model does (shards and slices
         depend on the record keys only, and the relative order of the remaining rows is kept)."""
-        check_is_fitted(self, "estimators_")
+        self._check_full("compacted")
         new = type(self).__new__(type(self))
         new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
         act = self.active_
-        for name in ("X_", "y_", "keys_", "shard_of_", "slice_of_"):
+        for name, _ in self._ERASED:
             new.__dict__[name] = getattr(self, name)[act]
         new.__dict__["active_"] = np.ones(int(np.count_nonzero(act)), dtype=bool)
         return new
 
-    def _state_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The fitted state as (arrays, JSON metadata): what :meth:`save` writes and :meth:`_from_state` reads."""
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The fitted state as (arrays, JSON metadata): what :meth:`save` writes and :meth:`from_state` reads —
+        the removed rows erased, the last certificate (``certificate_``) included. SECRET (the hash key, the rows)."""
         sio = skops_io()
         with self._mutex:
-            check_is_fitted(self, "estimators_")
+            self._check_full("state")
             arrays: dict[str, np.ndarray] = {"X": self.X_, "y": self.y_, "keys": self.keys_, "active": self.active_,
                                              "shard_of": self.shard_of_, "slice_of": self.slice_of_,
                                              "seeds": self.seeds_}
@@ -592,7 +649,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             meta = {"class": type(self).__name__, "key_hex": self.key_.hex(), "n_shards": self.n_shards_,
                     "n_slices": self.n_slices_, "mode": self.mode_, "aggregation": self.aggregation_,
                     "n_features_in": int(self.n_features_in_), "n_removed": int(self.n_removed_),
-                    "n_shard_fits": int(self.n_shard_fits_), "prototype": proto_meta, "shards": shards}
+                    "n_shard_fits": int(self.n_shard_fits_), "prototype": proto_meta, "shards": shards,
+                    "certificate": None if self.certificate_ is None else self.certificate_.to_dict()}
             if is_classifier(self):
                 meta["classes"] = self.classes_.tolist()
             return arrays, meta
@@ -622,17 +680,22 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             More types skops may rebuild.
         """
         opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
-        est = cls._from_state(opened.arrays, opened.meta, source=str(path), estimator=estimator, trusted=trusted)
+        est = cls.from_state(opened.arrays, opened.meta, source=str(path), estimator=estimator, trusted=trusted)
         return set_origin(est, opened.origin)
 
     @classmethod
-    def _from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, source: str, estimator: Any = None,
-                    trusted: Sequence[str] = (), lazy: bool = False) -> Any:
-        """The model of (arrays, metadata) written by :meth:`_state_arrays`, after the invariant checks of
-        :meth:`load` (``source`` names the origin in error messages). ``lazy=True`` keeps the fitted shards and
-        checkpoints as their bytes (:class:`_Serialized`, not rebuilt, not type-checked): such a model can
-        :meth:`remove` (retrained shards are rebuilt; the others carried over byte for byte) and be saved, not
-        predict."""
+    def from_state(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], *, source: str = "the state",
+                   estimator: Any = None, trusted: Sequence[str] = (), lazy: bool = False,
+                   predict_only: bool = False) -> Any:
+        """The model of (arrays, metadata) written by :meth:`state`, after the invariant checks of :meth:`load`
+        (``source`` names the origin in error messages); the arrays are copied (the model owns its rows), removed
+        rows are erased, ``certificate_`` is the saved last certificate (checked against the model).
+
+        ``lazy=True`` keeps the fitted shards and checkpoints as their bytes (not rebuilt, not type-checked): such a
+        model can :meth:`remove` (retrained shards are rebuilt; the others carried over byte for byte) and be saved,
+        not predict. ``predict_only=True`` reads only the shards' final estimators, the classes and the aggregation
+        (no rows, keys, partition or checkpoints need be in ``arrays``): such a model predicts, and refuses
+        :meth:`remove` and :meth:`save`."""
         sio = skops_io()
         path = source
         if lazy and meta.get("mode") != "fit":
@@ -640,8 +703,13 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
         if meta.get("class") != cls.__name__:
             raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
         allowed = set(SKOPS_TRUSTED) | set(trusted)
+        S, R = int(meta["n_shards"]), int(meta["n_slices"])
+        if len(meta["shards"]) != S:
+            raise ValueError(f"{path}: {len(meta['shards'])} shards recorded, n_shards is {S}: the file was edited.")
 
         def skops_load(name: str) -> Any:
+            if name not in arrays:
+                raise ValueError(f"{path}: entry {name!r} is missing.")
             data = arrays[name].tobytes()
             untrusted = set(sio.get_untrusted_types(data=data)) - allowed
             if untrusted:
@@ -649,6 +717,27 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                                  "Pass them as trusted= if you trust the file.")
             return sio.loads(data, trusted=sorted(allowed))
 
+        if predict_only:
+            est = cls(n_shards=S, n_slices=R, aggregation=meta["aggregation"])
+            finals: list[Any] = []
+            for s, sm in enumerate(meta["shards"]):
+                r = len(sm["stages"]) - 1
+                st = sm["stages"][r]
+                if st["kind"] not in ("empty", "constant", "skops"):
+                    raise ValueError(f"{path}: shard {s} is a {st['kind']!r} stage; predict_only reads skops shards "
+                                     "only (load the full state).")
+                if st["kind"] == "empty":
+                    finals.append(None)
+                else:
+                    finals.append(ConstantShard(int(st["label_index"])) if st["kind"] == "constant"
+                                  else skops_load(f"shard{s}_stage{r}"))
+            if all(e is None for e in finals):
+                raise ValueError(f"{path}: no shard is trained.")
+            est.__dict__.update({"estimators_": finals, "mode_": meta["mode"], "aggregation_": meta["aggregation"],
+                                 "n_features_in_": int(meta["n_features_in"]), "n_shards_": S, "n_slices_": R})
+            if "classes" in meta:
+                est.classes_ = np.asarray(meta["classes"])
+            return est
         pm = meta["prototype"]
         if pm["kind"] == "torch":
             if estimator is None:
@@ -666,31 +755,42 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 proto = estimator
         else:
             proto = skops_load("prototype")
-        est = cls(estimator=proto, n_shards=int(meta["n_shards"]), n_slices=int(meta["n_slices"]),
-                  aggregation=meta["aggregation"])
-        S, R = int(meta["n_shards"]), int(meta["n_slices"])
-        if len(meta["shards"]) != S:
-            raise ValueError(f"{path}: {len(meta['shards'])} shards recorded, n_shards is {S}: the file was edited.")
+        est = cls(estimator=proto, n_shards=S, n_slices=R, aggregation=meta["aggregation"])
         secret = bytes.fromhex(meta["key_hex"])
-        keys, active = arrays["keys"], arrays["active"].astype(bool)
+        # the model's own copies (a removal erases rows in place; the caller's arrays are never written)
+        keys, active = np.array(arrays["keys"]), np.array(arrays["active"], dtype=bool)
+        X, y = np.array(arrays["X"]), np.array(arrays["y"])
         n_rows = keys.shape[0]
-        if not (arrays["X"].shape[0] == arrays["y"].shape[0] == active.shape[0] == n_rows) or arrays["X"].ndim != 2 \
-                or arrays["X"].shape[1] != int(meta["n_features_in"]):
-            raise ValueError(f"{path}: the rows (X {arrays['X'].shape}, y {arrays['y'].shape}), the record keys "
-                             f"({n_rows}) and the removal mask ({active.shape[0]}) do not describe the same rows "
-                             f"of {meta['n_features_in']} features.")
-        shard, slc = shard_assignment(keys, secret, S, R)
-        if not (np.array_equal(shard, arrays["shard_of"]) and np.array_equal(slc, arrays["slice_of"])):
+        if not (X.shape[0] == y.shape[0] == active.shape[0] == n_rows) or X.ndim != 2 \
+                or X.shape[1] != int(meta["n_features_in"]):
+            raise ValueError(f"{path}: the rows (X {X.shape}, y {y.shape}), the record keys ({n_rows}) and the removal "
+                             f"mask ({active.shape[0]}) do not describe the same rows of {meta['n_features_in']} "
+                             "features.")
+        # the partition of the rows held, recomputed; a removed row's key (erased, or kept by a file written before
+        # erasure) is not read, and its values are erased here
+        shard, slc = np.full(n_rows, -1, dtype=np.int64), np.full(n_rows, -1, dtype=np.int64)
+        shard[active], slc[active] = shard_assignment(keys[active], secret, S, R)
+        if not (np.array_equal(shard[active], np.asarray(arrays["shard_of"])[active])
+                and np.array_equal(slc[active], np.asarray(arrays["slice_of"])[active])):
             raise ValueError(f"{path}: the saved partition differs from the keyed hash of the record keys.")
+        for a in (X, y, keys):
+            a[~active] = np.zeros((), dtype=a.dtype)
         if arrays["seeds"].shape != (S,):
             raise ValueError(f"{path}: {arrays['seeds'].shape[0]} seeds for {S} shards.")
-        est.__dict__.update({"key_": secret, "keys_": keys, "X_": arrays["X"], "y_": arrays["y"], "active_": active,
-                             "shard_of_": shard, "slice_of_": slc, "seeds_": arrays["seeds"], "prototype_": proto,
-                             "mode_": meta["mode"], "aggregation_": meta["aggregation"],
+        est.__dict__.update({"key_": secret, "keys_": keys, "X_": X, "y_": y, "active_": active,
+                             "shard_of_": shard, "slice_of_": slc, "seeds_": np.array(arrays["seeds"]),
+                             "prototype_": proto, "mode_": meta["mode"], "aggregation_": meta["aggregation"],
                              "n_features_in_": int(meta["n_features_in"]), "n_shards_": S, "n_slices_": R,
                              "n_shard_fits_": int(meta["n_shard_fits"]), "n_removed_": int(meta["n_removed"])})
         if "classes" in meta:
             est.classes_ = np.asarray(meta["classes"])
+        if meta.get("certificate") is not None:  # files written before it was saved have none
+            cert = ExactCertificate.from_dict(meta["certificate"])
+            if (cert.n_remaining, cert.n_shards) != (int(np.count_nonzero(active)), S):
+                raise ValueError(f"{path}: the last certificate says {cert.n_remaining} records remain in "
+                                 f"{cert.n_shards} shards; the model holds {int(np.count_nonzero(active))} in {S}: "
+                                 "the file was edited.")
+            est.__dict__["last_certificate_"] = cert
         n_stages = R if meta["mode"] != "fit" else 1
         estimators, checkpoints = [], []
         for s, sm in enumerate(meta["shards"]):
@@ -765,7 +865,7 @@ class ShardedClassifier(ClassifierMixin, _ShardedBase):
         Shard trainings so far (``fit``/``partial_fit`` calls on shards): the cost counter.
     """
 
-    _aggregations = ("vote", "mean_proba")
+    aggregations = ("vote", "mean_proba")
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
         y = super()._check_y(y, n)
@@ -794,14 +894,15 @@ class ShardedClassifier(ClassifierMixin, _ShardedBase):
         return total / len(members)
 
     def predict(self, X: Any) -> np.ndarray:
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)  # first: an unfitted model says NotFittedError
+        return self.classes_[np.argmax(proba, axis=1)]
 
 
 class ShardedRegressor(RegressorMixin, _ShardedBase):
     """Exact unlearning for any regressor: S shards by keyed hash, optional R slices (see :class:`ShardedClassifier`
     for the parameters); ``aggregation="mean"`` averages the non-empty shards' predictions."""
 
-    _aggregations = ("mean",)
+    aggregations = ("mean",)
 
     def _check_y(self, y: Any, n: int) -> np.ndarray:
         return super()._check_y(y, n).astype(np.float64)

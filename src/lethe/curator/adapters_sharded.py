@@ -98,8 +98,8 @@ class ShardedAdapter(MechanismAdapter):
         if not 1 <= S <= _MAX_SHARDS:
             raise ValueError(f"n_shards must be in [1, {_MAX_SHARDS}]. Found {S}.")
         agg = params.get("aggregation", cls._OWN["aggregation"])
-        if agg not in ShardedClassifier._aggregations:
-            raise ValueError(f"aggregation must be one of {list(ShardedClassifier._aggregations)}. Found {agg!r}.")
+        if agg not in ShardedClassifier.aggregations:
+            raise ValueError(f"aggregation must be one of {list(ShardedClassifier.aggregations)}. Found {agg!r}.")
         est_params = {k: v for k, v in params.items() if k not in cls._OWN}
         proto = _estimator_class(name)()
         allowed = sorted(set(proto.get_params(deep=False)) - {"random_state"})
@@ -124,9 +124,10 @@ class ShardedAdapter(MechanismAdapter):
     # -- model <-> artifact ---------------------------------------------------------------------------------------
     def _artifact(self, model: Any, X: np.ndarray, y: np.ndarray, random_state: int) -> Artifact:
         """The artifact of ``model`` whose remaining rows are (X, y): compacted to those rows, without the rows."""
-        small = model._compacted()
-        arrays, meta = small._state_arrays()
+        small = model.compacted()
+        arrays, meta = small.state()
         arrays = {k: v for k, v in arrays.items() if k not in ("X", "y")}
+        meta.pop("certificate", None)  # names the retrained shards: the service keeps its public fields only
         blobs, packed, offset = [], [], 0
         for k in sorted(arrays):
             a = arrays[k]
@@ -145,17 +146,23 @@ class ShardedAdapter(MechanismAdapter):
             "state": meta, "blobs": blobs, "data_sha256": _data_digest(X, y), "random_state": int(random_state)})
 
     @staticmethod
+    def _blobs(artifact: Artifact) -> dict[str, np.ndarray]:
+        """The packed entries (prototype, shards' stages) of ``artifact``'s ``models`` array, by name."""
+        models, out = artifact.arrays["models"], {}
+        for name, offset, length in artifact.meta["blobs"]:
+            if not (0 <= int(offset) and int(offset) + int(length) <= models.size):
+                raise ValueError(f"the sharded state's entry {name!r} lies outside its packed shards.")
+            out[name] = models[int(offset):int(offset) + int(length)]
+        return out
+
+    @staticmethod
     def _unpack(artifact: Artifact) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         a, m = artifact.arrays, artifact.meta
         for k in (*ShardedAdapter.secret_arrays, *ShardedAdapter.unpublished_arrays):
             if k not in a:
                 raise ValueError(f"the sharded state has no array {k!r}.")
-        models = a["models"]
         arrays = {k: v for k, v in a.items() if k not in ("models", "hash_key")}
-        for name, offset, length in m["blobs"]:
-            if not (0 <= int(offset) and int(offset) + int(length) <= models.size):
-                raise ValueError(f"the sharded state's entry {name!r} lies outside its packed shards.")
-            arrays[name] = models[int(offset):int(offset) + int(length)]
+        arrays.update(ShardedAdapter._blobs(artifact))
         meta = {**m["state"], "key_hex": bytes(a["hash_key"]).hex()}
         return arrays, meta
 
@@ -170,7 +177,7 @@ class ShardedAdapter(MechanismAdapter):
                              "(rows, order or values): removal would not be exact.")
         arrays, meta = self._unpack(artifact)
         arrays["X"], arrays["y"] = np.asarray(X, dtype=np.float64), np.asarray(y)
-        return ShardedClassifier._from_state(arrays, meta, source="the sharded artifact", lazy=lazy)
+        return ShardedClassifier.from_state(arrays, meta, source="the sharded artifact", lazy=lazy)
 
     # -- the mechanism ----------------------------------------------------------------------------------------------
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, *,
@@ -231,42 +238,13 @@ class ShardedAdapter(MechanismAdapter):
 
     @staticmethod
     def _predictor(artifact: Artifact) -> Any:
-        """A prediction-only :class:`~lethe.sharded.ShardedClassifier`: the shards' final estimators, the classes
-        and the aggregation (no rows, keys or checkpoints)."""
-        from lethe.sharded import SKOPS_TRUSTED, ConstantShard, ShardedClassifier, skops_io
+        """A prediction-only :class:`~lethe.sharded.ShardedClassifier` (``from_state(..., predict_only=True)``): the
+        shards' final estimators, the classes and the aggregation (no rows, keys or checkpoints); skops rebuilds
+        trusted types only (:data:`lethe.sharded.SKOPS_TRUSTED`)."""
+        from lethe.sharded import ShardedClassifier
 
-        sio = skops_io()
-        state, models = artifact.meta["state"], artifact.arrays["models"]
-        spans = {name: (int(o), int(o) + int(n)) for name, o, n in artifact.meta["blobs"]}
-        S = int(state["n_shards"])
-        if len(state["shards"]) != S:
-            raise ValueError(f"the sharded state records {len(state['shards'])} shards; n_shards is {S}.")
-        estimators: list[Any] = []
-        for s, sm in enumerate(state["shards"]):
-            last = len(sm["stages"]) - 1
-            st = sm["stages"][last]
-            if st["kind"] == "empty":
-                estimators.append(None)
-            elif st["kind"] == "constant":
-                estimators.append(ConstantShard(int(st["label_index"])))
-            elif st["kind"] == "skops":
-                lo, hi = spans[f"shard{s}_stage{last}"]
-                if not 0 <= lo <= hi <= models.size:
-                    raise ValueError(f"shard {s}'s entry lies outside the packed shards.")
-                data = models[lo:hi].tobytes()
-                untrusted = set(sio.get_untrusted_types(data=data)) - set(SKOPS_TRUSTED)
-                if untrusted:
-                    raise ValueError(f"shard {s} needs types outside the trusted list: {sorted(untrusted)}.")
-                estimators.append(sio.loads(data, trusted=list(SKOPS_TRUSTED)))
-            else:
-                raise ValueError(f"shard {s} has a stage of kind {st['kind']!r}; the service holds skops shards only.")
-        if all(e is None for e in estimators):
-            raise ValueError("the sharded state has no trained shard.")
-        model = ShardedClassifier(n_shards=S, aggregation=state["aggregation"])
-        model.__dict__.update({"estimators_": estimators, "classes_": np.asarray(state["classes"]),
-                               "aggregation_": state["aggregation"], "n_features_in_": int(state["n_features_in"]),
-                               "n_shards_": S})
-        return model
+        return ShardedClassifier.from_state(ShardedAdapter._blobs(artifact), artifact.meta["state"],
+                                            source="the sharded state", predict_only=True)
 
     def summary(self, artifact: Artifact) -> dict[str, Any]:
         m = artifact.meta
