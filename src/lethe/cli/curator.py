@@ -103,11 +103,15 @@ def _dataset_add(args: argparse.Namespace) -> int:
     features = [f for f in args.features.split(",") if f] if args.features else None
     c = _curator(args)
     categorical = [f for f in args.categorical.split(",") if f] if args.categorical else None
-    _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
-                              normalize=args.normalize, progress=_progress() or args.progress,
-                              header=not args.no_header, categorical=categorical, file_format=args.format,
-                              store=args.store, schema=args.schema, text_column=args.text_column,
-                              embedder=args.embedder))
+    out = c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
+                             normalize=args.normalize, progress=_progress() or args.progress,
+                             header=not args.no_header, categorical=categorical, file_format=args.format,
+                             store=args.store, schema=args.schema, text_column=args.text_column,
+                             embedder=args.embedder)
+    _print(out)
+    if out.get("not_reingested"):  # the erasure log (lethe.curator.erasures)
+        print(f"lethe: {out['not_reingested']} records erased on request were not re-ingested (erasure log of "
+              f"{', '.join(out.get('erasure_logs', []))})", file=sys.stderr)
     return 0
 
 

@@ -84,7 +84,9 @@ class Retention:
             if problems:
                 faults.append({"dataset": name, "error": "; ".join(problems),
                                "repair": f"drop its models and the dataset (lethe dataset drop {name} --yes), then "
-                                         "register it again from its source"})
+                                         "register it again from its source and retrain: the erasure log survives "
+                                         "the drop, so records erased on request are not re-ingested (the "
+                                         "registration says how many)"})
         return faults
 
     def verify_requests(self) -> list[dict[str, Any]]:
