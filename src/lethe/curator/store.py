@@ -614,5 +614,6 @@ def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None
 
 __all__ = [
     "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "Erasure", "LedgerEvent",
-    "LedgerViolation", "Meta", "Model", "ModelVersion", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
+    "LedgerViolation", "Meta", "Model", "ModelVersion", "Record", "Store", "Token", "add_event", "as_utc", "iso",
+    "sqlite_url", "utcnow",
 ]
