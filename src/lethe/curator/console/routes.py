@@ -230,6 +230,9 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
     async def requests_post(request: Request) -> Response:
         sess = session(request)
         fields = await form(request, sess)
+        if not sess.principal.can_request:  # as the API: deletions need the requester or admin scope
+            return error(request, 403, "Submitting deletions needs the requester or admin scope. Found scope "
+                                       f"{sess.principal.scope!r}.", sess)
         dataset, key = fields.get("dataset", "").strip(), fields.get("key", "")
         client_id = fields.get("request_id", "").strip() or None
         try:
