@@ -40,6 +40,7 @@ import lethe
 from lethe.curator import errors
 from lethe.curator.adapters import get_adapter
 from lethe.curator.errors import BusyError, CuratorError, PermissionDeniedError, storage_message
+from lethe.curator.faults import model_faults
 from lethe.curator.metrics import BATCH_BUCKETS, PER_MODEL, PUBLICATION_BUCKETS
 from lethe.curator.service import Curator
 from lethe.curator.settings import Principal
@@ -491,7 +492,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         storage = curator.retention.storage.probe()
         out: dict[str, Any] = {"status": "ok", "faults": 0, "storage": "ok" if storage is None else "faulty"}
         try:
-            faults = (curator.verify_models() + curator.retention.verify_datasets()
+            faults = (model_faults(curator.serving, curator.store) + curator.retention.verify_datasets()
                       + curator.retention.verify_requests())
         except Exception:  # the database itself is unavailable: still alive, not healthy
             return {**out, "status": "degraded", "faults": None}

@@ -24,6 +24,7 @@ from lethe.curator.artifacts import ArtifactError, ArtifactStore
 from lethe.curator.dask_plane import active_rows
 from lethe.curator.dataplane import DataPlane, DataView, MatrixStore
 from lethe.curator.datasets import DatasetCatalog
+from lethe.curator.faults import model_faults
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
 from lethe.curator.publisher import REQUEST_COLUMNS, NewVersion, VersionPublisher
@@ -224,7 +225,7 @@ class BatchProcessor:
 
     def _faulty_datasets(self) -> set[int]:
         """Datasets with a model whose published artifact fails verification (see :meth:`Serving.verify_models`)."""
-        faults = self.serving.verify_models()
+        faults = model_faults(self.serving, self.store)
         if not faults:
             return set()
         names = {f["dataset"] for f in faults}

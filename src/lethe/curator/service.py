@@ -51,6 +51,7 @@ from lethe.curator.datadir import DataDirectory
 from lethe.curator.dataplane import MatrixStore
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, StorageError, storage_message
+from lethe.curator.faults import model_faults
 from lethe.curator.intake import DeletionIntake
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.metrics import CuratorMetrics
@@ -137,7 +138,7 @@ class Curator:
     def _metric_probes(self) -> tuple[int, bool, bool]:
         """What ``/metrics`` reads at each scrape: artifact and dataset faults (cached per file stamp), whether the
         storage cannot be written, whether a purge is pending."""
-        faults = (len(self.serving.verify_models()) + len(self.retention.verify_datasets())
+        faults = (len(model_faults(self.serving, self.store)) + len(self.retention.verify_datasets())
                   + len(self.retention.verify_requests()))
         return faults, self.retention.storage.probe() is not None, self.retention.purge_pending()
 

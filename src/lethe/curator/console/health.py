@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.console import queries as Q
+from lethe.curator.faults import version_published
 from lethe.curator.service import Curator
 from lethe.curator.settings import LOCK_FILE
 from lethe.curator.store import Dataset, DeletionRequest, LedgerEvent, Model, ModelVersion, Record, as_utc, iso, utcnow
@@ -92,7 +93,7 @@ def check(curator: Curator) -> Health:
             problem = str(exc)
         except (OSError, ValueError) as exc:
             problem = f"Artifact {v['artifact']} cannot be read ({type(exc).__name__})."
-        if problem:
+        if problem and version_published(curator.store, v["id"]):  # not superseded (and destroyed) meanwhile
             h.faults.append(Fault(
                 f"Model “{names.get(v['model_id'], v['model_id'])}” version {v['number']}: {problem}",
                 "Every deletion for this model's dataset will fail until the model is repaired; "
