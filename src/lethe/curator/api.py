@@ -437,6 +437,12 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         if "locked" in text or "busy" in text or "timeout" in text:
             return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
         message = storage_message(exc, curator.data_dir)
+        if "is full" not in message and "read-only" not in message:
+            # SQLite names a read-only or full file system in several ways ("disk I/O error", "unable to open
+            # database file"): the storage probe says which, so the answer is the documented one (507)
+            fault = curator.retention.storage.probe()
+            if fault is not None:
+                message = str(fault["error"])
         log.error("storage failure: %s", message)  # the operator's view names the directory; the answer does not
         if "is full" in message or "read-only" in message:
             curator.retention.storage.report_failure(exc)  # /healthz degraded until a write succeeds again

@@ -43,9 +43,14 @@ class Health:
 
 
 def lock_state(curator: Curator) -> str:
-    """'processing' while some worker holds the processing lock, else 'idle' (probed without blocking)."""
+    """'processing' while some worker holds the processing lock, else 'idle' (probed without blocking); 'unknown'
+    when the lock file cannot be opened (a read-only or damaged storage: the storage fault says why). Opened for
+    reading only: ``flock`` needs no write access, and a read-only file system must not make the page fail."""
     path = curator.data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return "unknown"
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -21,6 +21,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 import lethe
@@ -30,7 +31,7 @@ from lethe.curator.console import auth, health
 from lethe.curator.console import queries as Q
 from lethe.curator.console.certificate import explain, num, percent
 from lethe.curator.console.plots import chart
-from lethe.curator.errors import CuratorError
+from lethe.curator.errors import CuratorError, storage_message
 from lethe.curator.service import Curator
 from lethe.io import META_KEY
 
@@ -379,7 +380,11 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
     @get("/health")
     def health_get(request: Request) -> Response:
         sess = session(request, admin=True)
-        h = health.check(curator)
+        try:
+            h = health.check(curator)
+        except (OSError, OperationalError) as exc:  # the storage itself failed: a fault page, not a 500
+            return error(request, 503, storage_message(exc, curator.data_dir) + " The Health page needs to read "
+                                       "the data directory and the database; see `lethe status`.", sess)
         return render(request, "health.html", sess=sess, h=h, settings=curator.settings, title="Health")
 
     return router
