@@ -357,6 +357,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
             is_sqlite = s.get_bind().dialect.name == "sqlite"
             last_cp, _ = Q.ledger_page(s, kind=Q.CHECKPOINT, limit=1)
         quick = {"gapless": n == 0 or (lo == 1 and hi is not None and hi - lo + 1 == n), "n": n, "max": hi,
+                 "sequence": not is_sqlite,  # unused ids: aborted transactions (see health.verify_chain)
                  "triggers": (None if not is_sqlite else {"ledger_no_update", "ledger_no_delete"} <= triggers),
                  "checkpoint": last_cp[0] if last_cp else None}
         older_q = f"?{urlencode({**({'kind': kind} if kind else {}), 'before': older})}" if older else None
