@@ -34,7 +34,8 @@ def test_a_version_superseded_during_the_check_is_no_fault(curator: Curator, dat
             real = other.artifacts.load
             armed = [True]
 
-            def load(relpath: str, sha: str, *a: Any, **k: Any) -> Any:
+            def load(relpath: str, sha: str, *a: Any, armed: list[bool] = armed, real: Any = real,
+                     **k: Any) -> Any:
                 if armed[0]:  # the batch publishes between the check's read and its load
                     armed[0] = False
                     _publish_one(curator, next(keys))
