@@ -4,7 +4,7 @@ Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything
 deletions, read its own requests and their certificates) and ``model-reader`` (the published models: weights and
 predictions; issue 26 — reading the published sequence is what a version-diff attack needs, so a deletion requester
 does not get it). Tokens are created with ``lethe token create``.
-The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
+The OpenAPI schema is served at ``/openapi.json`` (no ``/docs``: Swagger UI would load from a CDN; see docs/curator.md).
 
 Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model,
 request or certificate (never a key: see ``lethe.curator.intake.decide``); 409 a request id reused for another
@@ -412,7 +412,9 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
                 worker.stop()
 
     intake = SubmissionIntake(curator)
-    app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan,
+    # no /docs or /redoc: FastAPI's pages load Swagger UI and ReDoc from a CDN, outside the console's CSP; the
+    # schema stays at /openapi.json for any OpenAPI viewer the operator trusts
+    app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Deletion requests end to end: durable requests, certified removal, certificates, "
                               "purge. See docs/curator.md.")
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from lethe.curator.retention import Retention
 from lethe.curator.settings import DROPPED_PREFIX, KEYS_HASHED, NORMALIZE
 from lethe.curator.store import Dataset, DeletionRequest, Model, Record, Store, add_event, iso, utcnow
 from lethe.curator.tables import encode_with_schema, normalize_rows, read_schema_frame, read_table
-from lethe.curator.validation import check_name
+from lethe.curator.validation import check_name, check_new_name
 
 if TYPE_CHECKING:
     from lethe.schema import Schema
@@ -89,6 +89,7 @@ class DatasetCatalog:
         check_name("dataset name", name)
         if name.startswith(DROPPED_PREFIX):
             raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
+        check_new_name("dataset name", name)
         if normalize not in NORMALIZE:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
         if store not in STORES:

@@ -10,11 +10,12 @@ import hashlib
 import inspect
 import io
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
@@ -337,7 +338,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
         np.savez(buf, **payload)
         fname = f"{name}-v{number}-public.npz"
         return auth.security_headers(Response(buf.getvalue(), media_type="application/octet-stream", headers={
-            "Content-Disposition": f'attachment; filename="{fname}"'}))
+            "Content-Disposition": _attachment(fname)}))
 
     # -- ledger --------------------------------------------------------------------------------------------------------
     @get("/ledger")
@@ -389,6 +390,14 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
         return render(request, "health.html", sess=sess, h=h, settings=curator.settings, title="Health")
 
     return router
+
+
+def _attachment(fname: str) -> str:
+    """A ``Content-Disposition`` naming ``fname`` safely: an ASCII fallback with every character outside
+    ``[A-Za-z0-9._-]`` replaced (no quote, backslash, semicolon or line break can end the header's value early) and
+    the exact name percent-encoded (RFC 6266 ``filename*``). Names of older stores may hold such characters."""
+    plain = re.sub(r"[^A-Za-z0-9._-]", "_", fname) or "download"
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(fname, safe='')}"
 
 
 def _safe_next(value: str | None) -> str | None:
