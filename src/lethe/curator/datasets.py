@@ -186,7 +186,7 @@ class DatasetCatalog:
                                                     **({"not_reingested": n_erased} if n_erased else {})})
                 ds_id = ds.id
         except BaseException:
-            for rel in (fpath, lpath):
+            for rel in (fpath, lpath, *MatrixStore.companions(fpath)):
                 destroy_file(self.matrices.resolve(rel))
             raise
         finally:
