@@ -404,3 +404,21 @@ def test_explain_shows_only_public_fields() -> None:
         assert leak not in text, leak
     assert "ε = 1" in text and "5.0 %" in text and "10.0 %" in text and "90.0 %" in text
     assert "2 other record(s)" in ex.headline and ex.retrained is False
+
+
+def test_a_token_without_the_delete_scope_cannot_delete_through_the_console(cur: Curator, setup: Setup) -> None:
+    """Issue 35: the console refuses deletions to a model-reader token, as the API does (403), and shows it no
+    submission form; the service refuses such a principal whatever the front end."""
+    from lethe.curator.errors import PermissionDeniedError
+    from lethe.curator.settings import Principal
+
+    reader = cur.create_token("viewer", "model-reader")
+    with client(cur) as cl:
+        csrf = sign_in(cl, reader)
+        assert "Submit a deletion request" not in cl.get("/console/requests").text
+        r = submit(cl, csrf, setup.keys[0])
+        assert r.status_code == 403 and "scope" in r.text
+    with cur.store.read() as s:
+        assert s.scalar(select(DeletionRequest.id)) is None
+    with pytest.raises(PermissionDeniedError):
+        cur.submit_deletion("people", setup.keys[0], principal=Principal("viewer", "model-reader"))

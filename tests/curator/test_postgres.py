@@ -219,3 +219,31 @@ def test_no_plain_key_or_value_reaches_postgres(tmp_path):
         assert set(found) == {"digest"}, f"plain bytes of records found in PostgreSQL's files: {found}"
     finally:
         c.close()
+
+
+def test_ledger_ids_skipped_by_aborted_transactions_are_not_tampering(tmp_path):
+    """Issue 35: on PostgreSQL an aborted transaction consumes ledger ids (sequences are not rolled back); the
+    console's chain check explains the gap instead of calling it a deletion."""
+    from lethe.curator.console import health
+    from lethe.curator.service import Curator
+    from lethe.curator.store import add_event
+
+    assert URL is not None
+    _wipe(tmp_path)
+    c = Curator(tmp_path / "data", database_url=URL)
+    try:
+        with c.store.write() as s, s.begin():
+            add_event(s, "note", {"n": 1})
+        for _ in range(3):  # a crash or a refused batch: the inserts roll back, their ids stay used
+            with c.store.write() as s:
+                s.begin()
+                add_event(s, "note", {"n": 2})
+                s.flush()
+                s.rollback()
+        with c.store.write() as s, s.begin():
+            add_event(s, "note", {"n": 3})
+        report = health.verify_chain(c)
+        assert report.intact, report.problems
+        assert report.gaps and "aborted transactions" in report.gaps[0] and "deleted" not in report.gaps[0]
+    finally:
+        c.close()

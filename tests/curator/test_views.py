@@ -114,7 +114,8 @@ def test_drop_dataset(curator: Curator, data: object) -> None:
         curator.drop_dataset("people")
     curator.drop_model("clf")
     out = curator.drop_dataset("people")
-    assert out == {"dataset": "people", "dropped": True, "records_deleted": 200, "requests_done": 1}
+    assert out == {"dataset": "people", "dropped": True, "records_deleted": 200, "requests_done": 1,
+                   "erasures_kept": 1}
     view = curator.request_status(pending["id"], principal=ALICE)
     assert view["status"] == "done" and view["dataset"] is None
     assert curator.request_certificates(pending["id"], principal=ALICE)[0]["kind"] == "deletion"
@@ -124,4 +125,4 @@ def test_drop_dataset(curator: Curator, data: object) -> None:
     with pytest.raises(InvalidInputError, match="must not start"):
         curator.register_dataset("~dropped~1", data.csv, key="user_id", label="label")  # type: ignore[attr-defined]
     curator.register_dataset("people", data.csv, key="user_id", label="label")  # type: ignore[attr-defined]
-    assert curator.dataset_info("people")["n_records"] == 200
+    assert curator.dataset_info("people")["n_records"] == 199  # user-0001, erased on request, not re-ingested

@@ -10,6 +10,7 @@ Every subcommand takes ``--data-dir`` (default ``$LETHE_DATA_DIR`` or ``./lethe-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -88,6 +89,12 @@ def _guard(handler: Any) -> Any:
 
         try:
             return int(handler(args) or 0)
+        except BrokenPipeError:
+            # the reader closed the pipe (`lethe ledger | head`): not a storage failure; exit quietly as Unix
+            # tools do (128 + SIGPIPE), with stdout pointed at /dev/null so the exit's flush cannot fail again
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
         except OperationalError as exc:
             raise StorageError(storage_message(exc, Path(args.data_dir).resolve())) from None
         except OSError as exc:
@@ -103,11 +110,15 @@ def _dataset_add(args: argparse.Namespace) -> int:
     features = [f for f in args.features.split(",") if f] if args.features else None
     c = _curator(args)
     categorical = [f for f in args.categorical.split(",") if f] if args.categorical else None
-    _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
-                              normalize=args.normalize, progress=_progress() or args.progress,
-                              header=not args.no_header, categorical=categorical, file_format=args.format,
-                              store=args.store, schema=args.schema, text_column=args.text_column,
-                              embedder=args.embedder))
+    out = c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
+                             normalize=args.normalize, progress=_progress() or args.progress,
+                             header=not args.no_header, categorical=categorical, file_format=args.format,
+                             store=args.store, schema=args.schema, text_column=args.text_column,
+                             embedder=args.embedder)
+    _print(out)
+    if out.get("not_reingested"):  # the erasure log (lethe.curator.erasures)
+        print(f"lethe: {out['not_reingested']} records erased on request were not re-ingested (erasure log of "
+              f"{', '.join(out.get('erasure_logs', []))})", file=sys.stderr)
     return 0
 
 
@@ -241,7 +252,15 @@ def _process(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _curator(args).status()
+    from lethe.curator.errors import StorageError
+
+    try:
+        status = _curator(args).status()
+    except StorageError as exc:  # the data directory cannot be written (read-only, full): a storage fault, exit 3
+        data_dir = str(Path(args.data_dir).resolve())
+        status = {"data_dir": data_dir, "healthy": False, "faults": [
+            {"storage": data_dir, "error": str(exc), "repair": f"restore write access (or free space) under "
+                                                               f"{data_dir}; nothing is processed until then"}]}
     _print(status)
     for f in status.get("faults", []):
         what = (f"model {f['model']} version {f['version']}" if "model" in f else

@@ -4,7 +4,7 @@ Authentication: ``Authorization: Bearer <token>``. Scopes: ``admin`` (everything
 deletions, read its own requests and their certificates) and ``model-reader`` (the published models: weights and
 predictions; issue 26 — reading the published sequence is what a version-diff attack needs, so a deletion requester
 does not get it). Tokens are created with ``lethe token create``.
-The OpenAPI schema is served at ``/openapi.json`` (interactive docs at ``/docs``).
+The OpenAPI schema is served at ``/openapi.json`` (no ``/docs``: Swagger UI would load from a CDN; see docs/curator.md).
 
 Status codes: 200/202 success; 401 missing or unknown token; 403 wrong scope; 404 unknown dataset, model,
 request or certificate (never a key: see ``lethe.curator.intake.decide``); 409 a request id reused for another
@@ -40,6 +40,7 @@ import lethe
 from lethe.curator import errors
 from lethe.curator.adapters import get_adapter
 from lethe.curator.errors import BusyError, CuratorError, PermissionDeniedError, storage_message
+from lethe.curator.faults import service_faults
 from lethe.curator.metrics import BATCH_BUCKETS, PER_MODEL, PUBLICATION_BUCKETS
 from lethe.curator.service import Curator
 from lethe.curator.settings import Principal
@@ -411,7 +412,9 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
                 worker.stop()
 
     intake = SubmissionIntake(curator)
-    app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan,
+    # no /docs or /redoc: FastAPI's pages load Swagger UI and ReDoc from a CDN, outside the console's CSP; the
+    # schema stays at /openapi.json for any OpenAPI viewer the operator trusts
+    app = FastAPI(title="lethe curator", version=lethe.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Deletion requests end to end: durable requests, certified removal, certificates, "
                               "purge. See docs/curator.md.")
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)  # type: ignore[arg-type]
@@ -436,6 +439,12 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         if "locked" in text or "busy" in text or "timeout" in text:
             return JSONResponse({"detail": "The database is busy; retry."}, status_code=503)
         message = storage_message(exc, curator.data_dir)
+        if "is full" not in message and "read-only" not in message:
+            # SQLite names a read-only or full file system in several ways ("disk I/O error", "unable to open
+            # database file"): the storage probe says which, so the answer is the documented one (507)
+            fault = curator.retention.storage.probe()
+            if fault is not None:
+                message = str(fault["error"])
         log.error("storage failure: %s", message)  # the operator's view names the directory; the answer does not
         if "is full" in message or "read-only" in message:
             curator.retention.storage.report_failure(exc)  # /healthz degraded until a write succeeds again
@@ -491,8 +500,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         storage = curator.retention.storage.probe()
         out: dict[str, Any] = {"status": "ok", "faults": 0, "storage": "ok" if storage is None else "faulty"}
         try:
-            faults = (curator.verify_models() + curator.serving.withdrawn_faults()
-                      + curator.retention.verify_datasets() + curator.retention.verify_requests())
+            faults = service_faults(curator.serving, curator.store, curator.retention)
         except Exception:  # the database itself is unavailable: still alive, not healthy
             return {**out, "status": "degraded", "faults": None}
         out["faults"] = len(faults)

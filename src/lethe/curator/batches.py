@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from lethe.curator.artifacts import ArtifactError, ArtifactStore
 from lethe.curator.dask_plane import active_rows
 from lethe.curator.dataplane import DataPlane, DataView, MatrixStore
 from lethe.curator.datasets import DatasetCatalog
+from lethe.curator.faults import model_faults
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
 from lethe.curator.publisher import REQUEST_COLUMNS, NewVersion, VersionPublisher
@@ -137,7 +139,8 @@ class BatchProcessor:
         return self._batch_caps.get(dataset_id, self.settings.batch_size)
 
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
-                        lock_timeout: float | None = 60.0) -> list[BatchResult]:
+                        lock_timeout: float | None = 60.0,
+                        keep_going: Callable[[], bool] | None = None) -> list[BatchResult]:
         """Under the processing lock, after recovery: take due batches (:meth:`_next_batch`) and process each
         (:meth:`process_batch`) until none is due, ``max_batches`` were taken, or a batch must be retried later (see
         :meth:`lethe.curator.service.Curator.process_pending`)."""
@@ -156,6 +159,8 @@ class BatchProcessor:
                     bar.update(sum(len(res.request_ids) for res in parts))
                     if any(res.status == "retry" for res in parts):
                         break  # back off; the worker tries again on its next poll
+                    if keep_going is not None and not keep_going():
+                        break  # the caller stops after this batch (its server died, or someone waits for the lock)
             if not any(res.status == "retry" for res in results):
                 results.extend(self.publish_due_releases())  # the time rule: releases due without a new batch
         return results
@@ -224,7 +229,7 @@ class BatchProcessor:
 
     def _faulty_datasets(self) -> set[int]:
         """Datasets with a model whose published artifact fails verification (see :meth:`Serving.verify_models`)."""
-        faults = self.serving.verify_models()
+        faults = model_faults(self.serving, self.store)
         if not faults:
             return set()
         names = {f["dataset"] for f in faults}

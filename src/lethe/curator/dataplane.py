@@ -32,6 +32,7 @@ import numpy as np
 from sqlalchemy import JSON, ForeignKey, Integer, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from lethe.curator import rowcheck
 from lethe.curator.files import fsync_path
 from lethe.curator.store import Base
 
@@ -117,6 +118,8 @@ class MatrixStore:
         else:
             self._write(fpath, np.asarray(X, dtype=np.float64))
         self._write(lpath, np.asarray(y, dtype=np.float64).reshape(-1, 1))
+        if store == "files":  # each row's check value (lethe.curator.rowcheck): an altered kept row is a fault
+            rowcheck.write(fpath, np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64))
         fsync_path(root)
         return str(fpath.relative_to(self.data_dir)), str(lpath.relative_to(self.data_dir))
 
@@ -162,6 +165,11 @@ class MatrixStore:
             return []
         return sorted(str(p.relative_to(self.data_dir)) for p in self.root.iterdir()
                       if p.is_file() or _is_zarr(p.name))  # a Zarr store is one entry (a directory)
+
+    @staticmethod
+    def companions(relpath: str) -> list[str]:
+        """The files that belong to a features file: its row check values (:mod:`lethe.curator.rowcheck`)."""
+        return [] if _is_zarr(relpath) else [str(relpath) + rowcheck.SUFFIX]
 
 
 __all__ = ["STORES", "DataPlane", "DataView", "MatrixStore"]

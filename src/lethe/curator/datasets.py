@@ -16,6 +16,7 @@ from lethe.curator.artifacts import destroy_file
 from lethe.curator.dask_plane import active_rows
 from lethe.curator.datadir import DataDirectory
 from lethe.curator.dataplane import STORES, DataPlane, DataView, MatrixStore
+from lethe.curator.erasures import erased_keys, log_dataset
 from lethe.curator.errors import ConflictError, InvalidInputError, NotFoundError
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
@@ -24,7 +25,7 @@ from lethe.curator.retention import Retention
 from lethe.curator.settings import DROPPED_PREFIX, KEYS_HASHED, NORMALIZE
 from lethe.curator.store import Dataset, DeletionRequest, Model, Record, Store, add_event, iso, utcnow
 from lethe.curator.tables import encode_with_schema, normalize_rows, read_schema_frame, read_table
-from lethe.curator.validation import check_name
+from lethe.curator.validation import check_name, check_new_name
 
 if TYPE_CHECKING:
     from lethe.schema import Schema
@@ -88,6 +89,7 @@ class DatasetCatalog:
         check_name("dataset name", name)
         if name.startswith(DROPPED_PREFIX):
             raise InvalidInputError(f"dataset name must not start with {DROPPED_PREFIX!r}. Found {name!r}.")
+        check_new_name("dataset name", name)
         if normalize not in NORMALIZE:
             raise InvalidInputError(f"normalize must be one of {NORMALIZE}. Found {normalize!r}.")
         if store not in STORES:
@@ -120,7 +122,20 @@ class DatasetCatalog:
             table = read_table(path, key=key, label=label, features=features, header=header,
                                categorical=categorical, file_format=file_format)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
+        # the erasure log: a record erased on request never comes back with a registration of its source, under
+        # this name or another (lethe.curator.erasures)
+        with self.store.read() as s:
+            erased, logs = erased_keys(s, self.data_dir.key_digest, name, Path(path).name, table.keys)
+        keys, y_in, n_erased = table.keys, table.y, int(erased.sum())
+        if n_erased:
+            X, y_in = X[~erased], np.asarray(y_in)[~erased]
+            keys = [k for k, gone in zip(keys, erased, strict=True) if not gone]
+            log.warning("dataset %s: %d record(s) erased on request were not re-ingested (erasure log of %s)",
+                        name, n_erased, ", ".join(logs))
         n, d = X.shape
+        if n == 0:
+            raise InvalidInputError(f"Every record of {Path(path).name!r} was erased on request "
+                                    f"({n_erased} records): nothing to register.")
         with self.store.read() as s:
             if s.scalar(select(Dataset).where(Dataset.name == name)) is not None:
                 raise ConflictError(f"A dataset named {name!r} already exists.")
@@ -135,7 +150,7 @@ class DatasetCatalog:
         if text_meta is not None:
             schema["text"] = text_meta
         classes: list[str] | None = None
-        y_stored = np.asarray(table.y, dtype=np.float64) if table.y.dtype.kind != "U" else table.y
+        y_stored = np.asarray(y_in, dtype=np.float64) if y_in.dtype.kind != "U" else y_in
         if table.label_classes is not None:  # text labels: the table holds codes into the sorted class list
             classes = [str(c) for c in table.label_classes]
         elif y_stored.dtype.kind != "f":
@@ -163,20 +178,25 @@ class DatasetCatalog:
                 # the key: no plain key or value of this dataset reaches the database, its WAL or a dead tuple
                 ds_id, digest = ds.id, self.data_dir.key_digest
                 with progress_bar(progress, total=n, desc=f"import {name}", unit="rec") as bar:
-                    rows = ((base + i, ds_id, digest(ds_id, k)) for i, k in enumerate(table.keys))
+                    rows = ((base + i, ds_id, digest(ds_id, k)) for i, k in enumerate(keys))
                     self.store.insert_records(s, rows, on_chunk=bar.update)
                 s.add(DataPlane(dataset_id=ds.id, features_path=fpath, labels_path=lpath, row_base=base, n_rows=n,
                                 n_features=d, label_classes=None if classes is None else {"classes": classes}))
-                add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize})
+                add_event(s, "dataset_registered", {"dataset": name, "n": n, "d": d, "normalize": normalize,
+                                                    **({"not_reingested": n_erased} if n_erased else {})})
                 ds_id = ds.id
         except BaseException:
-            for rel in (fpath, lpath):
+            for rel in (fpath, lpath, *MatrixStore.companions(fpath)):
                 destroy_file(self.matrices.resolve(rel))
             raise
         finally:
             release()
         log.info("registered dataset %s (id %d): %d records, %d features", name, ds_id, n, d)
-        return self.info(name)
+        out = self.info(name)
+        if n_erased:
+            out["not_reingested"] = n_erased
+            out["erasure_logs"] = logs
+        return out
 
     def info(self, name: str) -> dict[str, Any]:
         """A dataset's description: size, columns, normalisation, label classes and categories."""
@@ -242,12 +262,14 @@ class DatasetCatalog:
                 self.publisher.dropped_dataset_receipts(s, list(pending), batch_id, now)
                 n = s.scalar(select(func.count()).select_from(Record).where(Record.dataset_id == ds.id)) or 0
                 s.execute(Record.__table__.delete().where(Record.dataset_id == ds.id))  # type: ignore[attr-defined]
+                logged = log_dataset(s, ds, dataset)  # the erasure log outlives the dataset (lethe.curator.erasures)
                 ds.name = f"{DROPPED_PREFIX}{ds.id}"
                 add_event(s, "records_deleted", {"batch_id": batch_id, "dataset": dataset, "count": int(n)})
                 add_event(s, "dataset_dropped", {"dataset": dataset, "records": int(n), "requests_done": len(pending)})
             self.retention.purge()
         log.info("dropped dataset %s (%d records)", dataset, n)
-        return {"dataset": dataset, "dropped": True, "records_deleted": int(n), "requests_done": len(pending)}
+        return {"dataset": dataset, "dropped": True, "records_deleted": int(n), "requests_done": len(pending),
+                "erasures_kept": logged}
 
 
 __all__ = ["DatasetCatalog"]

@@ -22,7 +22,14 @@ from sqlalchemy.exc import IntegrityError
 
 from lethe.curator.datadir import DataDirectory
 from lethe.curator.datasets import DatasetCatalog
-from lethe.curator.errors import BusyError, ConflictError, CuratorError, InvalidInputError, NotFoundError
+from lethe.curator.errors import (
+    BusyError,
+    ConflictError,
+    CuratorError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from lethe.curator.followers import Followers
 from lethe.curator.public import check_payload
 from lethe.curator.settings import DROPPED_PREFIX, Principal
@@ -160,7 +167,11 @@ def decide(sub: Submission, known: Known) -> DeletionRequest | NewRequest | Plan
 
 
 def submission(dataset: str, key: str, principal: Principal, client_request_id: str | None) -> Submission:
-    """A checked submission (malformed input: :class:`InvalidInputError`)."""
+    """A checked submission (malformed input: :class:`InvalidInputError`; a principal without the requester or
+    admin scope: :class:`PermissionDeniedError`, whichever front end it came through)."""
+    if not principal.can_request:
+        raise PermissionDeniedError(f"Submitting deletions needs the requester or admin scope. Found scope "
+                                    f"{principal.scope!r}.")
     check_name("dataset", dataset)
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
         raise InvalidInputError(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} characters.")

@@ -8,6 +8,7 @@ values, and :meth:`Retention.recover` destroys the files a crashed operation lef
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select
 
+from lethe.curator import rowcheck
 from lethe.curator.artifacts import ArtifactStore, destroy_file
 from lethe.curator.dataplane import DataPlane, MatrixStore
 from lethe.curator.followers import Followers
@@ -53,6 +55,7 @@ class Retention:
     serving: Serving
     storage: StorageHealth = field(init=False)
     followers: Followers = field(init=False)
+    _row_checks: dict[int, tuple[Any, int | None]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.storage = StorageHealth(self.data_dir)
@@ -63,10 +66,11 @@ class Retention:
         float64); return the faults for operators: ``[{dataset, error, repair}]`` (empty when all is well)."""
         with self.store.read() as s:
             rows = s.execute(select(Dataset.name, DataPlane.features_path, DataPlane.labels_path, DataPlane.n_rows,
-                                    DataPlane.n_features).join(DataPlane, DataPlane.dataset_id == Dataset.id)
+                                    DataPlane.n_features, Dataset.id)
+                             .join(DataPlane, DataPlane.dataset_id == Dataset.id)
                              .where(Dataset.name.not_like(f"{DROPPED_PREFIX}%")).order_by(Dataset.id)).all()
         faults = []
-        for name, fpath, lpath, n, d in rows:
+        for name, fpath, lpath, n, d, ds_id in rows:
             problems = []
             for relpath, width in ((fpath, int(d)), (lpath, 1)):
                 try:
@@ -81,11 +85,40 @@ class Retention:
                     continue
                 if size != 8 * int(n) * width:
                     problems.append(f"{relpath} has {size} bytes; {int(n)} rows need {8 * int(n) * width}")
+            if not problems:
+                altered = self._altered_rows(ds_id, fpath, lpath, int(n), int(d))
+                if altered:
+                    problems.append(f"{altered} kept row(s) of {fpath} differ from what was registered (the file "
+                                    "was altered): every deletion from this dataset may fail or certify the wrong "
+                                    "data")
             if problems:
                 faults.append({"dataset": name, "error": "; ".join(problems),
                                "repair": f"drop its models and the dataset (lethe dataset drop {name} --yes), then "
-                                         "register it again from its source"})
+                                         "register it again from its source and retrain: the erasure log survives "
+                                         "the drop, so records erased on request are not re-ingested (the "
+                                         "registration says how many)"})
         return faults
+
+    def _altered_rows(self, ds_id: int, fpath: str, lpath: str, n: int, d: int) -> int | None:
+        """The present rows of a dataset's files whose check values changed (:mod:`lethe.curator.rowcheck`), or
+        None if not checked; O(N d) when the files changed since the last check, else cached."""
+        if str(fpath).endswith(".zarr"):
+            return None
+        paths = [self.matrices.resolve(p) for p in (fpath, lpath, *MatrixStore.companions(fpath))]
+        try:
+            key = (ds_id, *((st.st_mtime_ns, st.st_size, st.st_ino) for st in map(os.stat, paths)))
+        except OSError:
+            return None  # no check values (registered before them), or a file the size check reports
+        if self._row_checks.get(ds_id, (None,))[0] == key:
+            return self._row_checks[ds_id][1]
+        with self.store.read() as s:
+            present = np.fromiter(s.scalars(select(Record.id).where(Record.dataset_id == ds_id)), dtype=np.int64)
+            base = s.scalar(select(DataPlane.row_base).where(DataPlane.dataset_id == ds_id))
+        active = np.zeros(n, dtype=bool)
+        active[present - int(base or 0)] = True
+        altered = rowcheck.altered_rows(paths[0], paths[1], n, d, active)
+        self._row_checks[ds_id] = (key, altered)
+        return altered
 
     def verify_requests(self) -> list[dict[str, Any]]:
         """Requests that would never reach an end on their own: follower requests no pending request leads
@@ -236,7 +269,8 @@ class Retention:
         with self.store.read() as s:
             referenced = set(s.scalars(select(ModelVersion.artifact)
                                        .where(ModelVersion.status.in_(("published", "superseded")))))
-            planes = {p for pl in s.scalars(select(DataPlane)) for p in (pl.features_path, pl.labels_path)}
+            planes = {p for pl in s.scalars(select(DataPlane))
+                      for p in (pl.features_path, pl.labels_path, *MatrixStore.companions(pl.features_path))}
         orphans = [p for p in self.artifacts.all_files() if p not in referenced]
         orphans += [p for p in self.matrices.all_files() if p not in planes]
         for p in orphans:

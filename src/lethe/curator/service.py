@@ -51,6 +51,7 @@ from lethe.curator.datadir import DataDirectory
 from lethe.curator.dataplane import MatrixStore
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, StorageError, storage_message
+from lethe.curator.faults import service_faults
 from lethe.curator.intake import DeletionIntake
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.metrics import CuratorMetrics
@@ -138,8 +139,7 @@ class Curator:
     def _metric_probes(self) -> tuple[int, bool, bool]:
         """What ``/metrics`` reads at each scrape: artifact and dataset faults (cached per file stamp), whether the
         storage cannot be written, whether a purge is pending."""
-        faults = (len(self.serving.verify_models()) + len(self.serving.withdrawn_faults())
-                  + len(self.retention.verify_datasets()) + len(self.retention.verify_requests()))
+        faults = len(service_faults(self.serving, self.store, self.retention))
         return faults, self.retention.storage.probe() is not None, self.retention.purge_pending()
 
     def _notify_work(self) -> None:
@@ -297,16 +297,18 @@ class Curator:
 
     # -- processing -------------------------------------------------------------------------------------------------
     def process_pending(self, *, force: bool = False, max_batches: int | None = None, progress: bool = False,
-                        lock_timeout: float | None = 60.0) -> list[BatchResult]:
+                        lock_timeout: float | None = 60.0,
+                        keep_going: Callable[[], bool] | None = None) -> list[BatchResult]:
         """Process the pending requests whose batch is due (all of them with ``force``).
 
         A dataset's batch is due when it has ``batch_size`` pending requests or its oldest one has waited
         ``max_delay`` seconds. Returns one :class:`BatchResult` per batch published or failed (a batch the mechanism
         fails on is split, and each part has its own result; ``max_batches`` counts the batches taken from the
-        queue, not their parts).
+        queue, not their parts). ``keep_going()`` is asked after each batch: False ends the run there (the worker:
+        its server is gone, or another process waits for the processing lock).
         """
         return self.batches.process_pending(force=force, max_batches=max_batches, progress=progress,
-                                            lock_timeout=lock_timeout)
+                                            lock_timeout=lock_timeout, keep_going=keep_going)
 
     def warm_up(self) -> int:
         """Build the warm state of every model that keeps one (after a start: once, before the first batch, so that

@@ -55,7 +55,7 @@ from lethe.curator.public import check_payload, public_certificate, public_error
 
 SCHEMA_VERSION = 8
 # meta.schema_version -> Alembic revision (lethe.curator.migrations)
-REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 7: "0007", 8: "0008"}
+REVISIONS = {1: "0001", 2: "0002", 3: "0003", 4: "0004", 5: "0005", 6: "0006", 7: "0007", 8: "0008"}
 
 # (name, columns): composite indexes on ``deletion_requests`` for the console's keyset pagination under each filter
 # of its Requests page (schema version 4; created by migration 0004 on older stores).
@@ -233,6 +233,22 @@ class LedgerEvent(Base):
     # SHA-256(previous event's hash ‖ canonical JSON of this event): the tamper-evident chain (lethe.curator.chain;
     # schema 8)
     hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class Erasure(Base):
+    """The erasure log: one key a deletion request named, as the keyed digest of its dataset
+    (:meth:`lethe.curator.datadir.DataDirectory.key_digest`, HMAC under the secret pepper; never the key), kept when
+    the dataset is dropped so that registering its source again does not bring the record back
+    (:mod:`lethe.curator.erasures`). Schema version 6."""
+
+    __tablename__ = "erasures"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[int] = mapped_column(Integer, index=True)  # the dataset the digest is keyed under
+    dataset_name: Mapped[str] = mapped_column(String(200), index=True)  # its name when it was dropped
+    source: Mapped[str] = mapped_column(Text)  # the file name it was registered from
+    digest: Mapped[str] = mapped_column(String(64))
+    erased_at: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    __table_args__ = (UniqueConstraint("dataset_id", "digest", name="uq_erasure"),)
 
 
 class Token(Base):
@@ -624,6 +640,30 @@ def migrate_4_to_5(connection: Any) -> None:
     Operations(MigrationContext.configure(connection)).add_column("models", col)
 
 
+def migrate_5_to_6(connection: Any) -> None:
+    """Schema 5 → 6 (Alembic revision 0006): the erasure log (:class:`Erasure`). Datasets dropped before the upgrade
+    get their entries from their requests, which every version kept: each dropped dataset's requests' key digests,
+    under the name its ``dataset_dropped`` ledger event recorded. Idempotent."""
+    from sqlalchemy import inspect, select
+
+    if inspect(connection).has_table("erasures"):
+        return
+    table: Any = Erasure.__table__
+    table.create(connection)
+    from lethe.curator.settings import DROPPED_PREFIX
+
+    with Session(connection) as s:  # their original name is not kept: they are found by their source file name
+        now = utcnow()
+        for ds_id, name, source in s.execute(select(Dataset.id, Dataset.name, Dataset.source)
+                                             .where(Dataset.name.like(f"{DROPPED_PREFIX}%"))).all():
+            digests = sorted(set(s.scalars(select(DeletionRequest.key_digest).where(
+                DeletionRequest.dataset_id == ds_id, DeletionRequest.status != "failed"))))
+            if digests:
+                s.execute(insert(table), [{"dataset_id": ds_id, "dataset_name": name, "source": source,
+                                           "digest": d, "erased_at": now} for d in digests])
+        s.flush()
+
+
 def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None, *, model_id: int | None = None,
               version_id: int | None = None, request_id: str | None = None) -> LedgerEvent:
     """Append one ledger event (validated JSON-serialisable first: a bad payload records nothing)."""
@@ -749,7 +789,7 @@ def migrate_chain_ledger(connection: Any) -> None:
 
 
 __all__ = [
-    "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation",
-    "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token", "add_event",
-    "as_utc", "iso", "ledger_head", "sqlite_url", "utcnow",
+    "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "Erasure", "LedgerEvent",
+    "LedgerViolation", "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token",
+    "add_event", "as_utc", "iso", "ledger_head", "sqlite_url", "utcnow",
 ]

@@ -23,7 +23,7 @@ from lethe.curator.publisher import VersionPublisher
 from lethe.curator.retention import Retention
 from lethe.curator.serving import UNRELEASED_WARNING, Serving, covers_releases, learned_from_rows, served_to
 from lethe.curator.store import Dataset, Model, ModelVersion, Record, Store, add_event, utcnow
-from lethe.curator.validation import check_name, cli_hint
+from lethe.curator.validation import check_new_name, cli_hint
 from lethe.families import DEFAULT_MECHANISM
 
 log = logging.getLogger("lethe.curator")
@@ -61,7 +61,7 @@ class ModelTrainer:
               progress: bool = False, heldout: str | None = None, serve_unreleased: bool = False) -> dict[str, Any]:
         """Train model ``model`` on the current records of ``dataset`` and publish its version 1 (see
         :meth:`lethe.curator.service.Curator.train`)."""
-        check_name("model name", model)
+        check_new_name("model name", model)  # as a dataset's (issue 35: no path, quote or space in a name)
         _check_serve_unreleased(serve_unreleased, optional=False)
         with self.store.read() as s:
             ds0 = self.datasets.find(s, dataset)

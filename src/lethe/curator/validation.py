@@ -41,6 +41,21 @@ def check_name(kind: str, value: Any, max_len: int = 200) -> str:
     return value
 
 
+#: a new dataset's or model's name: it becomes part of file names, URLs and download headers
+NEW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def check_new_name(kind: str, value: Any) -> str:
+    """A name for something new (a dataset, a model): 1 to 200 ASCII letters, digits, ``.``, ``_`` or ``-``,
+    starting with a letter or digit — no ``/``, ``..`` path, quote, space or control character. Names of older
+    stores are still looked up by :func:`check_name`."""
+    check_name(kind, value)
+    if not NEW_NAME.fullmatch(value):
+        raise InvalidInputError(f"{kind} must start with a letter or digit and hold only letters, digits, '.', '_' "
+                                f"and '-' (at most 200 characters; no '/', quotes or spaces). Found {value[:60]!r}.")
+    return value
+
+
 def lookup_id(value: Any) -> str | None:
     """A usable id for a primary-key lookup, or None (not a string, too long, or not encodable)."""
     if not isinstance(value, str) or not value or len(value) > 64:
@@ -52,4 +67,4 @@ def lookup_id(value: Any) -> str | None:
     return value
 
 
-__all__ = ["check_name", "check_unicode", "cli_hint", "lookup_id", "seconds_between"]
+__all__ = ["NEW_NAME", "check_name", "check_new_name", "check_unicode", "cli_hint", "lookup_id", "seconds_between"]

@@ -21,6 +21,7 @@ from sqlalchemy import func, select, tuple_
 from lethe.curator import store as db
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, NotFoundError
+from lethe.curator.faults import service_faults
 from lethe.curator.public import (
     FORBIDDEN_PAYLOAD_KEYS,
     SHOWN_STATUS,
@@ -273,8 +274,7 @@ class ReadViews:
                                     .group_by(db.DeletionRequest.status)).all())
             oldest = s.scalar(select(func.min(db.DeletionRequest.submitted_at))
                               .where(db.DeletionRequest.status.in_(("pending", "waiting"))))
-        faults = (self.serving.verify_models() + self.serving.withdrawn_faults()
-                  + self.retention.verify_datasets() + self.retention.verify_requests())
+        faults = service_faults(self.serving, self.store, self.retention)
         storage = self.retention.storage.probe()  # a write under the data directory, now (see lethe.curator.storage)
         if storage is not None:
             faults.append({"storage": str(self.data_dir), "error": storage["error"], "repair": storage["repair"]})
@@ -317,8 +317,7 @@ class ReadViews:
             counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {"requests": {k: int(counts.get(k, 0)) for k in REQUEST_STATUSES}, "publication_seconds": delays,
                 "batch_sizes": [int(b) for b in batches if isinstance(b, int)], "models": models,
-                "faults": (len(self.serving.verify_models()) + len(self.serving.withdrawn_faults())
-                           + len(self.retention.verify_datasets()) + len(self.retention.verify_requests())),
+                "faults": len(service_faults(self.serving, self.store, self.retention)),
                 "storage_fault": self.retention.storage.probe() is not None,
                 "purge_pending": self.retention.purge_pending()}
 

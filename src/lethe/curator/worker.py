@@ -104,6 +104,16 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
 
     sleep = wait or wait_event
     pause = backoff or stop.wait
+    lock = curator.lock
+
+    def orphaned() -> bool:
+        return parent_pid is not None and os.getppid() != parent_pid
+
+    def keep_going() -> bool:
+        # between two batches: an orphaned worker stops after its batch (its server died: the new server's worker
+        # takes over); when another process waits for the processing lock, it gets its turn now
+        return not stop.is_set() and not orphaned() and not lock.waiters()
+
     storage = curator.retention.storage
     batches = 0
     failures = 0
@@ -113,7 +123,7 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
             fault = storage.probe()
             if fault is not None:
                 raise StorageError(fault["error"])
-            results = curator.process_pending(force=drain, progress=progress)
+            results = curator.process_pending(force=drain, progress=progress, keep_going=keep_going)
             batches += len(results)
             if any(r.status == "retry" for r in results):  # a batch failed as a whole (nothing published): back
                 failed = True                                # off, not an immediate retry; a storage fault is seen
@@ -140,9 +150,11 @@ def run_worker(curator: Curator, *, once: bool = False, drain: bool = False, sto
             on_state()
         if once or stop.is_set():
             return batches
-        if parent_pid is not None and os.getppid() != parent_pid:
+        if orphaned():
             log.warning("worker: the server that started it is gone; stopping")
             return batches
+        if lock.waiters():  # a fair turn: the lock is taken again only after the waiting command had it
+            lock.yield_to_waiters()
         if failed:
             pause(backoff_delay(failures))  # not shortened by new requests: they would only fail the same way
             if stop.is_set():

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.console import queries as Q
+from lethe.curator.faults import version_published
 from lethe.curator.service import Curator
 from lethe.curator.settings import LOCK_FILE
 from lethe.curator.store import Dataset, DeletionRequest, LedgerEvent, Model, ModelVersion, Record, as_utc, iso, utcnow
@@ -42,9 +43,14 @@ class Health:
 
 
 def lock_state(curator: Curator) -> str:
-    """'processing' while some worker holds the processing lock, else 'idle' (probed without blocking)."""
+    """'processing' while some worker holds the processing lock, else 'idle' (probed without blocking); 'unknown'
+    when the lock file cannot be opened (a read-only or damaged storage: the storage fault says why). Opened for
+    reading only: ``flock`` needs no write access, and a read-only file system must not make the page fail."""
     path = curator.data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return "unknown"
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,7 +98,7 @@ def check(curator: Curator) -> Health:
             problem = str(exc)
         except (OSError, ValueError) as exc:
             problem = f"Artifact {v['artifact']} cannot be read ({type(exc).__name__})."
-        if problem:
+        if problem and version_published(curator.store, v["id"]):  # not superseded (and destroyed) meanwhile
             h.faults.append(Fault(
                 f"Model “{names.get(v['model_id'], v['model_id'])}” version {v['number']}: {problem}",
                 "Every deletion for this model's dataset will fail until the model is repaired; "
@@ -153,6 +159,7 @@ class ChainReport:
     problems: list[str]
     checkpoints_ok: int
     triggers: bool | None  # None: not SQLite
+    gaps: list[str] = field(default_factory=list)  # unused ids explained (PostgreSQL: aborted transactions)
 
 
 def verify_chain(curator: Curator) -> ChainReport:
@@ -165,13 +172,22 @@ def verify_chain(curator: Curator) -> ChainReport:
         trig = Q.sqlite_triggers(s)
         triggers = None if s.get_bind().dialect.name != "sqlite" else {"ledger_no_update",
                                                                         "ledger_no_delete"} <= trig
+        # PostgreSQL takes ids from a sequence that a rolled-back insert does not give back (a crash, a refused
+        # batch, a unique-constraint race): unused ids are expected there and are no evidence of a deletion — the
+        # append-only trigger refuses deletes, and a checkpoint after them stops matching if an event is removed.
+        # SQLite reuses no id of an aborted insert (the next id is max + 1): a gap there is a deleted event.
+        sequence = s.get_bind().dialect.name != "sqlite"
+        gaps: list[str] = []
         expected = 1
         head = Q.GENESIS
         n = 0
         ok = 0
         for e, head in Q.iter_chain(s):
             n += 1
-            if e.id != expected:
+            if e.id > expected and sequence:
+                gaps.append(f"ids {expected}–{e.id - 1}: skipped by aborted transactions (PostgreSQL does not "
+                            "reuse the id of a rolled-back insert); not a deletion")
+            elif e.id != expected:
                 problems.append(f"events {expected}–{e.id - 1} are missing (deleted from the ledger)"
                                 if e.id > expected else f"event {e.id} is out of order")
             expected = e.id + 1
@@ -187,7 +203,7 @@ def verify_chain(curator: Curator) -> ChainReport:
     if triggers is False:
         problems.append("the append-only triggers of the ledger table are missing")
     return ChainReport(events=n, head=head, intact=not problems, problems=problems, checkpoints_ok=ok,
-                       triggers=triggers)
+                       triggers=triggers, gaps=gaps)
 
 
 def record_checkpoint(curator: Curator) -> dict[str, Any]:

@@ -10,17 +10,19 @@ import hashlib
 import inspect
 import io
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 import numpy as np
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 
 import lethe
@@ -30,7 +32,7 @@ from lethe.curator.console import auth, health, proofs
 from lethe.curator.console import queries as Q
 from lethe.curator.console.certificate import explain, num, percent
 from lethe.curator.console.plots import chart
-from lethe.curator.errors import CuratorError
+from lethe.curator.errors import CuratorError, storage_message
 from lethe.curator.service import Curator
 from lethe.io import META_KEY
 
@@ -231,6 +233,9 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
     async def requests_post(request: Request) -> Response:
         sess = session(request)
         fields = await form(request, sess)
+        if not sess.principal.can_request:  # as the API: deletions need the requester or admin scope
+            return error(request, 403, "Submitting deletions needs the requester or admin scope. Found scope "
+                                       f"{sess.principal.scope!r}.", sess)
         dataset, key = fields.get("dataset", "").strip(), fields.get("key", "")
         client_id = fields.get("request_id", "").strip() or None
         try:
@@ -335,7 +340,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
         np.savez(buf, **payload)
         fname = f"{name}-v{number}-public.npz"
         return auth.security_headers(Response(buf.getvalue(), media_type="application/octet-stream", headers={
-            "Content-Disposition": f'attachment; filename="{fname}"'}))
+            "Content-Disposition": _attachment(fname)}))
 
     # -- ledger --------------------------------------------------------------------------------------------------------
     @get("/ledger")
@@ -355,6 +360,7 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
             is_sqlite = s.get_bind().dialect.name == "sqlite"
             last_cp, _ = Q.ledger_page(s, kind=Q.CHECKPOINT, limit=1)
         quick = {"gapless": n == 0 or (lo == 1 and hi is not None and hi - lo + 1 == n), "n": n, "max": hi,
+                 "sequence": not is_sqlite,  # unused ids: aborted transactions (see health.verify_chain)
                  "triggers": (None if not is_sqlite else {"ledger_no_update", "ledger_no_delete"} <= triggers),
                  "checkpoint": last_cp[0] if last_cp else None}
         older_q = f"?{urlencode({**({'kind': kind} if kind else {}), 'before': older})}" if older else None
@@ -379,11 +385,23 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
     @get("/health")
     def health_get(request: Request) -> Response:
         sess = session(request, admin=True)
-        h = health.check(curator)
+        try:
+            h = health.check(curator)
+        except (OSError, OperationalError) as exc:  # the storage itself failed: a fault page, not a 500
+            return error(request, 503, storage_message(exc, curator.data_dir) + " The Health page needs to read "
+                                       "the data directory and the database; see `lethe status`.", sess)
         return render(request, "health.html", sess=sess, h=h, settings=curator.settings, title="Health")
 
     proofs.register(router, curator, proofs.Helpers(render, error, session, get, post, _Stop))
     return router
+
+
+def _attachment(fname: str) -> str:
+    """A ``Content-Disposition`` naming ``fname`` safely: an ASCII fallback with every character outside
+    ``[A-Za-z0-9._-]`` replaced (no quote, backslash, semicolon or line break can end the header's value early) and
+    the exact name percent-encoded (RFC 6266 ``filename*``). Names of older stores may hold such characters."""
+    plain = re.sub(r"[^A-Za-z0-9._-]", "_", fname) or "download"
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(fname, safe='')}"
 
 
 def _safe_next(value: str | None) -> str | None:

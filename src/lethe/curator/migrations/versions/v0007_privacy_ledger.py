@@ -14,7 +14,7 @@ from __future__ import annotations
 from lethe.curator.migrations import store_step
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 upgrade, downgrade = store_step("migrate_5_to_7")
