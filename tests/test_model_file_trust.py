@@ -355,3 +355,21 @@ def test_a_pipeline_passes_the_trust_on_to_its_final_step(tmp_path):
     trusted = type(pipe).load(path, trust_unauthenticated=True)
     assert trusted.remove(keys=["r3"]).to_dict()["authenticated"] is False
     assert trusted.certificate_.to_dict()["authenticated"] is False
+
+
+def test_a_stale_copy_of_a_stream_cannot_save_over_a_newer_one(tmp_path):
+    """Two live models of one stream (the file loaded twice): once one has saved more releases, the stale one's save
+    is refused before anything is written (mutation: without the check in ``save_model_file`` it overwrites the newer
+    file with the older ledger)."""
+    m = _released()
+    m.remove([0])
+    path = m.save(tmp_path / "m.npz")
+    stale = ReleasedLogisticRegression.load(path)
+    current = ReleasedLogisticRegression.load(path)
+    for i in range(1, 4):
+        current.remove([i])
+    current.save(path)
+    newer = path.read_bytes()
+    with pytest.raises(ModelFileError, match="older state of release stream"):
+        stale.save(path)
+    assert path.read_bytes() == newer
