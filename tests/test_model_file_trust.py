@@ -288,3 +288,88 @@ def test_the_counter_follows_loads_and_new_streams(tmp_path, monkeypatch):
     assert ReleasedLogisticRegression.load(fresh, key=KEY).accountant_.releases == 1
     assert read_model_file(fresh)[1][io_module.STREAM_META]["id"] != read_model_file(newer)[1][
         io_module.STREAM_META]["id"]
+
+
+# -- every family ------------------------------------------------------------------------------------------------------
+def _family_models():
+    from sklearn.linear_model import LogisticRegression
+
+    from lethe.sharded import ShardedClassifier
+
+    from .test_protocols import UNLEARNERS, _fit
+
+    out = {name: (lambda name=name: _fit(name)[0]) for name in sorted(UNLEARNERS)}
+    X, y = _data(n=240, d=4)
+    ids = np.array([f"r{i}" for i in range(X.shape[0])])
+    out["sharded"] = lambda: ShardedClassifier(LogisticRegression(), n_shards=3, random_state=0).fit(
+        X, y, sample_ids=ids)
+    out["released"] = lambda: ReleasedLogisticRegression(lam=1e-2, horizon=12, random_state=0).fit(
+        X, y, sample_ids=ids)
+    return out
+
+
+FAMILIES = _family_models()
+
+
+def _certificate(result):
+    return result.certificate if hasattr(result, "coef") else result  # a release holds its certificate
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_family_refuses_an_unauthenticated_file_and_marks_a_trusted_one(name, tmp_path):
+    model = FAMILIES[name]()
+    cls = type(model)
+    model_key(create=True)  # this machine's own key exists (another one than the file's)
+    path = model.save(tmp_path / "m.npz", key=KEY)
+    stripped = edit_model_file(path, tmp_path / "s.npz", arrays_fn=lambda a: a.pop(TAG_KEY))
+    for bad, message in ((path, "failed authentication"), (stripped, "no authentication tag")):
+        with pytest.raises(ModelFileError, match=message):
+            cls.load(bad)
+    genuine = cls.load(path, key=KEY)
+    assert genuine.model_file_.authenticated
+    assert not isinstance(_certificate(genuine.remove(keys=["r3"])), UnverifiedCertificate)
+    trusted = cls.load(stripped, trust_unauthenticated=True)
+    assert trusted.model_file_.authenticated is False
+    cert = _certificate(trusted.remove(keys=["r3"]))
+    assert cert.to_dict()["authenticated"] is False and cert.guarantee.startswith("NOT AUTHENTICATED")
+    assert trusted.certificate_.to_dict()["authenticated"] is False
+    again = cls.load(trusted.save(tmp_path / "again.npz"))  # this machine's key: authentic, still marked
+    assert again.model_file_.authenticated is False
+    assert _certificate(again.remove(keys=["r4"])).to_dict()["authenticated"] is False
+
+
+def test_a_pipeline_passes_the_trust_on_to_its_final_step(tmp_path):
+    import pandas as pd
+    from sklearn.preprocessing import Normalizer
+
+    from lethe.pipeline import make_unlearning_pipeline
+
+    X, y = _data(n=240, d=4)
+    df = pd.DataFrame(X, index=[f"r{i}" for i in range(X.shape[0])])
+    pipe = make_unlearning_pipeline(Normalizer(), CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0))
+    pipe.fit(df, y)
+    assert type(pipe).load(pipe.save(tmp_path / "own.npz"))[-1].model_file_.authenticated  # the created key
+    path = pipe.save(tmp_path / "p.npz", key=KEY)
+    with pytest.raises(ModelFileError, match="failed authentication"):
+        type(pipe).load(path)
+    trusted = type(pipe).load(path, trust_unauthenticated=True)
+    assert trusted.remove(keys=["r3"]).to_dict()["authenticated"] is False
+    assert trusted.certificate_.to_dict()["authenticated"] is False
+
+
+def test_a_stale_copy_of_a_stream_cannot_save_over_a_newer_one(tmp_path):
+    """Two live models of one stream (the file loaded twice): once one has saved more releases, the stale one's save
+    is refused before anything is written (mutation: without the check in ``save_model_file`` it overwrites the newer
+    file with the older ledger)."""
+    m = _released()
+    m.remove([0])
+    path = m.save(tmp_path / "m.npz")
+    stale = ReleasedLogisticRegression.load(path)
+    current = ReleasedLogisticRegression.load(path)
+    for i in range(1, 4):
+        current.remove([i])
+    current.save(path)
+    newer = path.read_bytes()
+    with pytest.raises(ModelFileError, match="older state of release stream"):
+        stale.save(path)
+    assert path.read_bytes() == newer

@@ -16,9 +16,10 @@ What a fitted model promises, and what it refuses:
   refuse (naming the changed parameters) until ``fit`` is called again or the parameters are set back, so that no
   certificate or file can describe a state trained under other parameters.
 * ``save``/``load`` use :mod:`lethe.io` (no pickle; the file holds the secret perturbation b and the remaining
-  training data, and is written with owner-only permissions). With a key (``key=``, ``$LETHE_MODEL_KEY`` or
-  ``$LETHE_MODEL_KEY_FILE``) the file is authenticated by an HMAC-SHA256 tag; ``load`` always checks the invariants
-  of a certified state and re-measures the residual from the saved rows
+  training data, and is written with owner-only permissions). The file is always authenticated by an HMAC-SHA256
+  tag (``key=``, ``$LETHE_MODEL_KEY``, or the key file created on the first save); ``load`` refuses a file without
+  a valid tag unless ``trust_unauthenticated=True`` (the certificates then say so), and always checks the
+  invariants of a certified state and re-measures the residual from the saved rows
   (:func:`lethe.certified.model_file.check_model_file`).
   ``pickle``/``joblib.dump`` of a *fitted* estimator raise ``TypeError`` pointing to ``save``: they would write the
   secret b and the remaining rows with the default file mode, and loading a pickle runs code. ``copy.copy`` and

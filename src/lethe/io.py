@@ -202,7 +202,7 @@ def check_counts(stream: str, counts: dict[str, int], where: str) -> None:
         said = ", ".join(f"{k} {got} < {v}" for k, (got, v) in sorted(behind.items()))
         raise ModelFileError(
             f"{where} is an older state of release stream {stream} than one already saved or loaded here ({said}; "
-            f"counters in {counts_path()}): loading it would roll the accountant back and publish releases it "
+            f"counters in {counts_path()}): using it would roll the accountant back and publish releases it "
             "already counted. Load the newest file of this stream.")
 
 
@@ -337,6 +337,7 @@ def save_model_file(path: str | Path, arrays: dict[str, np.ndarray], meta: dict[
         meta[ORIGIN_META] = {"note": origin.note}
     if stream is not None:
         meta[STREAM_META] = {"id": stream[0], "counts": {k: int(v) for k, v in stream[1].items()}}
+        check_counts(stream[0], stream[1], f"The state being saved to {path}")  # the counts file is usable, first
     out = save_npz(path, arrays, meta, secret=True, key=secret_key)
     if stream is not None:
         record_counts(stream[0], stream[1])

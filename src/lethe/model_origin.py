@@ -55,7 +55,11 @@ class UnverifiedCertificate:
         self.__dict__["model_file"] = note
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.__dict__["certificate"], name)
+        try:
+            inner = self.__dict__["certificate"]
+        except KeyError:  # not yet initialised (copy, unpickling): no attribute to delegate to
+            raise AttributeError(name) from None
+        return getattr(inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is read-only.")
