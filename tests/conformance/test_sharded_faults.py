@@ -148,8 +148,10 @@ def test_an_exception_at_any_line_of_remove_leaves_the_model_as_it_was_or_comple
             pytest.fail(f"{name}: an exception at line event {at} {lines[at - 1]} left the model neither as it was "
                         "nor as the completed removal")
     # every line up to the commit leaves the model as it was; after it, only leaving the lock and returning
+    # (the certificate's origin mark of lethe.model_origin, applied to what remove returns, runs after it too)
     first = outcomes.index("completed") if "completed" in outcomes else len(outcomes)
-    assert outcomes[first:] == ["completed"] * (len(outcomes) - first) and len(outcomes) - first <= 3, (
+    after = [lines[i] for i in range(first, len(outcomes)) if not lines[i][0].endswith("model_origin.py")]
+    assert outcomes[first:] == ["completed"] * (len(outcomes) - first) and len(after) <= 3, (
         name, [(o, lines[i]) for i, o in enumerate(outcomes) if o == "completed"])
     assert lines[first - 1][1] == "_commit_erasing"  # the last line leaving it as it was: the commit
 
