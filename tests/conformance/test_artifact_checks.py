@@ -37,3 +37,23 @@ def test_a_noisy_finetune_state_is_checked_by_its_family():
         edit(arrays, meta)
         with pytest.raises(ArtifactError):
             check_invariants(Artifact(arrays=arrays, meta=meta), binding)
+
+
+def test_a_sharded_state_is_checked_by_its_family():
+    adapter = get_adapter("sharded", {"estimator": "logistic-regression", "n_shards": 3})
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3)) * 0.3
+    y = (X[:, 0] > 0).astype(float)
+    art, _ = adapter.train(X, y, rng, keys=[f"k{i}" for i in range(60)])
+    binding = {"mechanism": "sharded", "n_features": 3, "params": adapter.params}
+    check_invariants(art, binding)
+    for edit in (lambda a, m: a.__setitem__("hash_key", a["hash_key"][:8]),          # a guessable hash key
+                 lambda a, m: m.__setitem__("n", 59),                                 # keys and records disagree
+                 lambda a, m: m["blobs"][0].__setitem__(1, 10**9),                    # an entry outside the shards
+                 lambda a, m: m.__setitem__("estimator", "mlp"),                      # another estimator
+                 lambda a, m: a.pop("keys")):                                         # a secret array missing
+        arrays = {k: np.array(v, copy=True) for k, v in art.arrays.items()}
+        meta = {**art.meta, "blobs": [list(b) for b in art.meta["blobs"]]}
+        edit(arrays, meta)
+        with pytest.raises(ArtifactError):
+            check_invariants(Artifact(arrays=arrays, meta=meta), binding)

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lethe.curator.adapters import MechanismAdapter, register_adapter
-from lethe.curator.artifacts import Artifact
+from lethe.curator.artifacts import Artifact, ArtifactError
 
 __all__ = ["ESTIMATORS", "ShardedAdapter"]
 
@@ -144,6 +144,37 @@ class ShardedAdapter(MechanismAdapter):
         return Artifact(arrays=arrays, meta={
             "mechanism": self.name, "n": n, "classes": meta.get("classes"), "estimator": self.params["estimator"],
             "state": meta, "blobs": blobs, "data_sha256": _data_digest(X, y), "random_state": int(random_state)})
+
+    @classmethod
+    def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
+        """The sharded state's structure, without the rows (the shards themselves are rebuilt, type-checked and
+        checked against the data's digest when a removal or a prediction uses them): every secret and packed array
+        present; the hash key ≥ 16 bytes; the packed shard entries inside ``models``; one key per record; the
+        partition's S, the aggregation and the estimator the model's parameters; the features the dataset's."""
+        a, m = artifact.arrays, artifact.meta
+        for k in (*cls.secret_arrays, *cls.unpublished_arrays):
+            if k not in a:
+                raise ArtifactError(f"the sharded state has no array {k!r}.")
+        if a["hash_key"].dtype != np.uint8 or a["hash_key"].size < 16 or a["models"].dtype != np.uint8:
+            raise ArtifactError("the sharded state's hash key (>= 16 bytes) and packed shards must be bytes.")
+        state = m.get("state")
+        if not isinstance(state, dict) or not isinstance(m.get("blobs"), list):
+            raise ArtifactError("the sharded state's partition or packed entries are missing.")
+        try:
+            cls._blobs(artifact)
+        except (ValueError, TypeError) as exc:
+            raise ArtifactError(str(exc)) from None
+        if a["keys"].shape[0] != int(m["n"]):
+            raise ArtifactError(f"the sharded state holds {a['keys'].shape[0]} keys for n = {m['n']} records.")
+        d = state.get("n_features_in")
+        if n_features is not None and d != n_features:
+            raise ArtifactError(f"the sharded state is for {d!r} features; the dataset has {n_features}.")
+        if params is not None:
+            for mine, theirs in (("n_shards", state.get("n_shards")), ("aggregation", state.get("aggregation")),
+                                 ("estimator", m.get("estimator"))):
+                if params.get(mine) != theirs:
+                    raise ArtifactError(f"the sharded state's {mine}={theirs!r} differs from the model's "
+                                        f"{params.get(mine)!r}.")
 
     @staticmethod
     def _blobs(artifact: Artifact) -> dict[str, np.ndarray]:
