@@ -501,6 +501,10 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
             meta["feature_names_in"] = [str(c) for c in self.feature_names_in_]
         if hasattr(self, "classes_"):
             meta["classes"] = classes_meta(self.classes_)
+        cert = self.__dict__.get("_certificate")
+        if cert is not None:  # the last certificate (lethe.protocols.Unlearner): kept through save and load
+            kind = "multiclass" if isinstance(cert, MulticlassCertificate) else "binary"
+            meta["certificate"] = {"kind": kind, "fields": cert.to_dict()}
         return save_model_file(path, arrays, meta, key=key, model=self)
 
     @classmethod
@@ -543,6 +547,14 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
                              solver=meta.get("solver"), mechanism_tol=meta.get("mechanism_tol"))
         if "feature_names_in" in meta:
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        saved = meta.get("certificate")
+        if saved is not None:
+            try:
+                kind = saved["kind"]
+                est._certificate = (MulticlassCertificate if kind == "multiclass" else Certificate).from_dict(
+                    saved["fields"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ModelFileError(f"{path}: its last certificate is malformed: {exc}") from None
         return set_origin(est, opened.origin)
 
     @classmethod

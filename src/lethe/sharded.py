@@ -650,7 +650,8 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
                     "n_slices": self.n_slices_, "mode": self.mode_, "aggregation": self.aggregation_,
                     "n_features_in": int(self.n_features_in_), "n_removed": int(self.n_removed_),
                     "n_shard_fits": int(self.n_shard_fits_), "prototype": proto_meta, "shards": shards,
-                    "certificate": None if self.certificate_ is None else self.certificate_.to_dict()}
+                    "certificate": None if self.__dict__.get("last_certificate_") is None
+                    else self.__dict__["last_certificate_"].to_dict()}  # the raw one, not an origin-marked view
             if is_classifier(self):
                 meta["classes"] = self.classes_.tolist()
             return arrays, meta

@@ -69,6 +69,27 @@ class Certificate:
         d["removed_indices"] = list(self.removed_indices)
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Certificate:
+        """The certificate :meth:`to_dict` wrote (a model file's last certificate): ``None`` in a float field reads as
+        NaN again; an unknown field or a missing one raises ``ValueError`` naming it."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(f"A certificate has unknown field(s) {unknown}.")
+        kw = {}
+        for name, f in fields.items():
+            if name not in d:
+                continue
+            v = d[name]
+            if v is None and f.type in ("float", float):
+                v = math.nan
+            kw[name] = tuple(int(i) for i in v) if name == "removed_indices" else v
+        try:
+            return cls(**kw)
+        except TypeError as exc:
+            raise ValueError(f"A certificate is incomplete: {exc}") from None
+
 
 class _ComputedOnFirstRead:
     """A dataclass field whose value may be handed over as a deferred computation (a :class:`functools.partial`),

@@ -88,6 +88,21 @@ class MulticlassCertificate:
             "per_class": [None if c is None else c.to_dict() for c in self.per_class],
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MulticlassCertificate:
+        """The certificate :meth:`to_dict` wrote (``guarantee`` and ``observer`` are derived, not read)."""
+        try:
+            return cls(epsilon=float(d["epsilon"]), delta=float(d["delta"]), residual_bound=float(d["residual_bound"]),
+                       budget=float(d["budget"]), budget_left=float(d["budget_left"]),
+                       epsilon_spent=float(d["epsilon_spent"]),
+                       retrained_classes=tuple(int(k) for k in d["retrained_classes"]),
+                       per_class=tuple(None if c is None else Certificate.from_dict(c) for c in d["per_class"]),
+                       n_removed=int(d["n_removed"]), seconds=float(d["seconds"]),
+                       removed_indices=tuple(int(i) for i in d.get("removed_indices", ())),
+                       n_added=int(d.get("n_added", 0)))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"A one-vs-all certificate is incomplete or malformed: {exc!r}") from None
+
 
 @dataclass(frozen=True)
 class OneVsAllRemoval:
