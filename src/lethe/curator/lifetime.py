@@ -197,3 +197,26 @@ def set_budget(s: Any, dataset_id: int, epsilon: float, delta: float) -> None:
         s.add(PrivacyBudget(dataset_id=dataset_id, epsilon=float(epsilon), delta=float(delta), set_at=utcnow()))
     else:
         row.epsilon, row.delta, row.set_at = float(epsilon), float(delta), utcnow()
+
+
+def ledger_of(store: Any, datasets: Any, dataset: str) -> dict[str, Any]:
+    """The privacy ledger of the dataset named ``dataset`` (``lethe budget --dataset``)."""
+    with store.read() as s:
+        ds = datasets.find(s, dataset)
+        return {"dataset": ds.name, **dataset_ledger(s, ds.id)}
+
+
+def set_dataset_budget(store: Any, lock: Any, datasets: Any, dataset: str, epsilon: Any,
+                       delta: Any = None) -> dict[str, Any]:
+    """Set the lifetime budget of ``dataset`` (δ kept if None), under the processing lock (streams are opened under
+    it), with a ledger event; refused below what the dataset's streams have already committed."""
+    from lethe.curator.store import add_event
+
+    with lock.hold(), store.write() as s, s.begin():
+        ds = datasets.find(s, dataset)
+        old_eps, old_delta, _ = budget(s, ds.id)
+        new_delta = old_delta if delta is None else delta
+        set_budget(s, ds.id, epsilon, new_delta)
+        add_event(s, "lifetime_budget_set", {"dataset": ds.name, "epsilon": float(epsilon),
+                                             "delta": float(new_delta), "was": [old_eps, old_delta]})
+    return ledger_of(store, datasets, dataset)

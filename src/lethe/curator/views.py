@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import func, select, tuple_
 
+from lethe.curator import lifetime
 from lethe.curator import store as db
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, NotFoundError
@@ -262,7 +263,9 @@ class ReadViews:
             for ds in s.scalars(select(db.Dataset).where(db.Dataset.name.not_like(f"{DROPPED_PREFIX}%"))
                                 .order_by(db.Dataset.id)):
                 n = s.scalar(select(func.count()).select_from(db.Record).where(db.Record.dataset_id == ds.id))
-                datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features})
+                datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features,
+                                 # the privacy ledger (issue 36): every release of every model on its records
+                                 "privacy": lifetime.summary_fields(s, ds.id)})
             models = []
             for m in s.scalars(select(db.Model).order_by(db.Model.id)):
                 v = s.get(db.ModelVersion, m.current_version_id)
@@ -304,7 +307,9 @@ class ReadViews:
             for m in s.scalars(select(db.Model).order_by(db.Model.id)):
                 v = s.get(db.ModelVersion, m.current_version_id)
                 if v is not None:
-                    models.append({"model": m.name, "version": v.number, **dict(v.summary)})
+                    models.append({"model": m.name, "version": v.number, **dict(v.summary),
+                                   **(lifetime.summary_fields(s, m.dataset_id)
+                                      if (v.summary or {}).get("observer") == "every published release" else {})})
         delays = []
         for sub, done in times:
             a, b = as_utc(sub), as_utc(done)
