@@ -41,7 +41,8 @@ from lethe.curator.store import Dataset, Model, PrivacyBudget, PrivacyStream, ut
 from lethe.privacy.lifetime import gdp_epsilon, gdp_mu, lifetime_mu, stream_release_mu
 
 __all__ = ["DEFAULT_LIFETIME_DELTA", "DEFAULT_LIFETIME_EPSILON", "LifetimeBudgetError", "ReleaseCountError",
-           "check_stream", "close_stream", "dataset_ledger", "open_stream", "record_releases", "set_budget", "stream_mu"]
+           "check_stream", "close_stream", "dataset_ledger", "ledger_of", "open_releases", "open_stream",
+           "record_releases", "set_budget", "set_dataset_budget", "stream_mu", "summary_fields"]
 
 #: The default lifetime budget of a dataset: ε = 3 at δ = 1e-5 — three times the released model's default target
 #: (ε = 1 per stream at δ = 1e-5): about 7 whole default streams, or many more retrains that stop early.

@@ -36,8 +36,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from sqlalchemy import func, or_, select
 
-from lethe.curator import store as db
 from lethe.curator import lifetime
+from lethe.curator import store as db
 from lethe.curator.public import SHOWN_STATUS
 from lethe.curator.settings import REQUEST_STATUSES
 from lethe.curator.store import Store, as_utc

@@ -633,5 +633,6 @@ def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None
 
 __all__ = [
     "CONSOLE_INDEXES", "Base", "CertificateRow", "Dataset", "DeletionRequest", "LedgerEvent", "LedgerViolation",
-    "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token", "add_event", "as_utc", "iso", "sqlite_url", "utcnow",
+    "Meta", "Model", "ModelVersion", "PrivacyBudget", "PrivacyStream", "Record", "Store", "Token", "add_event",
+    "as_utc", "iso", "sqlite_url", "utcnow",
 ]
