@@ -150,7 +150,7 @@ def test_upgrade_from_version_4_adds_serve_unreleased_false(curator: Curator) ->
     try:
         assert "serve_unreleased" in _model_columns(c)
         with c.store.read_engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == REVISIONS[SCHEMA_VERSION]
         with pytest.raises(UnreleasedModelError):
             c.predict("clf", [[0.0] * 10], principal=reader)
         assert c.public_model("clf")["model"] == "clf"  # the operator still reads it

@@ -38,7 +38,6 @@ from sqlalchemy import select
 
 from lethe.curator.errors import InvalidInputError
 from lethe.curator.store import Dataset, Model, PrivacyBudget, PrivacyStream, utcnow
-from lethe.privacy.lifetime import gdp_epsilon, gdp_mu, lifetime_mu, stream_release_mu
 
 __all__ = ["DEFAULT_LIFETIME_DELTA", "DEFAULT_LIFETIME_EPSILON", "LifetimeBudgetError", "ReleaseCountError",
            "check_stream", "close_stream", "dataset_ledger", "ledger_of", "open_releases", "open_stream",
@@ -48,6 +47,26 @@ __all__ = ["DEFAULT_LIFETIME_DELTA", "DEFAULT_LIFETIME_EPSILON", "LifetimeBudget
 #: (ε = 1 per stream at δ = 1e-5): about 7 whole default streams, or many more retrains that stop early.
 DEFAULT_LIFETIME_EPSILON = 3.0
 DEFAULT_LIFETIME_DELTA = 1e-5
+
+
+def _math() -> Any:
+    """:mod:`lethe.privacy.lifetime`, imported when first needed: importing the ``lethe.privacy`` package loads
+    scikit-learn, which a server whose store has no model need not import at start."""
+    from lethe.privacy import lifetime as math_
+
+    return math_
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    return float(_math().gdp_epsilon(mu, delta))
+
+
+def gdp_mu(epsilon: float, delta: float) -> float:
+    return float(_math().gdp_mu(epsilon, delta))
+
+
+def lifetime_mu(streams: Any) -> float:
+    return float(_math().lifetime_mu(streams))
 
 
 class LifetimeBudgetError(InvalidInputError):
@@ -61,7 +80,7 @@ class ReleaseCountError(RuntimeError):
 
 def stream_mu(params: dict[str, Any]) -> float:
     """μ₁ of one release of a ``released-logistic`` stream, bounded from its parameters (ε, δ, T)."""
-    return stream_release_mu(float(params["epsilon"]), float(params["delta"]), int(params["horizon"]))
+    return float(_math().stream_release_mu(float(params["epsilon"]), float(params["delta"]), int(params["horizon"])))
 
 
 def budget(s: Any, dataset_id: int) -> tuple[float, float, bool]:
