@@ -132,7 +132,7 @@ def test_an_operator_script_cannot_pass_the_lifetime_budget(tmp_path: Path, data
         assert after["lifetime_epsilon_committed"] <= led["lifetime_epsilon_committed"]
         # shown in `lethe budget`, /v1/status and /metrics
         assert c.budget("a")["lifetime_epsilon"] == after["lifetime_epsilon"]
-        assert c.status()["datasets"][0]["privacy"]["lifetime_epsilon"] == after["lifetime_epsilon"]
+        assert c.status()["privacy"]["people"]["lifetime_epsilon"] == after["lifetime_epsilon"]
         assert "lethe_model_lifetime_epsilon" in c.prometheus.render()
         # mutation check: a ledger that forgets one stream reports an ε the independent composition exceeds
         rows = lifetime._streams

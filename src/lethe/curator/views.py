@@ -260,12 +260,13 @@ class ReadViews:
         """Datasets, models and request counts."""
         with self.store.read() as s:
             datasets = []
+            privacy: dict[str, Any] = {}
             for ds in s.scalars(select(db.Dataset).where(db.Dataset.name.not_like(f"{DROPPED_PREFIX}%"))
                                 .order_by(db.Dataset.id)):
                 n = s.scalar(select(func.count()).select_from(db.Record).where(db.Record.dataset_id == ds.id))
-                datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features,
-                                 # the privacy ledger (issue 36): every release of every model on its records
-                                 "privacy": lifetime.summary_fields(s, ds.id)})
+                datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features})
+                # the privacy ledger (issue 36): every release of every model on the dataset's records
+                privacy[ds.name] = lifetime.summary_fields(s, ds.id)
             models = []
             for m in s.scalars(select(db.Model).order_by(db.Model.id)):
                 v = s.get(db.ModelVersion, m.current_version_id)
@@ -284,7 +285,7 @@ class ReadViews:
         worker = read_state(self.data_dir)  # a worker process's own report (lethe.curator.wakeup)
         warm = self.warm_count() or (int(worker.get("warm_models", 0)) if worker is not None else 0)
         return {"data_dir": str(self.data_dir), "database": self.safe_url(), "healthy": not faults,
-                "faults": faults, "datasets": datasets, "models": models,
+                "faults": faults, "datasets": datasets, "models": models, "privacy": privacy,
                 "requests": {k: int(counts.get(k, 0)) for k in ("pending", "done", "failed")},
                 "oldest_pending": iso(oldest), "purge_pending": self.retention.purge_pending(), "warm_models": warm,
                 "worker_process": None if worker is None else
