@@ -59,7 +59,8 @@ from lethe.privacy.release import (
     release_sigma,
 )
 
-__all__ = ["GUARANTEE", "SCHEDULE_REVEALS", "SEEDED_GUARANTEE", "Release", "ReleaseCertificate", "ReleasedLogisticRegression", "check_release_state"]
+__all__ = ["GUARANTEE", "SCHEDULE_REVEALS", "SEEDED_GUARANTEE", "Release", "ReleaseCertificate",
+           "ReleasedLogisticRegression", "check_release_state"]
 
 
 #: An upper bound on the logistic loss at margin 0, log 2 (rounded up).

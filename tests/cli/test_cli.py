@@ -154,7 +154,18 @@ def test_train_serve_unreleased_flag(tmp_path: Path, csv: Path, capsys: pytest.C
     assert rc == 0 and json.loads(out)["served"] == "opt-in" and UNRELEASED_WARNING in err
     rc, out, err = run(capsys, "train", "people", "rel", "--mechanism", "released-logistic", "--param", "lam=0.05",
                        "--param", "horizon=5", "--seed", "0", *dd)
+    assert rc == 1 and "random_state (--seed) is refused for 'released-logistic'" in err  # issue 36
+    rc, out, err = run(capsys, "train", "people", "rel", "--mechanism", "released-logistic", "--param", "lam=0.05",
+                       "--param", "horizon=5", *dd)
     assert rc == 0 and json.loads(out)["served"] == "releases" and err == ""
+    rc, out, _ = run(capsys, "budget", "--dataset", "people", *dd)  # the dataset's privacy ledger
+    ledger = json.loads(out)
+    assert rc == 0 and ledger["lifetime_budget"] == 3.0 and [s["model"] for s in ledger["streams"]] == ["rel"]
+    assert 0 < ledger["lifetime_epsilon"] <= ledger["lifetime_epsilon_committed"] <= 1.0 + 1e-9
+    rc, out, _ = run(capsys, "budget", "--dataset", "people", "--set-epsilon", "2.5", *dd)
+    assert rc == 0 and json.loads(out)["lifetime_budget"] == 2.5
+    rc, out, _ = run(capsys, "budget", "rel", *dd)
+    assert rc == 0 and json.loads(out)["lifetime_budget"] == 2.5
     rc, _, err = run(capsys, "train", "people", "rel2", "--mechanism", "released-logistic", "--param", "lam=0.05",
                      "--serve-unreleased", *dd)
     assert rc == 1 and "publishes private releases" in err

@@ -49,7 +49,8 @@ def test_deletion_end_to_end(server: Server, data: Data) -> None:
         assert len(certs) == 1
         cert = certs[0]
         assert cert["kind"] == "removal" and cert["model"] == "clf"
-        assert (cert["old_version"], cert["new_version"]) == (1, 2)
+        # a requester is told no version number or id: they count everyone's removal steps (issue 36)
+        assert (cert["old_version"], cert["new_version"], cert["new_version_id"]) == (None, None, None)
         # the requester's view: the guarantee and its parameters, nothing of the batch (no counts, no bounds)
         assert set(cert["certificate"]) <= REQUESTER_CERTIFICATE_FIELDS and cert["batch_id"] is None
         assert cert["certificate"]["epsilon"] == 1.0 and "n_removed" not in cert["certificate"]

@@ -92,7 +92,8 @@ def test_register_embeds_with_the_public_model_keeps_no_text_and_records_the_emb
 def test_train_predict_raw_text_delete_by_key_certificate(svc: Any, minilm: Any, mechanism: str) -> None:
     c, tmp, df = svc
     params = PARAMS if mechanism == "certified-removal" else {"lam": 1e-2}
-    c.train("reviews", "head", mechanism=mechanism, params=params, random_state=0)
+    c.train("reviews", "head", mechanism=mechanism, params=params,
+            random_state=0 if mechanism == "certified-removal" else None)  # released models refuse seeds
     probe = ["an absolutely wonderful film, I loved it", "boring, awful and far too long"]
     by_text = c.predict("head", texts=probe)
     by_features = c.predict("head", encode_unit_rows(probe, minilm).tolist())

@@ -299,6 +299,26 @@ def _show(method: str, arg: str) -> Callable[[argparse.Namespace], int]:
     return show
 
 
+def _budget(args: argparse.Namespace) -> int:
+    """``lethe budget MODEL`` (the model's budget, with its dataset's lifetime epsilon) or ``lethe budget --dataset
+    D [--set-epsilon E] [--set-delta D]`` (the dataset's privacy ledger; issue 36)."""
+    if (args.model is None) == (args.dataset is None):
+        print("lethe budget: give a model, or --dataset NAME (not both).", file=sys.stderr)
+        return 2
+    c = _curator(args)
+    if args.dataset is None:
+        if args.set_epsilon is not None or args.set_delta is not None:
+            print("lethe budget: --set-epsilon and --set-delta need --dataset.", file=sys.stderr)
+            return 2
+        _print(c.budget(args.model))
+    elif args.set_epsilon is not None or args.set_delta is not None:
+        eps = args.set_epsilon if args.set_epsilon is not None else c.privacy_ledger(args.dataset)["lifetime_budget"]
+        _print(c.set_lifetime_budget(args.dataset, eps, args.set_delta))
+    else:
+        _print(c.privacy_ledger(args.dataset))
+    return 0
+
+
 def _certificate(args: argparse.Namespace) -> int:
     from lethe.curator.errors import NotFoundError
 
@@ -603,9 +623,17 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("request", parents=[common], help="show a deletion request")
     p.add_argument("id")
     p.set_defaults(func=_guard(_show("request_status", "id")))
-    p = sub.add_parser("budget", parents=[common], help="budget status of a model")
-    p.add_argument("model")
-    p.set_defaults(func=_guard(_show("budget", "model")))
+    p = sub.add_parser("budget", parents=[common],
+                       help="budget status of a model, or a dataset's privacy ledger (--dataset; lifetime epsilon)")
+    p.add_argument("model", nargs="?", default=None)
+    p.add_argument("--dataset", default=None,
+                   help="show the dataset's privacy ledger: the lifetime epsilon of a record held throughout, over "
+                        "every release of every model trained on it, and its budget")
+    p.add_argument("--set-epsilon", type=float, default=None,
+                   help="with --dataset: set its lifetime budget epsilon (default 3)")
+    p.add_argument("--set-delta", type=float, default=None,
+                   help="with --dataset: set the delta of its lifetime budget (default 1e-5)")
+    p.set_defaults(func=_guard(_budget))
     p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id); "
                        "`certificate verify FILE` checks a downloaded one offline")
     p.add_argument("id", help="a certificate or request id, or `verify`")

@@ -183,7 +183,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "published": published, "horizon_spent": bool(meta["horizon_spent"]),
                 "residual_bound": meta["state"]["residual_bound"], "n_removed": n_removed,
                 "n_remaining": meta["state"]["n"], "retrained": False, "noise_source": "os-csprng",
-                "withdrawn": _withdrawn(acc, meta)}
+                "withdrawn": _withdrawn(acc, meta, self.params["schedule"])}
 
     # -- the adapter contract ---------------------------------------------------------------------------------------
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
@@ -311,11 +311,17 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "horizon_spent": bool(m["horizon_spent"]), "sigma": acc.sigma, "n": int(m["state"]["n"]),
                 "n_floor": int(m["n_floor"]), "residual_bound": float(m["state"]["residual_bound"]),
                 "retrainings": int(m["state"]["retrainings"]), "sensitivity": acc.sensitivity,
-                "stream": m.get("stream"), "withdrawn": _withdrawn(acc, m)}
+                "stream": m.get("stream"), "withdrawn": _withdrawn(acc, m, self.params["schedule"])}
 
 
-def _withdrawn(acc: Any, meta: dict[str, Any]) -> bool:
-    """Whether the version must not be served to model-readers: the horizon is spent and a removal is pending (it
-    can never be published), so the last release contains a record deleted since (issue 36; the service withdraws
-    it: model-readers are refused, operators see a fault, the requester is told ``published: false``)."""
-    return bool(acc.remaining <= 0 and int(meta["pending"]) >= 1)
+def _withdrawn(acc: Any, meta: dict[str, Any], schedule: str) -> bool:
+    """Whether the version must not be served to model-readers (issue 36; the service withdraws it: model-readers
+    are refused, operators see a fault, the requester is told ``published: false``).
+
+    ``"steps"``: the horizon is spent and a removal step is pending — it can never be published, so the last release
+    holds a record deleted since. ``"clock"``: the horizon is spent, whatever is pending — withdrawing only when a
+    step is pending would tell a model-reader that a held record was deleted, which the clock schedule hides; so a
+    clock stream is withdrawn at its last release (its horizon serves T − 1 intervals of cadence_seconds)."""
+    if acc.remaining > 0:
+        return False
+    return schedule == "clock" or int(meta["pending"]) >= 1

@@ -38,15 +38,35 @@ from sqlalchemy import select
 
 from lethe.curator.errors import InvalidInputError
 from lethe.curator.store import Dataset, Model, PrivacyBudget, PrivacyStream, utcnow
-from lethe.privacy.lifetime import gdp_epsilon, gdp_mu, lifetime_mu, stream_release_mu
 
 __all__ = ["DEFAULT_LIFETIME_DELTA", "DEFAULT_LIFETIME_EPSILON", "LifetimeBudgetError", "ReleaseCountError",
-           "check_stream", "close_stream", "dataset_ledger", "open_stream", "record_releases", "set_budget", "stream_mu"]
+           "check_stream", "close_stream", "dataset_ledger", "ledger_of", "open_releases", "open_stream",
+           "record_releases", "set_budget", "set_dataset_budget", "stream_mu", "summary_fields"]
 
 #: The default lifetime budget of a dataset: ε = 3 at δ = 1e-5 — three times the released model's default target
 #: (ε = 1 per stream at δ = 1e-5): about 7 whole default streams, or many more retrains that stop early.
 DEFAULT_LIFETIME_EPSILON = 3.0
 DEFAULT_LIFETIME_DELTA = 1e-5
+
+
+def _math() -> Any:
+    """:mod:`lethe.privacy.lifetime`, imported when first needed: importing the ``lethe.privacy`` package loads
+    scikit-learn, which a server whose store has no model need not import at start."""
+    from lethe.privacy import lifetime as math_
+
+    return math_
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    return float(_math().gdp_epsilon(mu, delta))
+
+
+def gdp_mu(epsilon: float, delta: float) -> float:
+    return float(_math().gdp_mu(epsilon, delta))
+
+
+def lifetime_mu(streams: Any) -> float:
+    return float(_math().lifetime_mu(streams))
 
 
 class LifetimeBudgetError(InvalidInputError):
@@ -60,7 +80,7 @@ class ReleaseCountError(RuntimeError):
 
 def stream_mu(params: dict[str, Any]) -> float:
     """μ₁ of one release of a ``released-logistic`` stream, bounded from its parameters (ε, δ, T)."""
-    return stream_release_mu(float(params["epsilon"]), float(params["delta"]), int(params["horizon"]))
+    return float(_math().stream_release_mu(float(params["epsilon"]), float(params["delta"]), int(params["horizon"])))
 
 
 def budget(s: Any, dataset_id: int) -> tuple[float, float, bool]:
@@ -197,3 +217,26 @@ def set_budget(s: Any, dataset_id: int, epsilon: float, delta: float) -> None:
         s.add(PrivacyBudget(dataset_id=dataset_id, epsilon=float(epsilon), delta=float(delta), set_at=utcnow()))
     else:
         row.epsilon, row.delta, row.set_at = float(epsilon), float(delta), utcnow()
+
+
+def ledger_of(store: Any, datasets: Any, dataset: str) -> dict[str, Any]:
+    """The privacy ledger of the dataset named ``dataset`` (``lethe budget --dataset``)."""
+    with store.read() as s:
+        ds = datasets.find(s, dataset)
+        return {"dataset": ds.name, **dataset_ledger(s, ds.id)}
+
+
+def set_dataset_budget(store: Any, lock: Any, datasets: Any, dataset: str, epsilon: Any,
+                       delta: Any = None) -> dict[str, Any]:
+    """Set the lifetime budget of ``dataset`` (δ kept if None), under the processing lock (streams are opened under
+    it), with a ledger event; refused below what the dataset's streams have already committed."""
+    from lethe.curator.store import add_event
+
+    with lock.hold(), store.write() as s, s.begin():
+        ds = datasets.find(s, dataset)
+        old_eps, old_delta, _ = budget(s, ds.id)
+        new_delta = old_delta if delta is None else delta
+        set_budget(s, ds.id, epsilon, new_delta)
+        add_event(s, "lifetime_budget_set", {"dataset": ds.name, "epsilon": float(epsilon),
+                                             "delta": float(new_delta), "was": [old_eps, old_delta]})
+    return ledger_of(store, datasets, dataset)

@@ -36,6 +36,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from sqlalchemy import func, or_, select
 
+from lethe.curator import lifetime
 from lethe.curator import store as db
 from lethe.curator.public import SHOWN_STATUS
 from lethe.curator.settings import REQUEST_STATUSES
@@ -68,6 +69,12 @@ PER_RELEASED_MODEL: dict[str, tuple[str, str]] = {
                                      "pending_removals"),
     "lethe_model_last_release_timestamp_seconds": ("Time of the last release, seconds since the epoch (released "
                                                    "models)", "released_at"),
+    # the model's dataset's privacy ledger (issue 36; lethe.curator.lifetime)
+    "lethe_model_lifetime_epsilon": ("Lifetime epsilon of a record held throughout the model's dataset: every "
+                                     "release of every model trained on it, composed (released models)",
+                                     "lifetime_epsilon"),
+    "lethe_model_lifetime_budget": ("Lifetime epsilon budget of the model's dataset (released models)",
+                                    "lifetime_budget"),
 }
 
 REQUEST_EVENTS = ("request_submitted", "request_done", "request_failed")
@@ -214,6 +221,7 @@ class CuratorMetrics:
             if isinstance(b, int | float) and isinstance(r, int | float) and b > 0 and math.isfinite(b):
                 self.used.labels(m.name).set(float(r) / float(b))
             if summary.get("horizon") is not None and summary.get("releases") is not None:  # a released model
+                summary.update(lifetime.summary_fields(s, m.dataset_id))
                 for name, (_doc, key) in PER_RELEASED_MODEL.items():
                     if _number(summary.get(key)):
                         self.per_released[name].labels(m.name).set(float(summary[key]))

@@ -44,6 +44,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 
 from lethe._rng import RandomState
+from lethe.curator import lifetime
 from lethe.curator.adapters import Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.batches import BatchProcessor, BatchResult
@@ -355,6 +356,15 @@ class Curator:
     def budget(self, model: str) -> dict[str, Any]:
         """Budget status of a model's published version (public numbers only)."""
         return self.serving.budget(model)
+
+    def privacy_ledger(self, dataset: str) -> dict[str, Any]:
+        """The dataset's privacy ledger: the lifetime ε of a record held throughout, over every release of every
+        model trained on it, its budget and its streams (:mod:`lethe.curator.lifetime`)."""
+        return lifetime.ledger_of(self.store, self.datasets, dataset)
+
+    def set_lifetime_budget(self, dataset: str, epsilon: float, delta: float | None = None) -> dict[str, Any]:
+        """Set the dataset's lifetime budget (:func:`lethe.curator.lifetime.set_dataset_budget`)."""
+        return lifetime.set_dataset_budget(self.store, self.lock, self.datasets, dataset, epsilon, delta)
 
     def verify_models(self) -> list[dict[str, Any]]:
         """Check every published version's artifact; return the faults for operators (:meth:`Serving.verify_models`)."""

@@ -85,14 +85,14 @@ class ModelTrainer:
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(str(exc)) from exc
         _check_seed(adapter, mechanism, random_state)
-        if learned is not None and (adapter.refuses_seed or serve_unreleased):
+        if learned is not None and (_publishes_releases(adapter) or serve_unreleased):
             raise InvalidInputError(
                 f"dataset {dataset!r} has {learned} learned from its rows (--categorical without a schema): a model "
                 f"served to model-readers would publish them, and a category held by one record reveals that record "
                 f"even after its deletion. Register the data with a declared schema (lethe dataset add --schema: "
                 f"categories, bounds and names declared, not learned) to train {mechanism!r}"
                 f"{' with --serve-unreleased' if serve_unreleased else ''} on it. Found {learned} learned from rows.")
-        if adapter.refuses_seed:
+        if _publishes_releases(adapter):
             with self.store.read() as s:
                 lifetime.check_stream(s, ds0.id, None, adapter.params, what=f"Training {model!r}")
         rng = check_random_state(random_state)
@@ -202,12 +202,13 @@ class ModelTrainer:
                 keys = _record_keys(s, ds.id, ids) if adapter.uses_record_keys else None
                 _check_seed(adapter, mech, random_state)
                 learned = learned_from_rows(ds)
-                if learned is not None and serve:
+                if learned is not None and (serve or _publishes_releases(adapter)):
                     raise InvalidInputError(f"dataset {ds.name!r} has {learned} learned from its rows (--categorical "
                                             "without a schema): a model served to model-readers would publish them. "
-                                            "Retrain without --serve-unreleased, or register the data with a "
-                                            "declared schema. Found serve_unreleased=True.")
-                if adapter.refuses_seed:
+                                            "Retrain without --serve-unreleased (a mechanism that publishes "
+                                            "no release), or register the data with a declared schema. "
+                                            f"Found mechanism={mech!r}, serve_unreleased={serve}.")
+                if _publishes_releases(adapter):
                     lifetime.check_stream(s, ds.id, model_id, params, what=f"Retraining {model!r}")
             try:
                 artifact, cert = _train(adapter, X, y, rng, keys)
@@ -258,6 +259,14 @@ class ModelTrainer:
             self.serving.forget()
         log.info("dropped model %s (%d version(s))", model, len(versions))
         return {"model": model, "dropped": True, "versions": len(versions), "artifacts_destroyed": len(files)}
+
+
+def _publishes_releases(adapter: Any) -> bool:
+    """Whether the mechanism publishes private releases to model-readers (its family declares
+    ``Capability.PRIVATE_RELEASES``); its streams enter the dataset's privacy ledger."""
+    from lethe.families import Capability, family_of_mechanism
+
+    return family_of_mechanism(adapter.name).has(Capability.PRIVATE_RELEASES)
 
 
 def _check_seed(adapter: Any, mechanism: str, random_state: Any) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import func, select, tuple_
 
+from lethe.curator import lifetime
 from lethe.curator import store as db
 from lethe.curator.datasets import DatasetCatalog
 from lethe.curator.errors import InvalidInputError, NotFoundError
@@ -260,10 +261,13 @@ class ReadViews:
         """Datasets, models and request counts."""
         with self.store.read() as s:
             datasets = []
+            privacy: dict[str, Any] = {}
             for ds in s.scalars(select(db.Dataset).where(db.Dataset.name.not_like(f"{DROPPED_PREFIX}%"))
                                 .order_by(db.Dataset.id)):
                 n = s.scalar(select(func.count()).select_from(db.Record).where(db.Record.dataset_id == ds.id))
                 datasets.append({"name": ds.name, "n_records": int(n or 0), "n_features": ds.n_features})
+                # the privacy ledger (issue 36): every release of every model on the dataset's records
+                privacy[ds.name] = lifetime.summary_fields(s, ds.id)
             models = []
             for m in s.scalars(select(db.Model).order_by(db.Model.id)):
                 v = s.get(db.ModelVersion, m.current_version_id)
@@ -281,7 +285,7 @@ class ReadViews:
         worker = read_state(self.data_dir)  # a worker process's own report (lethe.curator.wakeup)
         warm = self.warm_count() or (int(worker.get("warm_models", 0)) if worker is not None else 0)
         return {"data_dir": str(self.data_dir), "database": self.safe_url(), "healthy": not faults,
-                "faults": faults, "datasets": datasets, "models": models,
+                "faults": faults, "datasets": datasets, "models": models, "privacy": privacy,
                 # a follower (stored "waiting") is pending to everyone who reads a count (lethe.curator.public)
                 "requests": {"pending": int(counts.get("pending", 0)) + int(counts.get("waiting", 0)),
                              **{k: int(counts.get(k, 0)) for k in ("done", "failed")},
@@ -307,7 +311,9 @@ class ReadViews:
             for m in s.scalars(select(db.Model).order_by(db.Model.id)):
                 v = s.get(db.ModelVersion, m.current_version_id)
                 if v is not None:
-                    models.append({"model": m.name, "version": v.number, **dict(v.summary)})
+                    models.append({"model": m.name, "version": v.number, **dict(v.summary),
+                                   **(lifetime.summary_fields(s, m.dataset_id)
+                                      if (v.summary or {}).get("observer") == "every published release" else {})})
         delays = []
         for sub, done in times:
             a, b = as_utc(sub), as_utc(done)

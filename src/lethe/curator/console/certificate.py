@@ -165,7 +165,9 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
         ex.sentences.append(("Proof", f"{theorem}."))
     budget = c.get("budget")
     retrained = c.get("retrained")
-    if not operator and kind == "removal":
+    if released:  # no removal budget: the stream's horizon and the lifetime budget are stated above
+        pass
+    elif not operator and kind == "removal":
         ex.sentences.append(("Budget", "The share of the model's removal budget that a removal uses depends on "
                                        "the other records removed with it, so it is shown to the operator only."))
     elif budget is not None and c.get("step_bound") is not None:
