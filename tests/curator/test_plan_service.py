@@ -91,7 +91,7 @@ def test_bad_plans_are_refused(shop: Any) -> None:
         plan_dataset(c, "shop", heldout="shop", **GRID)
     with pytest.raises(InvalidInputError, match="must name a registered dataset or an existing file"):
         plan_dataset(c, "shop", heldout="nope", **GRID)
-    with pytest.raises(InvalidInputError, match="max_removals must be below the 160 training rows"):
+    with pytest.raises(InvalidInputError, match=r"max_removals \(--max-removals\) must be below the 160 training rows"):
         plan_dataset(c, "shop", heldout="shop-test", lams=[1e-3], sigmas=[1.0], max_removals=500)
     with pytest.raises(InvalidInputError, match="needs min_removals"):
         plan_dataset(c, "shop", heldout="shop-test", plan_sigma=True, **GRID)
@@ -107,3 +107,17 @@ def test_lethe_plan_on_the_command_line(shop: Any, capsys: Any) -> None:
     code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
                  "--lams", "x"])
     assert code == 1 and "--lams must be comma-separated numbers" in capsys.readouterr().err
+
+
+def test_the_default_max_removals_scales_with_a_small_table(shop: Any, capsys: Any) -> None:
+    """Issue 37: the default --max-removals (1000 before) refused every table under 1,250 rows without naming the
+    flag; now min(1000, training rows // 5), printed."""
+    c, _tmp, _train, _test = shop
+    code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
+                 "--lams", "1e-2", "--sigmas", "10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "max_removals: 32 (default: min(1000, training rows // 5) for 160 training rows" in out
+    code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
+                 "--lams", "1e-2", "--sigmas", "10", "--max-removals", "1000"])
+    assert code == 1 and "--max-removals" in capsys.readouterr().err

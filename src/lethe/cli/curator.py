@@ -457,7 +457,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "dataset's records (the real removal capacity; the choice then depends on them)")
     p.add_argument("--lams", default="1e-2,1e-3,1e-4,3e-5,1e-5", help="comma-separated λ grid")
     p.add_argument("--sigmas", default="0.1,1,10", help="comma-separated σ grid")
-    p.add_argument("--max-removals", type=int, default=1000, help="removals tried per model")
+    p.add_argument("--max-removals", type=int, default=None, help="removals tried per model (default: "
+                   "min(1000, training rows // 5), scaled to the table and printed)")
     p.add_argument("--removals", type=int, help="report the most accurate point supporting this many removals")
     p.add_argument("--plan-sigma", action="store_true", help="with --removals: size σ for them at that point's λ "
                    "(lethe.planning.plan_sigma; fits tens of models)")

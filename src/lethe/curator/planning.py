@@ -86,7 +86,7 @@ class DatasetPlan:
 
 def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: str = "public",
                  lams: Any = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5), sigmas: Any = (0.1, 1.0, 10.0),
-                 max_removals: int = 1000, min_removals: int | None = None, plan_sigma: bool = False,
+                 max_removals: int | None = None, min_removals: int | None = None, plan_sigma: bool = False,
                  params: dict[str, Any] | None = None, epsilon: float = 1.0, delta: float = 1e-4,
                  validation_fraction: float = 0.2, random_state: Any = 0) -> DatasetPlan:
     """The λ/σ trade-off for a model of ``dataset`` (see the module docstring).
@@ -98,7 +98,8 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
     rows : {"public", "private"}
         What the grid's models train on.
     lams, sigmas, max_removals, epsilon, delta, validation_fraction :
-        As in :func:`lethe.planning.plan_lambda` (``validation_fraction`` only with ``rows="public"``).
+        As in :func:`lethe.planning.plan_lambda` (``validation_fraction`` only with ``rows="public"``); by default
+        ``max_removals`` scales with the rows the grid trains on (min(1000, rows // 5)) and the plan says so.
     min_removals : int, optional
         Also report the most accurate point supporting this many removals.
     plan_sigma : bool
@@ -180,8 +181,12 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
             sigma_plan = _plan_sigma(Xs, ys, n_removals=min_removals, epsilon=epsilon, delta=delta,
                                      estimator=estimator.set_params(lam=best.lam, sigma=best.sigma),
                                      random_state=random_state)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from None
+    except ValueError as exc:  # the options' names as the command line spells them
+        msg = str(exc)
+        for name, flag in (("max_removals", "--max-removals"), ("min_removals", "--removals")):
+            if msg.startswith(name + " "):
+                msg = f"{name} ({flag}){msg[len(name):]}"
+        raise InvalidInputError(msg) from None
     return DatasetPlan(dataset=dataset, n_records=n_records, rows=rows, trained_on=trained_on,
                        scored_on=(f"{pub.source}, {n_val} of its {pub.X.shape[0]} rows" if rows == "public"
                                   else f"{pub.source}, {pub.X.shape[0]} rows"), params=params, table=table, best=best,
