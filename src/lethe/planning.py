@@ -55,6 +55,8 @@ from sklearn.frozen import FrozenEstimator
 
 from lethe._rng import check_random_state
 from lethe._validation import check_positive, check_positive_int
+from lethe.advisor import Advice
+from lethe.advisor import advise as _advise
 from lethe.certified.cache import NewtonCache
 from lethe.certified.newton import resolve_solver
 from lethe.certified.noise import residual_budget
@@ -679,4 +681,12 @@ def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-
                       note=note)
 
 
-__all__ = ["LambdaPlan", "LambdaPoint", "SigmaPlan", "plan_lambda", "plan_sigma"]
+def advise(X: Any, y: Any, **kwargs: Any) -> Advice:
+    """Compare the unlearning families on the user's table and recommend one (issue 37): exact retraining, sharded,
+    certified removal with λ and σ planned here (:func:`plan_lambda`, :func:`plan_sigma`), released models, against
+    the majority class. The parameters and the method: :func:`lethe.advisor.advise`. ``print(advice)`` shows the
+    comparison, the recommendation and the code to use."""
+    return _advise(X, y, planners=(plan_lambda, plan_sigma), **kwargs)
+
+
+__all__ = ["LambdaPlan", "LambdaPoint", "SigmaPlan", "advise", "plan_lambda", "plan_sigma"]
