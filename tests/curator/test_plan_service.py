@@ -121,3 +121,16 @@ def test_the_default_max_removals_scales_with_a_small_table(shop: Any, capsys: A
     code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
                  "--lams", "1e-2", "--sigmas", "10", "--max-removals", "1000"])
     assert code == 1 and "--max-removals" in capsys.readouterr().err
+
+
+def test_lethe_plan_advise_compares_the_families_and_prints_the_command(shop: Any, capsys: Any) -> None:
+    c, _tmp, _train, _test = shop
+    code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir), "--advise",
+                 "--removals", "10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "majority class" in out and "exact retraining" in out and "certified removal" in out
+    assert "recommended:" in out and "lethe train shop MODEL" in out
+    assert "10 deletions expected; observer: one version" in out
+    code = main(["plan", "--dataset", "shop", "--data-dir", str(c.data_dir), "--advise", "--removals", "0"])
+    assert code == 1 and "expected_deletions (--removals) must be >= 1" in capsys.readouterr().err

@@ -183,8 +183,13 @@ def _floats(name: str, text: str) -> list[float]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from lethe.curator.planning import plan_dataset
+    from lethe.curator.planning import advise_dataset, plan_dataset
 
+    if args.advise:
+        print(advise_dataset(_curator(args), args.dataset, heldout=args.heldout, expected_deletions=args.removals,
+                             observer=args.observer.replace("-", " "), epsilon=args.epsilon, delta=args.delta,
+                             latency_target=args.latency_target, random_state=args.seed))
+        return 0
     params = _parse_params(args.param)
     plan = plan_dataset(_curator(args), args.dataset, heldout=args.heldout, rows=args.rows,
                         lams=_floats("--lams", args.lams), sigmas=_floats("--sigmas", args.sigmas),
@@ -467,6 +472,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="another CertifiedLogisticRegression option (JSON value), as for train; repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed of the grid's models and removal orders")
+    p.add_argument("--advise", action="store_true", help="compare the unlearning families on the dataset (exact "
+                   "retraining, sharded, certified removal, released; against the majority class) and print the "
+                   "recommended one with its lethe train command (lethe.planning.advise); --removals: the deletions "
+                   "expected (default 5 %% of the rows); --heldout: public rows to score on (default: a held-out "
+                   "share of the records)")
+    p.add_argument("--observer", choices=("one-version", "every-release"), default="one-version",
+                   help="with --advise: who observes the model — only its current published version, or every "
+                        "version published (then only the released family covers them)")
+    p.add_argument("--latency-target", type=float, default=60.0, metavar="SECONDS",
+                   help="with --advise: seconds within which a deletion must take effect")
     p.set_defaults(func=_guard(_plan))
 
     p = sub.add_parser("forget", parents=[common, proc], help="submit deletion requests by key")

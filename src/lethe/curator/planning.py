@@ -194,4 +194,31 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
                        heldout=pub.dataset)
 
 
-__all__ = ["ROWS", "DatasetPlan", "plan_dataset"]
+def advise_dataset(c: Curator, dataset: str, *, heldout: str | None = None, expected_deletions: int | None = None,
+                   observer: str = "one version", epsilon: float = 1.0, delta: float = 1e-4,
+                   latency_target: float = 60.0, random_state: Any = 0) -> Any:
+    """``lethe plan --advise`` (issue 37): :func:`lethe.planning.advise` on the dataset's current records (features
+    as the dataset encodes them), scored on the public rows ``heldout`` (a registered dataset or a file) when given,
+    else on a held-out share of the records; the code it prints is the ``lethe train`` command for ``dataset``.
+    The advice depends on the records it reads (as a private plan does): give public rows to measure there."""
+    from lethe.planning import advise
+
+    with c.store.read() as s:
+        ds = c.datasets.find(s, dataset)
+        _ids, X, y = c.datasets.current_data(s, ds.id, ds.n_features)
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+    pub = public_rows(c, dataset, heldout) if heldout is not None else None
+    try:
+        return advise(X, y, expected_deletions=expected_deletions, observer=observer, epsilon=epsilon, delta=delta,
+                      latency_target=latency_target, dataset=dataset, random_state=random_state,
+                      X_public=None if pub is None else pub.X, y_public=None if pub is None else pub.y)
+    except ValueError as exc:  # the options' names as the command line spells them
+        msg = str(exc)
+        for name, flag in (("expected_deletions", "--removals"), ("observer", "--observer"),
+                           ("latency_target", "--latency-target")):
+            if msg.startswith(name + " "):
+                msg = f"{name} ({flag}){msg[len(name):]}"
+        raise InvalidInputError(msg) from None
+
+
+__all__ = ["ROWS", "DatasetPlan", "advise_dataset", "plan_dataset"]
