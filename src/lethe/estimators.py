@@ -818,6 +818,38 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         return mcert
 
 
+#: Largest share of the gradient at w = 0 that the float64 rounding floor of the direct solve may reach
+#: (:func:`_check_solvable_scale`).
+SOLVABLE_FLOOR_SHARE = 0.1
+
+
+def _check_solvable_scale(X: Any, y: np.ndarray, lam: float) -> None:
+    """Refuse features too large for a float64 ridge solve (issue 37): with timestamps in milliseconds (≈ 1e12) the
+    rounding floor of the solve (:func:`lethe.certified.rows.squared_loss_rounding_floor`) exceeds the gradient at
+    w = 0, so training stops near w = 0 (R² ≈ 0 where Ridge reaches 0.999) with certificates over a meaningless
+    residual (NaN from ≈ 1e80). Refused when the floor reaches :data:`SOLVABLE_FLOOR_SHARE` of ‖∇L(0)‖ = 2‖Xᵀy‖;
+    in-memory data only (a Dask array is not read here)."""
+    if not (isinstance(X, np.ndarray) or sp.issparse(X)):
+        return
+    g0 = 2.0 * float(np.linalg.norm(X.T @ y))
+    if not (g0 > 0 and math.isfinite(g0)):
+        big = float(abs(X).max()) if X.size else 0.0
+        if math.isfinite(g0) and math.isfinite(big):
+            return  # y ⟂ X: w = 0 is the fit
+        raise ValueError(f"X: features too large for a float64 solve (largest magnitude {big:.3g}; Xᵀy overflows). "
+                         "Centre and scale the features first, e.g. subtract a public reference and divide by a "
+                         "public unit (or a StandardScaler fitted on public rows).")
+    floor = squared_loss_rounding_floor(X, y, lam)
+    if not floor < SOLVABLE_FLOOR_SHARE * g0:
+        big = float(abs(X).max())
+        raise ValueError(f"X: features of magnitude up to {big:.3g} are too large for a float64 ridge solve: its "
+                         f"rounding floor ({floor:.3g}) is {floor / g0:.3g}× the gradient at w = 0 (at most "
+                         f"{SOLVABLE_FLOOR_SHARE:g} allowed), so training would stop near w = 0 and certify a "
+                         "meaningless residual. Centre and scale the features first, e.g. subtract a public reference "
+                         "(a timestamp's epoch) and divide by a public unit, or a StandardScaler fitted on public "
+                         "rows.")
+
+
 class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     """Ridge least squares with exact removal (Guo et al. 2020, §3.2): the Newton step equals retraining.
 
@@ -861,6 +893,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         mech = mech.resolved(X)  # solver="auto": the concrete solver for these data
         check_sample_weight(sample_weight, X.shape[0])
         Y = np.asarray(y, dtype=np.float64)[None, :].copy()
+        _check_solvable_scale(X, Y[0], mech.lam)
         if self.tol is None and mech.noise == "none":
             floor = squared_loss_rounding_floor(X, Y[0], mech.lam)
             if floor > mech.train_tolerance(X.shape[0]):
