@@ -33,6 +33,8 @@ def test_a_table_with_text_columns_is_encoded_and_the_command_names_the_dataset(
     cert = advice.result("certified removal")
     assert cert.epsilon == 1.0 and "planned for 10 removals" in cert.model
     assert advice.recommended.code.startswith("lethe train credit MODEL")
+    model = cert.estimator.fit(frame, y)  # the model measured, ready to fit on rows like the ones given
+    assert model.score(frame, y) > 0.5 and model.remove([0]).epsilon == 1.0
 
 
 def test_a_model_no_better_than_the_majority_class_is_never_left_unsaid():
