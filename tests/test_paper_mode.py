@@ -27,7 +27,7 @@ def test_paper_mode_with_the_default_solver_removes_as_the_paper_s_solver_does()
     paper = {"bound": "paper", "calibration": "paper", "lam": 1e-2, "sigma": 1.0, "random_state": 3}
     auto = CertifiedLogisticRegression(**paper).fit(X, y)
     chol = CertifiedLogisticRegression(solver="cholesky", **paper).fit(X, y)
-    assert auto.solver_ == "cholesky"  # was "anchor", which retrained after 70 removals on MNIST where cholesky took 294
+    assert auto.solver_ == "cholesky"  # was "anchor": 70 removals on MNIST before retraining, where cholesky took 294
     rows = np.random.default_rng(1).permutation(400)[:200]
     assert _removals_before_retraining(auto, rows) == _removals_before_retraining(chol, rows)
     # outside paper mode, and on data that must stay matrix-free, auto keeps its rule

