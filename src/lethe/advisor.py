@@ -447,7 +447,7 @@ def _choose(results: list[FamilyResult], majority: float, latency_target: float,
                             "current version (then exact retraining applies), raise latency_target, or add rows.")
     best = max(r.accuracy for r in ok)
     tol = max(0.01, 2.0 * math.sqrt(max(best * (1.0 - best), 1e-12) / max(m, 1)))
-    exact = [r for r in ok if r.epsilon == 0.0 and r.accuracy >= best - tol]
+    exact = [r for r in ok if r.epsilon == 0.0 and r.accuracy >= best - tol and r.accuracy > majority]
     rec = max(exact or ok, key=lambda r: (r.accuracy, -r.deletion_seconds))
     reason = (f"held-out accuracy {rec.accuracy:.1%} (majority class {majority:.1%}), a deletion in "
               f"{_secs(rec.deletion_seconds)}, guarantee ε = {rec.epsilon:g} for {rec.observer}")
@@ -457,10 +457,13 @@ def _choose(results: list[FamilyResult], majority: float, latency_target: float,
     if rec.accuracy <= majority:
         alt = [r for r in models if r.accuracy > majority]
         warning = (f"the recommended model ({rec.accuracy:.1%}) is no better than always predicting the majority "
-                   f"class ({majority:.1%}): do not deploy it as a classifier. ")
+                   f"class ({majority:.1%}) on the {m} held-out rows (differences under {tol:.1%} are within what "
+                   "they can tell apart): do not deploy it as a classifier before checking on more rows. ")
         if alt and every:
             warning += (f"{alt[0].family} ({alt[0].accuracy:.1%}) beats it if you publish only the current version "
                         "(its guarantee covers one published version).")
+        elif rec.epsilon == 0.0:
+            warning += ("Measure on more rows (public rows: X_public), add features, or serve the majority class.")
         else:
             warning += "Add rows or features, or raise ε; otherwise serve the majority class."
     return rec, reason, warning
