@@ -288,35 +288,37 @@ def advise(X: Any, y: Any, *, planners: tuple[Any, Any], expected_deletions: int
                 not every, code, "consecutive versions reveal what the removed rows changed",
                 estimator=clone(model)))
 
+    S = 8
+    sharded = "sharded" in fams and n_tr // S >= MIN_SHARD_ROWS
+    if sharded or "certified" in fams or "released" in fams:  # the families that need numeric rows
+        Xn_tr, Xn_te, scale, enc_note, frozen = _numeric_rows(encoder, Xtr, Xte, X_public is not None)
+        notes.append(enc_note)
     if "sharded" in fams:
-        S = 8
-        if n_tr // S < MIN_SHARD_ROWS:
+        if not sharded:
             notes.append(f"sharded: not tried ({n_tr} rows / {S} shards < {MIN_SHARD_ROWS} rows per shard: the shards "
                          "lose accuracy, and a refit of the whole table is cheap at this size)")
         else:
             from sklearn.ensemble import HistGradientBoostingClassifier
             from sklearn.pipeline import make_pipeline
+            from sklearn.preprocessing import FunctionTransformer
 
             from lethe.sharded import ShardedClassifier
 
-            model = ShardedClassifier(make_pipeline(clone(encoder), HistGradientBoostingClassifier(random_state=0)),
-                                      n_shards=S, random_state=0)
-            model.fit(Xtr, ytr, sample_ids=np.arange(n_tr))
-            acc = float(model.score(Xte, yte))
+            # the shards take numeric rows: the encoder runs before them, fitted once (on public rows when given)
+            model = ShardedClassifier(HistGradientBoostingClassifier(random_state=0), n_shards=S, random_state=0)
+            model.fit(Xn_tr, ytr, sample_ids=np.arange(n_tr))
+            acc = float(model.score(Xn_te, yte))
             lat = _removal_seconds(model, n_tr, timed_removals, rng)
-            code = (f"from lethe.sharded import ShardedClassifier\nmodel = ShardedClassifier(make_pipeline({enc_code},"
-                    f"\n    HistGradientBoostingClassifier()), n_shards={S}).fit(X, y, sample_ids=keys)")
+            code = (f"from lethe.sharded import ShardedClassifier\nmodel = make_pipeline(FrozenEstimator({enc_code}"
+                    f".fit(X_public)),\n    ShardedClassifier(HistGradientBoostingClassifier(), n_shards={S})"
+                    ").fit(X, y)")
             if dataset is not None:
                 code = f"lethe train {dataset} MODEL --mechanism sharded --param n_shards={S}"
             results.append(FamilyResult("sharded", f"{S} shards of gradient boosting", acc, lat,
                                         f"one shard refitted per deletion ({_secs(lat)})", 0.0, one_version,
                                         not every, code, "consecutive versions reveal which shard changed",
-                                        estimator=clone(model)))
-
-    needs_numeric = [f for f in ("certified", "released") if f in fams]
-    if needs_numeric:
-        Xn_tr, Xn_te, scale, enc_note, frozen = _numeric_rows(encoder, Xtr, Xte, X_public is not None)
-        notes.append(enc_note)
+                                        estimator=make_pipeline(frozen, FunctionTransformer(
+                                            _divide, kw_args={"scale": scale}), clone(model))))
     if "certified" in fams:
         results.append(_certified(Xn_tr, ytr, Xn_te, yte, R, epsilon, delta, every, rng, timed_removals, scale,
                                   enc_code, dataset, public=X_public is not None, planners=planners, frozen=frozen))
@@ -340,13 +342,14 @@ def _numeric_rows(encoder: Any, Xtr: Any, Xte: Any, public: bool) -> tuple[np.nd
         enc.fit(Xte)
         A, B = np.asarray(enc.transform(Xtr), dtype=np.float64), np.asarray(enc.transform(Xte), dtype=np.float64)
         scale = float(np.max(np.linalg.norm(B, axis=1))) or 1.0
-        note = ("certified/released: encoder and row scale fitted on the public rows (nothing private in them)")
+        note = ("sharded/certified/released: encoder and row scale fitted on the public rows (nothing private in "
+                "them)")
     else:
         A = np.asarray(enc.fit_transform(Xtr), dtype=np.float64)
         B = np.asarray(enc.transform(Xte), dtype=np.float64)
         scale = float(np.max(np.linalg.norm(A, axis=1))) or 1.0
-        note = ("certified/released: the encoder and the row scale were fitted on the training rows here; for the "
-                "certificates to cover them fit them on public rows (X_public) or use a schema "
+        note = ("sharded/certified/released: the encoder and the row scale were fitted on the training rows here; "
+                "for the certificates to cover them fit them on public rows (X_public) or use a schema "
                 "(lethe.preprocessing.SchemaEncoder), which learns nothing from the rows")
     return A / scale, B / scale, scale, note, FrozenEstimator(enc)
 
