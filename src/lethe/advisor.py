@@ -253,6 +253,7 @@ def advise(X: Any, y: Any, *, planners: tuple[Any, Any], expected_deletions: int
             raise ValueError(f"expected_deletions must be >= 1. Found {expected_deletions!r}.")
     classes, counts = np.unique(ytr, return_counts=True)
     major = classes[int(np.argmax(counts))]
+    major = major.item() if isinstance(major, np.generic) else major  # printed as 'good', not np.str_('good')
     majority = float(np.mean(yte == major))
     results = [FamilyResult("majority class", f"always {major!r}", majority, math.nan,
                             "none (depends on the label counts only)", None, "-", True,

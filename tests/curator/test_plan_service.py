@@ -4,6 +4,7 @@ default trained on them too (nothing private touched), or on the dataset's recor
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -132,5 +133,12 @@ def test_lethe_plan_advise_compares_the_families_and_prints_the_command(shop: An
     assert "majority class" in out and "exact retraining" in out and "certified removal" in out
     assert "recommended:" in out and "lethe train shop MODEL" in out
     assert "10 deletions expected; observer: one version" in out
+    # the printed command trains the recommended model through the service as printed
+    line = next(ln.strip() for ln in out.splitlines() if ln.strip().startswith("lethe train shop MODEL"))
+    argv = shlex.split(line.split("   #")[0])[1:]
+    argv[argv.index("MODEL")] = "advised"
+    code = main([*argv, "--data-dir", str(c.data_dir), "--seed", "0"])
+    assert code == 0, capsys.readouterr()
+    capsys.readouterr()
     code = main(["plan", "--dataset", "shop", "--data-dir", str(c.data_dir), "--advise", "--removals", "0"])
     assert code == 1 and "expected_deletions (--removals) must be >= 1" in capsys.readouterr().err
