@@ -67,6 +67,8 @@ LAYERS: dict[str, int] = {
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
     "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators
     "lethe.planning": FRONT_ENDS,  # plan_sigma (trains estimators)
+    "lethe.advisor": FRONT_ENDS,  # advise: which unlearning family fits a table (issue 37)
+    "lethe.retrain": FRONT_ENDS,  # RetrainingClassifier: exact unlearning by refitting (issue 37)
     "lethe.release": FRONT_ENDS,  # ReleasedLogisticRegression: private releases of every version (issue 26)
     "lethe.sharded": FRONT_ENDS,  # exact sharded unlearning (SISA) over any scikit-learn estimator or torch module
     "lethe.sharded_torch": FRONT_ENDS,  # its torch member (TorchShardClassifier), re-exported by lethe.sharded

@@ -201,3 +201,54 @@ def test_the_promise_holds_over_random_tables_and_removal_counts():
             rows = np.random.default_rng(900 + 10 * case + s).choice(X.shape[0], size=R, replace=False)
             retrained += any(clf.remove([int(i)]).retrained for i in rows)
     assert retrained <= 1
+
+
+# ---- issue 37: planners that converge on small tables ---------------------------------------------------------------
+
+import warnings  # noqa: E402
+
+import lethe.planning as planning  # noqa: E402
+
+
+def _affine_residual(monkeypatch, a, c):
+    """Make the simulated β of the fixed-point search affine in σ (β = a + cσ), as on small tables, and count calls."""
+    calls = []
+
+    def fake(base, X, y, sigma, draws, confidence, cache=None):
+        calls.append(sigma)
+        return a + c * sigma
+
+    monkeypatch.setattr(planning, "_quantile_residual", fake)
+    return calls
+
+
+def test_the_sigma_search_settles_when_the_residual_grows_in_proportion_to_sigma(monkeypatch):
+    X, y = _data(n=300)
+    est = CertifiedLogisticRegression(lam=1e-3, solver="pcg")
+    unit = planning.residual_budget(1.0, 1.0, 1e-4, "gaussian", calibration=est.get_params()["calibration"])
+    # margin · dβ/dσ = 0.95 ε′(1): the plain step σ ← margin β/ε′(1) needs tens of iterations (it raised
+    # "σ did not settle in 5 iterations" before); the secant on the affine model lands on the fixed point
+    calls = _affine_residual(monkeypatch, a=0.05 * unit, c=0.95 * unit / 1.2)
+    plan = plan_sigma(X, y, n_removals=5, estimator=est, random_state=0)
+    fixed = 1.2 * 0.05 / (1 - 0.95)
+    assert len(calls) <= 6 and any(abs(s / fixed - 1) < 1e-6 for s in calls)
+    assert plan.sigma >= fixed * 0.999
+
+
+def test_a_search_that_cannot_settle_ends_with_the_best_point_and_says_so(monkeypatch):
+    X, y = _data(n=300)
+    est = CertifiedLogisticRegression(lam=1e-3, solver="pcg")
+    unit = planning.residual_budget(1.0, 1.0, 1e-4, "gaussian", calibration=est.get_params()["calibration"])
+    _affine_residual(monkeypatch, a=0.01 * unit, c=2.0 * unit)  # β outgrows the budget: no σ fits
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = plan_sigma(X, y, n_removals=5, estimator=est, random_state=0)
+    assert any("no σ tried supports 5 removals" in str(w.message) for w in caught)
+    assert plan.sigma > 0 and 0.0 <= plan.retraining_rate <= 1.0  # a plan, with what it measured
+
+
+def test_plan_lambda_scales_its_default_removals_to_a_small_table():
+    X, y = _data(n=200)
+    plan = plan_lambda(X, y, data="public", lams=[1e-2], sigmas=[10.0], random_state=0)
+    assert plan.max_removals == 32  # 160 training rows // 5 (1000 before, refused: "must be below the 160 ...")
+    assert "default: min(1000, training rows // 5)" in str(plan)

@@ -59,7 +59,7 @@ from lethe.certified.model_file import (
     saved_solver,
     state_meta,
 )
-from lethe.certified.newton import new_caches
+from lethe.certified.newton import new_caches, resolve_solver
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import MulticlassCertificate, OneVsAllRemoval, joint_residual
 from lethe.certified.rows import INTERCEPT_SCALE, owned_mask, set_rows, squared_loss_rounding_floor
@@ -592,6 +592,16 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         return est
 
 
+def _paper_solver(params: dict[str, Any], X: Any) -> str | None:
+    """The concrete solver of ``solver="auto"`` in paper mode (``bound="paper", calibration="paper"``): the paper's
+    Cholesky solve of the Newton system (Guo et al. 2020, Alg. 1), so the model removes as many rows before retraining
+    as the paper's code does; None (the usual rule) otherwise, or where ``auto`` would not keep a d × d matrix."""
+    paper = params.get("bound") == "paper" and params.get("calibration") == "paper"
+    if params.get("solver") != "auto" or not paper or resolve_solver("auto", X) != "anchor":
+        return None
+    return "cholesky"
+
+
 @reports_model_origin
 class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     """Logistic regression that can forget training rows with (ε, δ)-certified removal (Guo et al. 2020).
@@ -607,8 +617,9 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
     the lowest amortised cost, hundreds to thousands of times below a scikit-learn refit) wherever a d × d matrix
     may be kept (dense data with d ≤ 4096, sparse or Dask data with few features), else ``"pcg"`` (cached
     factorisation, measured solve error, O(nd) per removal; matrix-free). The choice is ``solver_`` after ``fit``.
-    ``bound="paper", calibration="paper"`` reproduces Guo et al. 2020; ``solver="onepass"`` reads the data once in
-    single precision per removal.
+    ``bound="paper", calibration="paper"`` reproduces Guo et al. 2020, with the paper's solver (``"cholesky"``) when
+    ``solver="auto"`` (and the data may keep a d × d matrix): it keeps the paper's removal count (294 on MNIST 3 vs 8,
+    where ``anchor`` retrained after 70); ``solver="onepass"`` reads the data once in single precision per removal.
 
     λ = 1e-3 and σ = 10 suit MNIST-sized data (n ~ 10⁴); smaller data sets need a smaller σ (or a larger λ) for
     useful accuracy. Choose σ for the number of removals you must support with :func:`lethe.planning.plan_sigma`
@@ -705,7 +716,7 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
         mech = self._mechanism(params)
         keys = self._keys_from(X, sample_ids)
         X, y = self._validate_X(X, y, reset=True, params=params)
-        mech = mech.resolved(X)  # solver="auto": the concrete solver for these data, kept for the model's life
+        mech = mech.resolved(X, _paper_solver(params, X))  # solver="auto": the concrete solver, kept for life
         check_sample_weight(sample_weight, X.shape[0])
         check_classification_targets(y)
         classes, codes = np.unique(y, return_inverse=True)
@@ -854,6 +865,38 @@ class CertifiedLogisticRegression(ClassifierMixin, _CertifiedLinearBase):
             raise
 
 
+#: Largest share of the gradient at w = 0 that the float64 rounding floor of the direct solve may reach
+#: (:func:`_check_solvable_scale`).
+SOLVABLE_FLOOR_SHARE = 0.1
+
+
+def _check_solvable_scale(X: Any, y: np.ndarray, lam: float) -> None:
+    """Refuse features too large for a float64 ridge solve (issue 37): with timestamps in milliseconds (≈ 1e12) the
+    rounding floor of the solve (:func:`lethe.certified.rows.squared_loss_rounding_floor`) exceeds the gradient at
+    w = 0, so training stops near w = 0 (R² ≈ 0 where Ridge reaches 0.999) with certificates over a meaningless
+    residual (NaN from ≈ 1e80). Refused when the floor reaches :data:`SOLVABLE_FLOOR_SHARE` of ‖∇L(0)‖ = 2‖Xᵀy‖;
+    in-memory data only (a Dask array is not read here)."""
+    if not (isinstance(X, np.ndarray) or sp.issparse(X)):
+        return
+    g0 = 2.0 * float(np.linalg.norm(X.T @ y))
+    if not (g0 > 0 and math.isfinite(g0)):
+        big = float(abs(X).max()) if X.size else 0.0
+        if math.isfinite(g0) and math.isfinite(big):
+            return  # y ⟂ X: w = 0 is the fit
+        raise ValueError(f"X: features too large for a float64 solve (largest magnitude {big:.3g}; Xᵀy overflows). "
+                         "Centre and scale the features first, e.g. subtract a public reference and divide by a "
+                         "public unit (or a StandardScaler fitted on public rows).")
+    floor = squared_loss_rounding_floor(X, y, lam)
+    if not floor < SOLVABLE_FLOOR_SHARE * g0:
+        big = float(abs(X).max())
+        raise ValueError(f"X: features of magnitude up to {big:.3g} are too large for a float64 ridge solve: its "
+                         f"rounding floor ({floor:.3g}) is {floor / g0:.3g}× the gradient at w = 0 (at most "
+                         f"{SOLVABLE_FLOOR_SHARE:g} allowed), so training would stop near w = 0 and certify a "
+                         "meaningless residual. Centre and scale the features first, e.g. subtract a public reference "
+                         "(a timestamp's epoch) and divide by a public unit, or a StandardScaler fitted on public "
+                         "rows.")
+
+
 @reports_model_origin
 class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
     """Ridge least squares with exact removal (Guo et al. 2020, §3.2): the Newton step equals retraining.
@@ -898,6 +941,7 @@ class CertifiedLinearRegression(RegressorMixin, _CertifiedLinearBase):
         mech = mech.resolved(X)  # solver="auto": the concrete solver for these data
         check_sample_weight(sample_weight, X.shape[0])
         Y = np.asarray(y, dtype=np.float64)[None, :].copy()
+        _check_solvable_scale(X, Y[0], mech.lam)
         if self.tol is None and mech.noise == "none":
             floor = squared_loss_rounding_floor(X, Y[0], mech.lam)
             if floor > mech.train_tolerance(X.shape[0]):

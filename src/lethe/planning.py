@@ -2,16 +2,18 @@
 
 The (ε, δ) guarantee of certified removal holds while the accumulated residual bound β stays within the budget
 ε′ (Guo et al. 2020, Alg. 2); ε′ is proportional to σ for every calibration lethe has (Gaussian ``"paper"``:
-ε′ = σε/c; ``"analytic"``: ε′ = σ/σ₁(ε, δ); Laplace-type: ε′ = σε), while β after R removals depends on σ only
-through the weights. So the σ that supports R removals before a retraining is
+ε′ = σε/c; ``"analytic"``: ε′ = σ/σ₁(ε, δ); Laplace-type: ε′ = σε), while β after R removals depends on σ
+through the weights — hardly on large tables, but on small ones (hundreds of rows) β grows roughly in proportion to
+σ. So the σ that supports R removals before a retraining is
 
     σ_R = β_R(σ_R) / ε′(σ = 1),
 
-a fixed point that :func:`plan_sigma` finds by simulation on the user's data: train at σ, take R Newton removal
-steps of random rows with the estimator's own solver and bound (no budget decision, nothing is published), read β_R,
-set σ ← margin · β_R / ε′(1), and repeat until σ settles. β_R depends on the model's own random b and on which rows
-are removed in which order, so every σ is tried on ``n_simulations`` independent draws of both and β_R is their
-``confidence`` quantile. An ``anchor`` model (the default ``solver="auto"`` on dense data) certifies with a bound
+a fixed point that :func:`plan_sigma` finds by simulation on the user's data: train at σ, take R Newton removal steps of
+random rows with the estimator's own solver and bound (no budget decision, nothing is published), read β_R, and step σ
+by a secant on β modelled as affine in σ (issue 37: the plain step σ ← margin · β_R / ε′(1) ran away on 800 rows), until
+σ settles; a search that does not settle ends with the best σ tried. β_R depends on the model's own random b and on
+which rows are removed in which order, so every σ is tried on ``n_simulations`` independent draws of both and β_R is
+their ``confidence`` quantile. An ``anchor`` model (the default ``solver="auto"`` on dense data) certifies with a bound
 that adapts to its budget (it re-measures the residual), so its fixed point is taken on ``pcg``'s β and σ is then
 searched downwards, accepting a σ only where every draw removes its rows with the estimator's own :meth:`remove`
 without retraining (:func:`_search_adaptive`). A check on fresh draws raises σ while any retrains, and the
@@ -53,6 +55,8 @@ from sklearn.frozen import FrozenEstimator
 
 from lethe._rng import check_random_state
 from lethe._validation import check_positive, check_positive_int
+from lethe.advisor import Advice
+from lethe.advisor import advise as _advise
 from lethe.certified.cache import NewtonCache
 from lethe.certified.newton import resolve_solver
 from lethe.certified.noise import residual_budget
@@ -359,7 +363,9 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
         Rows (of the training part) to simulate removing, in a random order per draw; default: ``n_removals``
         random rows per draw.
     max_iter : int, default=5
-        Fixed-point iterations, and steps up of the check (3).
+        Fixed-point iterations per stage (secant steps on β modelled as affine in σ, :func:`_next_sigma`), and
+        steps up of the check (3). A search that does not settle ends with the best σ tried (the smallest that fits
+        its budget; else the closest, with a :class:`UserWarning`) and goes on to the check, never raising.
     random_state : None, int or Generator
     confidence : float, default=0.9
         c, the planned probability of no retraining within ``n_removals`` random removals.
@@ -426,17 +432,22 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
     # then settled on all of them; β of a draw at a σ is simulated once (the settled σ of the first stage is where
     # the second starts, so its first few draws are not run again)
     stages = [draws[:3], draws] if K > 3 else [draws]
+    hist: list[tuple[float, float]] = []  # (σ, β) tried (the first stage's points give the second its slope)
     for stage in stages:
+        tried: list[tuple[float, float]] = []
         for _ in range(max_iter):
             it += 1
             beta = _quantile_residual(base, Xtr, ytr, sigma, stage, confidence, cache)
-            target = margin * beta / unit
-            if beta <= unit * sigma and sigma <= 1.1 * target:  # fits the budget, and not wastefully large
+            hist.append((sigma, beta))
+            tried.append((sigma, beta))
+            target = _next_sigma(hist, unit, margin)
+            # fits the budget, and not wastefully large — judged on the slope of β in σ once two σ were tried
+            # (where β grows in proportion to σ, every σ above the fixed point is within 10 % of the plain step)
+            if beta <= unit * sigma and sigma <= 1.1 * target and len({s for s, _ in hist}) >= 2:
                 break
             sigma = target
         else:
-            raise RuntimeError(f"plan_sigma: σ did not settle in {max_iter} iterations (last σ = {sigma:.4g}, "
-                               f"β = {beta:.4g}); increase max_iter or margin.")
+            sigma = _best_tried(tried, unit, R, confidence)
     if resolve_solver(str(params.get("solver", "auto")), Xtr) == "anchor":
         sigma, searched = _search_adaptive(base, Xtr, ytr, draws, sigma, margin)
         it += searched
@@ -472,6 +483,47 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
                      accuracy_without_noise=float(ref.fit(Xtr, ytr).score(X[val], y[val])), iterations=it,
                      confidence=float(confidence), retraining_rate=fails / K, retraining_rate_upper=_cp_upper(fails, K),
                      n_simulations=K)
+
+
+def _next_sigma(hist: list[tuple[float, float]], unit: float, margin: float) -> float:
+    """The next σ of the fixed-point search σ = margin · β(σ) / ε′(1), from the (σ, β) tried so far.
+
+    β after R removals grows with σ on small tables (b perturbs the weights, and the weights' size sets the residual: on
+    800 rows of the German credit table β roughly doubles from σ = 0.2 to 1.6), so the plain iteration σ ← margin ·
+    β(σ)/ε′(1) converges slowly, or runs away when margin · dβ/dσ nears ε′(1). β is modelled as affine in σ through the
+    last point and the latest other σ tried, β ≈ a + cσ, whose fixed point is σ* = margin · a / (ε′(1) − margin · c) (a
+    secant step); the plain step when there is one point, when the model does not apply (a ≤ 0 or c < 0) or when it has
+    no fixed point (the budget grows no faster than β). The step is kept within a factor 10 of the σ tried, so one noisy
+    quantile cannot throw the search far."""
+    s1, b1 = hist[-1]
+    plain = margin * b1 / unit
+    earlier = [p for p in hist[:-1] if p[0] != s1]
+    if not earlier:
+        return plain
+    s0, b0 = earlier[-1]
+    c = (b1 - b0) / (s1 - s0)
+    a = b1 - c * s1
+    denom = unit - margin * c
+    if a <= 0 or c < 0 or denom <= 0:
+        return plain
+    tried = [s for s, _ in hist]
+    return float(min(max(margin * a / denom, 0.1 * min(tried)), 10.0 * max(tried)))
+
+
+def _best_tried(hist: list[tuple[float, float]], unit: float, R: int, confidence: float) -> float:
+    """The σ a search that did not settle ends with: the smallest σ tried whose β fits its budget ε′ = ε′(1)·σ;
+    if none did, the one closest to fitting (largest ε′/β), with a :class:`UserWarning` (the check that follows
+    raises σ while simulated models retrain, and the plan reports the retraining rate it measured)."""
+    fits = [s for s, b in hist if b <= unit * s]
+    if fits:
+        return min(fits)
+    sigma, beta = max(hist, key=lambda p: unit * p[0] / p[1] if p[1] > 0 else math.inf)
+    warnings.warn(f"plan_sigma: no σ tried supports {R} removals at confidence {confidence} (the residual grows "
+                  f"about as fast as the budget with σ; the closest: σ = {sigma:.4g}, β = {beta:.4g} against a "
+                  f"budget of {unit * sigma:.4g}); continuing from it: see plan.retraining_rate. Fewer removals "
+                  "between retrainings, a larger λ or more rows make a plan feasible, or retrain exactly "
+                  "(lethe.planning.advise).", UserWarning, stacklevel=3)
+    return sigma
 
 
 def _cp_upper(k: int, n: int) -> float:
@@ -511,6 +563,7 @@ class LambdaPlan:
     delta: float
     max_removals: int
     data: str
+    note: str = ""
 
     def best(self, min_removals: int = 0) -> LambdaPoint:
         """The most accurate point that supports at least ``min_removals`` removals before retraining."""
@@ -522,6 +575,7 @@ class LambdaPlan:
 
     def __str__(self) -> str:
         lines = [f"λ/σ trade-off at (ε, δ) = ({self.epsilon:g}, {self.delta:g}), chosen on {self.data} data",
+                 *([self.note] if self.note else []),
                  f"{'lambda':>10} {'sigma':>8} {'accuracy':>9} {'removals before retraining':>27}"]
         for p in self.points:
             rem = f">= {p.removals_supported}" if p.capped else str(p.removals_supported)
@@ -531,7 +585,7 @@ class LambdaPlan:
 
 def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5),
                 sigmas: Any = (0.1, 1.0, 10.0), X_val: Any = None, y_val: Any = None, estimator: Any = None,
-                epsilon: float = 1.0, delta: float = 1e-4, max_removals: int = 1000,
+                epsilon: float = 1.0, delta: float = 1e-4, max_removals: int | None = None,
                 validation_fraction: float = 0.2, random_state: Any = None) -> LambdaPlan:
     """The trade-off between held-out accuracy and removals supported, over a grid of λ and σ.
 
@@ -555,7 +609,9 @@ def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-
         Validation rows (e.g. a public validation set); default: a ``validation_fraction`` share of X held out.
     estimator : CertifiedLogisticRegression or pipeline, optional
         As in :func:`plan_sigma`; its ``lam``, ``sigma``, ``epsilon``, ``delta`` are replaced.
-    max_removals : int, default=1000
+    max_removals : int, optional
+        Removals tried per model. Default: scaled to the table, min(1000, training rows // 5) (at least 1), and
+        the plan says so (``LambdaPlan.note``, printed); given, it must be below the training rows.
     random_state : None, int or Generator
 
     Returns
@@ -581,7 +637,7 @@ def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-
                       "including rows deleted later, and no removal certificate covers that choice (at most log2 of "
                       "the grid size in bits, kept after deletion). Prefer a public sample; see docs/tabular.md.",
                       UserWarning, stacklevel=2)
-    M = check_positive_int("max_removals", max_removals)
+    M = None if max_removals is None else check_positive_int("max_removals", max_removals)
     lam_grid = [check_positive("lams", float(v)) for v in lams]
     sig_grid = [check_positive("sigmas", float(v)) for v in sigmas]
     if not lam_grid or not sig_grid:
@@ -599,6 +655,11 @@ def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-
         perm = rng.permutation(X.shape[0])
         n_val = max(1, int(round(validation_fraction * X.shape[0])))
         Xv, yv, Xtr, ytr = X[perm[:n_val]], y[perm[:n_val]], X[perm[n_val:]], y[perm[n_val:]]
+    note = ""
+    if M is None:  # the default scales with the table (1000 removals are not possible on 800 rows)
+        M = max(1, min(1000, Xtr.shape[0] // 5))
+        note = (f"max_removals: {M} (default: min(1000, training rows // 5) for {Xtr.shape[0]} training rows; set "
+                "it to the removals expected between retrainings)")
     if M >= Xtr.shape[0]:
         raise ValueError(f"max_removals must be below the {Xtr.shape[0]} training rows. Found {M}.")
     base = clone(base_est) if base_est is not None else CertifiedLogisticRegression()
@@ -616,7 +677,16 @@ def plan_lambda(X: Any, y: Any, *, data: str, lams: Any = (1e-2, 1e-3, 1e-4, 3e-
                     break
                 done += 1
             points.append(LambdaPoint(lam=lam, sigma=sigma, accuracy=acc, removals_supported=done, capped=done == M))
-    return LambdaPlan(points=tuple(points), epsilon=float(epsilon), delta=float(delta), max_removals=M, data=data)
+    return LambdaPlan(points=tuple(points), epsilon=float(epsilon), delta=float(delta), max_removals=M, data=data,
+                      note=note)
 
 
-__all__ = ["LambdaPlan", "LambdaPoint", "SigmaPlan", "plan_lambda", "plan_sigma"]
+def advise(X: Any, y: Any, **kwargs: Any) -> Advice:
+    """Compare the unlearning families on the user's table and recommend one (issue 37): exact retraining, sharded,
+    certified removal with λ and σ planned here (:func:`plan_lambda`, :func:`plan_sigma`), released models, against
+    the majority class. The parameters and the method: :func:`lethe.advisor.advise`. ``print(advice)`` shows the
+    comparison, the recommendation and the code to use."""
+    return _advise(X, y, planners=(plan_lambda, plan_sigma), **kwargs)
+
+
+__all__ = ["LambdaPlan", "LambdaPoint", "SigmaPlan", "advise", "plan_lambda", "plan_sigma"]

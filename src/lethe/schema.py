@@ -425,8 +425,8 @@ def _yaml() -> Any:
     try:
         import yaml
     except ImportError as e:  # pragma: no cover - PyYAML is part of the 'tabular' extra
-        raise ImportError("YAML schemas need PyYAML (pip install 'lethe[tabular]'); or write the schema as JSON.") \
-            from e
+        raise ImportError("YAML schemas need PyYAML (pip install 'lethe-unlearning[tabular]', or "
+                          "'lethe-unlearning[service]'); or write the schema as JSON.") from e
     return yaml
 
 

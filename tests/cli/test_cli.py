@@ -63,7 +63,7 @@ def test_registry_accepts_new_modules(monkeypatch: pytest.MonkeyPatch, capsys: p
 
 def test_curator_commands_end_to_end(tmp_path: Path, csv: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dd = ["--data-dir", str(tmp_path / "data")]
-    rc, out, _ = run(capsys, "dataset", "add", "people", str(csv), "--key", "uid", "--label", "y", *dd)
+    rc, out, _ = run(capsys, "dataset", "add", "people", str(csv), "--key", "uid", "--label", "y", "--json", *dd)
     assert rc == 0 and json.loads(out)["n_records"] == 120
     rc, out, _ = run(capsys, "dataset", "list", *dd)
     assert json.loads(out) == [{"name": "people", "n_records": 120, "n_features": 5}]
@@ -90,6 +90,12 @@ def test_curator_commands_end_to_end(tmp_path: Path, csv: Path, capsys: pytest.C
     assert cert["certificate"]["n_removed"] == 2 and cert["new_version"] == 2
     rc, out, _ = run(capsys, "certificate", cert["id"], *dd)  # by certificate id
     assert json.loads(out)["id"] == cert["id"]
+    rc, out, _ = run(capsys, "certificate", cert["id"], "--reference", "DPO-2026-0042", *dd)  # issue 37
+    assert rc == 0 and json.loads(out)["reference"] == "DPO-2026-0042" and json.loads(out)["id"] == cert["id"]
+    rc, out, _ = run(capsys, "certificate", items[0]["id"], "--reference", "DPO-2026-0042", *dd)
+    assert [c["reference"] for c in json.loads(out)] == ["DPO-2026-0042"]
+    rc, _, err = run(capsys, "certificate", cert["id"], "--reference", "a\nb", *dd)
+    assert rc == 1 and "--reference must be one line" in err
     rc, out, _ = run(capsys, "forget", "people", "id5", "--now", "--request-id", "r5", *dd)
     assert rc == 0 and json.loads(out)[0]["status"] == "done"
     rc, out, _ = run(capsys, "budget", "clf", *dd)

@@ -4,6 +4,7 @@ default trained on them too (nothing private touched), or on the dataset's recor
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def test_bad_plans_are_refused(shop: Any) -> None:
         plan_dataset(c, "shop", heldout="shop", **GRID)
     with pytest.raises(InvalidInputError, match="must name a registered dataset or an existing file"):
         plan_dataset(c, "shop", heldout="nope", **GRID)
-    with pytest.raises(InvalidInputError, match="max_removals must be below the 160 training rows"):
+    with pytest.raises(InvalidInputError, match=r"max_removals \(--max-removals\) must be below the 160 training rows"):
         plan_dataset(c, "shop", heldout="shop-test", lams=[1e-3], sigmas=[1.0], max_removals=500)
     with pytest.raises(InvalidInputError, match="needs min_removals"):
         plan_dataset(c, "shop", heldout="shop-test", plan_sigma=True, **GRID)
@@ -107,3 +108,37 @@ def test_lethe_plan_on_the_command_line(shop: Any, capsys: Any) -> None:
     code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
                  "--lams", "x"])
     assert code == 1 and "--lams must be comma-separated numbers" in capsys.readouterr().err
+
+
+def test_the_default_max_removals_scales_with_a_small_table(shop: Any, capsys: Any) -> None:
+    """Issue 37: the default --max-removals (1000 before) refused every table under 1,250 rows without naming the
+    flag; now min(1000, training rows // 5), printed."""
+    c, _tmp, _train, _test = shop
+    code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
+                 "--lams", "1e-2", "--sigmas", "10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "max_removals: 32 (default: min(1000, training rows // 5) for 160 training rows" in out
+    code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir),
+                 "--lams", "1e-2", "--sigmas", "10", "--max-removals", "1000"])
+    assert code == 1 and "--max-removals" in capsys.readouterr().err
+
+
+def test_lethe_plan_advise_compares_the_families_and_prints_the_command(shop: Any, capsys: Any) -> None:
+    c, _tmp, _train, _test = shop
+    code = main(["plan", "--dataset", "shop", "--heldout", "shop-test", "--data-dir", str(c.data_dir), "--advise",
+                 "--removals", "10"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "majority class" in out and "exact retraining" in out and "certified removal" in out
+    assert "recommended:" in out and "lethe train shop MODEL" in out
+    assert "10 deletions expected; observer: one version" in out
+    # the printed command trains the recommended model through the service as printed
+    line = next(ln.strip() for ln in out.splitlines() if ln.strip().startswith("lethe train shop MODEL"))
+    argv = shlex.split(line.split("   #")[0])[1:]
+    argv[argv.index("MODEL")] = "advised"
+    code = main([*argv, "--data-dir", str(c.data_dir), "--seed", "0"])
+    assert code == 0, capsys.readouterr()
+    capsys.readouterr()
+    code = main(["plan", "--dataset", "shop", "--data-dir", str(c.data_dir), "--advise", "--removals", "0"])
+    assert code == 1 and "expected_deletions (--removals) must be >= 1" in capsys.readouterr().err

