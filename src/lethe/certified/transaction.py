@@ -162,7 +162,8 @@ class Undo:
 
     def _restore_store(self) -> None:
         X, rows = self.X, self.x_rows
-        if rows is not None and X is not None and type(X) is not np.ndarray and not sp.issparse(X):
+        if (rows is not None and X is not None and self.idx is not None and type(X) is not np.ndarray
+                and not sp.issparse(X)):
             _restore_store(X, self.idx, rows)
 
     # -- the two ends ---------------------------------------------------------------------------------------------
