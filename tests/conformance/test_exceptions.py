@@ -256,3 +256,48 @@ def test_an_exception_at_any_line_leaves_the_model_as_it_was_or_done(name: str) 
         m = None
     assert outcomes["as before"] > 0
     print(name, len(seen), "lines executed;", len(_positions(seen)), "faults:", outcomes)
+
+
+@pytest.mark.parametrize("name", ["anchor", "onepass", "one-vs-all", "release"])
+def test_a_second_exception_inside_the_rollback_is_completed_by_the_next_call(name: str, monkeypatch) -> None:
+    """A second interrupt that hits the cleanup itself (here: the first cache rollback raises) leaves the undo
+    record pending; the model's next call completes it before anything else, and certifies as if no call had
+    failed."""
+    from lethe.certified import cache as cache_module
+    from lethe.certified.transaction import pending
+
+    case = CASES[name]
+    case.op(case.make())
+    ref = case.make()
+    before = _snapshot(ref)
+    _, seen, _ = _traced(lambda: case.op(ref), None)
+    op_cert, then_cert = _cert(ref.certificate_ if name != "release" else ref.releases_[-1]), _cert(case.then(ref))
+    real = cache_module.CacheTransaction.rollback
+    exercised = 0
+    for k in (len(seen) // 3, len(seen) // 2, 2 * len(seen) // 3):
+        m = case.make()
+        hits = {"n": 0}
+
+        def interrupted(self: Any, hits: dict[str, int] = hits) -> None:
+            hits["n"] += 1
+            if hits["n"] == 1:
+                raise Fault("a second interrupt, inside the rollback")
+            real(self)
+
+        monkeypatch.setattr(cache_module.CacheTransaction, "rollback", interrupted)
+        with pytest.raises(Fault):
+            _traced(lambda m=m: case.op(m), k)  # noqa: B023
+        if hits["n"] == 0:  # the first fault came after the commit: nothing to roll back
+            monkeypatch.setattr(cache_module.CacheTransaction, "rollback", real)
+            continue
+        assert pending(m) is not None  # the rollback did not finish
+        exercised += 1
+        monkeypatch.setattr(cache_module.CacheTransaction, "rollback", real)
+        out = case.op(m)  # completes the rollback first, then runs
+        assert pending(m) is None
+        if name != "release" or out is not None:
+            assert _cert(out) == op_cert
+        assert _cert(case.then(m)) == then_cert
+        _check_bounds(m, case.X, case.y)
+    assert exercised > 0
+    assert _snapshot(case.make()) == before
