@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import lethe
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
@@ -115,8 +116,9 @@ def _snapshot(m: Any) -> dict[str, Any]:
                 "Y": v["_Y"].tobytes(), "n_removed": m.n_removed_, "pending": v["_pending"],
                 "releases": [_cert(r) for r in m.releases_], "rng": repr(v["_rng"].bit_generator.state)}
     keys = getattr(m, "keys_", None)
+    X = m.X_.toarray() if sp.issparse(m.X_) else np.asarray(m.X_)  # (a CSR pattern: compared after the next call)
     return {"states": [_state_key(s) for s in m.states_], "active": m.active_.tobytes(),
-            "X": np.asarray(m.X_).tobytes(), "Y": m.Y_.tobytes(), "keys": None if keys is None else keys.tobytes(),
+            "X": X.tobytes(), "Y": m.Y_.tobytes(), "keys": None if keys is None else keys.tobytes(),
             "cert": _cert(m.certificate_), "n_removed": m.n_removed_, "rng": repr(vars(m)["_rng"].bit_generator.state)}
 
 
@@ -168,13 +170,17 @@ class Case:
         self.name, self.make, self.op, self.then, self.X, self.y = name, make, op, then, X, y
 
 
-def _logistic_case(name: str, solver: str, *, classes: int = 2, sigma: float = 1.0, add: bool = False) -> Case:
+def _logistic_case(name: str, solver: str, *, classes: int = 2, sigma: float = 1.0, add: bool = False,
+                   sparse: bool = False) -> Case:
     X, y = _data(classes=classes)
+    if sparse:
+        X[np.abs(X) < 0.2] = 0.0  # a CSR model: its erasure zeroes stored values, the commit drops the pattern
     n0 = 50 if add else 60
     X_fit, y_fit = X[:n0], y[:n0]
 
     def make() -> Any:
-        m = CertifiedLogisticRegression(lam=1e-2, sigma=sigma, solver=solver, random_state=0).fit(X_fit, y_fit)
+        m = CertifiedLogisticRegression(lam=1e-2, sigma=sigma, solver=solver, random_state=0).fit(
+            sp.csr_matrix(X_fit) if sparse else X_fit, y_fit)
         m.remove([3])  # the cache primed, the hot path's shortcut armed
         m.remove([7])
         return m
@@ -208,6 +214,7 @@ def _cases() -> list[Case]:
         _logistic_case("cholesky", "cholesky"),
         _logistic_case("retraining", "anchor", sigma=1e-6),  # every removal exceeds the small budget: Alg. 2, l. 17
         _logistic_case("one-vs-all", "auto", classes=3),
+        _logistic_case("sparse", "anchor", sparse=True),
         _logistic_case("add", "auto", add=True),
         Case("linear", make_linear, lambda m: m.remove([11]), lambda m: m.remove([17]), Xl, yr),
         Case("release", make_release, lambda m: m.remove([11]), lambda m: m.remove([17]), Xl, yl),
@@ -253,6 +260,8 @@ def test_an_exception_at_any_line_leaves_the_model_as_it_was_or_done(name: str) 
         _check_bounds(m, case.X, case.y)
         assert _cert(case.then(m)) == then_cert, f"{name}: fault at {where}: the next call certifies otherwise"
         _check_bounds(m, case.X, case.y)
+        if sp.issparse(getattr(m, "X_", None)):  # nothing of a removed row's pattern kept: the stored entries are the reference's
+            assert m.X_.nnz == ref.X_.nnz and np.array_equal(m.X_.indices, ref.X_.indices)
         m = None
     assert outcomes["as before"] > 0
     print(name, len(seen), "lines executed;", len(_positions(seen)), "faults:", outcomes)
