@@ -260,7 +260,7 @@ def test_an_exception_at_any_line_leaves_the_model_as_it_was_or_done(name: str) 
         _check_bounds(m, case.X, case.y)
         assert _cert(case.then(m)) == then_cert, f"{name}: fault at {where}: the next call certifies otherwise"
         _check_bounds(m, case.X, case.y)
-        if sp.issparse(getattr(m, "X_", None)):  # nothing of a removed row's pattern kept: the stored entries are the reference's
+        if sp.issparse(getattr(m, "X_", None)):  # no removed row's pattern kept: the reference's stored entries
             assert m.X_.nnz == ref.X_.nnz and np.array_equal(m.X_.indices, ref.X_.indices)
         m = None
     assert outcomes["as before"] > 0
