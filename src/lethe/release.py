@@ -399,7 +399,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
                              "the released models' sensitivity bound needs n_floor rows. Nothing was removed.")
         # one transaction (lethe.certified.transaction): the centre's step, the erasure of the rows and the release
         # are undone together if anything raises before the commit (an error, KeyboardInterrupt, a signal handler)
-        undo = begin_undo(self, idx, self._rng, [self._cache])
+        undo = begin_undo(self, idx, self._rng, [self._cache], owner="_X")
         undo.mask = self._active
         try:
             state, _ = self._mech.remove(self._state, self._X, self._Y, idx, active=self._active, cache=self._cache,

@@ -103,3 +103,16 @@ def test_a_store_that_cannot_be_restored_refuses_every_call_until_resync(tmp_pat
     cert = est.remove([9])
     assert cert.to_dict() | {"seconds": 0} == ref.remove([9]).to_dict() | {"seconds": 0}
     assert not np.any(np.asarray(store[9]))
+
+
+def test_a_model_fitted_again_drops_its_pending_record_after_writing_the_store_back(tmp_path, monkeypatch):
+    est, X, y = _model(tmp_path)
+    store = zarr_source(est.X_)
+    fail = _DiskFull(type(store).set_orthogonal_selection, times=2)
+    monkeypatch.setattr(type(store), "set_orthogonal_selection", fail.method())
+    with pytest.raises(ResyncRequiredError):
+        est.remove([9])
+    est.fit(X, y)  # a new model (its own data): the old record must not roll anything of it back
+    est.remove([5])  # the failed store's rows were written back first
+    np.testing.assert_array_equal(np.asarray(store[9]), X[9])
+    assert not est.active_[5] and est.active_[9]

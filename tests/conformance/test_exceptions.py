@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 import lethe
 from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
@@ -115,8 +116,9 @@ def _snapshot(m: Any) -> dict[str, Any]:
                 "Y": v["_Y"].tobytes(), "n_removed": m.n_removed_, "pending": v["_pending"],
                 "releases": [_cert(r) for r in m.releases_], "rng": repr(v["_rng"].bit_generator.state)}
     keys = getattr(m, "keys_", None)
+    X = m.X_.toarray() if sp.issparse(m.X_) else np.asarray(m.X_)  # (a CSR pattern: compared after the next call)
     return {"states": [_state_key(s) for s in m.states_], "active": m.active_.tobytes(),
-            "X": np.asarray(m.X_).tobytes(), "Y": m.Y_.tobytes(), "keys": None if keys is None else keys.tobytes(),
+            "X": X.tobytes(), "Y": m.Y_.tobytes(), "keys": None if keys is None else keys.tobytes(),
             "cert": _cert(m.certificate_), "n_removed": m.n_removed_, "rng": repr(vars(m)["_rng"].bit_generator.state)}
 
 
@@ -168,13 +170,17 @@ class Case:
         self.name, self.make, self.op, self.then, self.X, self.y = name, make, op, then, X, y
 
 
-def _logistic_case(name: str, solver: str, *, classes: int = 2, sigma: float = 1.0, add: bool = False) -> Case:
+def _logistic_case(name: str, solver: str, *, classes: int = 2, sigma: float = 1.0, add: bool = False,
+                   sparse: bool = False) -> Case:
     X, y = _data(classes=classes)
+    if sparse:
+        X[np.abs(X) < 0.2] = 0.0  # a CSR model: its erasure zeroes stored values, the commit drops the pattern
     n0 = 50 if add else 60
     X_fit, y_fit = X[:n0], y[:n0]
 
     def make() -> Any:
-        m = CertifiedLogisticRegression(lam=1e-2, sigma=sigma, solver=solver, random_state=0).fit(X_fit, y_fit)
+        m = CertifiedLogisticRegression(lam=1e-2, sigma=sigma, solver=solver, random_state=0).fit(
+            sp.csr_matrix(X_fit) if sparse else X_fit, y_fit)
         m.remove([3])  # the cache primed, the hot path's shortcut armed
         m.remove([7])
         return m
@@ -208,6 +214,7 @@ def _cases() -> list[Case]:
         _logistic_case("cholesky", "cholesky"),
         _logistic_case("retraining", "anchor", sigma=1e-6),  # every removal exceeds the small budget: Alg. 2, l. 17
         _logistic_case("one-vs-all", "auto", classes=3),
+        _logistic_case("sparse", "anchor", sparse=True),
         _logistic_case("add", "auto", add=True),
         Case("linear", make_linear, lambda m: m.remove([11]), lambda m: m.remove([17]), Xl, yr),
         Case("release", make_release, lambda m: m.remove([11]), lambda m: m.remove([17]), Xl, yl),
@@ -253,6 +260,53 @@ def test_an_exception_at_any_line_leaves_the_model_as_it_was_or_done(name: str) 
         _check_bounds(m, case.X, case.y)
         assert _cert(case.then(m)) == then_cert, f"{name}: fault at {where}: the next call certifies otherwise"
         _check_bounds(m, case.X, case.y)
+        if sp.issparse(getattr(m, "X_", None)):  # no removed row's pattern kept: the reference's stored entries
+            assert m.X_.nnz == ref.X_.nnz and np.array_equal(m.X_.indices, ref.X_.indices)
         m = None
     assert outcomes["as before"] > 0
     print(name, len(seen), "lines executed;", len(_positions(seen)), "faults:", outcomes)
+
+
+@pytest.mark.parametrize("name", ["anchor", "onepass", "one-vs-all", "release"])
+def test_a_second_exception_inside_the_rollback_is_completed_by_the_next_call(name: str, monkeypatch) -> None:
+    """A second interrupt that hits the cleanup itself (here: the first cache rollback raises) leaves the undo
+    record pending; the model's next call completes it before anything else, and certifies as if no call had
+    failed."""
+    from lethe.certified import cache as cache_module
+    from lethe.certified.transaction import pending
+
+    case = CASES[name]
+    case.op(case.make())
+    ref = case.make()
+    before = _snapshot(ref)
+    _, seen, _ = _traced(lambda: case.op(ref), None)
+    op_cert, then_cert = _cert(ref.certificate_ if name != "release" else ref.releases_[-1]), _cert(case.then(ref))
+    real = cache_module.CacheTransaction.rollback
+    exercised = 0
+    for k in (len(seen) // 3, len(seen) // 2, 2 * len(seen) // 3):
+        m = case.make()
+        hits = {"n": 0}
+
+        def interrupted(self: Any, hits: dict[str, int] = hits) -> None:
+            hits["n"] += 1
+            if hits["n"] == 1:
+                raise Fault("a second interrupt, inside the rollback")
+            real(self)
+
+        monkeypatch.setattr(cache_module.CacheTransaction, "rollback", interrupted)
+        with pytest.raises(Fault):
+            _traced(lambda m=m: case.op(m), k)  # noqa: B023
+        if hits["n"] == 0:  # the first fault came after the commit: nothing to roll back
+            monkeypatch.setattr(cache_module.CacheTransaction, "rollback", real)
+            continue
+        assert pending(m) is not None  # the rollback did not finish
+        exercised += 1
+        monkeypatch.setattr(cache_module.CacheTransaction, "rollback", real)
+        out = case.op(m)  # completes the rollback first, then runs
+        assert pending(m) is None
+        if name != "release" or out is not None:
+            assert _cert(out) == op_cert
+        assert _cert(case.then(m)) == then_cert
+        _check_bounds(m, case.X, case.y)
+    assert exercised > 0
+    assert _snapshot(case.make()) == before

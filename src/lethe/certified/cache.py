@@ -441,14 +441,21 @@ class CacheTransaction:
     idempotent, so a rollback that was itself interrupted can be run again.
     """
 
+    # the saved rows (class defaults: none saved)
+    mask_rows: np.ndarray | None = None
+    s_hat_rows: np.ndarray | None = None
+    p_rows: np.ndarray | None = None
+    x32_rows: np.ndarray | None = None
+    shared_rows: tuple[dict[str, Any], np.ndarray, np.ndarray] | None = None
+    m_diag: np.ndarray | None = None
+    rng: tuple[Any, Any] | None = None  # (generator, its state before a retraining), recorded by the mechanism
+
     def __init__(self, cache: NewtonCache, idx: np.ndarray) -> None:
         self.cache = cache
         self.idx = idx
         a = self.attrs = cache.__dict__.copy()
         a["txn"] = None
         mask, s_hat, P, X32, shared, M = a["_mask"], a["s_hat"], a["P"], a["X32"], a["shared"], a["M"]
-        self.mask_rows = self.s_hat_rows = self.p_rows = self.x32_rows = None
-        self.shared_rows: tuple[dict[str, Any], np.ndarray, np.ndarray] | None = None
         try:  # (fancy indexing copies; an array of another length belongs to no data set of these rows: not saved)
             self.mask_rows = mask[idx] if mask is not None else None
             self.s_hat_rows = s_hat[idx] if s_hat is not None else None
@@ -459,8 +466,8 @@ class CacheTransaction:
                 self.shared_rows = (shared.__dict__.copy(), shared.X32[idx], shared.zeroed[idx])
         except IndexError:
             pass
-        self.m_diag = M.diagonal().copy() if M is not None else None
-        self.rng: tuple[Any, Any] | None = None  # (generator, its state before a retraining), recorded by the mechanism
+        if M is not None:
+            self.m_diag = M.diagonal().copy()
 
     def rollback(self) -> None:
         """Put the cache back as it was at :meth:`NewtonCache.begin` (idempotent)."""

@@ -49,7 +49,14 @@ def _get(model: Any) -> Undo | None:
     undo = _PENDING.get(id(model))
     if undo is None:
         return None
-    if undo.model is not model:  # a dead model's record
+    if undo.model is not model or getattr(model, undo.owner[0], None) is not undo.owner[1]:
+        # a dead model's record, or one of a model fitted again since (its data array replaced): not this model's
+        # state any more; only a store it could not write back is still written back (it may be the caller's store)
+        if undo.model is model and undo.store_failed is not None:
+            try:
+                undo._restore_store()
+            except Exception as exc:
+                raise ResyncRequiredError(_resync_message(undo, exc)) from exc
         _PENDING.pop(id(model), None)
         return None
     return undo
@@ -77,11 +84,14 @@ class Undo:
     lists: tuple[tuple[list[Any], int], ...] = ()
 
     def __init__(self, model: Any, idx: np.ndarray | None, rng: np.random.Generator | None,
-                 caches: list[NewtonCache] | tuple[()] = (), *, lazy_rng: bool = False) -> None:
+                 caches: list[NewtonCache] | tuple[()] = (), *, lazy_rng: bool = False,
+                 owner: str = "X_") -> None:
         """``lazy_rng``: the generator's state is saved by the mechanism if (and when) it retrains
         (:meth:`lethe.certified.mechanism.CertifiedRemoval.remove` records it in the cache's transaction), not here:
-        for the binary removal's hot path, which seldom retrains."""
+        for the binary removal's hot path, which seldom retrains. ``owner``: the model's attribute holding its data
+        array, which only ``fit`` replaces: a record left pending is dropped once the model is fitted again."""
         self._model = weakref.ref(model)  # (the pending record, keyed by the model, must not keep it alive)
+        self.owner = (owner, getattr(model, owner, None))
         self.idx = idx
         self.done = False
         self.rng = rng
@@ -162,7 +172,8 @@ class Undo:
 
     def _restore_store(self) -> None:
         X, rows = self.X, self.x_rows
-        if rows is not None and X is not None and type(X) is not np.ndarray and not sp.issparse(X):
+        if (rows is not None and X is not None and self.idx is not None and type(X) is not np.ndarray
+                and not sp.issparse(X)):
             _restore_store(X, self.idx, rows)
 
     # -- the two ends ---------------------------------------------------------------------------------------------
@@ -227,10 +238,10 @@ def _resync_message(undo: Undo, exc: BaseException) -> str:
 
 
 def begin(model: Any, idx: np.ndarray | None, rng: np.random.Generator | None,
-          caches: list[NewtonCache] | tuple[()] = (), *, lazy_rng: bool = False) -> Undo:
+          caches: list[NewtonCache] | tuple[()] = (), *, lazy_rng: bool = False, owner: str = "X_") -> Undo:
     """Complete any unfinished record of ``model`` (:func:`resume`), then open one for this operation."""
     resume(model)
-    undo = Undo(model, idx, rng, caches, lazy_rng=lazy_rng)
+    undo = Undo(model, idx, rng, caches, lazy_rng=lazy_rng, owner=owner)
     _PENDING[id(model)] = undo
     return undo
 
