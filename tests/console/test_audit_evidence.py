@@ -273,3 +273,22 @@ def test_ledger_page_names_models_and_versions(cur: Curator, setup: Setup) -> No
         page = cl.get("/console/ledger").text
     assert "clf v2" in page and "clf v1" in page
     assert not re.search(r'data-label="Model / version">\d+ / \d+<', page)
+
+
+# -- 5. the budget chart explained -----------------------------------------------------------------------------------
+def test_budget_chart_marks_retrainings_and_remeasurements_with_a_legend(cur: Curator, setup: Setup) -> None:
+    from lethe.curator.console.routes import _model_charts
+
+    used = [10.0, 40.0, 0.0, 30.0, 20.0]
+    vs = [{"number": i + 1, "retrained": i == 2, "accuracy": None, "removed": 1,
+           "summary": {"budget": 1.0, "residual_bound": u / 100.0}} for i, u in enumerate(used)]
+    ch = _model_charts({"id": 1, "name": "clf"}, vs)
+    svg = ch["budget"]
+    assert "retraining at version 3" in svg and "residual re-measured at version 5" in svg
+    assert "re-measured at version 4" not in svg and "retraining at version 5" not in svg
+    assert "1 retraining(s)" in svg and "1 re-measurement(s)" in svg
+    assert "legend-retrain" in ch["budget_legend"] and "legend-remeasure" in ch["budget_legend"]
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        page = cl.get("/console/models").text
+    assert 'class="chart-legend"' in page and "starts at 0 %" in page
