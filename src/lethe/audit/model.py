@@ -173,8 +173,8 @@ class ModelAudit(JsonRecord):
             ci = f"[{v.low:+.3f}, {v.high:+.3f}]"
             lines.append(f"{v.name:<12} {v.advantage:>+9.3f} {ci:>18} {v.auc:>6.3f} {v.n_deleted:>8} "
                          f"{v.n_heldout:>8} {bound:>7} {v.detectable:>8.3f} {fails:>8}  {verdict}")
-        lines.append("Power: 'detects' is the smallest advantage the attack could tell from zero with these records; "
-                     "a version fails only if its measured advantage is above 'fails >' (never: it cannot fail).")
+        lines.append("Power: 'detects' is the smallest advantage the attack could tell from zero with these records;")
+        lines.append("a version fails only if its measured advantage is above 'fails >' (never: it cannot fail).")
         lines.append({"failed": "FAILED: a version's advantage exceeds the bound its guarantee implies.",
                       "inconclusive": "INCONCLUSIVE: an interval is wider than the bound or crosses it: these "
                                       "records are too few to tell a version within its bound from one beyond it; "

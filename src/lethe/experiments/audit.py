@@ -363,7 +363,8 @@ Membership-inference audit (loss-threshold attack): deleted records vs held-out 
 version      advantage            95 % CI    AUC  deleted held-out   bound  detects  fails >  verdict
 after           -0.055   [-0.250, +0.141]  0.498      100      200   0.462    0.195    0.657  passed: within the bound
 kept            +0.785   [+0.655, +0.862]  0.879      100      200   0.245    0.130    0.374  failed: EXCEEDS the bound
-Power: 'detects' is the smallest advantage the attack could tell from zero with these records; a version fails only if its measured advantage is above 'fails >' (never: it cannot fail).
+Power: 'detects' is the smallest advantage the attack could tell from zero with these records;
+a version fails only if its measured advantage is above 'fails >' (never: it cannot fail).
 FAILED: a version's advantage exceeds the bound its guarantee implies.
 ```
 
@@ -382,7 +383,8 @@ lethe audit --model-file v1.npz --deleted deleted.csv --heldout heldout.csv --la
 
 Each version is checked against the (ε, δ) its file states (`--epsilon`/`--delta` check another claim); `--out
 audit.txt` also writes the table and `audit.json`. The exit status is 0 when the audit passed, 1 when a version
-exceeds its bound, 3 when it is inconclusive, 2 on bad input. `lethe audit` without `--model-file` (or `--experiment mnist`) runs the experiment above.
+exceeds its bound, 3 when it is inconclusive, 2 on bad input. `lethe audit` without `--model-file` (or
+`--experiment mnist`) runs the experiment above.
 
 A model of the curator service: `lethe audit --model NAME --deleted deleted.csv [--heldout DATASET|FILE]` audits
 every version whose weights still exist (the curator destroys superseded ones), the deleted records coming from
