@@ -263,6 +263,13 @@ def test_counts_and_overdue_on_first_page_and_metrics(cur: Curator, setup: Setup
     assert badges == {"pending": "1", "done": "1", "failed": "0"}, badges
     assert "Overdue — answer these first" in page and v["id"][:8] in page and 'class="overdue-row"' in page
     assert "<th scope=\"col\">Outcome</th>" in page and ">removed<" in page
+    assert page.count('<span class="tag overdue">overdue</span>') == 1  # highlighted in the list too
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        rows = json.loads(cl.get("/console/exports/requests.json").text)
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[v["id"]]["deadline_status"] == "overdue" and by_id[v["id"]]["outcome"] is None
+    assert {r["deadline_status"] for r in rows if r["id"] != v["id"]} == {"answered in time"}
     assert "lethe_requests_overdue 1.0" in metrics and 'lethe_requests_open_by_age{band="within"} 0.0' in metrics
 
 
