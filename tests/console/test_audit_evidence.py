@@ -299,3 +299,15 @@ def test_budget_chart_marks_retrainings_and_remeasurements_with_a_legend(cur: Cu
         sign_in(cl, setup.admin)
         page = cl.get("/console/models").text
     assert 'class="chart-legend"' in page and "starts at 0 %" in page
+
+
+def test_api_serves_the_signed_certificate_to_its_requester_only(cur: Curator, setup: Setup) -> None:
+    rid = done_request(cur, setup.keys[16])
+    pending, _ = cur.submit_deletion("people", setup.keys[17], principal=ALICE)
+    with client(cur) as cl:
+        r = cl.get(f"/v1/deletions/{rid}/certificate.json", headers={"Authorization": f"Bearer {setup.alice}"})
+        assert r.status_code == 200 and verify_certificate(r.json()).valid
+        assert cl.get(f"/v1/deletions/{rid}/certificate.json",
+                      headers={"Authorization": f"Bearer {setup.bob}"}).status_code == 404
+        assert cl.get(f"/v1/deletions/{pending['id']}/certificate.json",
+                      headers={"Authorization": f"Bearer {setup.alice}"}).status_code == 404
