@@ -73,9 +73,10 @@ def test_downloaded_certificate_verifies_and_one_edited_byte_fails(cur: Curator,
         html = cl.get(f"/console/requests/{rid}/certificate.html").text
         keys = cl.get("/v1/keys").json()
     doc = r.json()
-    assert doc["signature"]["alg"] == "Ed25519" and doc["ledger_event"]["event"]["request_id"] == rid
+    assert doc["signature"]["alg"] == "Ed25519" and len(doc["ledger_event"]["hash"]) == 64
     assert doc["signature"]["key_id"] == keys["keys"][0]["key_id"]
     assert setup.keys[3] not in r.text and setup.keys[3] not in html  # no record key
+    assert "batch" not in r.text and "events" not in r.text  # nothing of the batch or of the ledger's size
     good = tmp_path / "cert.json"
     good.write_text(r.text)
     rc, out = run_cli("certificate", "verify", str(good), "--public-key", keys["keys"][0]["public_key"])
@@ -96,10 +97,22 @@ def test_downloaded_certificate_verifies_and_one_edited_byte_fails(cur: Curator,
     other = service_key(tmp_path / "elsewhere")
     rc, out = run_cli("certificate", "verify", str(good), "--public-key", other.public()["public_key"])
     assert rc == 1 and "not by the trusted key" in out
-    # a re-signed forgery with an edited ledger event: the link no longer matches
+    # with the exported ledger: its chain intact and holding this request's event
+    rc, exported = run_cli("export", "ledger", "--format", "json", "--data-dir", str(setup.data_dir))
+    (tmp_path / "ledger.json").write_text(exported)
+    rc, out = run_cli("certificate", "verify", str(good), "--ledger", str(tmp_path / "ledger.json"))
+    assert rc == 0 and "records this request done in an intact chain" in out, out
+    events = json.loads(exported)
+    mine = next(e for e in events if e["hash"] == doc["ledger_event"]["hash"])
+    assert mine["request_id"] == rid and mine["kind"] == "request_done"
+    (tmp_path / "cut.json").write_text(json.dumps([e for e in events if e is not mine]))
+    rc, out = run_cli("certificate", "verify", str(good), "--ledger", str(tmp_path / "cut.json"))
+    assert rc == 1 and "the ledger given is broken" in out, out
+    # a forgery signed by another key and pointing at another request's event: refused on both counts
     forged = json.loads(text)
-    forged["ledger_event"]["event"]["at"] = "2020-01-01T00:00:00.000000"
-    assert not verify_certificate(other.sign(forged)).valid
+    forged["ledger_event"]["hash"] = events[0]["hash"]  # the first event: a dataset's registration
+    assert not verify_certificate(forged).valid
+    assert not verify_certificate(other.sign(forged), ledger=events).valid
 
 
 def test_verify_page_checks_a_pasted_certificate(cur: Curator, setup: Setup) -> None:
@@ -184,6 +197,9 @@ def test_keys_and_status_publish_key_and_head(cur: Curator, setup: Setup) -> Non
         keys = cl.get("/v1/keys").json()  # public
         st = cl.get("/v1/status", headers={"Authorization": f"Bearer {setup.admin}"}).json()
     assert keys["ledger_head"]["hash"] and len(keys["ledger_head"]["hash"]) == 64
+    assert set(keys["ledger_head"]) == {"hash", "at"}  # anyone: no event count
+    admin_head = st["signing"]["ledger_head"]
+    assert admin_head["events"] > 0 and admin_head["hash"] == keys["ledger_head"]["hash"]
     assert st["signing"]["keys"][0]["key_id"] == keys["keys"][0]["key_id"]
     secret = setup.data_dir / "secrets" / "signing_key"
     assert secret.stat().st_mode & 0o077 == 0 and len(secret.read_bytes()) == 32

@@ -586,7 +586,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     def status(p: Admin) -> dict[str, Any]:
         """Datasets, models, request counts (admin); the signing key and the ledger's chain head."""
         from lethe.curator.certdoc import published_keys
-        return json_safe({**curator.status(), "signing": published_keys(curator)})
+        return json_safe({**curator.status(), "signing": published_keys(curator, detail=True)})
 
     @app.get("/v1/keys", tags=["service"])
     def keys() -> dict[str, Any]:
