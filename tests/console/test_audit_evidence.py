@@ -11,6 +11,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -207,9 +208,13 @@ def test_keys_and_status_publish_key_and_head(cur: Curator, setup: Setup) -> Non
 
 
 # -- 3. exports ------------------------------------------------------------------------------------------------------
-def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setup: Setup) -> None:
-    done_request(cur, setup.keys[10])
-    done_request(cur, setup.keys[11], BOB)
+def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setup: Setup, monkeypatch: Any) -> None:
+    from lethe.curator import exports
+
+    monkeypatch.setattr(exports, "PAGE", 2)  # many pages: the keyset paging neither skips nor repeats a row
+    for k, who in ((setup.keys[10], ALICE), (setup.keys[11], BOB), (setup.keys[18], ALICE), (setup.keys[19], BOB)):
+        cur.submit_deletion("people", k, principal=who)
+    cur.process_pending(force=True)  # one batch: four certificates issued at the same instant
     cur.submit_deletion("people", "no-such-key", principal=ALICE)  # done at once: no record held
     cur.submit_deletion("people", setup.keys[12], principal=BOB)  # pending
     with cur.store.read() as s:
@@ -226,6 +231,8 @@ def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setu
             body = cl.get(f"/console/exports/certificates.{fmt}").text
             rows = list(csv.DictReader(io.StringIO(body))) if fmt == "csv" else json.loads(body)
             assert sorted(r["id"] for r in rows) == sorted(all_certs)
+        ledger = json.loads(cl.get("/console/exports/ledger.json").text)
+        assert [e["id"] for e in ledger] == sorted({e["id"] for e in ledger}) and len(ledger) > 10
         nrh = json.loads(cl.get("/console/exports/requests.json", params={"status": "no record held"}).text)
         assert [r["requester"] for r in nrh] == ["alice"]
         future = json.loads(cl.get("/console/exports/requests.json", params={"since": "2999-01-01"}).text)
