@@ -55,7 +55,7 @@ def event_fields(at: Any, kind: str, model_id: int | None, version_id: int | Non
 
 def canonical_event(e: Any) -> bytes:
     """The canonical bytes of an event (an ORM row, a result row or a mapping with the event's fields)."""
-    get = e.get if isinstance(e, dict | Mapping) else (lambda k: getattr(e, k))
+    get: Any = e.get if isinstance(e, dict | Mapping) else (lambda k: getattr(e, k))
     return canonical_json(event_fields(get("at"), get("kind"), get("model_id"), get("version_id"),
                                        get("request_id"), get("payload")))
 
@@ -108,10 +108,9 @@ def verify_events(events: Iterable[Any], *, head: str | None = None, max_problem
             if out.first_bad is None:
                 out.first_bad = eid
             if len(out.problems) < max_problems:
-                gap = prev_id is not None and isinstance(eid, int) and eid > prev_id + 1
                 where = (f"between event {prev_id} and event {eid}" if prev_id is not None
                          else f"before event {eid}")
-                if gap:
+                if isinstance(prev_id, int) and isinstance(eid, int) and eid > prev_id + 1:
                     out.problems.append(f"the chain breaks at event {eid}: an event {where} was removed "
                                         f"(ids {prev_id + 1}–{eid - 1} are missing), or event {eid} was edited")
                 else:

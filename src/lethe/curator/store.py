@@ -626,7 +626,7 @@ def _chain_pending(session: Session, flush_context: Any, instances: Any) -> None
     from sqlalchemy import inspect as _inspect
 
     new = [o for o in session.new if isinstance(o, LedgerEvent) and o.hash is None]
-    for ev in sorted(new, key=lambda o: _inspect(o).insert_order):
+    for ev in sorted(new, key=lambda o: int(_inspect(o).insert_order or 0)):
         ev.at = _naive_utc(ev.at if ev.at is not None else utcnow())
         ev.hash = _chain_next(session, ev)
 

@@ -323,8 +323,8 @@ def ledger_page(s: Session, *, before: int | None = None, kind: str | None = Non
     mids = {e.model_id for e in rows if e.model_id is not None}
     names = dict(s.execute(select(Model.id, Model.name).where(Model.id.in_(mids))).all()) if mids else {}
     events = [{"id": e.id, "at": iso(e.at), "kind": e.kind, "model_id": e.model_id, "version_id": e.version_id,
-               "model": names.get(e.model_id, (e.payload or {}).get("model") if e.model_id is not None else None),
-               "version": numbers.get(e.version_id), "request_id": e.request_id, "payload": e.payload,
+               "model": names.get(e.model_id or -1, (e.payload or {}).get("model") if e.model_id is not None else None),
+               "version": numbers.get(e.version_id or -1), "request_id": e.request_id, "payload": e.payload,
                "hash": e.hash} for e in rows]
     return events, (rows[-1].id if more and rows else None)
 
