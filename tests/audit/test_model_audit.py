@@ -57,7 +57,11 @@ def test_truly_removed_records_look_like_heldout_records_within_the_bound(remove
     assert audit.passed
     text = str(audit)
     assert "certified" in text and "within the bound" in text and "no guarantee claimed" in text
-    assert text.endswith("PASSED: no version's advantage exceeds its bound.")
+    assert text.endswith("PASSED: no version's advantage exceeds its bound, and each interval is narrower than the "
+                         "bound (the audit could have failed).")
+    assert audit.verdict == "passed" and cert_v.verdict == "passed" and retr_v.verdict == "no guarantee claimed"
+    assert cert_v.detectable == pytest.approx(cert_v.advantage - cert_v.low)
+    assert cert_v.fails_above == pytest.approx(bound + cert_v.detectable)
     # the same bound checked on the retrained version when stated
     again = audit_model([clf, retrained], X[:N_DELETED], y[:N_DELETED], Xh, yh, epsilon=1.0, delta=1e-5)
     assert again.versions[1].within_bound and again.passed
@@ -201,9 +205,11 @@ def test_cli_encodes_the_records_by_the_schema(tmp_path, capsys):
     model = str(clf.save(tmp_path / "m.npz"))
     train.iloc[:50].to_csv(tmp_path / "del.csv", index=False)
     held.to_csv(tmp_path / "held.csv", index=False)
+    # 50 deleted vs 100 held-out records: an interval wider than the bound — inconclusive (status 3), not PASSED
     assert main(["audit", "--model-file", model, "--deleted", str(tmp_path / "del.csv"), "--heldout",
-                 str(tmp_path / "held.csv"), "--schema", str(path)]) == 0
-    assert "PASSED" in capsys.readouterr().out
+                 str(tmp_path / "held.csv"), "--schema", str(path)]) == 3
+    out = capsys.readouterr().out
+    assert "INCONCLUSIVE" in out and "PASSED" not in out and "detects" in out
     # without the schema the raw CSV is refused, with the rule
     assert main(["audit", "--model-file", model, "--deleted", str(tmp_path / "del.csv"), "--heldout",
                  str(tmp_path / "held.csv"), "--label", "y"]) == 2

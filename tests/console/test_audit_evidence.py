@@ -11,6 +11,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -73,9 +74,10 @@ def test_downloaded_certificate_verifies_and_one_edited_byte_fails(cur: Curator,
         html = cl.get(f"/console/requests/{rid}/certificate.html").text
         keys = cl.get("/v1/keys").json()
     doc = r.json()
-    assert doc["signature"]["alg"] == "Ed25519" and doc["ledger_event"]["event"]["request_id"] == rid
+    assert doc["signature"]["alg"] == "Ed25519" and len(doc["ledger_event"]["hash"]) == 64
     assert doc["signature"]["key_id"] == keys["keys"][0]["key_id"]
     assert setup.keys[3] not in r.text and setup.keys[3] not in html  # no record key
+    assert "batch" not in r.text and "events" not in r.text  # nothing of the batch or of the ledger's size
     good = tmp_path / "cert.json"
     good.write_text(r.text)
     rc, out = run_cli("certificate", "verify", str(good), "--public-key", keys["keys"][0]["public_key"])
@@ -96,10 +98,22 @@ def test_downloaded_certificate_verifies_and_one_edited_byte_fails(cur: Curator,
     other = service_key(tmp_path / "elsewhere")
     rc, out = run_cli("certificate", "verify", str(good), "--public-key", other.public()["public_key"])
     assert rc == 1 and "not by the trusted key" in out
-    # a re-signed forgery with an edited ledger event: the link no longer matches
+    # with the exported ledger: its chain intact and holding this request's event
+    rc, exported = run_cli("export", "ledger", "--format", "json", "--data-dir", str(setup.data_dir))
+    (tmp_path / "ledger.json").write_text(exported)
+    rc, out = run_cli("certificate", "verify", str(good), "--ledger", str(tmp_path / "ledger.json"))
+    assert rc == 0 and "records this request done in an intact chain" in out, out
+    events = json.loads(exported)
+    mine = next(e for e in events if e["hash"] == doc["ledger_event"]["hash"])
+    assert mine["request_id"] == rid and mine["kind"] == "request_done"
+    (tmp_path / "cut.json").write_text(json.dumps([e for e in events if e is not mine]))
+    rc, out = run_cli("certificate", "verify", str(good), "--ledger", str(tmp_path / "cut.json"))
+    assert rc == 1 and "the ledger given is broken" in out, out
+    # a forgery signed by another key and pointing at another request's event: refused on both counts
     forged = json.loads(text)
-    forged["ledger_event"]["event"]["at"] = "2020-01-01T00:00:00.000000"
-    assert not verify_certificate(other.sign(forged)).valid
+    forged["ledger_event"]["hash"] = events[0]["hash"]  # the first event: a dataset's registration
+    assert not verify_certificate(forged).valid
+    assert not verify_certificate(other.sign(forged), ledger=events).valid
 
 
 def test_verify_page_checks_a_pasted_certificate(cur: Curator, setup: Setup) -> None:
@@ -184,6 +198,9 @@ def test_keys_and_status_publish_key_and_head(cur: Curator, setup: Setup) -> Non
         keys = cl.get("/v1/keys").json()  # public
         st = cl.get("/v1/status", headers={"Authorization": f"Bearer {setup.admin}"}).json()
     assert keys["ledger_head"]["hash"] and len(keys["ledger_head"]["hash"]) == 64
+    assert set(keys["ledger_head"]) == {"hash", "at"}  # anyone: no event count
+    admin_head = st["signing"]["ledger_head"]
+    assert admin_head["events"] > 0 and admin_head["hash"] == keys["ledger_head"]["hash"]
     assert st["signing"]["keys"][0]["key_id"] == keys["keys"][0]["key_id"]
     secret = setup.data_dir / "secrets" / "signing_key"
     assert secret.stat().st_mode & 0o077 == 0 and len(secret.read_bytes()) == 32
@@ -191,9 +208,13 @@ def test_keys_and_status_publish_key_and_head(cur: Curator, setup: Setup) -> Non
 
 
 # -- 3. exports ------------------------------------------------------------------------------------------------------
-def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setup: Setup) -> None:
-    done_request(cur, setup.keys[10])
-    done_request(cur, setup.keys[11], BOB)
+def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setup: Setup, monkeypatch: Any) -> None:
+    from lethe.curator import exports
+
+    monkeypatch.setattr(exports, "PAGE", 2)  # many pages: the keyset paging neither skips nor repeats a row
+    for k, who in ((setup.keys[10], ALICE), (setup.keys[11], BOB), (setup.keys[18], ALICE), (setup.keys[19], BOB)):
+        cur.submit_deletion("people", k, principal=who)
+    cur.process_pending(force=True)  # one batch: four certificates issued at the same instant
     cur.submit_deletion("people", "no-such-key", principal=ALICE)  # done at once: no record held
     cur.submit_deletion("people", setup.keys[12], principal=BOB)  # pending
     with cur.store.read() as s:
@@ -210,6 +231,8 @@ def test_exports_round_trip_and_a_requester_sees_only_its_own(cur: Curator, setu
             body = cl.get(f"/console/exports/certificates.{fmt}").text
             rows = list(csv.DictReader(io.StringIO(body))) if fmt == "csv" else json.loads(body)
             assert sorted(r["id"] for r in rows) == sorted(all_certs)
+        ledger = json.loads(cl.get("/console/exports/ledger.json").text)
+        assert [e["id"] for e in ledger] == sorted({e["id"] for e in ledger}) and len(ledger) > 10
         nrh = json.loads(cl.get("/console/exports/requests.json", params={"status": "no record held"}).text)
         assert [r["requester"] for r in nrh] == ["alice"]
         future = json.loads(cl.get("/console/exports/requests.json", params={"since": "2999-01-01"}).text)
@@ -263,6 +286,13 @@ def test_counts_and_overdue_on_first_page_and_metrics(cur: Curator, setup: Setup
     assert badges == {"pending": "1", "done": "1", "failed": "0"}, badges
     assert "Overdue — answer these first" in page and v["id"][:8] in page and 'class="overdue-row"' in page
     assert "<th scope=\"col\">Outcome</th>" in page and ">removed<" in page
+    assert page.count('<span class="tag overdue">overdue</span>') == 1  # highlighted in the list too
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        rows = json.loads(cl.get("/console/exports/requests.json").text)
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[v["id"]]["deadline_status"] == "overdue" and by_id[v["id"]]["outcome"] is None
+    assert {r["deadline_status"] for r in rows if r["id"] != v["id"]} == {"answered in time"}
     assert "lethe_requests_overdue 1.0" in metrics and 'lethe_requests_open_by_age{band="within"} 0.0' in metrics
 
 
@@ -273,3 +303,34 @@ def test_ledger_page_names_models_and_versions(cur: Curator, setup: Setup) -> No
         page = cl.get("/console/ledger").text
     assert "clf v2" in page and "clf v1" in page
     assert not re.search(r'data-label="Model / version">\d+ / \d+<', page)
+
+
+# -- 5. the budget chart explained -----------------------------------------------------------------------------------
+def test_budget_chart_marks_retrainings_and_remeasurements_with_a_legend(cur: Curator, setup: Setup) -> None:
+    from lethe.curator.console.routes import _model_charts
+
+    used = [10.0, 40.0, 0.0, 30.0, 20.0]
+    vs = [{"number": i + 1, "retrained": i == 2, "accuracy": None, "removed": 1,
+           "summary": {"budget": 1.0, "residual_bound": u / 100.0}} for i, u in enumerate(used)]
+    ch = _model_charts({"id": 1, "name": "clf"}, vs)
+    svg = ch["budget"]
+    assert "retraining at version 3" in svg and "residual re-measured at version 5" in svg
+    assert "re-measured at version 4" not in svg and "retraining at version 5" not in svg
+    assert "1 retraining(s)" in svg and "1 re-measurement(s)" in svg
+    assert "legend-retrain" in ch["budget_legend"] and "legend-remeasure" in ch["budget_legend"]
+    with client(cur) as cl:
+        sign_in(cl, setup.admin)
+        page = cl.get("/console/models").text
+    assert 'class="chart-legend"' in page and "starts at 0 %" in page
+
+
+def test_api_serves_the_signed_certificate_to_its_requester_only(cur: Curator, setup: Setup) -> None:
+    rid = done_request(cur, setup.keys[16])
+    pending, _ = cur.submit_deletion("people", setup.keys[17], principal=ALICE)
+    with client(cur) as cl:
+        r = cl.get(f"/v1/deletions/{rid}/certificate.json", headers={"Authorization": f"Bearer {setup.alice}"})
+        assert r.status_code == 200 and verify_certificate(r.json()).valid
+        assert cl.get(f"/v1/deletions/{rid}/certificate.json",
+                      headers={"Authorization": f"Bearer {setup.bob}"}).status_code == 404
+        assert cl.get(f"/v1/deletions/{pending['id']}/certificate.json",
+                      headers={"Authorization": f"Bearer {setup.alice}"}).status_code == 404

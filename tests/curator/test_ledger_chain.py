@@ -4,6 +4,10 @@ edited."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
 from sqlalchemy import select, text
 
 from lethe.curator import Curator
@@ -55,5 +59,43 @@ def test_upgrade_from_version_5_chains_existing_events_as_at_insertion(curator: 
         assert check_ledger(c).intact and check_ledger(c).events == len(before) + 1
         Curator(data_dir).close()  # idempotent
         assert [(e.id, e.hash) for e in _events(c)][: len(before)] == before
+    finally:
+        c.close()
+
+
+PG_URL = os.environ.get("LETHE_TEST_POSTGRES_URL")
+
+
+@pytest.mark.skipif(not PG_URL, reason="LETHE_TEST_POSTGRES_URL not set (.ci/run sets it)")
+def test_chain_on_postgres_in_another_time_zone(tmp_path: Path, data: Data) -> None:
+    """PostgreSQL converts an aware time sent to a ``timestamp without time zone`` column to the session's zone: the
+    chain hashes the naive UTC time it stores, so a session in New York keeps it intact (it broke at event 1)."""
+    assert PG_URL is not None
+    url = PG_URL + ("&" if "?" in PG_URL else "?") + "options=-c%20timezone%3DAmerica/New_York"
+    fresh = Curator(tmp_path / "wipe", database_url=url)
+    with fresh.store.write_engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public;"))
+    fresh.close()
+    c = Curator(tmp_path / "pg", database_url=url)
+    try:
+        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.train("people", "clf", params={"lam": 0.01, "epsilon": 1.0, "delta": 1e-4}, random_state=0)
+        for k in data.keys[:5]:
+            c.submit_deletion("people", k)
+        c.process_pending(force=True)
+        check = check_ledger(c)
+        assert check.intact and check.events > 10, check.problems
+        with c.store.read_engine.connect() as conn:
+            before = [tuple(r) for r in conn.execute(text("SELECT id, hash FROM ledger ORDER BY id"))]
+        with c.store.write_engine.begin() as conn:  # a version-5 store: the migration links the same chain
+            conn.execute(text("ALTER TABLE ledger DROP COLUMN hash"))
+            conn.execute(text("UPDATE alembic_version SET version_num = '0005'"))
+            conn.execute(text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
+        c.close()
+        c = Curator(tmp_path / "pg", database_url=url)
+        with c.store.read_engine.connect() as conn:
+            assert [tuple(r) for r in conn.execute(text("SELECT id, hash FROM ledger ORDER BY id"))] == before
+        with pytest.raises(Exception, match="append-only"), c.store.write_engine.begin() as conn:
+            conn.execute(text("UPDATE ledger SET kind = 'tampered'"))  # the trigger is back
     finally:
         c.close()

@@ -21,6 +21,17 @@ A version EXCEEDS its bound when the interval's lower end is above it (the attac
 when the whole interval is at or below the bound. An audit lower-bounds leakage: an advantage near zero is
 consistent with the guarantee but does not prove it.
 
+**Power and verdicts (issue 38).** Each version states the audit's power at its sample sizes: ``detectable``, the
+smallest advantage it could tell from zero (the interval's half-width below the measured advantage), and
+``fails_above`` = bound + detectable, the smallest measured advantage that would fail it. Its ``verdict`` is
+
+* ``failed`` — the interval's lower end is above the bound;
+* ``passed`` — the whole interval is at or below the bound AND narrower than the bound (the audit could have
+  failed a version leaking twice the bound);
+* ``inconclusive`` — otherwise: the interval crosses the bound, or is wider than it (too few records: an audit that
+  cannot fail says so rather than "PASSED");
+* ``no guarantee claimed`` — no bound to check.
+
 Read the result with two caveats. (1) Held-out records must be drawn like the deleted ones, and never trained on:
 if the people who asked for deletion differ from the held-out people (another age group, another country), the
 attack measures that difference, not membership, and may show an advantage even for a model retrained from scratch.
@@ -86,6 +97,25 @@ class VersionAudit(JsonRecord):
     bound: float | None
     within_bound: bool | None
     confidently_within: bool | None
+    detectable: float = float("nan")
+    fails_above: float | None = None
+    verdict: str = ""
+
+
+#: the verdicts of a version, strongest first (a model's verdict is its versions' strongest)
+VERDICTS = ("failed", "inconclusive", "passed", "no guarantee claimed")
+
+
+def verdict_of(low: float, high: float, bound: float | None) -> str:
+    """``failed`` (low > bound), ``passed`` (high <= bound and high − low <= bound), else ``inconclusive``;
+    ``no guarantee claimed`` without a bound."""
+    if bound is None:
+        return "no guarantee claimed"
+    if low > bound:
+        return "failed"
+    if high <= bound and high - low <= bound:
+        return "passed"
+    return "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -106,27 +136,53 @@ class ModelAudit(JsonRecord):
     attack: str = "loss-threshold"
 
     @property
+    def verdict(self) -> str:
+        """``failed`` if a version failed, else ``inconclusive`` if one is, else ``passed`` if one is, else ``no
+        guarantee claimed``."""
+        found = {v.verdict or verdict_of(v.low, v.high, v.bound) for v in self.versions}
+        return next((x for x in VERDICTS if x in found), "no guarantee claimed")
+
+    @property
+    def failed(self) -> bool:
+        """True when a version's advantage exceeds its bound (the interval's lower end above it)."""
+        return self.verdict == "failed"
+
+    @property
     def passed(self) -> bool:
-        """True when no version with a bound exceeds it (``within_bound`` is not False for any version)."""
-        return all(v.within_bound is not False for v in self.versions)
+        """True only when the audit could have failed and did not: no version failed or was inconclusive (each
+        bounded version's interval within its bound and narrower than it)."""
+        return self.verdict in ("passed", "no guarantee claimed")
 
     def __str__(self) -> str:
         level = f"{100 * (1 - self.alpha):g} %"
         lines = [f"Membership-inference audit ({self.attack} attack): deleted records vs held-out records",
                  f"{'version':<12} {'advantage':>9} {level + ' CI':>18} {'AUC':>6} {'deleted':>8} {'held-out':>8} "
-                 f"{'bound':>7}  verdict"]
+                 f"{'bound':>7} {'detects':>8} {'fails >':>8}  verdict"]
         for v in self.versions:
+            verdict = v.verdict or verdict_of(v.low, v.high, v.bound)
             if v.bound is None:
-                verdict, bound = "no guarantee claimed", "—"
+                bound, fails = "—", "—"
             else:
                 bound = f"{v.bound:.3f}"
-                verdict = ("EXCEEDS the bound" if not v.within_bound else
-                           "within the bound" if v.confidently_within else "within the bound (interval crosses it)")
+                fails = f"{v.fails_above:.3f}" if v.fails_above is not None and v.fails_above <= 1 else "never"
+                verdict = {"failed": "failed: EXCEEDS the bound",
+                           "passed": "passed: within the bound",
+                           "inconclusive": ("inconclusive: the interval is wider than the bound"
+                                            if v.high - v.low > v.bound else
+                                            "inconclusive: the interval crosses the bound")}[verdict]
             ci = f"[{v.low:+.3f}, {v.high:+.3f}]"
             lines.append(f"{v.name:<12} {v.advantage:>+9.3f} {ci:>18} {v.auc:>6.3f} {v.n_deleted:>8} "
-                         f"{v.n_heldout:>8} {bound:>7}  {verdict}")
-        lines.append("PASSED: no version's advantage exceeds its bound." if self.passed else
-                     "FAILED: a version's advantage exceeds the bound its guarantee implies.")
+                         f"{v.n_heldout:>8} {bound:>7} {v.detectable:>8.3f} {fails:>8}  {verdict}")
+        lines.append("Power: 'detects' is the smallest advantage the attack could tell from zero with these records;")
+        lines.append("a version fails only if its measured advantage is above 'fails >' (never: it cannot fail).")
+        lines.append({"failed": "FAILED: a version's advantage exceeds the bound its guarantee implies.",
+                      "inconclusive": "INCONCLUSIVE: an interval is wider than the bound or crosses it: these "
+                                      "records are too few to tell a version within its bound from one beyond it; "
+                                      "audit more deleted and held-out records.",
+                      "passed": "PASSED: no version's advantage exceeds its bound, and each interval is narrower "
+                                "than the bound (the audit could have failed).",
+                      "no guarantee claimed": "NO GUARANTEE CLAIMED: nothing to check; give --epsilon and --delta."
+                      }[self.verdict])
         return "\n".join(lines)
 
 
@@ -246,11 +302,14 @@ def audit_version(model: Any, X_deleted: Any, y_deleted: Any, X_heldout: Any, y_
     adv = advantage(pos, neg, alpha=alpha, random_state=random_state)
     eps, dlt = _guarantee(model, epsilon, delta)
     bound = None if eps is None or dlt is None else dp_advantage_bound(eps, dlt)
+    detectable = float(adv.advantage - adv.low)  # the interval's lower half-width: the power at these sizes
     return VersionAudit(version=int(version), name=name if name is not None else f"v{version}",
                         advantage=adv.advantage, low=adv.low, high=adv.high, tpr=adv.tpr, fpr=adv.fpr, auc=adv.auc,
                         n_deleted=adv.n_pos, n_heldout=adv.n_neg, epsilon=eps, delta=dlt, bound=bound,
                         within_bound=None if bound is None else bool(adv.low <= bound),
-                        confidently_within=None if bound is None else bool(adv.high <= bound))
+                        confidently_within=None if bound is None else bool(adv.high <= bound),
+                        detectable=detectable, fails_above=None if bound is None else float(bound + detectable),
+                        verdict=verdict_of(adv.low, adv.high, bound))
 
 
 def audit_model(versions: Sequence[Any], X_deleted: Any, y_deleted: Any, X_heldout: Any, y_heldout: Any, *,

@@ -384,7 +384,8 @@ def _ledger(args: argparse.Namespace) -> int:
 
 # -- audit evidence: signed certificates, the ledger's chain, exports (issue 38) ------------------------------------
 def _certificate_verify(args: argparse.Namespace) -> int:
-    """``lethe certificate verify FILE [--public-key KEY]``: offline; exit 0 valid, 1 invalid (with the reason)."""
+    """``lethe certificate verify FILE [--public-key KEY] [--ledger EXPORT.json]``: offline; exit 0 valid, 1 invalid
+    (with the reason)."""
     from lethe.curator.certdoc import verify_certificate
     from lethe.curator.signing import parse_public_key
 
@@ -402,7 +403,12 @@ def _certificate_verify(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"INVALID: {exc}")
         return 1
-    verdict = verify_certificate(doc, public_key=key)
+    ledger = None
+    if args.ledger:
+        ledger = json.loads(Path(args.ledger).read_text(encoding="utf-8"))
+        if not isinstance(ledger, list):
+            raise ValueError(f"--ledger must be a ledger export in JSON (a list of events). Found {type(ledger)}.")
+    verdict = verify_certificate(doc, public_key=key, ledger=ledger)
     print(("VALID: " if verdict.valid else "INVALID: ") + verdict.reason)
     return 0 if verdict.valid else 1
 
@@ -696,6 +702,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "holding one; from GET /v1/keys); default: the key the certificate names")
     p.add_argument("--reference", metavar="TICKET", help="the organisation's own reference for the request (e.g. a "
                    "ticket number), printed with the certificate as \"reference\" (not stored by the curator)")
+    p.add_argument("--ledger", help="with `verify`: a whole ledger export (JSON, `lethe export ledger --format "
+                   "json`): its chain must be intact and hold the certificate's event")
     p.set_defaults(func=_guard(lambda a: _certificate_verify(a) if a.id == "verify" else _certificate(a)))
     p = sub.add_parser("ledger", parents=[common], help="show the latest ledger events; `ledger verify` checks the "
                        "hash chain")

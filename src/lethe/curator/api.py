@@ -543,6 +543,19 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         """The certificates of a processed request: one per model of the dataset."""
         return json_safe(curator.request_certificates(request_id, principal=p))
 
+    @app.get("/v1/deletions/{request_id}/certificate.json", responses=ERRORS, tags=["deletions"])
+    def signed_certificate(request_id: Id, p: Caller) -> Any:
+        """The request's certificate document signed by the service (Ed25519; as the console's download): check it
+        offline with ``lethe certificate verify FILE``. 404 until the request is done with a certificate."""
+        from lethe.curator.certdoc import build_document
+        from lethe.curator.errors import NotFoundError
+
+        curator.request_status(request_id, principal=p)  # a requester: its own requests only (else 404)
+        doc = build_document(curator, request_id)
+        if doc is None:
+            raise NotFoundError(f"Request {request_id!r} has no certificate yet.")
+        return JSONResponse(doc)
+
     @app.get("/v1/certificates/{certificate_id}", response_model=CertificateOut, responses=ERRORS,
              tags=["deletions"])
     def certificate(certificate_id: Id, p: Caller) -> Any:
@@ -582,7 +595,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
     def status(p: Admin) -> dict[str, Any]:
         """Datasets, models, request counts (admin); the signing key and the ledger's chain head."""
         from lethe.curator.certdoc import published_keys
-        return json_safe({**curator.status(), "signing": published_keys(curator)})
+        return json_safe({**curator.status(), "signing": published_keys(curator, detail=True)})
 
     @app.get("/v1/keys", tags=["service"])
     def keys() -> dict[str, Any]:

@@ -171,9 +171,15 @@ class RegisteredAudit:
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def verdict(self) -> str:
+        """The audit's verdict (:attr:`lethe.audit.model.ModelAudit.verdict`); ``inconclusive`` when no version could
+        be audited."""
+        return "inconclusive" if self.audit is None else self.audit.verdict
+
+    @property
     def passed(self) -> bool:
-        """No audited version's advantage exceeds its bound."""
-        return self.audit is None or self.audit.passed
+        """True only when the audit could have failed and did not (see :attr:`verdict`)."""
+        return self.audit is not None and self.audit.passed
 
     def __str__(self) -> str:
         lines = [f"Audit of model {self.model!r} (dataset {self.dataset!r}): {self.n_deleted} deleted records "
@@ -181,7 +187,7 @@ class RegisteredAudit:
         if self.audit is not None:
             lines.append(str(self.audit))
         else:
-            lines.append("No version could be audited.")
+            lines.append("No version could be audited: INCONCLUSIVE.")
         groups: list[tuple[str, str, str]] = []  # (first, last, reason): consecutive versions of one reason
         for name, why in self.not_audited:
             if groups and groups[-1][2] == why and int(name[1:]) == int(groups[-1][1][1:]) + 1:

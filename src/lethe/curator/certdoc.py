@@ -4,10 +4,11 @@ offline checks behind ``lethe certificate verify`` and the console's verify page
 A certificate document (``format: lethe-certificate/1``) holds what the requester's certificate page shows — the
 request (id, the requester's reference, dataset, times, outcome) and, per model, the certificate's requester fields
 with ``observer`` (whom the guarantee covers) and ``horizon_spent`` — plus a plain statement of what it guarantees,
-against whom and what it does not cover, the ledger event that recorded the request done (its fields, its hash and
-the hash before it: the link can be recomputed offline and found in an exported ledger) and the chain head when the
-document was signed. The service signs the whole (:mod:`lethe.curator.signing`). It names no record key and nothing of
-another request.
+against whom and what it does not cover, and the hash of the ledger event that recorded the request done (an
+auditor finds it in an exported ledger whose chain ``lethe ledger verify`` checks; ``lethe certificate verify FILE
+--ledger EXPORT.json`` does both). The service signs the whole (:mod:`lethe.curator.signing`). It names no record key
+and nothing of another request: not the event's content (its batch id), its number or the ledger's size — only its
+hash.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 import lethe
-from lethe.curator.chain import GENESIS, event_fields, link, verify_events
+from lethe.curator.chain import verify_events
 from lethe.curator.public import OBSERVER_ONE_VERSION, OBSERVER_RELEASES, public_certificate
 from lethe.curator.settings import SECRETS_DIR
 from lethe.curator.signing import KEY_FILE, SigningKey, Verdict, verify_document
@@ -49,12 +50,14 @@ def chain_head(s: Any) -> dict[str, Any]:
     return {"event": row.id if row else None, "hash": row.hash if row else None, "events": n}
 
 
-def published_keys(curator: Any) -> dict[str, Any]:
-    """What ``GET /v1/keys`` answers: the public key(s) and the ledger's chain head."""
+def published_keys(curator: Any, *, detail: bool = False) -> dict[str, Any]:
+    """What ``GET /v1/keys`` answers (anyone): the public key(s) and the ledger's chain head (its hash). ``detail``
+    (``GET /v1/status``, admins): also the head event's id and the number of events."""
     key = service_key(curator.data_dir)
     with curator.store.read() as s:
         head = chain_head(s)
-    return {"keys": [key.public()], "ledger_head": {**head, "at": utcnow().isoformat()}}
+    shown = head if detail else {"hash": head["hash"]}
+    return {"keys": [key.public()], "ledger_head": {**shown, "at": utcnow().isoformat()}}
 
 
 def statement(view: dict[str, Any]) -> dict[str, str]:
@@ -95,10 +98,6 @@ def statement(view: dict[str, Any]) -> dict[str, str]:
     return {"guarantees": g, "against": against, "not_covered": not_covered}
 
 
-def _event_view(e: Any) -> dict[str, Any]:
-    return {"id": e.id, **event_fields(e.at, e.kind, e.model_id, e.version_id, e.request_id, e.payload)}
-
-
 def build_document(curator: Any, request_id: str) -> dict[str, Any] | None:
     """The signed certificate document of a done request with certificates; None otherwise. The caller checks that
     the reader may see the request (its requester, or an admin)."""
@@ -131,40 +130,44 @@ def build_document(curator: Any, request_id: str) -> dict[str, Any] | None:
         ev = s.scalars(select(LedgerEvent).where(LedgerEvent.request_id == request_id,
                                                  LedgerEvent.kind == "request_done")
                        .order_by(LedgerEvent.id.desc()).limit(1)).first()
-        ledger: dict[str, Any] | None = None
-        if ev is not None and ev.hash is not None:
-            prev = s.scalar(select(LedgerEvent.hash).where(LedgerEvent.id < ev.id)
-                            .order_by(LedgerEvent.id.desc()).limit(1))
-            ledger = {"event": _event_view(ev), "hash": ev.hash, "previous_hash": prev or GENESIS}
-        head = chain_head(s)
+        ledger = {"kind": "request_done", "hash": ev.hash} if ev is not None and ev.hash is not None else None
         doc = {"format": FORMAT, "issuer": "lethe curator", "lethe_version": lethe.__version__,
                "request": {"id": req.id, "reference": req.client_request_id, "requester": req.requester,
                            "dataset": ds.name if ds else None, "submitted_at": iso(req.submitted_at),
                            "processed_at": iso(req.processed_at), "status": "done", "outcome": "removed"},
-               "certificates": certs, "ledger_event": ledger, "ledger_head": head,
-               "signed_at": utcnow().isoformat()}
+               "certificates": certs, "ledger_event": ledger, "signed_at": utcnow().isoformat()}
     return service_key(curator.data_dir).sign(doc)
 
 
-def verify_certificate(document: Any, *, public_key: bytes | None = None) -> Verdict:
-    """Check a downloaded certificate offline: the signature over all of it, then the ledger event's link
-    (``hash == SHA-256(previous_hash ‖ canonical(event))``) and that it records this request done."""
+def verify_certificate(document: Any, *, public_key: bytes | None = None,
+                       ledger: list[dict[str, Any]] | None = None) -> Verdict:
+    """Check a downloaded certificate offline: the signature over all of it; with ``ledger`` (an exported ledger,
+    every event in id order) also that the ledger's chain is intact and holds the certificate's event, recording
+    this request done."""
     v = verify_document(document, public_key=public_key)
     if not v.valid:
         return v
     if document.get("format") != FORMAT:
         return Verdict(False, f"unknown format {document.get('format')!r} (expected {FORMAT})", v.key_id)
     led = document.get("ledger_event")
-    if led is not None:
-        ev = led.get("event") or {}
-        if link(str(led.get("previous_hash")), ev) != led.get("hash"):
-            return Verdict(False, "the ledger event's hash does not match the event", v.key_id)
-        rid = (document.get("request") or {}).get("id")
-        if ev.get("request_id") != rid or ev.get("kind") != "request_done":
-            return Verdict(False, "the ledger event does not record this request done", v.key_id)
-        return Verdict(True, f"{v.reason}; ledger event {ev.get('id')} links to the chain "
-                             f"(hash {str(led.get('hash'))[:16]}…)", v.key_id)
-    return Verdict(True, f"{v.reason}; no ledger event (a request processed before the chain existed)", v.key_id)
+    if ledger is None:
+        if led is None:
+            return Verdict(True, f"{v.reason}; no ledger event (processed before the chain existed)", v.key_id)
+        return Verdict(True, f"{v.reason}; ledger event {str(led.get('hash'))[:16]}… (check it in an exported "
+                             "ledger with --ledger)", v.key_id)
+    if led is None:
+        return Verdict(False, "the certificate names no ledger event to find in the ledger", v.key_id)
+    check = verify_events(ledger)
+    if not check.intact:
+        return Verdict(False, f"the ledger given is broken: {check.problems[0]}", v.key_id)
+    ev = next((e for e in ledger if e.get("hash") == led.get("hash")), None)
+    if ev is None:
+        return Verdict(False, "the certificate's ledger event is not in the ledger given", v.key_id)
+    rid = (document.get("request") or {}).get("id")
+    if ev.get("request_id") != rid or ev.get("kind") != "request_done":
+        return Verdict(False, f"ledger event {ev.get('id')} does not record this request done", v.key_id)
+    return Verdict(True, f"{v.reason}; ledger event {ev.get('id')} records this request done in an intact chain "
+                         f"of {check.events} events (head {check.head[:16]}…)", v.key_id)
 
 
 def check_ledger(curator: Any, *, head: str | None = None) -> Any:

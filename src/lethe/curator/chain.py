@@ -26,9 +26,12 @@ from typing import Any
 GENESIS = "0" * 64
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
 def canonical_json(obj: Any) -> bytes:
     """Sorted keys, no whitespace, UTF-8, NaN kept as ``NaN`` (as the store's JSON column writes it)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def canonical_time(at: _dt.datetime | str | None) -> str | None:
@@ -44,14 +47,15 @@ def canonical_time(at: _dt.datetime | str | None) -> str | None:
 
 def event_fields(at: Any, kind: str, model_id: int | None, version_id: int | None, request_id: str | None,
                  payload: Any) -> dict[str, Any]:
-    """The hashed fields of one event (the payload normalised as the JSON column returns it)."""
+    """The hashed fields of one event. The payload is taken as it is: its canonical JSON is the same before and after
+    the JSON column's round trip (tuples print as lists, floats by ``repr``, keys as strings)."""
     return {"at": canonical_time(at), "kind": kind, "model_id": model_id, "version_id": version_id,
-            "request_id": request_id, "payload": json.loads(json.dumps(payload if payload is not None else {}))}
+            "request_id": request_id, "payload": payload if payload is not None else {}}
 
 
 def canonical_event(e: Any) -> bytes:
     """The canonical bytes of an event (an ORM row, a result row or a mapping with the event's fields)."""
-    get = e.get if isinstance(e, Mapping) else (lambda k: getattr(e, k))
+    get: Any = e.get if isinstance(e, dict | Mapping) else (lambda k: getattr(e, k))
     return canonical_json(event_fields(get("at"), get("kind"), get("model_id"), get("version_id"),
                                        get("request_id"), get("payload")))
 
@@ -104,10 +108,9 @@ def verify_events(events: Iterable[Any], *, head: str | None = None, max_problem
             if out.first_bad is None:
                 out.first_bad = eid
             if len(out.problems) < max_problems:
-                gap = prev_id is not None and isinstance(eid, int) and eid > prev_id + 1
                 where = (f"between event {prev_id} and event {eid}" if prev_id is not None
                          else f"before event {eid}")
-                if gap:
+                if isinstance(prev_id, int) and isinstance(eid, int) and eid > prev_id + 1:
                     out.problems.append(f"the chain breaks at event {eid}: an event {where} was removed "
                                         f"(ids {prev_id + 1}–{eid - 1} are missing), or event {eid} was edited")
                 else:

@@ -670,7 +670,7 @@ def add_event(session: Session, kind: str, payload: dict[str, Any] | None = None
     payload = check_payload(dict(payload or {}))  # no positions, raw values or keys (lethe.curator.public)
     json.dumps(payload, allow_nan=True)  # raises TypeError before anything is added
     ev = LedgerEvent(kind=kind, payload=payload, model_id=model_id, version_id=version_id, request_id=request_id,
-                     at=utcnow())
+                     at=_naive_utc(utcnow()))
     ev.hash = _chain_next(session, ev)
     session.add(ev)
     return ev
@@ -700,6 +700,12 @@ def ledger_head(session: Session) -> str:
     return str(head)
 
 
+def _naive_utc(t: _dt.datetime) -> _dt.datetime:
+    """A ledger time as it is stored and hashed: naive UTC. (An aware time sent to PostgreSQL's ``timestamp without
+    time zone`` is converted to the session's time zone: what is read back would no longer be what was hashed.)"""
+    return t.astimezone(_dt.UTC).replace(tzinfo=None) if t.tzinfo is not None else t
+
+
 def _chain_next(session: Session, event: Any) -> str:
     from lethe.curator.chain import link
 
@@ -719,9 +725,8 @@ def _chain_pending(session: Session, flush_context: Any, instances: Any) -> None
     from sqlalchemy import inspect as _inspect
 
     new = [o for o in session.new if isinstance(o, LedgerEvent) and o.hash is None]
-    for ev in sorted(new, key=lambda o: _inspect(o).insert_order):
-        if ev.at is None:
-            ev.at = utcnow()
+    for ev in sorted(new, key=lambda o: int(_inspect(o).insert_order or 0)):
+        ev.at = _naive_utc(ev.at if ev.at is not None else utcnow())
         ev.hash = _chain_next(session, ev)
 
 
@@ -736,7 +741,7 @@ def _chain_bulk_inserts(state: Any) -> None:
     rows = params if isinstance(params, list) else [params] if isinstance(params, dict) else []
     for row in rows:
         if row.get("hash") is None:
-            row.setdefault("at", utcnow())
+            row["at"] = _naive_utc(row.get("at") or utcnow())
             row.setdefault("model_id", None)
             row.setdefault("version_id", None)
             row.setdefault("request_id", None)

@@ -323,8 +323,11 @@ never trained on. For every version, the loss-threshold attack (Yeom et al. 2018
 towards the true label, which ranks records as the logistic loss does) tries to tell the deleted records from the
 held-out ones; the audit reports the advantage TPR − FPR at a cross-fitted threshold with a 95 % Clopper–Pearson
 interval, the ROC AUC, and the bound δ + (1 − δ) tanh(ε/2) that the version's (ε, δ) implies. A version **exceeds**
-its bound when the interval's lower end is above it: the audit then fails (`audit.passed` is False; the command
-exits with status 1).
+its bound when the interval's lower end is above it: the audit then fails (`audit.verdict` is `"failed"`; the
+command exits with status 1). It **passes** only when it could have failed: the whole interval within the bound and
+narrower than it. Otherwise — an interval wider than the bound, or crossing it — it is **inconclusive** (status 3):
+too few records to tell. Each version states the audit's power: `detects`, the smallest advantage the attack could
+tell from zero with these records, and `fails >`, the smallest measured advantage that would fail it.
 
 Library (`lethe.audit.audit_model`; `audit_version` audits one version). A version is a fitted estimator (its
 `decision_function`, its `classes_` and, unless given, its own `epsilon`/`delta`), a callable returning margins, or
@@ -357,9 +360,11 @@ prints
 
 ```text
 Membership-inference audit (loss-threshold attack): deleted records vs held-out records
-version      advantage            95 % CI    AUC  deleted held-out   bound  verdict
-after           -0.055   [-0.250, +0.141]  0.498      100      200   0.462  within the bound
-kept            +0.785   [+0.655, +0.862]  0.879      100      200   0.245  EXCEEDS the bound
+version      advantage            95 % CI    AUC  deleted held-out   bound  detects  fails >  verdict
+after           -0.055   [-0.250, +0.141]  0.498      100      200   0.462    0.195    0.657  passed: within the bound
+kept            +0.785   [+0.655, +0.862]  0.879      100      200   0.245    0.130    0.374  failed: EXCEEDS the bound
+Power: 'detects' is the smallest advantage the attack could tell from zero with these records;
+a version fails only if its measured advantage is above 'fails >' (never: it cannot fail).
 FAILED: a version's advantage exceeds the bound its guarantee implies.
 ```
 
@@ -377,8 +382,9 @@ lethe audit --model-file v1.npz --deleted deleted.csv --heldout heldout.csv --la
 ```
 
 Each version is checked against the (ε, δ) its file states (`--epsilon`/`--delta` check another claim); `--out
-audit.txt` also writes the table and `audit.json`. The exit status is 0 when no version exceeds its bound, 1 when one
-does, 2 on bad input. `lethe audit` without `--model-file` (or `--experiment mnist`) runs the experiment above.
+audit.txt` also writes the table and `audit.json`. The exit status is 0 when the audit passed, 1 when a version
+exceeds its bound, 3 when it is inconclusive, 2 on bad input. `lethe audit` without `--model-file` (or
+`--experiment mnist`) runs the experiment above.
 
 A model of the curator service: `lethe audit --model NAME --deleted deleted.csv [--heldout DATASET|FILE]` audits
 every version whose weights still exist (the curator destroys superseded ones), the deleted records coming from
@@ -483,7 +489,8 @@ def _write_outputs(out: str | None, text: str, payload: dict[str, Any]) -> None:
 
 
 def run_model_audit(args: argparse.Namespace) -> int:
-    """``lethe audit --model-file ...``: audit every version; exit 0 if none exceeds its bound, 1 if one does."""
+    """``lethe audit --model-file ...``: audit every version; exit 0 if it passed (it could have failed and did not),
+    1 if a version exceeds its bound, 3 if inconclusive (an interval wider than the bound, or crossing it)."""
     from lethe.audit.model import audit_model
     from lethe.estimators import CertifiedLogisticRegression
 
@@ -510,9 +517,14 @@ def run_model_audit(args: argparse.Namespace) -> int:
         print(f"lethe audit: {exc}", file=sys.stderr)
         return 2
     text = str(audit)
-    _write_outputs(args.out, text + "\n", {**audit.to_dict(), "passed": audit.passed})
+    _write_outputs(args.out, text + "\n", {**audit.to_dict(), "passed": audit.passed, "verdict": audit.verdict})
     print(text)
-    return 0 if audit.passed else 1
+    return _exit_code(audit.verdict)
+
+
+def _exit_code(verdict: str) -> int:
+    """0 passed (or nothing claimed), 1 failed, 3 inconclusive (2 is bad input)."""
+    return {"failed": 1, "inconclusive": 3}.get(verdict, 0)
 
 
 def run_registered_audit(args: argparse.Namespace) -> int:
@@ -548,9 +560,10 @@ def run_registered_audit(args: argparse.Namespace) -> int:
                                               "audit": None if result.audit is None else result.audit.to_dict(),
                                               "not_audited": [list(x) for x in result.not_audited],
                                               "n_deleted": result.n_deleted, "n_heldout": result.n_heldout,
-                                              "heldout": result.heldout, "passed": result.passed})
+                                              "heldout": result.heldout, "passed": result.passed,
+                                              "verdict": result.verdict})
     print(text)
-    return 0 if result.passed else 1
+    return _exit_code(result.verdict)
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -18,6 +18,9 @@ GRID = "#cbd2d9"
 LINE = "#0b5fae"
 BAR = "#7b8794"
 RETRAIN = "#b42318"
+REMEASURE = "#8a5300"
+#: the dash patterns of the two kinds of marks (also drawn in the legend)
+DASH = {"retrain": "5 3", "remeasure": "2 3"}
 
 
 def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
@@ -42,10 +45,13 @@ def _fmt(v: float, unit: str) -> str:
 
 def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float | None], *, unit: str = "",
           y_min: float | None = 0.0, y_max: float | None = None, bars: bool = False,
-          marks: Sequence[int] = (), mark_label: str = "retraining") -> str:
+          marks: Sequence[int] = (), mark_label: str = "retraining", remeasured: Sequence[int] = (),
+          remeasured_label: str = "residual re-measured") -> str:
     """An SVG line (or bar) chart of ``ys`` over version numbers ``xs``; ``None`` values are gaps.
 
-    ``marks``: version numbers drawn as dashed red vertical lines (retrainings).
+    ``marks``: version numbers drawn as dashed red vertical lines (retrainings). ``remeasured``: version numbers drawn
+    as dotted brown lines (the residual bound measured afresh, lower than the accumulated one, without a retraining).
+    :func:`legend` explains both.
     """
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and math.isfinite(y)]
     t_id, d_id = f"{uid}-title", f"{uid}-desc"
@@ -88,11 +94,13 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
     parts.append(f'<text x="{LEFT + pw / 2}" y="{H - 8}" text-anchor="middle" fill="{INK}" font-size="{FONT}">'
                  "model version</text>")
     parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{TOP + ph}" y2="{TOP + ph}" stroke="{INK}"/>')
-    for m in marks:
-        x = sx(m)
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="{RETRAIN}" '
-                     f'stroke-width="2" stroke-dasharray="5 3"><title>{escape(mark_label)} at version {m}</title>'
-                     "</line>")
+    for group, colour, dash, label in ((marks, RETRAIN, DASH["retrain"], mark_label),
+                                       (remeasured, REMEASURE, DASH["remeasure"], remeasured_label)):
+        for m in group:
+            x = sx(m)
+            parts.append(f'<line class="mark" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + ph}" stroke="{colour}" '
+                         f'stroke-width="2" stroke-dasharray="{dash}"><title>{escape(label)} at version {m}</title>'
+                         "</line>")
     if bars:
         bw = max(1.0, min(24.0, pw / max(len(pts), 1) * 0.7))
         base = sy(max(lo, 0.0))
@@ -124,4 +132,19 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
     return "".join(parts)
 
 
-__all__ = ["chart"]
+def legend(items: Sequence[tuple[str, str]]) -> str:
+    """An HTML legend under a chart: ``(kind, text)`` with kind ``line`` (the series), ``retrain`` or ``remeasure``
+    (the marks); each key drawn as a small SVG sample of the same stroke (no style attribute: CSP)."""
+    out = ['<ul class="chart-legend">']
+    for kind, text in items:
+        colour, dash = {"line": (LINE, ""), "retrain": (RETRAIN, DASH["retrain"]),
+                        "remeasure": (REMEASURE, DASH["remeasure"])}[kind]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        out.append(f'<li class="legend-{kind}"><svg width="24" height="10" aria-hidden="true">'
+                   f'<line x1="0" x2="24" y1="5" y2="5" stroke="{colour}" stroke-width="2"{dash_attr}/></svg> '
+                   f"{escape(text)}</li>")
+    out.append("</ul>")
+    return "".join(out)
+
+
+__all__ = ["chart", "legend"]

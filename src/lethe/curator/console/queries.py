@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from lethe.curator.deadlines import AnswerPeriod, age_summary
+from lethe.curator.deadlines import AnswerPeriod, age_summary, deadline_status
 from lethe.curator.exports import outcome
 from lethe.curator.public import SHOWN_STATUS, shown_status
 from lethe.curator.serving import served_to
@@ -115,10 +115,12 @@ def list_requests(s: Session, flt: RequestFilter, *, after: str | None = None, b
     names = dict(s.execute(select(Dataset.id, Dataset.name)).all())
     versions = _versions_of(s, [r.id for r in rows])
     n_certs = _certificate_counts(s, [r.id for r in rows if r.status == "done"])
+    period = AnswerPeriod.from_env()
     out = [{"id": r.id, "request_id": r.client_request_id, "requester": r.requester,
             "dataset": names.get(r.dataset_id), "status": shown_status(r.status), "attempts": r.attempts,
             "submitted_at": iso(r.submitted_at), "processed_at": iso(r.processed_at),
-            "versions": versions.get(r.id, []), "outcome": outcome(r.status, n_certs.get(r.id, 0))} for r in rows]
+            "versions": versions.get(r.id, []), "outcome": outcome(r.status, n_certs.get(r.id, 0)),
+            "deadline": deadline_status(r.status, r.submitted_at, r.processed_at, period)} for r in rows]
     if not rows:
         return RequestPage(out, None, None)
     first, last = rows[0], rows[-1]
@@ -321,8 +323,8 @@ def ledger_page(s: Session, *, before: int | None = None, kind: str | None = Non
     mids = {e.model_id for e in rows if e.model_id is not None}
     names = dict(s.execute(select(Model.id, Model.name).where(Model.id.in_(mids))).all()) if mids else {}
     events = [{"id": e.id, "at": iso(e.at), "kind": e.kind, "model_id": e.model_id, "version_id": e.version_id,
-               "model": names.get(e.model_id, (e.payload or {}).get("model") if e.model_id is not None else None),
-               "version": numbers.get(e.version_id), "request_id": e.request_id, "payload": e.payload,
+               "model": names.get(e.model_id or -1, (e.payload or {}).get("model") if e.model_id is not None else None),
+               "version": numbers.get(e.version_id or -1), "request_id": e.request_id, "payload": e.payload,
                "hash": e.hash} for e in rows]
     return events, (rows[-1].id if more and rows else None)
 

@@ -31,7 +31,7 @@ from lethe.curator.artifacts import ArtifactError
 from lethe.curator.console import auth, health, proofs
 from lethe.curator.console import queries as Q
 from lethe.curator.console.certificate import explain, num, percent
-from lethe.curator.console.plots import chart
+from lethe.curator.console.plots import chart, legend
 from lethe.curator.errors import CuratorError, storage_message
 from lethe.curator.service import Curator
 from lethe.io import META_KEY
@@ -434,14 +434,24 @@ def _model_charts(m: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, str]
         else:
             used.append(None)
     known = [u for u in used if u is not None]
+    # a drop of the budget used without a retraining: the residual bound was measured afresh (bound mode "tight")
+    remeasured = [vs[i]["number"] for i in range(1, len(vs)) if not vs[i]["retrained"] and used[i] is not None
+                  and used[i - 1] is not None and used[i] < used[i - 1] - 1e-9]  # type: ignore[operator]
     acc = [None if v["accuracy"] is None else 100.0 * v["accuracy"] for v in vs]
     acc_known = [a for a in acc if a is not None]
     n_retrain = len(marks)
     return {
         "budget": chart(f"{uid}-budget", f"Budget used by model {m['name']}, by version",
-                        f"{len(xs)} versions; budget used from {known[0]:.1f} % to {known[-1]:.1f} %"
+                        (f"{len(xs)} versions; budget used from {known[0]:.1f} % to {known[-1]:.1f} %; "
+                         f"{n_retrain} retraining(s) (back to 0 %), {len(remeasured)} re-measurement(s)")
                         if known else "no budget figures", xs, used, unit="%", y_min=0.0, y_max=100.0,
-                        marks=marks) ,
+                        marks=marks, remeasured=remeasured),
+        "budget_legend": legend([
+            ("line", "share of the removal budget ε′ used by the accumulated residual bound β"),
+            ("retrain", f"retraining ({n_retrain}): the budget would have been exceeded; the model was trained "
+                        "again and starts at 0 %"),
+            ("remeasure", f"re-measured ({len(remeasured)}): the residual was measured afresh and is below the "
+                          "accumulated bound, so the share used drops without a retraining")]),
         "accuracy": chart(f"{uid}-acc", f"Held-out accuracy of model {m['name']}, by version",
                           f"{len(acc_known)} of {len(xs)} versions evaluated"
                           + (f"; latest {acc_known[-1]:.1f} %" if acc_known else ""), xs, acc, unit="%",
