@@ -288,8 +288,7 @@ class ReadViews:
                 "faults": faults, "datasets": datasets, "models": models, "privacy": privacy,
                 # a follower (stored "waiting") is pending to everyone who reads a count (lethe.curator.public)
                 "requests": {"pending": int(counts.get("pending", 0)) + int(counts.get("waiting", 0)),
-                             **{k: int(counts.get(k, 0)) for k in ("done", "failed")},
-                             "waiting": int(counts.get("waiting", 0))},
+                             **{k: int(counts.get(k, 0)) for k in ("done", "failed")}},
                 "oldest_pending": iso(oldest), "purge_pending": self.retention.purge_pending(), "warm_models": warm,
                 "worker_process": None if worker is None else
                 {k: worker.get(k) for k in ("pid", "started_at", "ready", "warm_models")},
