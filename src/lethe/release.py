@@ -19,7 +19,6 @@ This front end holds no math: it calls the mechanism, the bound, the calibration
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import secrets
 from dataclasses import dataclass
@@ -377,9 +376,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         Returns the certificate of the removal (:class:`lethe.protocols.Certificate`, also ``certificate_``): the
         certificate of the new release (``release_``) if this removal completed a cadence (every ``cadence``
         removals), else the latest release's figures with ``published=False`` — the removal is published by a
-        later release, and until then model-readers still see a release computed with the rows. Raises ``BudgetExceededError`` if the removal
-        could not be published within the horizon, ``ValueError`` if it would leave fewer than ``n_floor`` rows; on
-        any error nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the
+        later release, and until then model-readers still see a release computed with the rows. Raises
+        ``BudgetExceededError`` if the removal could not be published within the horizon, ``ValueError`` if it would
+        leave fewer than ``n_floor`` rows; on any error nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the
         centre, its cache, the rows, the accountant and the releases as they were, or — once committed — the
         removal done in full: :mod:`lethe.certified.transaction`).
         """
