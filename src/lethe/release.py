@@ -378,9 +378,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         removals), else the latest release's figures with ``published=False`` — the removal is published by a
         later release, and until then model-readers still see a release computed with the rows. Raises
         ``BudgetExceededError`` if the removal could not be published within the horizon, ``ValueError`` if it would
-        leave fewer than ``n_floor`` rows; on any error nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the
-        centre, its cache, the rows, the accountant and the releases as they were, or — once committed — the
-        removal done in full: :mod:`lethe.certified.transaction`).
+        leave fewer than ``n_floor`` rows; on any error nothing changes (an exception anywhere in the call,
+        ``KeyboardInterrupt`` included, leaves the centre, its cache, the rows, the accountant and the releases as
+        they were, or — once committed — the removal done in full: :mod:`lethe.certified.transaction`).
         """
         check_is_fitted(self, "releases_")
         resume(self)  # an interrupted call's rollback completed first

@@ -204,8 +204,9 @@ class ExactCertificate(JsonRecord):
             found = sorted(d) if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"an exact certificate has the fields {sorted({*names, 'observer'})}. Found {found}.")
         try:
-            cert = cls(**{k: tuple(int(v) for v in d[k]) if k in ("retrained_shards", "restart_slices")
-                          else d[k] for k in names})
+            kw: dict[str, Any] = {k: tuple(int(v) for v in d[k]) if k in ("retrained_shards", "restart_slices")
+                                  else d[k] for k in names}
+            cert = cls(**kw)
         except (TypeError, ValueError) as e:
             raise ValueError(f"the exact certificate's shard lists are not integers: {e}") from None
         if (cert.guarantee, cert.epsilon, cert.delta, d["observer"]) != ("exact", 0.0, 0.0, cert.observer):

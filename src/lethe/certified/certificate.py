@@ -77,7 +77,7 @@ class Certificate:
         unknown = sorted(set(d) - set(fields))
         if unknown:
             raise ValueError(f"A certificate has unknown field(s) {unknown}.")
-        kw = {}
+        kw: dict[str, Any] = {}
         for name, f in fields.items():
             if name not in d:
                 continue

@@ -210,6 +210,7 @@ def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None
     n = meta.get("n")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ArtifactError(f"the state's record count n must be an integer >= 1. Found {n!r}.")
+    adapter: Any
     try:
         adapter = family_of_mechanism(str(mech)).adapter_class()
     except ValueError:
