@@ -104,6 +104,10 @@ class Family:
     capabilities: frozenset[Capability]
     words: FamilyWords
     paper: str
+    #: certificate fields its adapter writes that the service deliberately keeps out of what it stores and shows
+    #: (diagnostics, or figures that locate a removed record); every other field must be in the curator's allow-list
+    #: (:data:`lethe.curator.public.CERTIFICATE_FIELDS`), which the conformance suite checks
+    withheld: frozenset[str] = frozenset()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -162,7 +166,10 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             retrained="Yes. The budget would have been exceeded, so the model was trained again from scratch on "
                       "the remaining records, with fresh secret noise.",
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
-        paper="Guo, Goldstein, Hannun, van der Maaten (2020), Certified Data Removal, Thm 3 and Alg. 2"),
+        paper="Guo, Goldstein, Hannun, van der Maaten (2020), Certified Data Removal, Thm 3 and Alg. 2",
+        # the solver's diagnostics: timings and error terms summed in step_bound (shown), not guarantees
+        withheld=frozenset({"carried_error", "error_allowance", "iterations", "mismatch_bound", "refreshed",
+                            "remainder_bound", "seconds", "solve_error", "removed_indices"})),
     Family(
         name="released-logistic",
         mechanisms=("released-logistic",),
@@ -194,7 +201,10 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                       "a class disappeared); the model is exactly one trained without the records.",
             observer=_ONE_VERSION,
             not_covered="Someone who compares consecutive versions sees which shard changed."),
-        paper="Bourtoule et al. (2021), Machine Unlearning (SISA)"),
+        paper="Bourtoule et al. (2021), Machine Unlearning (SISA)",
+        # which shards (and how many) were retrained locates the removed record's shard: operators' own files only
+        withheld=frozenset({"n_shards_retrained", "retrained_shards", "restart_slices", "rows_replayed",
+                            "seconds"})),
     Family(
         name="noisy-gd",
         mechanisms=("noisy-gd",),
@@ -213,7 +223,8 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                      "releases as stated in the certificate, cannot tell whether the record was used, beyond the "
                      "stated Rényi ε.",
             not_covered="Guarantees are Rényi: convert to (ε, δ) for the δ you choose."),
-        paper="Chourasia & Shah (2023), Forget Unlearning, Thm 4.3 and 5.1"),
+        paper="Chourasia & Shah (2023), Forget Unlearning, Thm 4.3 and 5.1",
+        withheld=frozenset({"gradient_evaluations"})),  # a cost figure, not a guarantee
     Family(
         name="noisy-finetune",
         mechanisms=("noisy-finetune",),
@@ -226,7 +237,8 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                              "records.",
             retrained="The network was trained again on the remaining records.",
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
-        paper="Koloskova et al. (2025), noisy fine-tuning; lethe.nn.accounting"),
+        paper="Koloskova et al. (2025), noisy fine-tuning; lethe.nn.accounting",
+        withheld=frozenset({"gradient_evaluations", "note"})),  # a cost figure; free text
 )
 
 

@@ -102,3 +102,14 @@ FACTORIES: dict[str, tuple[Any, Any]] = {
     "lethe.noisygd.estimators:PNSGDLogisticRegression": (_pnsgd, binary),
     "lethe.nn.estimators:NoisyFineTuneClassifier": (_finetune, three),
 }
+
+
+#: Small service-adapter parameters per mechanism (``lethe.curator.adapters.get_adapter``) and the extra keyword
+#: arguments its ``train`` takes; a family with an adapter needs an entry here.
+ADAPTERS: dict[str, tuple[dict[str, Any], bool]] = {
+    "certified-removal": ({"lam": 1e-2, "sigma": 1.0}, False),
+    "released-logistic": ({"lam": 5e-2, "horizon": 20}, False),
+    "sharded": ({"estimator": "logistic-regression", "n_shards": 2}, True),
+    "noisy-gd": ({}, False),
+    "noisy-finetune": ({"module": {"kind": "mlp", "hidden": [4]}, "train_epochs": 1, "post_steps": 1}, False),
+}

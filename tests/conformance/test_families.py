@@ -27,7 +27,7 @@ import pytest
 from lethe.families import BUILTIN_FAMILIES, Capability, Family, FamilyWords, families, family_of_mechanism
 from lethe.protocols import Certificate, Unlearner
 
-from ._factories import FACTORIES
+from ._factories import ADAPTERS, FACTORIES
 
 ESTIMATORS = [(fam.name, path) for fam in families() for path in fam.estimators]
 IDS = [path.rpartition(":")[2] for _, path in ESTIMATORS]
@@ -194,3 +194,29 @@ def test_save_and_load_keep_the_model_and_its_certificate(family, path, tmp_path
     np.testing.assert_array_equal(again.predict(X), est.predict(X))
     assert again.certificate_ is not None, f"{path}: load dropped certificate_"
     assert again.certificate_.to_dict() == cert.to_dict()
+
+
+@pytest.mark.parametrize("family", [f for f in families() if f.adapter is not None], ids=lambda f: f.name)
+def test_every_certificate_field_an_adapter_writes_is_published_or_declared_withheld(family):
+    """A field the curator's allow-list does not name is dropped when the certificate is stored (issue 34: silently);
+    every field a family's adapter writes is either allow-listed — and then has a label in the console — or listed
+    in the family's ``withheld`` set, on purpose."""
+    pytest.importorskip("sqlalchemy")
+    from lethe.curator.adapters import get_adapter
+    from lethe.curator.console.certificate import PUBLIC_FIELDS
+    from lethe.curator.public import CERTIFICATE_FIELDS
+
+    assert CERTIFICATE_FIELDS <= {k for k, _ in PUBLIC_FIELDS}  # every stored field has the console's words
+    (mech,) = family.mechanisms[:1]
+    params, needs_keys = ADAPTERS[mech]
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 4))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    y = (X[:, 0] > 0).astype(float)
+    adapter = get_adapter(mech, params)
+    kw = {"keys": [f"k{i}" for i in range(400)]} if needs_keys else {}
+    art, c_train = adapter.train(X, y, rng, **kw)
+    _, c_remove = adapter.remove(art, X, y, np.array([3]), rng)
+    written = set(c_train) | set(c_remove)
+    undeclared = sorted(written - CERTIFICATE_FIELDS - family.withheld)
+    assert not undeclared, f"{family.name}: fields neither published nor declared withheld: {undeclared}"

@@ -46,6 +46,8 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
     "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule",
     "schedule_reveals", "withdrawn", "noise_source",
+    # sharded models: the partition's size (a public parameter)
+    "n_shards",
     # the dataset's privacy ledger (issue 36): every release of every model on its records, composed
     "lifetime_epsilon", "lifetime_epsilon_committed", "lifetime_delta", "lifetime_budget",
 })

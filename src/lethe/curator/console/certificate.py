@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lethe.curator.public import REQUESTER_CERTIFICATE_FIELDS
 from lethe.families import FamilyWords, family_of_mechanism
 
 # Shown in the "technical details" table, in this order, with a plain label. Nothing else is shown.
@@ -42,6 +43,37 @@ PUBLIC_FIELDS: tuple[tuple[str, str], ...] = (
     ("withdrawn", "model withdrawn"),
     ("lifetime_epsilon", "lifetime ε of the dataset (every release of every model)"),
     ("lifetime_budget", "lifetime budget ε"),
+    ("lifetime_epsilon_committed", "lifetime ε committed (open streams at their whole horizon)"),
+    ("lifetime_delta", "δ of the lifetime figures"),
+    ("observer", "who the guarantee covers"),
+    ("horizon", "horizon (releases the budget covers)"),
+    ("horizon_spent", "horizon spent"),
+    ("releases", "releases published"),
+    ("cadence", "a release every … removals"),
+    ("cadence_seconds", "a release every … seconds"),
+    ("schedule", "release schedule"),
+    ("noise_source", "source of the release noise"),
+    ("sigma", "noise σ"),
+    ("worst_case_bound", "data-independent worst-case bound"),
+    ("n", "records"),
+    ("n_retained", "records retained"),
+    ("n_shards", "shards"),
+    ("step", "step"),
+    ("steps", "steps"),
+    ("p", "earlier releases a requester may have seen (p)"),
+    ("r", "records per edit (r)"),
+    ("epsilon_certified", "ε certified"),
+    ("rdp_slope", "Rényi slope"),
+    ("lr", "learning rate η"),
+    ("grad_clip", "gradient clip C"),
+    ("model_radius", "model radius C₀"),
+    ("weight_decay", "weight decay λ"),
+    ("clipping", "clipping"),
+    ("batch_size", "batch size"),
+    ("post_steps", "post-processing steps"),
+    ("post_radius", "post-processing radius"),
+    ("post_momentum", "post-processing momentum"),
+    ("assumptions", "assumptions"),
 )
 _PUBLIC = {k for k, _ in PUBLIC_FIELDS}
 
@@ -49,13 +81,7 @@ _PUBLIC = {k for k, _ in PUBLIC_FIELDS}
 #: other records of the batch or on any record's values — the guarantee, its parameters and whether the model was
 #: retrained; not the batch's size, residuals, budget used or left (the rule of issue 13,
 #: ``lethe.curator.public.REQUESTER_CERTIFICATE_FIELDS``).
-REQUESTER_FIELDS: frozenset[str] = frozenset({
-    "operation", "guarantee", "theorem", "noise", "bound", "bound_mode", "calibration", "solver", "epsilon", "delta",
-    "budget", "q", "epsilon_dp", "epsilon_dd", "epsilon_dd_adaptive", "retrained",
-    # released models (issue 36): whether the removal is published yet, what the schedule reveals, the lifetime ε
-    "observer", "published", "horizon_spent", "withdrawn", "schedule", "schedule_reveals", "lifetime_epsilon",
-    "lifetime_delta", "lifetime_budget",
-})
+REQUESTER_FIELDS: frozenset[str] = REQUESTER_CERTIFICATE_FIELDS  # one list, the curator's (issue 34)
 
 
 def num(x: Any, digits: int = 3) -> str:
