@@ -164,6 +164,14 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
     (1, 'every published release', True, 2)
     """
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False  # binary: the release's sensitivity is that of one weight vector
+        # every release carries Gaussian noise calibrated to the whole horizon: on the checks' ~100 rows the noise
+        # outweighs the weights (the sensitivity is ∝ 1/(λ n_floor)), so accuracy there says nothing of the model
+        tags.classifier_tags.poor_score = True
+        return tags
+
     #: Records cannot be added to a release stream (lethe.protocols.Unlearner): a new record would need its own
     #: accounting from its first release; fit a new model instead.
     supports_add: bool = False
@@ -212,11 +220,14 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
 
         ``sample_ids`` names the records (keys for ``remove(keys=...)``)."""
         self._check_params()
+        if y is None:
+            raise ValueError("y: ReleasedLogisticRegression requires y to be passed, but the target y is None.")
         X, y = self._validate_rows(X, y, reset=True)
         check_classification_targets(y)
         classes, codes = np.unique(y, return_inverse=True)
         if classes.size != 2:
-            raise ValueError(f"y must hold exactly 2 classes (binary logistic regression). Found {classes.size}.")
+            raise ValueError(f"y must hold exactly 2 classes (binary logistic regression: Only binary classification "
+                             f"is supported.). Found {classes.size} class(es).")
         keys = check_sample_ids(sample_ids, X.shape[0]) if sample_ids is not None else None
         n = X.shape[0]
         n_floor = auto_n_floor(n) if self.n_floor == "auto" else int(self.n_floor)
@@ -250,6 +261,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self._accountant = accountant
         self._pending = 0
         self.n_removed_ = 0
+        self.n_iter_ = int(state.train_iterations)  # the centre's training iterations (scikit-learn's n_iter_)
         self.releases_: list[Release] = []
         self._publish()
         return self
@@ -473,7 +485,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
 
     def predict(self, X: Any) -> np.ndarray:
         """Labels from the latest release."""
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        margins = self.decision_function(X)  # first: NotFittedError before fit (classes_ is set by fit)
+        return self.classes_[(margins > 0).astype(int)]
 
     # -- no copies of secret state: lethe._locking.SerialisedModel refuses pickles and copies of a fitted model -----
     _fitted_attribute, _refusal_error = "releases_", SecretStateError
