@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -274,13 +275,26 @@ def _check_unique(fams: Iterable[Family]) -> tuple[Family, ...]:
     return tuple(out)
 
 
+_SCANNED: dict[tuple[str, ...], tuple[Family, ...]] = {}
+
+
 def families(*, entry_points: bool = True) -> tuple[Family, ...]:
     """Every registered family: the built-ins, then those of installed packages (entry point group
-    :data:`ENTRY_POINT_GROUP`). Names and mechanism names are unique (``ValueError`` otherwise)."""
-    found = list(BUILTIN_FAMILIES)
-    if entry_points:
-        found.extend(_entry_point_families())
-    return _check_unique(found)
+    :data:`ENTRY_POINT_GROUP`). Names and mechanism names are unique (``ValueError`` otherwise).
+
+    The entry points are read once per import path (``sys.path``; a scan costs milliseconds and the service asks on
+    every request): a package installed into a running process is found after a restart, or once ``sys.path``
+    changes."""
+    if not entry_points:
+        return _check_unique(BUILTIN_FAMILIES)
+    where = tuple(sys.path)
+    found = _SCANNED.get(where)
+    if found is None:
+        found = _check_unique([*BUILTIN_FAMILIES, *_entry_point_families()])
+        if len(_SCANNED) > 16:
+            _SCANNED.clear()
+        _SCANNED[where] = found
+    return found
 
 
 def family_names() -> tuple[str, ...]:

@@ -20,8 +20,9 @@ An adapter may also keep a model *warm* between batches (``supports_warm = True`
 The worker then holds one :class:`WarmModel` per model (solver caches included) and rebuilds it only when it does
 not hold the published version (after a restart, a failed batch, or another process's publication).
 
-and declare which arrays are secret (``secret_arrays``), so the service never returns them. New mechanisms register
-with :func:`register_adapter`; :func:`get_adapter` builds one from its name and JSON parameters.
+and declare which arrays are secret (``secret_arrays``), so the service never returns them. Mechanisms come from
+the registry of families (:mod:`lethe.families`; :func:`register_adapter` for one outside it); :func:`get_adapter`
+builds one from its name and JSON parameters.
 """
 
 from __future__ import annotations
@@ -149,19 +150,22 @@ _ADAPTERS: dict[str, type[MechanismAdapter]] = {}
 
 
 def register_adapter(cls: type[MechanismAdapter]) -> type[MechanismAdapter]:
-    """Class decorator: make a mechanism available to the curator under ``cls.name``."""
+    """Class decorator: make a mechanism available to the curator under ``cls.name`` without a family record (the
+    built-ins and installed families come from :mod:`lethe.families`; prefer a family, which the console can
+    describe)."""
     if cls.name in _ADAPTERS and _ADAPTERS[cls.name] is not cls:
         raise ValueError(f"A mechanism named {cls.name!r} is already registered.")
     _ADAPTERS[cls.name] = cls
     return cls
 
 
-def _from_families() -> None:
-    """Import the adapter of every registered family that runs in the service (:mod:`lethe.families`: built-ins and
-    entry-point families), so that each is registered; an adapter class that does not subclass
-    :class:`MechanismAdapter` is refused."""
+def _family_adapters() -> dict[str, type[MechanismAdapter]]:
+    """The adapter of every registered family that runs in the service (:mod:`lethe.families`: built-ins and
+    entry-point families), by mechanism name, imported now; an adapter that does not subclass
+    :class:`MechanismAdapter`, or whose name is not one of its family's mechanisms, is refused."""
     from lethe.families import families
 
+    out: dict[str, type[MechanismAdapter]] = {}
     for fam in families():
         if fam.adapter is None:
             continue
@@ -171,23 +175,22 @@ def _from_families() -> None:
         if cls.name not in fam.mechanisms:
             raise ValueError(f"Family {fam.name!r}: its adapter's name {cls.name!r} must be one of its mechanisms "
                              f"{list(fam.mechanisms)}.")
-        if _ADAPTERS.get(cls.name) is not cls:
-            register_adapter(cls)
+        out[cls.name] = cls
+    return out
 
 
 def available_mechanisms() -> tuple[str, ...]:
-    """Names of the registered mechanisms (every family of :mod:`lethe.families` with an adapter)."""
-    _from_families()
-    return tuple(sorted(_ADAPTERS))
+    """Names of the mechanisms the service runs: every family of :mod:`lethe.families` with an adapter, and any
+    adapter registered with :func:`register_adapter`."""
+    return tuple(sorted({**_ADAPTERS, **_family_adapters()}))
 
 
 def get_adapter(name: str, params: dict[str, Any] | None = None) -> MechanismAdapter:
     """Build the adapter of mechanism ``name`` with JSON ``params`` (validated)."""
-    if name not in _ADAPTERS:
-        _from_families()
-    if name not in _ADAPTERS:
+    cls = _ADAPTERS.get(name) or _family_adapters().get(name)
+    if cls is None:
         raise ValueError(f"mechanism must be one of {available_mechanisms()}. Found {name!r}.")
-    return _ADAPTERS[name](params)
+    return cls(params)
 
 
 @dataclass(eq=False)
@@ -214,7 +217,6 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-@register_adapter
 class CertifiedRemovalAdapter(MechanismAdapter):
     """Certified removal for linear models (Guo et al. 2020) through the library's estimators.
 
@@ -513,7 +515,6 @@ def _labels_like(classes: list[Any], y: np.ndarray) -> np.ndarray:
 
 
 
-@register_adapter
 class NoisyGDAdapter(MechanismAdapter):
     """Noisy-GD learning and unlearning (Chourasia & Shah 2023, Alg. 2, Thm 5.1) via
     :class:`lethe.noisygd.edit_stream.NoisyGDCurator`, for binary logistic regression on rows with ‖x‖ ≤ 1

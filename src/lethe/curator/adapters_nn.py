@@ -1,7 +1,8 @@
 """Curator adapter ``noisy-finetune``: neural classifiers unlearned by noisy clipped fine-tuning (Koloskova et al.).
 
-Registered by importing this module (``lethe.curator`` does). torch is imported only when the adapter is used, so the
-service runs without the ``deep`` extra as long as nobody asks for this mechanism.
+Listed in the registry of families (:mod:`lethe.families`), which imports it when the mechanism is used. torch is
+imported only when the adapter is used, so the service runs without the ``deep`` extra as long as nobody asks for
+this mechanism.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lethe.curator.adapters import MechanismAdapter, register_adapter
+from lethe.curator.adapters import MechanismAdapter
 from lethe.curator.artifacts import Artifact, ArtifactError, finite_array
 
 __all__ = ["NoisyFineTuneAdapter"]
 
 
-@register_adapter
 class NoisyFineTuneAdapter(MechanismAdapter):
     """Noisy clipped fine-tuning (Koloskova et al. 2025, gradient clipping; :mod:`lethe.nn`) for any module spec.
 

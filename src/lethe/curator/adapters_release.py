@@ -1,11 +1,12 @@
 """Curator adapter ``released-logistic``: published models are private releases (issue 26, part 3).
 
-Registered by importing this module (``lethe.curator`` does). Every version the service publishes of such a model
-is a release of :mod:`lethe.release`: the secret, unperturbed centre w̃ (the regularised minimiser on the current
-records, maintained by certified Newton removals with ``residual_cap``) plus FRESH Gaussian noise, calibrated so that
-the whole sequence of at most ``horizon`` releases is (ε, δ)-DP for every record — deleted, pending or kept —
-against an observer of every published release and every prediction (docs/release_privacy.md). Predictions are
-served from the release only (the public array ``w``); the centre is a secret array, never returned.
+Listed in the registry of families (:mod:`lethe.families`), which imports it when the mechanism is used. Every
+version the service publishes of such a model is a release of :mod:`lethe.release`: the secret, unperturbed centre
+w̃ (the regularised minimiser on the current records, maintained by certified Newton removals with ``residual_cap``)
+plus FRESH Gaussian noise, calibrated so that the whole sequence of at most ``horizon`` releases is (ε, δ)-DP for
+every record — deleted, pending or kept — against an observer of every published release and every prediction
+(docs/release_privacy.md). Predictions are served from the release only (the public array ``w``); the centre is a
+secret array, never returned.
 
 Cadence: a release is due when ``cadence`` (K) removal steps are pending (a batch of m deletions is one step, as in
 :meth:`lethe.release.ReleasedLogisticRegression.remove`), OR — with ``cadence_seconds`` (T) — when T seconds have
@@ -53,7 +54,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lethe.curator.adapters import MechanismAdapter, register_adapter
+from lethe.curator.adapters import MechanismAdapter
 from lethe.curator.artifacts import Artifact, ArtifactError, check_released_logistic
 from lethe.curator.public import OBSERVER_RELEASES
 
@@ -78,7 +79,6 @@ SCHEDULE_REVEALS: dict[str, str] = {
 }
 
 
-@register_adapter
 class ReleasedLogisticAdapter(MechanismAdapter):
     """Binary logistic regression published only through releases (:class:`lethe.release.ReleasedLogisticRegression`).
 

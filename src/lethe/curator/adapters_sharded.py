@@ -1,12 +1,13 @@
 """Curator adapter ``sharded``: exact unlearning by sharding (SISA) for scikit-learn classifiers (:mod:`lethe.sharded`).
 
-Registered by importing this module (``lethe.curator`` does). A model is a :class:`lethe.sharded.ShardedClassifier`
-over one estimator from a small allow-list (:data:`ESTIMATORS`), partitioned by a keyed hash of the dataset's record
-keys: the curator's keyed digests of the keys (the records table holds those, never a plain key), handed to
-:meth:`ShardedAdapter.train` by the trainer (``uses_record_keys``). A batch of deletions retrains only the shards that
-held the records; the certificate is exact (ε = 0, δ = 0): the new version equals, prediction for prediction, the model
-trained from scratch on the remaining records with the same hash key and seeds (``docs/sharded.md``, the claim and its
-proof; ``tests/curator/test_sharded_service.py`` checks it through the service).
+Listed in the registry of families (:mod:`lethe.families`), which imports it when the mechanism is used. A model is
+a :class:`lethe.sharded.ShardedClassifier` over one estimator from a small allow-list (:data:`ESTIMATORS`),
+partitioned by a keyed hash of the dataset's record keys: the curator's keyed digests of the keys (the records table
+holds those, never a plain key), handed to :meth:`ShardedAdapter.train` by the trainer (``uses_record_keys``). A
+batch of deletions retrains only the shards that held the records; the certificate is exact (ε = 0, δ = 0): the new
+version equals, prediction for prediction, the model trained from scratch on the remaining records with the same
+hash key and seeds (``docs/sharded.md``, the claim and its proof; ``tests/curator/test_sharded_service.py`` checks
+it through the service).
 
 What is kept, and where. The artifact holds the fitted shards and checkpoints (skops bytes, packed in one array),
 the SECRET hash key of the partition, the record keys (digests) of the records it is trained on, their shards, the
@@ -32,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lethe.curator.adapters import MechanismAdapter, register_adapter
+from lethe.curator.adapters import MechanismAdapter
 from lethe.curator.artifacts import Artifact, ArtifactError
 
 __all__ = ["ESTIMATORS", "ShardedAdapter"]
@@ -67,7 +68,6 @@ def _data_digest(X: np.ndarray, y: np.ndarray) -> str:
     return h.hexdigest()
 
 
-@register_adapter
 class ShardedAdapter(MechanismAdapter):
     """Exact sharded unlearning (SISA; Bourtoule et al. 2021) through :class:`lethe.sharded.ShardedClassifier`.
 

@@ -220,6 +220,8 @@ class BatchProcessor:
                 oldest = as_utc(first)
                 waited = (now - oldest).total_seconds() if oldest is not None else math.inf
                 size = min(self.settings.batch_size, self._batch_caps.get(ds_id, self.settings.batch_size))
+                if waited >= self.settings.publish_within / 2:  # the latency target first (Settings.publish_within)
+                    size = self.settings.batch_size
                 if force or count >= size or waited >= self.settings.max_delay:
                     # everything that arrived together goes in one batch (Eq. 6), up to the size the budget allows
                     return ds_id, list(s.scalars(select(DeletionRequest.id).where(
