@@ -255,8 +255,22 @@ def test_batch_size_adapts_to_the_budget(tmp_path: Path, data: Data) -> None:
         c.submit_deletion("people", k)
     nxt = c.process_pending(max_batches=1)
     assert len(nxt[0].request_ids) == cap
+    # the latency target (issue 37): once the oldest request waited half of publish_within, the cap gives way
+    hurried = Curator(tmp_path / "h", settings=Settings(batch_size=64, budget_share=0.02, publish_within=1e-9))
+    hurried.register_dataset("people", data.csv, key="user_id", label="label")
+    hurried.train("people", "clf", params={"lam": 1e-2, "sigma": 1.0}, random_state=0)
+    for k in data.keys[:40]:
+        hurried.submit_deletion("people", k)
+    hurried.process_pending(max_batches=1)
+    assert 1 <= hurried.batches.batch_cap(1) < 40  # the budget set the same cap
+    for k in data.keys[40:80]:
+        hurried.submit_deletion("people", k)
+    assert len(hurried.process_pending(max_batches=1)[0].request_ids) == 40  # every pending one, past the cap
+    hurried.close()
     with pytest.raises(ValueError, match="budget_share"):
         Settings(budget_share=0.0)
+    with pytest.raises(ValueError, match="publish_within"):
+        Settings(publish_within=0.0)
     with pytest.raises(InvalidInputError):
         c.train("people", "other", params={"negative_subsample": 1.0})
     c.close()

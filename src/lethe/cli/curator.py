@@ -49,6 +49,10 @@ def _processing() -> argparse.ArgumentParser:
     g.add_argument("--max-delay", type=float, default=float(os.environ.get("LETHE_MAX_DELAY", "0")),
                    help="seconds a request may wait for its batch to fill (default $LETHE_MAX_DELAY or 0)")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between looks at the queue")
+    g.add_argument("--publish-within", type=float, default=float(os.environ.get("LETHE_PUBLISH_WITHIN", "60")),
+                   help="latency target: seconds from a deletion's submission to its publication; once the oldest "
+                        "pending request has waited half of it, the batch takes every pending request (up to "
+                        "--batch-size) past the budget's cap (default $LETHE_PUBLISH_WITHIN or 60; inf: no target)")
     return p
 
 
@@ -63,7 +67,8 @@ def _curator(args: argparse.Namespace) -> Curator:
     settings = Settings(batch_size=getattr(args, "batch_size", 256), max_delay=getattr(args, "max_delay", 0.0),
                         poll_interval=getattr(args, "poll_interval", 0.5),
                         max_attempts=getattr(args, "max_attempts", None) or defaults.max_attempts,
-                        budget_share=getattr(args, "budget_share", None) or defaults.budget_share)
+                        budget_share=getattr(args, "budget_share", None) or defaults.budget_share,
+                        publish_within=getattr(args, "publish_within", defaults.publish_within))
     return Curator(args.data_dir, database_url=args.database_url, settings=settings)
 
 

@@ -225,7 +225,8 @@ class WorkerProcess:
         return [sys.executable, "-m", "lethe.cli", "worker", "--data-dir", str(self.curator.data_dir),
                 "--batch-size", str(s.batch_size), "--max-delay", repr(float(s.max_delay)),
                 "--poll-interval", repr(float(s.poll_interval)), "--max-attempts", str(s.max_attempts),
-                "--budget-share", repr(float(s.budget_share)), "--parent-pid", str(os.getpid())]
+                "--budget-share", repr(float(s.budget_share)), "--publish-within", repr(float(s.publish_within)),
+                "--parent-pid", str(os.getpid())]
 
     def environment(self) -> dict[str, str]:
         from lethe.curator import dask_plane
