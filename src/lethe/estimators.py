@@ -484,6 +484,7 @@ class _CertifiedLinearBase(SerialisedModel, BaseEstimator):
         where none exists (:func:`lethe.io.save_model_file`; docs/estimators.md, "Model files").
         """
         self._check_params_unchanged("save")
+        resume(self)  # an interrupted call's rollback completed first: never a half-restored state in a file
         arrays: dict[str, np.ndarray] = {**data_arrays(self.X_), "Y": self.Y_, "active": self.active_}
         for k, st in enumerate(self.states_):
             arrays[f"w_{k}"], arrays[f"b_{k}"] = st.w, st.b

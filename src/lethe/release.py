@@ -506,6 +506,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         removals), which are also recorded beside the key (:mod:`lethe.model_keys`): :meth:`load` refuses an older
         file of the same stream, so a kept copy cannot restart the ledger from an earlier point on this machine."""
         check_is_fitted(self, "releases_")
+        resume(self)  # an interrupted call's rollback completed first: never a half-restored state in a file
         st = self._state
         arrays: dict[str, np.ndarray] = {"X": self._X, "Y": self._Y, "active": self._active, "w": st.w,
                                          "release_coefs": np.vstack([r.coef for r in self.releases_])}
