@@ -78,6 +78,8 @@ class MechanismAdapter(ABC):
     keeps_schedule: ClassVar[bool] = False
     #: a known seed would publish the noise (released models): the trainer refuses ``random_state``.
     refuses_seed: ClassVar[bool] = False
+    #: parameters a model of a dataset registered with a schema gets unless told otherwise (e.g. an intercept).
+    tabular_defaults: ClassVar[dict[str, Any]] = {}
     #: seconds since the epoch; :class:`Adapters` gives every adapter the curator's clock.
     clock: Callable[[], float] = staticmethod(time.time)
 
@@ -232,7 +234,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     ``fit_intercept`` and (logistic) ``normalize_rows`` — with the estimator's defaults (``bound="tight"``,
     ``calibration="analytic"``, ``solver="auto"``: ``anchor`` where a d × d matrix may be kept, else ``pcg``; the
     version's artifact records the concrete one), except that a model of a dataset registered with a schema gets
-    ``fit_intercept=True`` unless told otherwise (:data:`TABULAR_DEFAULTS`). Labels may be numbers or strings; with
+    ``fit_intercept=True`` unless told otherwise (``tabular_defaults``). Labels may be numbers or strings; with
     more than two values the model is one-vs-all.
 
     ``fit_intercept`` and ``normalize_rows`` are applied as the estimator applies them (rows normalised, then the
@@ -247,6 +249,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     name = "certified-removal"
     secret_arrays = ("b",)
     supports_warm = True
+    tabular_defaults: ClassVar[dict[str, Any]] = {"fit_intercept": True}
     _UNSUPPORTED = ("random_state", "negative_subsample")
 
     @staticmethod
@@ -649,8 +652,12 @@ class NoisyGDAdapter(MechanismAdapter):
 #: parameters do not say otherwise: an intercept (a table's classes are rarely balanced around the origin of the
 #: encoded rows). λ keeps the estimator's default; choose it with ``lethe.plan_lambda`` on public data (Adult:
 #: λ = 3·10⁻⁵, see docs/tabular.md).
-TABULAR_DEFAULTS: dict[str, dict[str, Any]] = {"certified-removal": {"fit_intercept": True}}
+def tabular_defaults(mechanism: str) -> dict[str, Any]:
+    """The parameters a model of mechanism ``mechanism`` gets on a schema dataset unless told otherwise (its adapter's
+    declared ``tabular_defaults``; none for an unknown mechanism, which training refuses anyway)."""
+    cls = _ADAPTERS.get(mechanism) or _family_adapters().get(mechanism)
+    return dict(cls.tabular_defaults) if cls is not None else {}
 
 
-__all__ = ["TABULAR_DEFAULTS", "Adapters", "CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel",
+__all__ = ["Adapters", "CertifiedRemovalAdapter", "MechanismAdapter", "NoisyGDAdapter", "WarmModel", "tabular_defaults",
            "available_mechanisms", "get_adapter", "register_adapter"]

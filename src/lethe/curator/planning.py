@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lethe.curator import dask_plane
-from lethe.curator.adapters import TABULAR_DEFAULTS
+from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.audits import public_rows
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.errors import InvalidInputError
@@ -125,7 +125,7 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
         tabular = ds.feature_names.get("schema") is not None
         plane = s.get(DataPlane, ds.id)
         zarr = plane is not None and dask_plane.is_zarr(plane.features_path)
-        defaults = TABULAR_DEFAULTS.get("certified-removal", {}) if tabular else {}
+        defaults = dict(CertifiedRemovalAdapter.tabular_defaults) if tabular else {}  # the family this plans
         try:
             params = dask_plane.row_options(defaults, params) if zarr else {**defaults, **params}
         except ValueError as exc:

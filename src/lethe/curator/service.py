@@ -230,7 +230,7 @@ class Curator:
         ``heldout``: another registered dataset with the same features (a test file registered with the same
         schema); the result reports version 1's accuracy on it (``heldout``), and the console records and plots
         every later version's. A dataset registered with a schema gets the tabular defaults
-        (:data:`lethe.curator.adapters.TABULAR_DEFAULTS`: an intercept) where ``params`` do not say otherwise.
+        (the adapter's ``tabular_defaults``: an intercept for certified removal) where ``params`` do not say otherwise.
 
         ``serve_unreleased``: the operator's explicit opt-in to serve model-readers the predictions and weights of a
         model whose certificates cover ONE published version (every mechanism but ``released-logistic``): an

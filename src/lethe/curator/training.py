@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from lethe._rng import RandomState, check_random_state
 from lethe.curator import dask_plane, lifetime
-from lethe.curator.adapters import TABULAR_DEFAULTS, Adapters
+from lethe.curator.adapters import Adapters, tabular_defaults
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.datasets import DatasetCatalog
@@ -72,7 +72,7 @@ class ModelTrainer:
             plane = s.get(DataPlane, ds0.id)
             zarr = plane is not None and dask_plane.is_zarr(plane.features_path)
             learned = learned_from_rows(ds0)
-        defaults = TABULAR_DEFAULTS.get(mechanism, {}) if tabular else {}
+        defaults = tabular_defaults(mechanism) if tabular else {}
         if zarr:  # a read-only Zarr store: no option that rewrites rows (the tabular intercept is not applied)
             try:
                 params = dask_plane.row_options(defaults, params or {})
