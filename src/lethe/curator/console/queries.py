@@ -175,11 +175,14 @@ def status_counts(s: Session, requester: str | None = None) -> dict[str, int | N
         stmt = (select(DeletionRequest.status, func.count()).where(DeletionRequest.requester == requester)
                 .group_by(DeletionRequest.status))
         counts = dict(s.execute(stmt).all())
+        for stored, shown in SHOWN_STATUS.items():  # a follower ("waiting") is pending to everyone
+            counts[shown] = counts.get(shown, 0) + counts.pop(stored, 0)
         return {k: int(counts.get(k, 0)) for k in STATUSES}
     out: dict[str, int | None] = {"done": None}
     for st in ("pending", "failed"):
+        stored = [st, *(k for k, v in SHOWN_STATUS.items() if v == st)]
         out[st] = int(s.scalar(select(func.count()).select_from(DeletionRequest)
-                               .where(DeletionRequest.status == st)) or 0)
+                               .where(DeletionRequest.status.in_(stored))) or 0)
     return {k: out[k] for k in STATUSES}
 
 
