@@ -180,9 +180,9 @@ def status_counts(s: Session, requester: str | None = None) -> dict[str, int | N
         return {k: int(counts.get(k, 0)) for k in STATUSES}
     out: dict[str, int | None] = {"done": None}
     for st in ("pending", "failed"):
-        stored = [st, *(k for k, v in SHOWN_STATUS.items() if v == st)]
+        kept = [st, *(k for k, v in SHOWN_STATUS.items() if v == st)]
         out[st] = int(s.scalar(select(func.count()).select_from(DeletionRequest)
-                               .where(DeletionRequest.status.in_(stored))) or 0)
+                               .where(DeletionRequest.status.in_(kept))) or 0)
     return {k: out[k] for k in STATUSES}
 
 
