@@ -115,3 +115,21 @@ def test_drop_then_register_keeps_model_repair_path(curator: Curator, data: Data
     repair = next(f["repair"] for f in st["faults"] if "dataset" in f)
     assert "erased on request are not re-ingested" in repair
 
+
+
+def test_retraining_refuses_records_erased_on_request(curator: Curator) -> None:
+    """A record put back after its deletion (a store restored from an older copy of the records): retraining checks
+    the erasure log and refuses to train on it."""
+    from sqlalchemy import insert
+
+    from lethe.curator.errors import ConflictError
+    from lethe.curator.store import Dataset, Record
+
+    _erase(curator, ERASED[:1])
+    with curator.store.write() as s, s.begin():
+        ds = s.scalar(select(Dataset).where(Dataset.name == "people"))
+        assert ds is not None
+        s.execute(insert(Record), [{"id": 10_000, "dataset_id": ds.id, "features": b"", "label": 0.0,
+                                    "key": curator.directory.key_digest(ds.id, ERASED[0])}])
+    with pytest.raises(ConflictError, match="erased on request"):
+        curator.retrain("clf")

@@ -413,8 +413,11 @@ class BatchProcessor:
         # followers committed while the batch published (PostgreSQL: after its followers were selected) complete
         # now, with the same certificates (lethe.curator.followers)
         followers = self.retention.followers
-        followers._at("batch-published")
-        followers.settle_pairs((str(r.id), dataset_id, r.record_id) for r in reqs if r is not None)
+        followers.reached("batch-published")
+        try:
+            followers.settle_pairs((str(r.id), dataset_id, r.record_id) for r in reqs if r is not None)
+        except Exception as exc:  # noqa: BLE001 - the batch is published; recovery completes what is left
+            log.warning("settling follower requests failed (%s); recovery completes them", type(exc).__name__)
         self.budget_cap(dataset_id, len(request_ids), [item.certificate for item in new])
         log.info("batch %s: %d request(s) of dataset %s processed; new versions %s", batch_id, len(request_ids),
                  ds_name, versions)

@@ -235,7 +235,19 @@ class DatasetCatalog:
         return DataView(X, y, active), plane, np.arange(plane.n_rows, dtype=np.int64) + plane.row_base
 
     def current_data(self, s: Any, dataset_id: int, n_features: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(record ids, X, y) of the records present, ordered by id: the data every model of the dataset is for."""
+        """(record ids, X, y) of the records present, ordered by id: the data every model of the dataset is for.
+
+        Training and retraining read it: it is refused (:class:`ConflictError`) if a present record's key was
+        erased on request (its done request holds the same keyed digest) — a store put back from a copy older than
+        its requests — so no model is trained on a person who asked to be forgotten."""
+        erased = s.scalar(select(func.count()).select_from(Record).where(
+            Record.dataset_id == dataset_id, Record.key.in_(select(DeletionRequest.key_digest).where(
+                DeletionRequest.dataset_id == dataset_id, DeletionRequest.status == "done"))))
+        if erased:
+            raise ConflictError(f"{int(erased)} present record(s) of this dataset were erased on request (their "
+                                "requests are done): the store was put back from an older copy. Drop the dataset's "
+                                "models and the dataset, then register it again from its source (records erased on "
+                                "request are not re-ingested).")
         view, _plane, ids = self.data_view(s, dataset_id, n_features)
         if bool(np.all(view.active)):
             return ids, view.X, view.y

@@ -52,7 +52,8 @@ class Followers:
     store: Store
     hook: Callable[[str], None] | None = None
 
-    def _at(self, label: str) -> None:
+    def reached(self, label: str) -> None:
+        """A commit this check follows was made (``hook``, if set, sees it)."""
         if self.hook is not None:
             self.hook(label)
 

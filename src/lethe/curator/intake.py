@@ -350,7 +350,7 @@ class DeletionIntake:
         pairs = [f for f in follows if f is not None]
         if not pairs:
             return
-        self.followers._at("intake-committed")
+        self.followers.reached("intake-committed")
         try:
             self.followers.settle_pairs(pairs)
         except Exception as exc:  # noqa: BLE001 - the submission is committed; recovery settles what is left

@@ -66,10 +66,7 @@ def check(curator: Curator) -> Health:
     now = utcnow()
     settings = curator.settings
     with curator.store.read() as s:
-        counts = Q.status_counts(s)
-        waiting = int(s.scalar(select(func.count()).select_from(DeletionRequest)
-                               .where(DeletionRequest.status == "waiting")) or 0)
-        counts["pending"] = (counts["pending"] or 0) + waiting  # a follower is pending (lethe.curator.public)
+        counts = Q.status_counts(s)  # a follower ("waiting") counts as pending
         oldest = s.scalar(select(func.min(DeletionRequest.submitted_at))
                           .where(DeletionRequest.status.in_(("pending", "waiting"))))
         last = s.scalar(select(func.max(DeletionRequest.processed_at)).where(DeletionRequest.status == "done"))
