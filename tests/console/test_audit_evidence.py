@@ -334,3 +334,14 @@ def test_api_serves_the_signed_certificate_to_its_requester_only(cur: Curator, s
                       headers={"Authorization": f"Bearer {setup.bob}"}).status_code == 404
         assert cl.get(f"/v1/deletions/{pending['id']}/certificate.json",
                       headers={"Authorization": f"Bearer {setup.alice}"}).status_code == 404
+
+
+def test_ledger_check_page_against_a_published_head(cur: Curator, setup: Setup) -> None:
+    done_request(cur, setup.keys[20])
+    with client(cur) as cl:
+        head = cl.get("/v1/keys").json()["ledger_head"]["hash"]
+        sign_in(cl, setup.admin)
+        ok = cl.get("/console/ledger/verify", params={"head": head}).text
+        assert "The chain is intact" in ok and head in ok
+        bad = cl.get("/console/ledger/verify", params={"head": "ab" * 32}).text
+        assert "The chain is broken" in bad and "is not in the ledger" in bad

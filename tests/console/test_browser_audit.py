@@ -128,3 +128,21 @@ def test_download_verify_tamper_upload_and_print(browser: Any, live3: Live, tmp_
         assert _pdf_pages(doc.pdf(format="A4", print_background=True)) > _pdf_pages(pdf)
     finally:
         ctx.close()
+
+
+def test_audit_pages_fit_a_phone(browser: Any, live3: Live) -> None:
+    ctx = browser.new_context(viewport={"width": 375, "height": 800})
+    ctx.set_default_timeout(30_000)
+    try:
+        page = ctx.new_page()
+        page.goto(live3.url + "/console")
+        page.get_by_label("Token").fill(live3.setup.admin)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url("**/console/requests")
+        for path in ("/console/requests", "/console/exports", "/console/verify", "/console/ledger/verify"):
+            page.goto(live3.url + path)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 375, (path, width)
+        assert page.get_by_role("heading", name="The stored hash chain").is_visible()
+    finally:
+        ctx.close()

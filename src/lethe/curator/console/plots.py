@@ -134,14 +134,13 @@ def chart(uid: str, title: str, desc: str, xs: Sequence[int], ys: Sequence[float
 
 def legend(items: Sequence[tuple[str, str]]) -> str:
     """An HTML legend under a chart: ``(kind, text)`` with kind ``line`` (the series), ``retrain`` or ``remeasure``
-    (the marks); each key drawn as a small SVG sample of the same stroke (no style attribute: CSP)."""
+    (the marks); each key a short line drawn by the console's stylesheet in the same colour and dash (``.key-*``:
+    no style attribute, CSP)."""
+    if any(kind not in ("line", "retrain", "remeasure") for kind, _ in items):
+        raise ValueError(f"legend kinds must be line, retrain or remeasure. Found {[k for k, _ in items]}.")
     out = ['<ul class="chart-legend">']
     for kind, text in items:
-        colour, dash = {"line": (LINE, ""), "retrain": (RETRAIN, DASH["retrain"]),
-                        "remeasure": (REMEASURE, DASH["remeasure"])}[kind]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        out.append(f'<li class="legend-{kind}"><svg width="24" height="10" aria-hidden="true">'
-                   f'<line x1="0" x2="24" y1="5" y2="5" stroke="{colour}" stroke-width="2"{dash_attr}/></svg> '
+        out.append(f'<li class="legend-{kind}"><span class="key key-{kind}" aria-hidden="true"></span>'
                    f"{escape(text)}</li>")
     out.append("</ul>")
     return "".join(out)
