@@ -49,3 +49,11 @@ def check_random_state(random_state: RandomState | np.random.RandomState = None)
     raise TypeError(
         f"random_state must be None, an int, a SeedSequence or a numpy Generator. Found {type(random_state).__name__}."
     )
+
+
+def copy_generator(rng: np.random.Generator) -> np.random.Generator:
+    """An independent :class:`numpy.random.Generator` in ``rng``'s exact state: an operation that must leave the
+    model as it was on an exception draws from the copy and adopts it only when it commits."""
+    bit = type(rng.bit_generator)()
+    bit.state = rng.bit_generator.state
+    return np.random.Generator(bit)

@@ -133,14 +133,22 @@ class Family:
         return resolve(self.adapter) if self.adapter is not None else None
 
 
+_RESOLVED: dict[str, Any] = {}
+
+
 def resolve(path: str) -> Any:
-    """The object named by ``"package.module:Name"`` (``ValueError`` naming the path when it is malformed)."""
+    """The object named by ``"package.module:Name"`` (``ValueError`` naming the path when it is malformed),
+    imported once and then kept: the service resolves an adapter on every request."""
+    found = _RESOLVED.get(path)
+    if found is not None:
+        return found
     module, sep, attr = path.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"A dotted path must read 'package.module:Name'. Found {path!r}.")
     obj: Any = importlib.import_module(module)
     for part in attr.split("."):
         obj = getattr(obj, part)
+    _RESOLVED[path] = obj
     return obj
 
 
@@ -167,7 +175,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             retrained="Yes. The budget would have been exceeded, so the model was trained again from scratch on "
                       "the remaining records, with fresh secret noise.",
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
-        paper="Guo, Goldstein, Hannun, van der Maaten (2020), Certified Data Removal, Thm 3 and Alg. 2",
+        paper="Guo et al. (2020), Certified Data Removal, Thm 3 and Alg. 2",
         # the solver's diagnostics: timings and error terms summed in step_bound (shown), not guarantees
         withheld=frozenset({"carried_error", "error_allowance", "iterations", "mismatch_bound", "refreshed",
                             "remainder_bound", "seconds", "solve_error", "removed_indices"})),

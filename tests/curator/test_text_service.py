@@ -230,7 +230,7 @@ def test_cli_dataset_add_text_column_train_and_forget(tmp_path: Path, capsys: py
         return rc, out, err
 
     rc, out, _ = run("dataset", "add", "reviews", str(tmp_path / "reviews.csv"), "--key", "id", "--label",
-                     "sentiment", "--text-column", "review", "--embedder", "minilm", *dd)
+                     "sentiment", "--text-column", "review", "--embedder", "minilm", "--json", *dd)
     info = json.loads(out)
     assert rc == 0 and info["n_features"] == 384 and info["text"]["embedder"]["sha256"] == model_digest()
     rc, _, err = run("dataset", "add", "other", str(tmp_path / "reviews.csv"), "--key", "id", "--label",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -12,7 +13,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._locking import SerialisedModel, serialised
-from lethe._rng import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state, copy_generator
 from lethe._validation import store_init_args
 from lethe.estimators import keys_of, removal_rows
 from lethe.io import ModelFileError, open_model_file, save_model_file
@@ -132,14 +133,20 @@ class NoisyFineTuneClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
             raise ValueError(f"at least one row must remain. Found {n} rows and {idx.size} removals.")
         keep = torch.from_numpy(np.setdiff1d(np.arange(n), current))
         Xr, yr = self.X_[keep], self.y_[keep]
-        cert = unlearn(self.model_, Xr, yr, schedule=self.schedule_, batch_size=self.batch_size,
+        # the run trains a copy of the module from a copy of the noise stream; both are adopted with the rest in
+        # one statement, so an exception anywhere (KeyboardInterrupt included) leaves the model as it was or done
+        model, rng = copy.deepcopy(self.model_), copy_generator(self.rng_)
+        cert = unlearn(model, Xr, yr, schedule=self.schedule_, batch_size=self.batch_size,
                        clipping=self.clipping, post_steps=self.post_steps, post_lr=self.post_lr,
-                       post_radius=self.post_radius, n_removed=int(idx.size), random_state=self.rng_)
-        self.X_, self.y_ = Xr, yr
-        self.active_[idx] = False
+                       post_radius=self.post_radius, n_removed=int(idx.size), random_state=rng)
+        active = self.active_.copy()
+        active[idx] = False
+        keys = None
         if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
-            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
-        self.certificates_.append(cert)
+            keys = self.keys_.copy()
+            keys[idx] = "" if keys.dtype.kind == "U" else 0
+        self.__dict__.update(model_=model, rng_=rng, X_=Xr, y_=yr, active_=active, keys_=keys,
+                             certificates_=[*self.certificates_, cert])
         return cert
 
     def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> NNUnlearningCertificate:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe._rng import RandomState, check_random_state
+from lethe._rng import RandomState, check_random_state, copy_generator
 from lethe._validation import check_positive
 from lethe.exceptions import NotFittedError
 from lethe.io import JsonRecord, ModelFileError, open_model_file, save_model_file
@@ -510,6 +510,7 @@ class NoisyGDCurator:
         c = self.config
         p_used = c.p if p is None else int(p)
         saved = self._rng.bit_generator.state
+        step0 = self._step
         try:
             res = noisy_gd(
                 self._grad(new_db), theta, c.k_unlearn, eta=c.eta, sigma2=c.sigma2, lam=c.lam, n_records=new_db.n,
@@ -525,15 +526,26 @@ class NoisyGDCurator:
                 gradient_evaluations=res.gradient_evaluations, n=new_db.n, r=request.r,
                 assumptions=self._assumptions(),
             )
+            # Commit, in one statement (an interrupt lands before or after it, never inside): the old database and
+            # model are dropped; nothing derived from replaced records is kept. ε_dp counts every step run.
+            self.__dict__.update(_database=new_db, _theta=res.theta, _step=step0 + 1,
+                                 _total_steps=self._total_steps + res.n_steps,
+                                 _certificates=[*self._certificates, cert])
         except BaseException:
-            self._rng.bit_generator.state = saved
+            if self._step == step0:  # not committed: the noise drawn is returned to the generator
+                self._rng.bit_generator.state = saved
             raise
-        # Commit: the old database and model are dropped; nothing derived from replaced records is kept.
-        self._database, self._theta = new_db, res.theta
-        self._step += 1
-        self._total_steps += res.n_steps
-        self._certificates.append(cert)
         return cert
+
+    def unlearned(self, request: EditRequest, *, p: int | None = None) -> tuple[NoisyGDCurator, NoisyGDCertificate]:
+        """:meth:`unlearn` on a copy of this curator: (the curator after the edit, its certificate). This curator is
+        left unchanged, so a caller that keeps state beside it (the estimators' row mask and keys) adopts both in
+        one step, and an exception anywhere leaves both as they were."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(_rng=copy_generator(self._rng), _certificates=list(self._certificates))
+        cert = new.unlearn(request, p=p)
+        return new, cert
 
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, np.ndarray]:

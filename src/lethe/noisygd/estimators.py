@@ -26,7 +26,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._locking import SerialisedModel, serialised
-from lethe._rng import check_random_state
+from lethe._rng import check_random_state, copy_generator
 from lethe._validation import store_init_args
 from lethe.estimators import keys_of, removal_rows
 from lethe.io import ModelFileError, open_model_file, save_model_file
@@ -188,7 +188,11 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         return self.__dict__.get("_certificate")
 
     def _sync(self) -> None:
-        pass
+        self.__dict__.update(self._derived(self.curator_.theta))
+
+    def _derived(self, theta: np.ndarray) -> dict[str, Any]:
+        """Attributes computed from the published θ (none here; ``coef_``/``intercept_`` for the linear model)."""
+        return {}
 
     def _theta(self) -> np.ndarray:
         check_is_fitted(self, "curator_")
@@ -232,14 +236,8 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
             raise ValueError(f"y_new must be 1-D with {X_new.shape[0]} labels. Found shape {y_arr.shape}.")
         idx = list(np.asarray(indices).ravel())
         request = EditRequest.from_arrays(idx, self._augment(X_new), self._encode(y_arr))
-        cert = self.curator_.unlearn(request, p=self.adaptivity)
-        self._certificate = cert
-        rows = np.asarray(idx, dtype=np.int64)
-        self.active_[rows] = True  # a new record holds the position (removable by index, it has no key)
-        if self.keys_ is not None:  # the replaced records' keys must not name the new ones
-            self.keys_[rows] = "" if self.keys_.dtype.kind == "U" else 0
-        self._sync()
-        return cert
+        # a new record holds the position (removable by index, it has no key); the replaced keys must not name it
+        return self._adopt(request, np.asarray(idx, dtype=np.int64), active=True)
 
     @serialised
     def remove(self, indices: Any = None, *, keys: Any = None) -> NoisyGDCertificate:
@@ -250,12 +248,22 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "curator_")
         idx = removal_rows(indices, keys, active=self.active_, record_keys=self.keys_, owner=self)
         request = EditRequest.deletion(idx.tolist(), self.curator_.database.n_features)
-        cert = self.curator_.unlearn(request, p=self.adaptivity)
-        self._certificate = cert
-        self.active_[idx] = False
-        if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
-            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
-        self._sync()
+        return self._adopt(request, idx, active=False)  # a removed record's key must not stay in the model or file
+
+    def _adopt(self, request: EditRequest, rows: np.ndarray, *, active: bool) -> NoisyGDCertificate:
+        """Ā on a copy of the curator (:meth:`NoisyGDCurator.unlearned`), then the new curator, certificate, row mask,
+        keys and published weights adopted in one statement: an exception anywhere (``KeyboardInterrupt``
+        included) leaves the model as it was, or with the edit done in full — never a curator that ran Ā beside a
+        mask or step count that did not follow (tests/conformance/test_exceptions_families.py)."""
+        new_active = self.active_.copy()
+        new_active[rows] = active
+        new_keys = None
+        if self.keys_ is not None:
+            new_keys = self.keys_.copy()
+            new_keys[rows] = "" if new_keys.dtype.kind == "U" else 0
+        curator, cert = self.curator_.unlearned(request, p=self.adaptivity)
+        derived = self._derived(curator.theta)
+        self.__dict__.update(curator_=curator, _certificate=cert, active_=new_active, keys_=new_keys, **derived)
         return cert
 
     def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> NoisyGDCertificate:
@@ -409,13 +417,11 @@ class NoisyGDLogisticRegression(_NoisyGDClassifierBase):
         )
         return CuratorConfig.from_convex_schedule(self.schedule_, p=self.adaptivity, row_bound=R)
 
-    def _sync(self) -> None:
-        theta = self.curator_.theta
+    def _derived(self, theta: np.ndarray) -> dict[str, Any]:
         W = theta[:, None] if len(self.classes_) == 2 else theta.reshape(-1, len(self.classes_))
         if self.fit_intercept:
-            self.coef_, self.intercept_ = W[:-1].T.copy(), W[-1].copy()
-        else:
-            self.coef_, self.intercept_ = W.T.copy(), np.zeros(W.shape[1])
+            return {"coef_": W[:-1].T.copy(), "intercept_": W[-1].copy()}
+        return {"coef_": W.T.copy(), "intercept_": np.zeros(W.shape[1])}
 
 
 class NoisyGDMLPClassifier(_NoisyGDClassifierBase):
@@ -804,16 +810,19 @@ class PNSGDLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator):
         cert = self._certificate_for(len(removed), removed, self._phase_steps, n)
         X2, y2 = self._X.copy(), self._y.copy()
         X2[idx], y2[idx] = 0.0, 0.0
+        rng = copy_generator(self._rng)  # adopted with the rest: an exception leaves the noise stream as it was
         theta = pnsgd_logistic(X2, y2, self.theta_, epochs=cert.epochs, eta=self.plan_.eta, lam=self.lam,
                                sigma=self._noise, batch_size=self.batch_size, radius=self._radius,
-                               random_state=self._rng)
-        self._X, self._y, self.theta_ = X2, y2, theta
-        self._gone[idx] = True
+                               random_state=rng)
+        gone = self._gone.copy()
+        gone[idx] = True
+        keys = None
         if self.keys_ is not None:  # a removed record's key must not stay in the model or its file
-            self.keys_[idx] = "" if self.keys_.dtype.kind == "U" else 0
-        self._removed.append(int(idx.size))
-        self._phase_steps.append(cert.steps)
-        self._certificate = cert
+            keys = self.keys_.copy()
+            keys[idx] = "" if keys.dtype.kind == "U" else 0
+        # one statement: an interrupt leaves the model as it was or with the removal done in full
+        self.__dict__.update(_X=X2, _y=y2, theta_=theta, _gone=gone, keys_=keys, _removed=removed, _rng=rng,
+                             _phase_steps=[*self._phase_steps, cert.steps], _certificate=cert)
         return cert
 
     def add(self, X: Any, y: Any, *args: Any, **kwargs: Any) -> PNSGDCertificate:
