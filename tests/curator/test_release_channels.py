@@ -209,6 +209,9 @@ def test_after_the_horizon_the_release_is_withdrawn(tmp_path: Path, data: Data, 
         assert not status["healthy"]
         assert [f["fault"] for f in status["faults"]] == ["withdrawn"]
         assert status["faults"][0]["repair"] == "lethe model retrain m"
+        from lethe.curator.console import health  # the console's health page shows it too, with its remedy (issue 38)
+        (fault,) = [f for f in health.check(c).faults if "withdrawn" in f.title]
+        assert "lethe model retrain m" in fault.action
         (cert,) = c.request_certificates(second["id"], principal=alice)
         assert cert["certificate"]["published"] is False and cert["certificate"]["withdrawn"] is True
         with c.store.read() as s:

@@ -105,6 +105,10 @@ def check(curator: Curator) -> Health:
         h.faults.append(Fault(f"Dataset “{f['dataset']}”: its files are missing or damaged ({f['error']})",
                               "Training and every deletion for this dataset will fail; its records cannot be read.",
                               f"Repair: {f['repair']}."))
+    for f in curator.serving.withdrawn_faults():  # a released model past its horizon (issue 36, 38)
+        h.faults.append(Fault(f"Model “{f['model']}” version {f['version']}: {f['error']}",
+                              "Model-readers are refused this model; deletions go on, but none of them is published.",
+                              f"Repair: {f['repair']} (a new stream, counted in the dataset's lifetime budget)."))
     for f in curator.retention.verify_requests():
         h.faults.append(Fault(f"{f['requests']:,} request(s) cannot reach an end on their own", f["error"] + ".",
                               f"Repair: {f['repair']}."))
