@@ -255,13 +255,13 @@ class _NoisyGDClassifierBase(SerialisedModel, ClassifierMixin, BaseEstimator):
         keys and published weights adopted in one statement: an exception anywhere (``KeyboardInterrupt``
         included) leaves the model as it was, or with the edit done in full — never a curator that ran Ā beside a
         mask or step count that did not follow (tests/conformance/test_exceptions_families.py)."""
+        curator, cert = self.curator_.unlearned(request, p=self.adaptivity)  # validates the request first
         new_active = self.active_.copy()
         new_active[rows] = active
         new_keys = None
         if self.keys_ is not None:
             new_keys = self.keys_.copy()
             new_keys[rows] = "" if new_keys.dtype.kind == "U" else 0
-        curator, cert = self.curator_.unlearned(request, p=self.adaptivity)
         derived = self._derived(curator.theta)
         self.__dict__.update(curator_=curator, _certificate=cert, active_=new_active, keys_=new_keys, **derived)
         return cert
