@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -81,3 +83,23 @@ def live(setup: Setup) -> Iterator[Live]:
         yield Live(url, setup)
     finally:
         stop_server(proc)
+
+
+# -- headless Chromium (Debian's package, driven by Playwright): the browser tests' one browser per module ----------
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NO_CHROMIUM = ("no Chromium on this machine: Debian's `chromium` package could not be installed (.ci/run installs it "
+               "with apt-get)")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()

@@ -8,7 +8,6 @@ Skipped only when no Chromium executable exists on this machine (as ``test_brows
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,25 +18,9 @@ import pytest
 from lethe.curator import Curator
 
 from .._server import lethe_cmd, start_server, stop_server, subprocess_env
-from .conftest import PARAMS, Live, build
+from .conftest import CHROMIUM, NO_CHROMIUM, PARAMS, Live, build
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on this machine: Debian's `chromium` package "
-                                                         "could not be installed (.ci/run installs it with apt-get)")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
 @pytest.fixture
