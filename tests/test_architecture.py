@@ -71,7 +71,7 @@ LAYERS: dict[str, int] = {
     "lethe.retrain": FRONT_ENDS,  # RetrainingClassifier: exact unlearning by refitting (issue 37)
     "lethe.release": FRONT_ENDS,  # ReleasedLogisticRegression: private releases of every version (issue 26)
     "lethe.sharded": FRONT_ENDS,  # exact sharded unlearning (SISA) over any scikit-learn estimator or torch module
-    "lethe.sharded_torch": FRONT_ENDS,  # its torch member (TorchShardClassifier), re-exported by lethe.sharded
+    "lethe.sharded_torch": FRONT_ENDS,  # deprecated shim of lethe.sharded.torch (issue 34); removed next release
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,
