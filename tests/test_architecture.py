@@ -62,6 +62,8 @@ LAYERS: dict[str, int] = {
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,
+    "lethe.noisygd.pnsgd": FRONT_ENDS,  # PNSGDLogisticRegression (Chien et al. 2024), split from estimators (issue 34)
+    "lethe.noisygd.estimator_io": FRONT_ENDS,  # the Noisy-GD estimators' inputs and model files (issue 34)
     "lethe.nn.estimators": FRONT_ENDS,
     "lethe.curator": FRONT_ENDS,
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)

@@ -27,6 +27,10 @@ REEXPORTED = [
     ("lethe.sharded", "SKOPS_TRUSTED", "lethe.sharded.storage"),
     ("lethe.sharded", "skops_io", "lethe.sharded.storage"),
     ("lethe.sharded", "ConstantShard", "lethe.sharded.base"),
+    ("lethe.noisygd.estimators", "PNSGDLogisticRegression", "lethe.noisygd.pnsgd"),
+    ("lethe.noisygd.estimators", "PNSGDCertificate", "lethe.noisygd.pnsgd"),
+    ("lethe.noisygd", "PNSGDLogisticRegression", "lethe.noisygd.pnsgd"),
+    ("lethe.noisygd", "PNSGDCertificate", "lethe.noisygd.pnsgd"),
 ]
 
 # a module path that no longer exists as a module of its own -> (its names, where they live now)
