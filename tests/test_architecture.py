@@ -54,6 +54,8 @@ LAYERS: dict[str, int] = {
     "lethe.privacy.mechanisms": MECHANISMS,
     "lethe.privacy.accountant": MECHANISMS,
     "lethe.noisygd.edit_stream": MECHANISMS,
+    "lethe.noisygd.config": MECHANISMS,  # the curator's CuratorConfig, split from edit_stream (issue 34)
+    "lethe.noisygd.requesters": MECHANISMS,  # Alg. 1's requesters, split from edit_stream (issue 34)
     "lethe.features": MECHANISMS,  # feature extractors (a DP-SGD network, a public sentence encoder)
     "lethe.nn": MECHANISMS,  # noisy clipped fine-tuning of torch modules (models, unlearning)
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch

@@ -31,6 +31,11 @@ REEXPORTED = [
     ("lethe.noisygd.estimators", "PNSGDCertificate", "lethe.noisygd.pnsgd"),
     ("lethe.noisygd", "PNSGDLogisticRegression", "lethe.noisygd.pnsgd"),
     ("lethe.noisygd", "PNSGDCertificate", "lethe.noisygd.pnsgd"),
+    ("lethe.noisygd.edit_stream", "CuratorConfig", "lethe.noisygd.config"),
+    ("lethe.noisygd.edit_stream", "NonAdaptiveRequester", "lethe.noisygd.requesters"),
+    ("lethe.noisygd.edit_stream", "AdaptiveRequester", "lethe.noisygd.requesters"),
+    ("lethe.noisygd", "CuratorConfig", "lethe.noisygd.config"),
+    ("lethe.noisygd", "NonAdaptiveRequester", "lethe.noisygd.requesters"),
 ]
 
 # a module path that no longer exists as a module of its own -> (its names, where they live now)
