@@ -40,7 +40,8 @@ def families() -> dict[str, Any]:
 
     from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
     from lethe.nn.estimators import NoisyFineTuneClassifier
-    from lethe.noisygd.estimators import NoisyGDLogisticRegression, PNSGDLogisticRegression
+    from lethe.noisygd.estimators import NoisyGDLogisticRegression
+    from lethe.noisygd.pnsgd import PNSGDLogisticRegression
     from lethe.release import ReleasedLogisticRegression
     from lethe.sharded import ShardedClassifier
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from lethe.curator import Curator  # noqa: E402
 from lethe.curator.console import queries as Q  # noqa: E402
-from lethe.curator.store import migrate_3_to_4  # noqa: E402
+from lethe.curator.migrations.steps import migrate_3_to_4  # noqa: E402
 
 
 def generate(data_dir: Path, n: int, seed: int = 0) -> tuple[Curator, dict[str, str]]:

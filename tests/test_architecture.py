@@ -54,6 +54,8 @@ LAYERS: dict[str, int] = {
     "lethe.privacy.mechanisms": MECHANISMS,
     "lethe.privacy.accountant": MECHANISMS,
     "lethe.noisygd.edit_stream": MECHANISMS,
+    "lethe.noisygd.config": MECHANISMS,  # the curator's CuratorConfig, split from edit_stream (issue 34)
+    "lethe.noisygd.requesters": MECHANISMS,  # Alg. 1's requesters, split from edit_stream (issue 34)
     "lethe.features": MECHANISMS,  # feature extractors (a DP-SGD network, a public sentence encoder)
     "lethe.nn": MECHANISMS,  # noisy clipped fine-tuning of torch modules (models, unlearning)
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
@@ -62,6 +64,8 @@ LAYERS: dict[str, int] = {
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,
+    "lethe.noisygd.pnsgd": FRONT_ENDS,  # PNSGDLogisticRegression (Chien et al. 2024), split from estimators (issue 34)
+    "lethe.noisygd.estimator_io": FRONT_ENDS,  # the Noisy-GD estimators' inputs and model files (issue 34)
     "lethe.nn.estimators": FRONT_ENDS,
     "lethe.curator": FRONT_ENDS,
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
@@ -71,7 +75,7 @@ LAYERS: dict[str, int] = {
     "lethe.retrain": FRONT_ENDS,  # RetrainingClassifier: exact unlearning by refitting (issue 37)
     "lethe.release": FRONT_ENDS,  # ReleasedLogisticRegression: private releases of every version (issue 26)
     "lethe.sharded": FRONT_ENDS,  # exact sharded unlearning (SISA) over any scikit-learn estimator or torch module
-    "lethe.sharded_torch": FRONT_ENDS,  # its torch member (TorchShardClassifier), re-exported by lethe.sharded
+    "lethe.sharded_torch": FRONT_ENDS,  # deprecated shim of lethe.sharded.torch (issue 34); removed next release
     # applications: the papers' experiments and the command line
     "lethe.experiments": APPLICATIONS,
     "lethe.cli": APPLICATIONS,

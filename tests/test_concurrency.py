@@ -265,7 +265,7 @@ def test_concurrent_noisy_gd_removals_form_one_history():
 
 
 def test_concurrent_pnsgd_removals_form_one_history():
-    from lethe.noisygd.estimators import PNSGDLogisticRegression
+    from lethe.noisygd.pnsgd import PNSGDLogisticRegression
 
     X, y = _unit_rows(300, 4, seed=11)
     clf = PNSGDLogisticRegression(batch_size=32, learn_epochs=3, random_state=0).fit(X, y)
@@ -317,7 +317,8 @@ def test_output_perturbation_predictions_never_mix_two_fits():
 
 # -- no copies of a secret ------------------------------------------------------------------------------------------
 def _secret_models() -> list[tuple[Any, np.ndarray, np.ndarray]]:
-    from lethe.noisygd.estimators import NoisyGDLogisticRegression, PNSGDLogisticRegression
+    from lethe.noisygd.estimators import NoisyGDLogisticRegression
+    from lethe.noisygd.pnsgd import PNSGDLogisticRegression
 
     X, y = _unit_rows(200, 4, seed=14)
     X3, y3 = _unit_rows(200, 4, seed=14, classes=3)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lethe.release as release_mod
+import lethe.release.estimator as release_mod
 from lethe.privacy.mechanisms import OSRandomSource
 from lethe.release import SEEDED_GUARANTEE, ReleasedLogisticRegression
 

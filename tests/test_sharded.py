@@ -481,7 +481,7 @@ def _shift_direct(rows: np.ndarray, shifts: np.ndarray, chw: tuple[int, int, int
 def test_shift_images_equals_a_pixel_by_pixel_translation():
     import torch
 
-    from lethe.sharded_torch import shift_images
+    from lethe.sharded.torch import shift_images
 
     rng = np.random.default_rng(5)
     for _ in range(60):

@@ -220,7 +220,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
         estimators=("lethe.noisygd.estimators:NoisyGDLogisticRegression",
                     "lethe.noisygd.estimators:NoisyGDMLPClassifier",
                     "lethe.noisygd.estimators:NoisyGDBoundedMLPClassifier",
-                    "lethe.noisygd.estimators:PNSGDLogisticRegression"),
+                    "lethe.noisygd.pnsgd:PNSGDLogisticRegression"),
         adapter="lethe.curator.adapters:NoisyGDAdapter",
         capabilities=frozenset(),
         words=FamilyWords(

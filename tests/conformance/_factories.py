@@ -80,7 +80,7 @@ def _noisygd_bounded() -> Any:
 
 
 def _pnsgd() -> Any:
-    from lethe.noisygd.estimators import PNSGDLogisticRegression
+    from lethe.noisygd.pnsgd import PNSGDLogisticRegression
     return PNSGDLogisticRegression(batch_size=32, learn_epochs=2, random_state=0)
 
 
@@ -99,7 +99,7 @@ FACTORIES: dict[str, tuple[Any, Any]] = {
     "lethe.noisygd.estimators:NoisyGDLogisticRegression": (_noisygd_logistic, binary),
     "lethe.noisygd.estimators:NoisyGDMLPClassifier": (_noisygd_mlp, binary),
     "lethe.noisygd.estimators:NoisyGDBoundedMLPClassifier": (_noisygd_bounded, binary),
-    "lethe.noisygd.estimators:PNSGDLogisticRegression": (_pnsgd, binary),
+    "lethe.noisygd.pnsgd:PNSGDLogisticRegression": (_pnsgd, binary),
     "lethe.nn.estimators:NoisyFineTuneClassifier": (_finetune, three),
 }
 

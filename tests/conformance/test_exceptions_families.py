@@ -26,7 +26,7 @@ SRC = str(Path(lethe.__file__).parent)
 # noisy fine-tuning (lethe.nn) now trains a copy of its module and noise stream and adopts them in one statement,
 # but a retry after some injected faults still fails inside torch's autograd (not yet understood): it is not listed
 # here until it passes
-PATHS = ["lethe.noisygd.estimators:NoisyGDLogisticRegression", "lethe.noisygd.estimators:PNSGDLogisticRegression"]
+PATHS = ["lethe.noisygd.estimators:NoisyGDLogisticRegression", "lethe.noisygd.pnsgd:PNSGDLogisticRegression"]
 EXTRA = 40  # injections beyond one per distinct (file, line), spread over the call
 
 

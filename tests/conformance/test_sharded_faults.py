@@ -185,5 +185,5 @@ def test_the_tracer_reaches_the_commit_and_the_retraining():
     model = ShardedClassifier(FAST, n_shards=3, key=KEY, random_state=0).fit(X, y, sample_ids=ids)
     _, lines = _run(lambda: model.remove(indices=[7]), None)
     functions = {(Path(f).name, fn) for f, fn, _ in lines}
-    assert {("sharded.py", "remove"), ("sharded.py", "_train_shard"), ("sharded.py", "_commit_erasing"),
+    assert {("base.py", "remove"), ("base.py", "_train_shard"), ("base.py", "_commit_erasing"),
             ("estimator_data.py", "removal_rows"), ("rows.py", "check_indices")} <= functions

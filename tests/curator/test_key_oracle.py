@@ -119,7 +119,8 @@ def test_no_refusal_echoes_a_key(curator: Curator, api: Any) -> None:
 
 
 SOURCES = [*(Path(__file__).parents[2] / "src/lethe/curator").rglob("*.py"),
-           Path(__file__).parents[2] / "src/lethe/cli/curator.py"]
+           *(Path(__file__).parents[2] / "src/lethe/cli" / name for name in ("curator.py", "curator_common.py",
+                                                                             "evidence.py"))]
 KEY_NAMES = {"key", "keys"}  # the names a record's key goes by on the request path
 COLUMN_NAMES = {"tables.py", "datasets.py"}  # there `key` names the key column of a file, not a record's key
 

@@ -17,8 +17,9 @@ import pytest
 
 from lethe.io import KEY_ENV, TAG_KEY, ModelFileError
 from lethe.noisygd.edit_stream import CuratorConfig, Database, EditRequest, NoisyGDCurator
-from lethe.noisygd.estimators import NoisyGDLogisticRegression, PNSGDLogisticRegression
+from lethe.noisygd.estimators import NoisyGDLogisticRegression
 from lethe.noisygd.models import LogisticModel
+from lethe.noisygd.pnsgd import PNSGDLogisticRegression
 from lethe.noisygd.schedule import convex_schedule
 
 from .._files import KEY, edit_model_file, no_key_in_environment, read_model_file, set_in  # noqa: F401 (autouse fixture)

@@ -6,7 +6,9 @@
 * mechanism — :mod:`~lethe.noisygd.edit_stream` (the stream of edit requests of Algorithm 1: edit requests Def. 2.4,
   the paper's data curator Def. 5.1, requesters). Not to be confused with :mod:`lethe.curator`, the deletion
   *service* (store, worker, HTTP API) that runs this curator through its ``noisy-gd`` adapter;
-* front end — :mod:`~lethe.noisygd.estimators` (scikit-learn classifiers with ``edit`` / ``remove``).
+* front end — :mod:`~lethe.noisygd.estimators` (scikit-learn classifiers with ``edit`` / ``remove``),
+  :mod:`~lethe.noisygd.pnsgd` (projected noisy SGD, Chien et al. 2024), :mod:`~lethe.noisygd.estimator_io` (their
+  inputs and model files).
 
 Derivations and the paper's inconsistencies (and which reading is used) are in ``docs/noisygd.md``.
 """
@@ -30,8 +32,6 @@ from lethe.noisygd.estimators import (
     NoisyGDBoundedMLPClassifier,
     NoisyGDLogisticRegression,
     NoisyGDMLPClassifier,
-    PNSGDCertificate,
-    PNSGDLogisticRegression,
 )
 from lethe.noisygd.guarantees import (
     adaptive_deletion_epsilon,
@@ -42,6 +42,7 @@ from lethe.noisygd.guarantees import (
     noisy_gd_rdp_convex,
 )
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel
+from lethe.noisygd.pnsgd import PNSGDCertificate, PNSGDLogisticRegression
 from lethe.noisygd.schedule import (
     ConvexSchedule,
     NonConvexSchedule,

@@ -16,13 +16,14 @@ Use this module to study or embed Alg. 1; use :mod:`lethe.curator` to serve dele
   from a replaced record survives an edit (§3–4). :meth:`NoisyGDCurator.state_arrays` lists every array the
   state holds, so this can be checked.
 * :class:`NonAdaptiveRequester`, :class:`AdaptiveRequester` and :func:`interact` — Def. 2.5 and the loop of
-  Algorithm 1.
+  Algorithm 1 (the requesters are defined in :mod:`lethe.noisygd.requesters` and re-exported here).
+* :class:`CuratorConfig` — the curator's hyperparameters, defined in :mod:`lethe.noisygd.config` and re-exported here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,12 @@ from typing import Any
 import numpy as np
 
 from lethe._rng import RandomState, check_random_state, copy_generator
-from lethe._validation import check_positive
 from lethe.exceptions import NotFittedError
-from lethe.io import JsonRecord, ModelFileError, open_model_file, save_model_file
+from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.model_origin import reports_model_origin, set_origin
 from lethe.noisygd.algorithm import noisy_gd
 from lethe.noisygd.certificate import NoisyGDCertificate
+from lethe.noisygd.config import CuratorConfig
 from lethe.noisygd.database import Database, EditRequest, EditRequestError, Replacement
 from lethe.noisygd.guarantees import (
     exposure_deletion_epsilon,
@@ -43,12 +44,10 @@ from lethe.noisygd.guarantees import (
     noisy_gd_rdp_convex,
 )
 from lethe.noisygd.models import BoundedMLPModel, LogisticModel, MLPModel, model_from_dict
+from lethe.noisygd.requesters import AdaptiveRequester, NonAdaptiveRequester
 from lethe.noisygd.schedule import (
-    ConvexSchedule,
-    NonConvexSchedule,
     convex_deletion_epsilon,
     nonconvex_deletion_epsilon,
-    nonconvex_eta_max,
 )
 
 __all__ = [
@@ -75,140 +74,6 @@ def identity_publish(theta: np.ndarray) -> np.ndarray:
     """f_pub(θ) = θ (Def. 5.1): publish a copy of the model."""
     return np.array(theta, copy=True)
 
-
-@dataclass(frozen=True)
-class CuratorConfig(JsonRecord):
-    """Hyperparameters of (A, Ā) and the constants their certificates rely on.
-
-    Attributes
-    ----------
-    eta, sigma2, lam : float
-        η, σ², λ.
-    k_learn, k_unlearn : int
-        K_A, K_Ā.
-    init_std : float
-        ρ = N(0, init_std² I_d).
-    q : float
-        Rényi order of the certificates.
-    lipschitz : float
-        L: ‖∇ℓ(θ; x)‖ ≤ L for every record of norm ≤ ``row_bound`` (or clipping to L when ``clip``).
-    row_bound : float
-        R: every record must have ‖x‖ ≤ R (checked on learn and on every edit).
-    guarantee : {"convex", "lipschitz", "nonconvex"}
-        ``"convex"``: Thm G.9 + G.15 (needs a convex model, β = ``smoothness``, η < 1/(λ+β) and
-        init_std² = σ²/(λ(1 − ηλ/2))). ``"lipschitz"``: Thm G.7 only, deletion via
-        :func:`~lethe.noisygd.guarantees.exposure_deletion_epsilon`. ``"nonconvex"``: Thm 5.2 (DP by G.7,
-        deletion by G.22 + G.23 via :func:`~lethe.noisygd.schedule.nonconvex_deletion_epsilon`); needs a model
-        whose loss is σ² log(B)/4-bounded, L-Lipschitz and β-smooth over all θ (checked against the model's
-        proven constants), η ≤ λ/(64Bq²(β+λ)²), init_std² = σ²/λ and edits of at most ``max_edit_size``
-        records.
-    smoothness : float or None
-        β (convex and nonconvex).
-    B : float or None
-        Thm 5.2's B > 1 (nonconvex only).
-    max_edit_size : int or None
-        r: the largest edit the nonconvex certificate covers; larger edits are rejected (nonconvex only).
-    clip : bool
-        Clip per-example gradients to L (Remark 5.3).
-    p : int
-        Default adaptivity for Thm 4.3.
-    """
-
-    eta: float
-    sigma2: float
-    lam: float
-    k_learn: int
-    k_unlearn: int
-    init_std: float
-    q: float
-    lipschitz: float
-    row_bound: float
-    guarantee: str = "convex"
-    smoothness: float | None = None
-    clip: bool = False
-    p: int = 0
-    B: float | None = None
-    max_edit_size: int | None = None
-
-    def __post_init__(self) -> None:
-        check_positive("eta", self.eta)
-        check_positive("sigma2", self.sigma2)
-        check_positive("lam", self.lam)
-        check_positive("init_std", self.init_std)
-        check_positive("lipschitz", self.lipschitz)
-        check_positive("row_bound", self.row_bound)
-        if self.q <= 1:
-            raise ValueError(f"q must be > 1. Found {self.q}.")
-        for name in ("k_learn", "k_unlearn", "p"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0. Found {v!r}.")
-        if self.guarantee not in ("convex", "lipschitz", "nonconvex"):
-            raise ValueError(f"guarantee must be 'convex', 'lipschitz' or 'nonconvex'. Found {self.guarantee!r}.")
-        if self.guarantee == "nonconvex":
-            if self.smoothness is None or self.B is None or self.max_edit_size is None:
-                raise ValueError("guarantee='nonconvex' needs smoothness (β), B and max_edit_size. Found None.")
-            if not self.B > 1.0:
-                raise ValueError(f"guarantee='nonconvex' needs B > 1 (Thm 5.2). Found {self.B!r}.")
-            if isinstance(self.max_edit_size, bool) or not isinstance(self.max_edit_size, int) or (
-                    self.max_edit_size < 1):
-                raise ValueError(f"max_edit_size must be an integer >= 1. Found {self.max_edit_size!r}.")
-            eta_max = nonconvex_eta_max(lam=self.lam, B=self.B, q=self.q, smoothness=self.smoothness)
-            if self.eta > eta_max * (1.0 + 1e-12):
-                raise ValueError(
-                    f"guarantee='nonconvex' needs eta <= lam/(64 B q^2 (beta+lam)^2) = {eta_max!r} (Thm G.22). "
-                    f"Found {self.eta!r}."
-                )
-            if not math.isclose(self.init_std**2, self.sigma2 / self.lam, rel_tol=1e-9):
-                raise ValueError(
-                    f"guarantee='nonconvex' needs init_std**2 = sigma2/lam = {self.sigma2 / self.lam!r} (Thm 5.2). "
-                    f"Found {self.init_std**2!r}."
-                )
-        if self.guarantee == "convex":
-            if self.smoothness is None:
-                raise ValueError("guarantee='convex' needs smoothness (β). Found None.")
-            if not self.eta < 1.0 / (self.lam + self.smoothness):
-                raise ValueError(
-                    f"guarantee='convex' needs eta < 1/(lam + smoothness) = {1.0 / (self.lam + self.smoothness)!r}"
-                    f" (Thm G.15). Found {self.eta!r}."
-                )
-            rho = self.sigma2 / (self.lam * (1.0 - self.eta * self.lam / 2.0))
-            if not math.isclose(self.init_std**2, rho, rel_tol=1e-9):
-                raise ValueError(
-                    "guarantee='convex' needs init_std**2 = sigma2/(lam(1 - eta*lam/2)) = "
-                    f"{rho!r} (Thm G.15). Found {self.init_std**2!r}."
-                )
-
-    @classmethod
-    def from_convex_schedule(
-        cls, schedule: ConvexSchedule, *, clip: bool = False, p: int = 0, row_bound: float = 1.0
-    ) -> CuratorConfig:
-        """The configuration of Thm 5.1's schedule (η, σ², ρ, K_A, K_Ā, L, β)."""
-        return cls(
-            eta=schedule.eta, sigma2=schedule.sigma2, lam=schedule.lam, k_learn=schedule.k_learn,
-            k_unlearn=schedule.k_unlearn, init_std=math.sqrt(schedule.init_variance), q=schedule.q,
-            lipschitz=schedule.lipschitz, row_bound=row_bound, guarantee="convex", smoothness=schedule.smoothness,
-            clip=clip, p=p,
-        )
-
-    @classmethod
-    def from_nonconvex_schedule(
-        cls, schedule: NonConvexSchedule, *, clip: bool = False, p: int = 0, row_bound: float = 1.0,
-        k_learn: int | None = None, k_unlearn: int | None = None,
-    ) -> CuratorConfig:
-        """The configuration of Thm 5.2's schedule (η, σ², ρ = N(0, σ²/λ I), K_A, K_Ā, L, β, B, r).
-
-        ``k_learn`` / ``k_unlearn`` override the step counts (σ², η, ρ stay the theorem's); certificates then
-        report the ε_dd those counts certify (:func:`~lethe.noisygd.schedule.nonconvex_deletion_epsilon`).
-        """
-        return cls(
-            eta=schedule.eta, sigma2=schedule.sigma2, lam=schedule.lam,
-            k_learn=schedule.k_learn if k_learn is None else int(k_learn),
-            k_unlearn=schedule.k_unlearn if k_unlearn is None else int(k_unlearn),
-            init_std=math.sqrt(schedule.init_variance), q=schedule.q, lipschitz=schedule.lipschitz,
-            row_bound=row_bound, guarantee="nonconvex", smoothness=schedule.smoothness, clip=clip, p=p,
-            B=schedule.B, max_edit_size=schedule.r,
-        )
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
@@ -713,63 +578,6 @@ class NoisyGDCurator:
                 "would write with the default file mode, and loading a pickle runs code. Use curator.save(path) and "
                 "NoisyGDCurator.load(path) (no pickle, owner-only, optionally authenticated).")
         return self.__dict__.copy()
-
-
-# ---------------------------------------------------------------------- requesters and Algorithm 1
-Published = Mapping[int, Any]
-Policy = Callable[[Published, tuple[EditRequest, ...]], EditRequest]
-
-
-class NonAdaptiveRequester:
-    """A 0-adaptive requester: the edit sequence is fixed in advance (Def. 2.5, Remark 4.2)."""
-
-    observable: tuple[int, ...] = ()
-
-    def __init__(self, requests: Sequence[EditRequest]) -> None:
-        self._requests = tuple(requests)
-        for u in self._requests:
-            if not isinstance(u, EditRequest):
-                raise TypeError(f"requests must be EditRequest objects. Found {type(u).__name__}.")
-
-    @property
-    def p(self) -> int:
-        """0."""
-        return 0
-
-    def __call__(self, published: Published, past: tuple[EditRequest, ...]) -> EditRequest:
-        i = len(past) + 1
-        if i > len(self._requests):
-            raise IndexError(f"The requester has only {len(self._requests)} requests. Asked for request {i}.")
-        return self._requests[i - 1]
-
-
-class AdaptiveRequester:
-    """A p-adaptive requester (Def. 2.5, Eq. 6): u_i = Q(φ_{s_1}, …, φ_{s_j}; u_{<i}) with s_j < i.
-
-    Parameters
-    ----------
-    policy : callable
-        (visible published objects {s: φ_s}, past requests) ↦ next request.
-    observable : sequence of int
-        The sorted observable indices s⃗ = (s_1, …, s_p); p = len(observable).
-    """
-
-    def __init__(self, policy: Policy, observable: Sequence[int]) -> None:
-        obs = tuple(int(s) for s in observable)
-        if list(obs) != sorted(set(obs)) or any(s < 0 for s in obs):
-            raise ValueError(f"observable must be sorted distinct indices >= 0. Found {observable!r}.")
-        self.policy = policy
-        self.observable = obs
-
-    @property
-    def p(self) -> int:
-        """p = |s⃗|."""
-        return len(self.observable)
-
-    def __call__(self, published: Published, past: tuple[EditRequest, ...]) -> EditRequest:
-        i = len(past) + 1
-        visible = {s: published[s] for s in self.observable if s < i}
-        return self.policy(visible, past)
 
 
 @dataclass(frozen=True)

@@ -309,7 +309,7 @@ def plan_convex_unlearning(epsilon: float, delta: float, *, n: int, d: int, lam:
     (1, 1e-5), r = 10, PNSGD with b = 128 needs 6× fewer per-example gradients per request than Thm 5.1 at the same
     test accuracy (3 seeds), hence the default. ``theorem="thm5.1"`` selects Chourasia & Shah's schedule (run by
     :class:`~lethe.noisygd.estimators.NoisyGDLogisticRegression`; PNSGD by
-    :class:`~lethe.noisygd.estimators.PNSGDLogisticRegression`).
+    :class:`~lethe.noisygd.pnsgd.PNSGDLogisticRegression`).
 
     Examples
     --------

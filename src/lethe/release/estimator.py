@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,49 +54,11 @@ from lethe.privacy.release import (
     ReleaseAccountant,
     ReleaseCertificate,
     auto_n_floor,
-    release_sigma,
 )
+from lethe.release.certificate import GUARANTEE, SCHEDULE_REVEALS, SEEDED_GUARANTEE, Release
+from lethe.release.checks import LOGISTIC_AT_ZERO as _LOGISTIC_AT_ZERO
 
-__all__ = ["GUARANTEE", "SCHEDULE_REVEALS", "SEEDED_GUARANTEE", "Release", "ReleaseCertificate",
-           "ReleasedLogisticRegression", "check_release_state"]
-
-
-#: An upper bound on the logistic loss at margin 0, log 2 (rounded up).
-_LOGISTIC_AT_ZERO = math.log(2.0) * (1.0 + 1e-15)
-
-GUARANTEE = ("(epsilon, delta)-differential privacy of the whole sequence of releases with respect to adding or "
-             "removing any one record (fresh Gaussian noise per release, exact composition; "
-             "docs/release_privacy.md), given the release schedule: the releases' times and count are published and "
-             "are not covered (see schedule_reveals)")
-_GUARANTEE = GUARANTEE
-
-#: What the library's schedule reveals (``ReleaseCertificate.schedule_reveals``): releases follow the caller's calls
-#: of ``remove`` (every ``cadence`` removals) and ``release`` (docs/release_privacy.md §3).
-SCHEDULE_REVEALS = ("that removals happened, how many and when: a release follows every `cadence` calls of remove "
-                    "(and every call of release); with releases on a clock only (release() every T seconds, a "
-                    "cadence no removal reaches) it reveals nothing about the records")
-
-#: The guarantee a SEEDED stream states instead (``random_state`` not None): anyone who knows or guesses the seed
-#: regenerates the noise and subtracts it, recovering the exact centre; such releases are not private.
-SEEDED_GUARANTEE = ("NOT PRIVATE: the release noise was seeded (random_state is not None); anyone who knows the seed "
-                    "subtracts it and recovers the exact centre. Use random_state=None (operating-system randomness) "
-                    "for anything published")
-
-
-@dataclass(frozen=True)
-class Release:
-    """One published version: its number (0 = after ``fit``), the released weights and intercept, and the
-    certificate of the whole sequence up to and including it. ``coef`` is a read-only copy."""
-
-    version: int
-    coef: np.ndarray
-    intercept: float
-    certificate: ReleaseCertificate
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable: the published numbers and the certificate."""
-        return {"version": self.version, "coef": [float(v) for v in self.coef], "intercept": float(self.intercept),
-                "certificate": self.certificate.to_dict()}
+__all__ = ["ReleasedLogisticRegression"]
 
 
 @reports_model_origin
@@ -647,75 +608,3 @@ def _check_release_file(est: ReleasedLogisticRegression, path: str | Path) -> No
     if float(np.linalg.norm(g)) - allowance > st.residual_bound:
         raise ValueError(f"{path}: the centre's residual, re-measured from the saved rows, exceeds its recorded bound "
                          "(the weights or the rows were edited).")
-
-
-def check_release_state(params: dict[str, Any], *, accountant: Any, state: Any, n_floor: Any,
-                        n: Any, releases: Any = None, pending: Any = None, horizon_spent: Any = None) -> None:
-    """The invariants of a release stream's stored state against its public parameters (a curator artifact of
-    mechanism ``released-logistic``, whose HMAC-bound parameters ``params`` are trusted); ``ValueError`` naming the
-    first that fails. Every number a release's privacy rests on is checked, none is trusted from the state:
-
-    * the accountant (``accountant``: its dict) is for the parameters' (ε, δ, T) and its sensitivity is
-      :func:`~lethe.certified.bounds.release_sensitivity` recomputed from (λ, n_floor, β_cap) — so σ cannot have
-      been lowered through an edited Δ, ε, δ or horizon — and its σ is at least the calibrated
-      :func:`~lethe.privacy.release.release_sigma` (ε, δ, T, Δ) (the accountant itself refuses a σ whose T releases
-      exceed δ); its releases ≤ T;
-    * the centre's residual bound β (``state["residual_bound"]``) is finite and in [0, β_cap]: the sensitivity bound
-      holds for any point within β_cap of the minimiser (docs/release_privacy.md §2). The residual itself is
-      re-measured from the data where they are at hand (the adapter's removal, :func:`measured_centre_residual`);
-    * counts: the state's n = the recorded n ≥ n_floor ≥ 1 (n_floor "auto" or as the parameters say), counters
-      ≥ 0, ``releases`` (the latest release's version + 1) = the accountant's releases, and ``pending`` < cadence
-      unless the horizon is spent.
-    """
-    def count(name: str, v: Any, low: int = 0) -> int:
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}. Found {v!r}.")
-        return int(v)
-
-    if not isinstance(accountant, dict) or not isinstance(state, dict):
-        raise ValueError("the accountant and the state must be objects.")
-    try:
-        acc = ReleaseAccountant.from_dict(accountant)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"the accountant is invalid: {exc}") from None
-    for name in ("epsilon", "delta", "horizon"):
-        if getattr(acc, name) != params[name]:
-            raise ValueError(f"the accountant's {name} {getattr(acc, name)!r} differs from the parameter "
-                             f"{params[name]!r}.")
-    nf = count("n_floor", n_floor, 1)
-    if params["n_floor"] != "auto" and nf != int(params["n_floor"]):
-        raise ValueError(f"n_floor {nf} differs from the parameter {params['n_floor']!r}.")
-    cap = float(params["residual_cap"])
-    loss = get_loss("logistic")
-    assert loss.grad_bound is not None
-    expected = release_sensitivity(float(params["lam"]), nf, cap, loss.grad_bound, loss_at_zero=_LOGISTIC_AT_ZERO)
-    if acc.sensitivity != expected:
-        raise ValueError(f"the accountant's sensitivity {acc.sensitivity!r} is not the one the parameters give "
-                         f"({expected!r}).")
-    calibrated = release_sigma(acc.epsilon, acc.delta, acc.horizon, expected)
-    if not acc.sigma >= calibrated:
-        raise ValueError(f"the accountant's sigma {acc.sigma!r} is below the calibrated {calibrated!r} for "
-                         f"{acc.horizon} releases.")
-    beta = state.get("residual_bound")
-    if isinstance(beta, bool) or not isinstance(beta, int | float) or not (math.isfinite(beta) and 0 <= beta <= cap):
-        raise ValueError(f"the centre's residual bound must lie in [0, residual_cap = {cap!r}]. Found {beta!r}.")
-    n_state = count("the state's n", state.get("n"), 1)
-    if count("n", n, 1) != n_state or n_state < nf:
-        raise ValueError(f"the state's n = {n_state} must equal the recorded n = {n!r} and be >= n_floor = {nf}.")
-    for name in ("removals_since_training", "retrainings", "train_iterations"):
-        count(name, state.get(name))
-    if releases is not None and count("releases", releases, 1) != acc.releases:
-        raise ValueError(f"{releases} releases were published but the accountant records {acc.releases}.")
-    if pending is not None and count("pending", pending) >= int(params["cadence"]) and horizon_spent is not True:
-        raise ValueError(f"pending removals {pending} must be < cadence = {params['cadence']} while releases are "
-                         "left.")
-
-
-def measured_centre_residual(mech: CertifiedRemoval, centre: np.ndarray, X: np.ndarray, Y: np.ndarray,
-                             active: np.ndarray | None = None) -> tuple[float, float]:
-    """(‖g̃‖, a): the centre's residual ‖∇L_0(w̃; D)‖ re-measured on the rows ``active`` of (X, Y) (b = 0), with the
-    rounding allowance a of :func:`lethe.certified.common.measured_residual` (the exact norm lies within ±a). A
-    stored β with ‖g̃‖ − a > β is certainly not an upper bound."""
-    active = np.ones(X.shape[0], dtype=bool) if active is None else active
-    g, allowance = measured_residual(mech, centre, np.zeros_like(centre), X, Y, active)
-    return float(np.linalg.norm(g)), float(allowance)

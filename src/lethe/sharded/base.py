@@ -1,219 +1,36 @@
-"""Exact unlearning by sharding (SISA; Bourtoule et al., IEEE S&P 2021) for any scikit-learn estimator or torch module.
-
-The training set is split into S isolated shards; each shard trains its own copy of the estimator, and the copies
-are aggregated (majority vote or mean probability for classifiers, mean for regressors). A removal retrains only the
-shards that held the removed records. With R > 1 slices, each shard trains incrementally slice by slice (SISA's
-cumulative slices: stage r trains on slices 0..r) and keeps a checkpoint after every stage; a removal then replays
-the shard only from the checkpoint before the earliest slice that held a removed record.
-
-The guarantee is exact (ε = 0, δ = 0): training is a deterministic function of the shard's rows (in their input
-order), the recorded partition and the recorded seeds, and the partition of a record depends on its key only. So,
-after any sequence of removals, the model equals bit for bit the model fitted from scratch on the remaining records
-with the same ``key`` and ``random_state`` (the test suite checks this on predictions and parameters).
-
-Partition
----------
-Record r with key k goes to shard ``h(k) mod S`` and slice ``(h(k) // S) mod R``, where h(k) is the first 8 bytes
-(big-endian) of HMAC-SHA256(key, encode(k)) and ``key`` is a secret of at least 16 bytes (drawn from the operating
-system at ``fit`` when not given). Without the secret, the shard of a record is independent of its key (HMAC is a
-pseudo-random function), so publishing which shard changed between two releases does not by itself say whose
-record was removed. With the secret, anyone can compute every record's shard: the secret is held like the training
-data (owner-only files, no pickle).
-"""
+"""The sharded meta-estimator's shared machinery (:class:`ShardedBase`): fit, remove by retraining the shards that held
+the records, persistence (see :mod:`lethe.sharded` for the guarantee and the partition)."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import hmac
 import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, RegressorMixin, clone, is_classifier
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.estimator_data import check_keys as _check_keys
 from lethe.estimator_data import removal_rows
-from lethe.io import JsonRecord, open_model_file, save_model_file
+from lethe.io import open_model_file, save_model_file
 from lethe.model_origin import reports_model_origin, set_origin
-from lethe.sharded_torch import TorchShardClassifier
+from lethe.sharded.certificate import ExactCertificate
+from lethe.sharded.partition import check_count as _check_count
+from lethe.sharded.partition import check_secret as _check_secret
+from lethe.sharded.partition import shard_assignment
+from lethe.sharded.storage import SKOPS_TRUSTED, skops_io
+from lethe.sharded.torch import TorchShardClassifier
 
-__all__ = ["ExactCertificate", "ShardedClassifier", "ShardedRegressor", "TorchShardClassifier", "shard_assignment"]
-
-MIN_KEY_BYTES = 16
-# Types skops may rebuild at load besides its defaults: the fitted parts of the estimators the tests and the
-# benchmark use. Anything else must be named by the caller (``load(path, trusted=[...])``).
-SKOPS_TRUSTED = (
-    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
-    "sklearn.ensemble._hist_gradient_boosting.binning._BinMapper",
-    "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
-    "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
-    "sklearn._loss.loss.HalfBinomialLoss",
-    "sklearn._loss.loss.HalfMultinomialLoss",
-    "sklearn._loss.loss.HalfSquaredError",
-    "sklearn._loss.link.LogitLink",
-    "sklearn._loss.link.MultinomialLogit",
-    "sklearn._loss.link.IdentityLink",
-    "sklearn.linear_model._sgd_fast.Hinge",
-    "sklearn.linear_model._sgd_fast.Log",
-    "sklearn.linear_model._sgd_fast.SquaredLoss",
-    "sklearn.linear_model._sgd_fast.ModifiedHuber",
-    # HistGradientBoosting with declared categorical_features keeps a preprocessor holding
-    # functools.partial(check_array, ...); skops loads a partial's function only if that function is trusted itself
-    "functools.partial",
-    "sklearn.utils.validation.check_array",
-)
-
-
-# -- the keyed partition ----------------------------------------------------------------------------------------------
-def skops_io() -> Any:
-    try:
-        import skops.io as sio
-    except ImportError as e:  # pragma: no cover - the extra is installed in development
-        raise ImportError("Saving and loading sharded models needs skops: "
-                          "pip install 'lethe-unlearning[sharded]'.") from e
-    return sio
-
-
-def _encode_key(k: Any) -> bytes:
-    """A record key as bytes, with its type: ``i:<decimal>`` for integers, ``s:<utf-8>`` for strings."""
-    if isinstance(k, str | np.str_):
-        return b"s:" + str(k).encode("utf-8")
-    return b"i:" + str(int(k)).encode("ascii")
-
-
-def shard_assignment(keys: Any, key: bytes, n_shards: int, n_slices: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(shard, slice) of each record key: h = first 8 bytes of HMAC-SHA256(``key``, encode(record key)) as an
-    unsigned big-endian integer; shard = h mod S, slice = (h // S) mod R.
-
-    The bias of ``mod`` is below S·R / 2⁶⁴ per value. Both arrays are int64.
-    """
-    keys = np.asarray(keys)
-    h = np.fromiter((int.from_bytes(hmac.digest(key, _encode_key(k), "sha256")[:8], "big")  # one-shot, in C
-                     for k in keys), dtype=np.uint64, count=keys.shape[0])
-    shard = (h % np.uint64(n_shards)).astype(np.int64)
-    slc = ((h // np.uint64(n_shards)) % np.uint64(n_slices)).astype(np.int64)
-    return shard, slc
-
-
-def _check_secret(key: Any) -> bytes:
-    if not isinstance(key, bytes | bytearray):
-        raise TypeError(f"key must be bytes (a secret for the keyed hash) or None. Found {type(key).__name__}.")
-    if len(key) < MIN_KEY_BYTES:
-        raise ValueError(f"key must hold at least {MIN_KEY_BYTES} bytes. Found {len(key)} bytes.")
-    return bytes(key)
-
-
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an integer. Found {type(value).__name__}.")
-    if int(value) < 1:
-        raise ValueError(f"{name} must be >= 1. Found {value}.")
-    return int(value)
-
-
-# -- the certificate --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ExactCertificate(JsonRecord):
-    """Certificate of a removal from a sharded model: exact (ε = 0, δ = 0).
-
-    The promise: training is a deterministic function of each shard's rows (input order), the recorded partition
-    (keyed hash of the record keys) and the recorded seeds; a record's shard and slice depend on its key only. The
-    retrained shards are rebuilt from a checkpoint that never saw the removed records (or from scratch), so the model
-    after the removal equals, bit for bit, the model fitted from scratch on the remaining records with the same
-    ``key`` and ``random_state``.
-
-    Fields in :attr:`OPERATOR_ONLY` are for the operator only: the retrained shard indices (with the secret key or a
-    record's later history they place the removed record), the slice each shard was replayed from, the rows replayed
-    and the seconds (both grow with the replayed slices, so they leak the slice). :meth:`public_dict` omits them.
-
-    Attributes
-    ----------
-    guarantee : str
-        ``"exact"``.
-    epsilon, delta : float
-        0.0 and 0.0.
-    n_removed : int
-        Records removed by this call.
-    n_remaining : int
-        Records the model is trained on after it.
-    n_shards : int
-        S.
-    n_shards_retrained : int
-        Shards retrained (those that held a removed record; all S when the set of classes changed).
-    retrained_shards : tuple of int
-        Their indices (operator only).
-    restart_slices : tuple of int
-        For each retrained shard, the slice its replay started from (operator only).
-    rows_replayed : int
-        Rows processed by the replays, Σ over replayed stages of the stage's cumulative rows (operator only).
-    seconds : float
-        Wall time of the removal (operator only).
-    """
-
-    guarantee: str
-    epsilon: float
-    delta: float
-    n_removed: int
-    n_remaining: int
-    n_shards: int
-    n_shards_retrained: int
-    retrained_shards: tuple[int, ...]
-    restart_slices: tuple[int, ...]
-    rows_replayed: int
-    seconds: float
-
-    OPERATOR_ONLY: ClassVar[frozenset[str]] = frozenset({"retrained_shards", "restart_slices", "rows_replayed",
-                                                         "seconds"})
-
-    @property
-    def observer(self) -> str:
-        """Whom the guarantee covers (:class:`lethe.protocols.Certificate`): one published version. The version
-        equals the model retrained without the records; an observer of consecutive versions also sees which shard
-        changed and how (docs/sharded.md, "What consecutive releases reveal"), which this certificate does not
-        cover."""
-        return "one published version"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field (operators only), JSON-serialisable, with ``observer``."""
-        d = super().to_dict()
-        d["observer"] = self.observer
-        d["retrained_shards"] = list(self.retrained_shards)
-        d["restart_slices"] = list(self.restart_slices)
-        return d
-
-    def public_dict(self) -> dict[str, Any]:
-        """The fields that may be shown to the requester or published: none that locates the removed record."""
-        return {k: v for k, v in self.to_dict().items() if k not in self.OPERATOR_ONLY}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> ExactCertificate:
-        """The certificate of :meth:`to_dict` (a saved model's last one). ValueError when a field is missing or
-        unknown, or when it does not say exact (ε = 0, δ = 0, this observer): an edited file is refused."""
-        names = [f.name for f in fields(cls)]
-        if not isinstance(d, dict) or set(d) != {*names, "observer"}:
-            found = sorted(d) if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"an exact certificate has the fields {sorted({*names, 'observer'})}. Found {found}.")
-        try:
-            kw: dict[str, Any] = {k: tuple(int(v) for v in d[k]) if k in ("retrained_shards", "restart_slices")
-                                  else d[k] for k in names}
-            cert = cls(**kw)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"the exact certificate's shard lists are not integers: {e}") from None
-        if (cert.guarantee, cert.epsilon, cert.delta, d["observer"]) != ("exact", 0.0, 0.0, cert.observer):
-            raise ValueError(f"an exact certificate says guarantee 'exact', epsilon 0, delta 0, observer "
-                             f"{cert.observer!r}. Found {cert.guarantee!r}, {cert.epsilon!r}, {cert.delta!r}, "
-                             f"{d['observer']!r}.")
-        return cert
+__all__ = ["ConstantShard", "ShardedBase"]
 
 
 # -- the sharded meta-estimator ---------------------------------------------------------------------------------------
@@ -236,7 +53,7 @@ class _Serialized:
 
 
 @reports_model_origin
-class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
+class ShardedBase(MetaEstimatorMixin, BaseEstimator):
     """Shared machinery of :class:`ShardedClassifier` and :class:`ShardedRegressor`."""
 
     #: The values ``aggregation`` may take; the first is the default.
@@ -821,98 +638,3 @@ class _ShardedBase(MetaEstimatorMixin, BaseEstimator):
             checkpoints.append(items[:-1])
         est.estimators_, est.checkpoints_ = estimators, checkpoints
         return est
-
-
-class ShardedClassifier(ClassifierMixin, _ShardedBase):
-    """Exact unlearning for any classifier: S shards by keyed hash, optional R slices with checkpoints (SISA).
-
-    Parameters
-    ----------
-    estimator : scikit-learn classifier or callable
-        Cloned for each shard, with ``random_state`` set to the shard's seed when it has that parameter. A callable
-        without ``fit`` is a torch module factory ``factory(n_features, n_classes)`` wrapped in
-        :class:`TorchShardClassifier`.
-    n_shards : int
-        S (default 8).
-    n_slices : int
-        R (default 1: a removal retrains its shard from scratch). R > 1 needs ``partial_fit`` (called with
-        ``classes=``; SGDClassifier, MLPClassifier, :class:`TorchShardClassifier`): stage r is one ``partial_fit``
-        call on slices 0..r. ``warm_start`` is not used: a warm-started refit of a boosting or forest ensemble adds
-        nothing at a fixed size, so its later slices would silently train nothing, and the estimators whose
-        warm-started fit continues training (MLP, SGD) have ``partial_fit``.
-    aggregation : {"vote", "mean_proba"}
-        Majority vote of the shards' predictions (ties → the smallest class; ``predict_proba`` gives the vote
-        shares), or the mean of their ``predict_proba`` (default "vote").
-    key : bytes, optional
-        Secret of ≥ 16 bytes for the keyed hash; None draws 32 bytes from the operating system at ``fit``
-        (``key_``, saved by :meth:`save`). A model holding a key refuses pickle (it is a secret).
-    random_state : None, int or numpy.random.Generator
-        Seeds the shards: shard s gets the s-th child of ``SeedSequence(entropy)``, entropy drawn from
-        ``random_state`` (``seeds_``). An int makes fit reproducible bit for bit.
-
-    Attributes
-    ----------
-    key_ : bytes
-        The secret hash key.
-    keys_, shard_of_, slice_of_ : ndarray
-        Record keys and their (shard, slice).
-    seeds_ : ndarray of shape (S,)
-    estimators_ : list
-        The shards' estimators (None for an empty shard).
-    checkpoints_ : list of lists
-        Per shard, the estimator after stages 0..R-2 (None where no row had come yet).
-    active_ : ndarray of bool
-        Rows not removed.
-    n_shard_fits_ : int
-        Shard trainings so far (``fit``/``partial_fit`` calls on shards): the cost counter.
-    """
-
-    aggregations = ("vote", "mean_proba")
-
-    def _check_y(self, y: Any, n: int) -> np.ndarray:
-        y = super()._check_y(y, n)
-        check_classification_targets(y)
-        return y
-
-    def _proba_of(self, est: Any, X: np.ndarray) -> np.ndarray:
-        K = len(self.classes_)
-        out = np.zeros((X.shape[0], K))
-        if isinstance(est, ConstantShard):
-            out[:, est.label_index] = 1.0
-            return out
-        if self.aggregation_ == "vote":
-            out[np.arange(X.shape[0]), np.searchsorted(self.classes_, est.predict(X))] = 1.0
-            return out
-        out[:, np.searchsorted(self.classes_, est.classes_)] = est.predict_proba(X)
-        return out
-
-    def predict_proba(self, X: Any) -> np.ndarray:
-        """Mean over the non-empty shards of their one-hot votes ("vote") or probabilities ("mean_proba")."""
-        members = self._members()
-        X = self._check_X(X)
-        total = np.zeros((X.shape[0], len(self.classes_)))
-        for _, est in members:
-            total += self._proba_of(est, X)
-        return total / len(members)
-
-    def predict(self, X: Any) -> np.ndarray:
-        proba = self.predict_proba(X)  # first: an unfitted model says NotFittedError
-        return self.classes_[np.argmax(proba, axis=1)]
-
-
-class ShardedRegressor(RegressorMixin, _ShardedBase):
-    """Exact unlearning for any regressor: S shards by keyed hash, optional R slices (see :class:`ShardedClassifier`
-    for the parameters); ``aggregation="mean"`` averages the non-empty shards' predictions."""
-
-    aggregations = ("mean",)
-
-    def _check_y(self, y: Any, n: int) -> np.ndarray:
-        return super()._check_y(y, n).astype(np.float64)
-
-    def predict(self, X: Any) -> np.ndarray:
-        members = self._members()
-        X = self._check_X(X)
-        total = np.zeros(X.shape[0])
-        for _, est in members:
-            total += np.asarray(est.predict(X), dtype=np.float64)
-        return total / len(members)
