@@ -105,7 +105,7 @@ def _submit_concurrently(c: Curator, jobs: list[Job]) -> tuple[list[tuple[str, A
             first[0] = False
             held.set()
             deadline = time.monotonic() + 30
-            while len(getattr(c, "_group_queue", [])) < len(jobs) - 1 and time.monotonic() < deadline:
+            while c.intake.queued() < len(jobs) - 1 and time.monotonic() < deadline:
                 time.sleep(0.005)
 
     def on_commit(conn: Any) -> None:

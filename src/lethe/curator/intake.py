@@ -202,6 +202,11 @@ class DeletionIntake:
         self._queue: list[Submission] = []
         self._busy = False
 
+    def queued(self) -> int:
+        """How many submissions wait for the group being written now (they are written together next)."""
+        with self._mutex:
+            return len(self._queue)
+
     # -- entry points -----------------------------------------------------------------------------------------------
     def submit_deletion(self, dataset: str, key: str, principal: Principal,
                         client_request_id: str | None) -> Answer:
