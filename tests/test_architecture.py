@@ -58,7 +58,7 @@ LAYERS: dict[str, int] = {
     "lethe.nn": MECHANISMS,  # noisy clipped fine-tuning of torch modules (models, unlearning)
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
     # front ends: scikit-learn estimators and the deletion service
-    "lethe.estimators": FRONT_ENDS,
+    "lethe.certified.estimators": FRONT_ENDS,
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lethe.estimators as estimators_module
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, noise_norm_tail
+import lethe.certified.estimators as estimators_module
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, noise_norm_tail
 from lethe.io import KEY_ENV, KEY_FILE_ENV, TAG_KEY, ModelFileError, file_tag, model_key
 
 from ._files import KEY, edit_model_file, no_key_in_environment, read_model_file  # noqa: F401 (autouse fixture)

@@ -167,7 +167,7 @@ def test_save_load_continues_the_stream(tmp_path):
     with pytest.raises(BudgetExceededError):
         m2.remove([6])
     with pytest.raises(ValueError, match="holds a"):
-        from lethe.estimators import CertifiedLogisticRegression
+        from lethe.certified.estimators import CertifiedLogisticRegression
 
         CertifiedLogisticRegression.load(path)
 

@@ -173,7 +173,7 @@ def test_zarr_backed_data_is_read_from_the_store(client, tmp_path):
 
 def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(client, tmp_path):
     pytest.importorskip("zarr")
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     X, y = random_problem(5, 160, 4, 3.0)
     path = str(tmp_path / "x.zarr")
@@ -200,7 +200,7 @@ def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(clie
 def test_estimator_on_a_dask_dataframe_never_converts_it_to_numpy(client, monkeypatch):
     pd = pytest.importorskip("pandas")
     dd = pytest.importorskip("dask.dataframe")
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     X, y = random_problem(11, 150, 4, 3.0)
     frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcd"), index=np.arange(1000, 1150)), npartitions=3)

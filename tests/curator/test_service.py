@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import delete, func, select, text, update
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.certified.mechanism import exact_residual
 from lethe.curator import (
     ConflictError,
@@ -29,7 +30,6 @@ from lethe.curator.store import (
     ModelVersion,
     Record,
 )
-from lethe.estimators import CertifiedLogisticRegression
 
 from .conftest import PARAMS, Data, make_data, snapshot
 

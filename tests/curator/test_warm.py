@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from sqlalchemy import select
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.certified.mechanism import exact_residual
 from lethe.curator import Curator, InvalidInputError, Settings
 from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.store import Model, ModelVersion
-from lethe.estimators import CertifiedLogisticRegression
 
 from .conftest import Data
 

@@ -28,7 +28,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state, copy_generator
 from lethe._validation import store_init_args
-from lethe.estimators import keys_of, removal_rows
+from lethe.estimator_data import keys_of, removal_rows
 from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.model_origin import ModelFileOrigin, reports_model_origin, set_origin
 from lethe.noisygd.certificate import NoisyGDCertificate
