@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
     # front ends: scikit-learn estimators and the deletion service
     "lethe.certified.estimators": FRONT_ENDS,
+    "lethe.estimators": FRONT_ENDS,  # deprecated path of lethe.certified.estimators (a re-exporting shim, issue 34)
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,
