@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     # math: pure functions, no state
     "lethe.losses": MATH,
     "lethe.certified": MATH,  # bounds, noise, objective (the stateful modules are listed below)
+    "lethe.certified.training": MATH,  # the optimiser that trains (Alg. 1), apart from the mechanism that removes
     "lethe.privacy": MATH,  # formulas (mechanisms and the accountant below)
     "lethe.noisygd": MATH,  # Alg. 2, models, schedules, guarantees, certificate (edit_stream, estimators below)
     "lethe.audit": MATH,  # attack scores and statistics
