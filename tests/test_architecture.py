@@ -60,6 +60,10 @@ LAYERS: dict[str, int] = {
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
     # front ends: scikit-learn estimators and the deletion service
     "lethe.certified.estimators": FRONT_ENDS,
+    "lethe.certified.estimators_logistic": FRONT_ENDS,  # the estimators' shared base and the logistic one
+    "lethe.certified.estimators_linear": FRONT_ENDS,
+    "lethe.certified.estimators_files": FRONT_ENDS,  # their save/load/from_state (a mixin of the base)
+    "lethe.certified.estimators_add": FRONT_ENDS,  # their add (a mixin of the base)
     "lethe.estimators": FRONT_ENDS,  # deprecated path of lethe.certified.estimators (a re-exporting shim, issue 34)
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
