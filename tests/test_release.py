@@ -11,10 +11,12 @@ import pytest
 from sklearn.base import clone
 
 from lethe.certified.bounds import release_sensitivity
-from lethe.certified.mechanism import Certificate, CertifiedRemoval, NewtonCache, exact_residual
+from lethe.certified.mechanism import Certificate, CertifiedRemoval, NewtonCache
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.privacy.release import release_epsilon_spent, release_sigma
 from lethe.release import Release, ReleasedLogisticRegression
+
+from ._certified import exact_residual
 
 
 def _data(n=3000, d=6, seed=0):

@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import delete, func, select, text, update
 
 from lethe.certified.estimators import CertifiedLogisticRegression
-from lethe.certified.mechanism import exact_residual
 from lethe.curator import (
     ConflictError,
     Curator,
@@ -31,6 +30,7 @@ from lethe.curator.store import (
     Record,
 )
 
+from .._certified import exact_residual
 from .conftest import PARAMS, Data, make_data, snapshot
 
 

@@ -635,14 +635,4 @@ def _train_state(cfg: CertifiedRemoval, X: DataMatrix, y: np.ndarray, rng: np.ra
     return state
 
 
-#: The names the training-path tests use (tests/certified/test_training_path.py, test_gradient_allowance.py).
-_Evaluation = Evaluation
-CertifiedRemoval._residual_with_allowance = CertifiedRemoval.residual_with_allowance  # type: ignore[attr-defined]
-
-
-def exact_residual(config: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray) -> float:
-    """‖∇L_b(w; D)‖₂ for the current data: the quantity every certificate bounds (for tests and audits)."""
-    return float(np.linalg.norm(obj.objective_grad(state.w, X, y, config.loss_, config.lam, state.b)))
-
-
-__all__ = ["Certificate", "CertifiedRemoval", "ModelState", "NewtonCache", "check_row_norms", "exact_residual"]
+__all__ = ["Certificate", "CertifiedRemoval", "ModelState", "NewtonCache", "check_row_norms"]
