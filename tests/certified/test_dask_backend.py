@@ -151,13 +151,13 @@ def test_anchor_removal_reads_only_the_removed_rows(client, monkeypatch):
 
 def test_zarr_backed_data_is_read_from_the_store(client, tmp_path):
     pytest.importorskip("zarr")
-    from lethe.certified.dask_backend import _zarr_source
+    from lethe.certified.dask_backend import zarr_source
 
     X, y = random_problem(11, 150, 4, 3.0)
     path = str(tmp_path / "x.zarr")
     da.from_array(X, chunks=(16, 4)).to_zarr(path)
     A = da.from_zarr(path, chunks=(64, 4))
-    assert _zarr_source(A) is not None and _zarr_source(A * 1.0) is None and _zarr_source(A[:10]) is None
+    assert zarr_source(A) is not None and zarr_source(A * 1.0) is None and zarr_source(A[:10]) is None
     rows = np.array([149, 0, 77])
     np.testing.assert_array_equal(DASK.take(A, rows), X[rows])
     np.testing.assert_array_equal(DASK.take(A * 2.0, rows), 2.0 * X[rows])  # derived arrays: through Dask
