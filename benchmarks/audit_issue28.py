@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_digits
 
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 META = "__lethe_meta__"
 

@@ -38,7 +38,7 @@ def _data(n: int = 300, d: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarr
 def families() -> dict[str, Any]:
     from sklearn.linear_model import LogisticRegression
 
-    from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
     from lethe.nn.estimators import NoisyFineTuneClassifier
     from lethe.noisygd.estimators import NoisyGDLogisticRegression
     from lethe.noisygd.pnsgd import PNSGDLogisticRegression

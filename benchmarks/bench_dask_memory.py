@@ -28,8 +28,8 @@ def _status(field: str) -> float:
 def child(args: argparse.Namespace) -> None:
     import numpy as np
 
+    from lethe.certified.estimators import CertifiedLogisticRegression
     from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
-    from lethe.estimators import CertifiedLogisticRegression
 
     # a tiny fit and removal first: the modules they import lazily (scipy.optimize, ...) are then loaded before the
     # baseline, so the figures count memory that grows with the data, not ~50 MiB of code loaded once

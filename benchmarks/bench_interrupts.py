@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
 
 class Alarm(BaseException):

@@ -4,7 +4,7 @@ For ε ∈ {0.1, 0.5, 1, 2, 5} and δ = 1e-5, prints the test accuracy of
 
 * output perturbation (lecture 9; ``lethe.privacy.OutputPerturbationLogisticRegression``), with the analytic
   (exact) Gaussian calibration and, where it is a theorem (ε < 1), the lecture's classical σ;
-* objective perturbation (Guo et al. 2020 Alg. 1 = the core's ``lethe.estimators.CertifiedLogisticRegression``
+* objective perturbation (Guo et al. 2020 Alg. 1 = the core's ``lethe.certified.estimators.CertifiedLogisticRegression``
   training), with b ~ N(0, σ² I) and σ from ``lethe.privacy.objective_perturbation_sigma`` (derived in
   docs/privacy.md; it assumes the exact minimiser, the core trains to a small gradient tolerance).
 
@@ -33,7 +33,7 @@ DELTA = 1e-5
 
 def _objective_estimator():
     try:
-        from lethe.estimators import CertifiedLogisticRegression
+        from lethe.certified.estimators import CertifiedLogisticRegression
     except ImportError:  # pragma: no cover - the core is developed in parallel
         return None
     return CertifiedLogisticRegression
@@ -86,7 +86,7 @@ def main() -> None:
     print(f"MNIST 3 vs 8: n = {n}, d = {d}, test = {Xt.shape[0]}; delta = {DELTA}; seeds = {len(seeds)}; "
           f"lambda grid = {lams}")
     if est is None:
-        print("objective perturbation: lethe.estimators.CertifiedLogisticRegression not available -> n/a")
+        print("objective perturbation: lethe.certified.estimators.CertifiedLogisticRegression not available -> n/a")
 
     grid: dict[tuple[str, float, float], tuple | None] = {}
     for eps in EPSILONS:

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import lethe.planning as planning
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.datasets import load_adult
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.preprocessing import SchemaEncoder
 from lethe.schema import load_schema
 

@@ -71,8 +71,8 @@ from lethe.audit.version_diff import (
     identification_rate,
     single_deletion_guess,
 )
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.datasets import load_mnist_binary
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.release import ReleasedLogisticRegression
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.datasets import load_mnist_binary
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.experiments._common import remove_until_retrained
 
 PARAMS = dict(lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4)

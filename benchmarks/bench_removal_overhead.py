@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 
 def main() -> None:

@@ -553,8 +553,8 @@ def main() -> None:
             shutil.rmtree(root / "synthetic", ignore_errors=True)
             show(table)
         if "scale" not in args.skip:
+            from lethe.certified.estimators import CertifiedLogisticRegression
             from lethe.certified.newton import resolve_solver
-            from lethe.estimators import CertifiedLogisticRegression
 
             # the estimators' default (solver="auto") resolves to anchor for these dense, 100-feature data; pcg
             # beside it (its batches read all n rows)

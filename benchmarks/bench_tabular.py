@@ -26,8 +26,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.datasets import load_adult
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.pipeline import make_unlearning_pipeline
 from lethe.preprocessing import SchemaEncoder
 from lethe.schema import CategoricalColumn, NumericColumn, Schema, load_schema

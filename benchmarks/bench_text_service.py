@@ -40,8 +40,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import delete_and_wait, lethe, start_server, stop  # noqa: E402
 
+from lethe.certified.estimators import CertifiedLogisticRegression  # noqa: E402
 from lethe.datasets.sst import load_sst  # noqa: E402
-from lethe.estimators import CertifiedLogisticRegression  # noqa: E402
 from lethe.features.text import embed_sentences  # noqa: E402
 
 LAM, SIGMA, EPSILON, DELTA = 0.01, 1.0, 1.0, 1e-4

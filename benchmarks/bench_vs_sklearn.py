@@ -59,9 +59,9 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from lethe.certified import objective as obj
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 from lethe.datasets import load_mnist_binary
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.losses import get_loss
 
 PARAMS = dict(lam=1e-3, sigma=10.0, epsilon=1.0, delta=1e-4)

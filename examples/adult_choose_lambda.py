@@ -7,8 +7,8 @@ for the removals to support, see docs/tabular.md) and the model. Run from the re
 
 from pathlib import Path
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.datasets import load_adult
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.pipeline import make_unlearning_pipeline
 from lethe.planning import plan_lambda
 from lethe.preprocessing import SchemaEncoder

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.datasets import load_adult
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.pipeline import make_unlearning_pipeline
 from lethe.preprocessing import SchemaEncoder
 from lethe.schema import load_schema

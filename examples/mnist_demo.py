@@ -14,9 +14,9 @@ import time
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.certified.influence import influence_norms
 from lethe.datasets import load_mnist_binary
-from lethe.estimators import CertifiedLogisticRegression
 
 try:
     from tqdm import tqdm

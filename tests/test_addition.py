@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
 
 def exact_logistic_residual(w, b, X, y, lam):

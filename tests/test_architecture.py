@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     # math: pure functions, no state
     "lethe.losses": MATH,
     "lethe.certified": MATH,  # bounds, noise, objective (the stateful modules are listed below)
+    "lethe.certified.training": MATH,  # the optimiser that trains (Alg. 1), apart from the mechanism that removes
     "lethe.privacy": MATH,  # formulas (mechanisms and the accountant below)
     "lethe.noisygd": MATH,  # Alg. 2, models, schedules, guarantees, certificate (edit_stream, estimators below)
     "lethe.audit": MATH,  # attack scores and statistics
@@ -60,7 +61,12 @@ LAYERS: dict[str, int] = {
     "lethe.nn": MECHANISMS,  # noisy clipped fine-tuning of torch modules (models, unlearning)
     "lethe.nn.accounting": MATH,  # its privacy accounting: pure formulas, no torch
     # front ends: scikit-learn estimators and the deletion service
-    "lethe.estimators": FRONT_ENDS,
+    "lethe.certified.estimators": FRONT_ENDS,
+    "lethe.certified.estimators_logistic": FRONT_ENDS,  # the estimators' shared base and the logistic one
+    "lethe.certified.estimators_linear": FRONT_ENDS,
+    "lethe.certified.estimators_files": FRONT_ENDS,  # their save/load/from_state (a mixin of the base)
+    "lethe.certified.estimators_add": FRONT_ENDS,  # their add (a mixin of the base)
+    "lethe.estimators": FRONT_ENDS,  # deprecated path of lethe.certified.estimators (a re-exporting shim, issue 34)
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,

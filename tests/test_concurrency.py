@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from lethe._locking import instance_lock, serialised
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, joint_residual
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, joint_residual
 
 from .certified._exact import grad_ld, norm_ld
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
 from ._data import unit_rows
 

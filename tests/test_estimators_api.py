@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 from lethe.certified.mechanism import CertifiedRemoval
 from lethe.certified.noise import epsilon_spent
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
 from ._data import unit_rows
 

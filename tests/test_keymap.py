@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lethe import keymap
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.release import ReleasedLogisticRegression
 
 

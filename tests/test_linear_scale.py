@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lethe.estimators import CertifiedLinearRegression
+from lethe.certified.estimators import CertifiedLinearRegression
 
 
 def _timestamps(mag: float, n: int = 300, seed: int = 0):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import lethe.io as io_module
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.io import TAG_KEY, ModelFileError, model_key
 from lethe.model_keys import KeyFileError, counts_path, create_key_file, key_file_path
 from lethe.model_origin import UnverifiedCertificate

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lethe.estimators as estimators_module
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, noise_norm_tail
+import lethe.certified.estimators_files as model_files_module
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, noise_norm_tail
 from lethe.io import KEY_ENV, KEY_FILE_ENV, TAG_KEY, ModelFileError, file_tag, model_key
 
 from ._files import KEY, edit_model_file, no_key_in_environment, read_model_file  # noqa: F401 (autouse fixture)
@@ -93,7 +93,7 @@ def test_the_doubled_w_is_a_false_certificate_that_the_remeasure_alone_catches(t
     def no_remeasure(cfg, w, b, X, y, active):
         return np.zeros_like(w), 0.0
 
-    monkeypatch.setattr(estimators_module, "measured_residual", no_remeasure)
+    monkeypatch.setattr(model_files_module, "measured_residual", no_remeasure)
     loaded = CertifiedLogisticRegression.load(bad, trust_unauthenticated=True)
     assert _exact(loaded)[0] > 100 * loaded.states_[0].residual_bound
 
@@ -225,7 +225,7 @@ def test_the_sigma_edit_is_caught_by_the_noise_check_alone(tmp_path, fitted, mon
     plausibility check refuses it. With that check disabled the file loads and claims a budget 2,000× too large."""
     bad = edit_model_file(fitted.save(tmp_path / "m.npz"), tmp_path / "bad.npz",
                 meta_fn=lambda m: m["params"].update(sigma=100.0))
-    monkeypatch.setattr(estimators_module, "NOISE_TAIL_PROBABILITY", 0.0)
+    monkeypatch.setattr(model_files_module, "NOISE_TAIL_PROBABILITY", 0.0)
     loaded = CertifiedLogisticRegression.load(bad, trust_unauthenticated=True)
     assert loaded.mechanism_.budget > 1000 * fitted.mechanism_.budget
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 
 def _data(n=400, d=10, seed=0):

@@ -10,7 +10,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, Normalizer, StandardScaler
 
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.pipeline import UnlearningPipeline, make_unlearning_pipeline
 from lethe.preprocessing import UnitBallNormalizer
 

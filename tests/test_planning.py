@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.planning import plan_sigma
 
 

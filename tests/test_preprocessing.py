@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from lethe._validation import check_unit_rows, normalize_rows, row_norms
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
@@ -238,7 +238,7 @@ def _holder_table() -> pd.DataFrame:
 
 
 def test_deleting_the_only_holder_of_a_category_leaves_nothing_learned_from_rows(tmp_path):
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     frame = _holder_table()
     schema = Schema.from_dict(TABLE_SCHEMA)
@@ -263,7 +263,7 @@ def test_deleting_the_only_holder_of_a_category_leaves_nothing_learned_from_rows
 def test_the_scan_catches_an_encoder_learned_from_private_rows(tmp_path):
     """Mutation check of the test above: a one-hot vocabulary fitted on the private rows (frozen, so the pipeline
     accepts it) names the deleted holder's category, and the same scan finds it."""
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     frame = _holder_table()
     cols = Schema.from_dict(TABLE_SCHEMA).feature_columns
@@ -277,7 +277,7 @@ def test_the_scan_catches_an_encoder_learned_from_private_rows(tmp_path):
 
 
 def test_schema_encoder_in_unlearning_pipeline_and_column_transformer():
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     frame = _table(200, 6)
     schema = Schema.from_dict(TABLE_SCHEMA)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from sklearn.preprocessing import FunctionTransformer, Normalizer
 
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, MulticlassCertificate
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression, MulticlassCertificate
 from lethe.io import ModelFileError
 from lethe.nn.accounting import calibrate_model_clip
 from lethe.nn.estimators import NoisyFineTuneClassifier

@@ -11,10 +11,12 @@ import pytest
 from sklearn.base import clone
 
 from lethe.certified.bounds import release_sensitivity
-from lethe.certified.mechanism import Certificate, CertifiedRemoval, NewtonCache, exact_residual
+from lethe.certified.mechanism import Certificate, CertifiedRemoval, NewtonCache
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.privacy.release import release_epsilon_spent, release_sigma
 from lethe.release import Release, ReleasedLogisticRegression
+
+from ._certified import exact_residual
 
 
 def _data(n=3000, d=6, seed=0):
@@ -167,7 +169,7 @@ def test_save_load_continues_the_stream(tmp_path):
     with pytest.raises(BudgetExceededError):
         m2.remove([6])
     with pytest.raises(ValueError, match="holds a"):
-        from lethe.estimators import CertifiedLogisticRegression
+        from lethe.certified.estimators import CertifiedLogisticRegression
 
         CertifiedLogisticRegression.load(path)
 

@@ -12,8 +12,8 @@ backend; ``tests/test_architecture.py`` checks the layers and that there is no i
   :mod:`lethe.certified.noise`, the formulas of :mod:`lethe.privacy` and :mod:`lethe.noisygd`, :mod:`lethe.audit`;
 * mechanisms — explicit, serializable state: :mod:`lethe.certified.mechanism` (Guo et al. 2020),
   :mod:`lethe.noisygd.edit_stream` (Chourasia & Shah 2023, Alg. 1), :mod:`lethe.privacy.accountant`;
-* front ends — :mod:`lethe.estimators` and :mod:`lethe.noisygd.estimators` (scikit-learn), the deletion service
-  :mod:`lethe.curator`;
+* front ends — :mod:`lethe.certified.estimators` and :mod:`lethe.noisygd.estimators` (scikit-learn), the deletion
+  service :mod:`lethe.curator`;
 * applications — :mod:`lethe.experiments` (``lethe reproduce``, ``lethe audit``) and :mod:`lethe.cli`.
 """
 

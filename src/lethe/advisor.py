@@ -11,7 +11,7 @@ table costs 83 ms, so that exact retraining (ε = 0 for one published version, n
   and a gradient-boosted model, the refit timed) — ε = 0 for one published version;
 * **sharded** (:class:`lethe.sharded.ShardedClassifier`, SISA, 8 shards; only where a shard keeps ≥ 500 rows) —
   exact, a removal refits one shard;
-* **certified removal** (:class:`lethe.estimators.CertifiedLogisticRegression`, λ from :func:`lethe.planning.
+* **certified removal** (:class:`lethe.certified.estimators.CertifiedLogisticRegression`, λ from :func:`lethe.planning.
   plan_lambda` and σ from :func:`lethe.planning.plan_sigma` for the expected deletions) — (ε, δ) for one version;
 * **released** (:class:`lethe.release.ReleasedLogisticRegression`) — (ε, δ) over EVERY release, the only family
   here whose guarantee covers an observer of consecutive versions;
@@ -372,7 +372,7 @@ def _divide(X: Any, scale: float) -> np.ndarray:
 def _certified(Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, yte: np.ndarray, R: int, epsilon: float,
                delta: float, every: bool, rng: np.random.Generator, k: int, scale: float, enc_code: str,
                dataset: str | None, public: bool, planners: tuple[Any, Any], frozen: Any) -> FamilyResult:
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     plan_lambda, plan_sigma = planners
 
@@ -394,7 +394,7 @@ def _certified(Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, yte: np.ndarra
     fit_s = time.perf_counter() - t0
     acc = float(model.score(Xte, yte))
     lat = _removal_seconds(model, n_tr, k, rng)
-    code = ("from lethe.estimators import CertifiedLogisticRegression\n"
+    code = ("from lethe.certified.estimators import CertifiedLogisticRegression\n"
             f"model = make_unlearning_pipeline(FrozenEstimator({enc_code}.fit(X_public)),\n"
             f"    FunctionTransformer(lambda A: A / {scale:.4g}),\n"
             f"    CertifiedLogisticRegression(lam={lam:g}, sigma={plan.sigma:.4g}, epsilon={epsilon:g}, "

@@ -1,5 +1,6 @@
-"""The data and record keys of the certified estimators' fits (:mod:`lethe.estimators`): which inputs are accepted
-(dense, SciPy CSR, Dask arrays and DataFrames), the estimator's own copy of its training rows (removal zeroes rows of
+"""The data and record keys of the certified estimators' fits (:mod:`lethe.certified.estimators`): which inputs are
+accepted (dense, SciPy CSR, Dask arrays and DataFrames), the estimator's own copy of its training rows (removal zeroes
+rows of
 it), the arrays a model file stores them in, and the ONE meaning of ``remove(indices=None, *, keys=None)``
 (:func:`removal_rows`) shared by every :class:`lethe.protocols.Unlearner`. No math: validation and bookkeeping."""
 

@@ -164,7 +164,8 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
     Family(
         name="certified-removal",
         mechanisms=("certified-removal",),
-        estimators=("lethe.estimators:CertifiedLogisticRegression", "lethe.estimators:CertifiedLinearRegression"),
+        estimators=("lethe.certified.estimators:CertifiedLogisticRegression",
+                    "lethe.certified.estimators:CertifiedLinearRegression"),
         adapter="lethe.curator.adapters:CertifiedRemovalAdapter",
         capabilities=frozenset({Capability.ADD, Capability.WARM, Capability.NEWTON_STEP, Capability.RETRAINS,
                                 Capability.PUBLISHES_WEIGHTS}),

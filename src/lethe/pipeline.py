@@ -12,13 +12,14 @@ certified estimator forgets a record, but a transformer fitted on the same priva
 * ``"passthrough"``.
 
 Any other step is refused at ``fit`` and at ``remove``, with its name and class. The final step must have ``remove``
-(:class:`lethe.estimators.CertifiedLogisticRegression` or :class:`~lethe.estimators.CertifiedLinearRegression`).
+(:class:`lethe.certified.estimators.CertifiedLogisticRegression` or
+:class:`~lethe.certified.estimators.CertifiedLinearRegression`).
 Fitted on a pandas DataFrame, the pipeline passes the DataFrame's index to the final step as record keys
 (``sample_ids``), so ``remove(keys=[...])`` removes records by their index labels.
 
 >>> from sklearn.datasets import load_digits
 >>> from sklearn.preprocessing import Normalizer
->>> from lethe.estimators import CertifiedLogisticRegression
+>>> from lethe.certified.estimators import CertifiedLogisticRegression
 >>> X, y = load_digits(return_X_y=True, as_frame=True)
 >>> pipe = make_unlearning_pipeline(Normalizer(), CertifiedLogisticRegression(lam=1e-3, sigma=0.1, random_state=0))
 >>> cert = pipe.fit(X, y).remove(keys=[10, 11])
@@ -204,7 +205,7 @@ def _step_from_spec(kind: str, params: dict[str, Any]) -> Any:
 
 def _unlearner_classes() -> dict[str, Any]:
     """The final steps a saved pipeline can name (torch's estimator only if torch is installed)."""
-    from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
     from lethe.noisygd.estimators import (
         NoisyGDBoundedMLPClassifier,
         NoisyGDLogisticRegression,

@@ -58,9 +58,9 @@ from lethe._validation import check_positive, check_positive_int
 from lethe.advisor import Advice
 from lethe.advisor import advise as _advise
 from lethe.certified.cache import NewtonCache
+from lethe.certified.estimators import CertifiedLogisticRegression, joint_residual
 from lethe.certified.newton import resolve_solver
 from lethe.certified.noise import residual_budget
-from lethe.estimators import CertifiedLogisticRegression, joint_residual
 from lethe.pipeline import step_learns_from_data
 
 

@@ -10,7 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from lethe.audit import audit_model
 from lethe.audit.model import verdict_of
 from lethe.audit.stats import dp_advantage_bound
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 
 def _data(n: int = 400, d: int = 400, seed: int = 0):

@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 
 from lethe.audit.model import audit_model, audit_version, confidence_scores, margins
 from lethe.audit.stats import advantage, dp_advantage_bound
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 N_TRAIN, N_DELETED, N_HELDOUT, D = 200, 100, 200, 400
 

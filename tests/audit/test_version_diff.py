@@ -27,7 +27,7 @@ from lethe.audit.version_diff import (
     single_deletion_guess,
     single_deletion_scores,
 )
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 LAM = 1e-2
 

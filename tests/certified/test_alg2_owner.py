@@ -11,9 +11,9 @@ import pytest
 
 import lethe.certified.cache as cache_module
 from lethe.certified.cache import NewtonCache, same_mask
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.certified.mechanism import CertifiedRemoval, ModelState
 from lethe.certified.one_vs_all import OneVsAllRemoval, joint_residual, next_batch_cap
-from lethe.estimators import CertifiedLogisticRegression
 
 
 def _independent_joint(betas: list[float], noise: str) -> float:

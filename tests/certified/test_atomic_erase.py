@@ -14,8 +14,8 @@ zarr = pytest.importorskip("zarr")
 dask = pytest.importorskip("dask")
 
 from lethe.certified.dask_backend import zarr_source  # noqa: E402
+from lethe.certified.estimators import CertifiedLogisticRegression  # noqa: E402
 from lethe.certified.transaction import ResyncRequiredError  # noqa: E402
-from lethe.estimators import CertifiedLogisticRegression  # noqa: E402
 
 
 def _model(tmp_path):

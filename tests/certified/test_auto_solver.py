@@ -15,12 +15,13 @@ from hypothesis import strategies as st
 
 from lethe.certified.dask_backend import matrix_free_min_features
 from lethe.certified.data import MATRIX_FREE_MIN_FEATURES
-from lethe.certified.mechanism import CertifiedRemoval, NewtonCache, exact_residual
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 from lethe.certified.newton import AUTO_ANCHOR_MAX_FEATURES, SOLVERS, resolve_solver
 from lethe.curator.adapters import CertifiedRemovalAdapter
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 from lethe.io import load_npz, save_npz
 
+from .._certified import exact_residual
 from ._exact import grad_ld, norm_ld
 
 

@@ -151,13 +151,13 @@ def test_anchor_removal_reads_only_the_removed_rows(client, monkeypatch):
 
 def test_zarr_backed_data_is_read_from_the_store(client, tmp_path):
     pytest.importorskip("zarr")
-    from lethe.certified.dask_backend import _zarr_source
+    from lethe.certified.dask_backend import zarr_source
 
     X, y = random_problem(11, 150, 4, 3.0)
     path = str(tmp_path / "x.zarr")
     da.from_array(X, chunks=(16, 4)).to_zarr(path)
     A = da.from_zarr(path, chunks=(64, 4))
-    assert _zarr_source(A) is not None and _zarr_source(A * 1.0) is None and _zarr_source(A[:10]) is None
+    assert zarr_source(A) is not None and zarr_source(A * 1.0) is None and zarr_source(A[:10]) is None
     rows = np.array([149, 0, 77])
     np.testing.assert_array_equal(DASK.take(A, rows), X[rows])
     np.testing.assert_array_equal(DASK.take(A * 2.0, rows), 2.0 * X[rows])  # derived arrays: through Dask
@@ -173,7 +173,7 @@ def test_zarr_backed_data_is_read_from_the_store(client, tmp_path):
 
 def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(client, tmp_path):
     pytest.importorskip("zarr")
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     X, y = random_problem(5, 160, 4, 3.0)
     path = str(tmp_path / "x.zarr")
@@ -200,7 +200,7 @@ def test_estimator_fits_on_a_zarr_backed_dask_array_and_erases_removed_rows(clie
 def test_estimator_on_a_dask_dataframe_never_converts_it_to_numpy(client, monkeypatch):
     pd = pytest.importorskip("pandas")
     dd = pytest.importorskip("dask.dataframe")
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     X, y = random_problem(11, 150, 4, 3.0)
     frame = dd.from_pandas(pd.DataFrame(X, columns=list("abcd"), index=np.arange(1000, 1150)), npartitions=3)

@@ -5,7 +5,7 @@ arithmetic, for the dense, sparse and chunked (Dask) backends:
   products that underflow) of the exact sum, computed with ``fractions.Fraction`` (exact: products and sums of floats
   are rationals). Chunked data both as the backend sums the partials (a pairwise tree) and with the partials added
   left to right (a legal order: the bound must not depend on the tree's shape);
-* the training residual β₀ (``CertifiedRemoval._residual_with_allowance``) and the anchor's re-measure
+* the training residual β₀ (``CertifiedRemoval.residual_with_allowance``) and the anchor's re-measure
   (``common.measured_residual``) dominate the exact gradient ∇L_b(w; D) = Σ ℓ'(xᵢᵀw) xᵢ + λn w + b, computed with
   mpmath at 40 digits (reference error ≤ 10⁻³⁵ of the magnitudes, subtracted from the bound), logistic and squared
   losses, adversarial magnitudes (row and column scales over 10¹⁵, sparse rows, ‖w‖ up to 10³, and a "near-ulp"
@@ -36,7 +36,8 @@ import lethe.certified.dask_backend as dask_backend  # noqa: E402
 from lethe.certified.bounds import UNIT_ROUNDOFF  # noqa: E402
 from lethe.certified.common import measured_residual  # noqa: E402
 from lethe.certified.data import backend_of  # noqa: E402
-from lethe.certified.mechanism import CertifiedRemoval, _Evaluation  # noqa: E402
+from lethe.certified.mechanism import CertifiedRemoval  # noqa: E402
+from lethe.certified.training import Evaluation  # noqa: E402
 
 SLOW = 2000
 KINDS = ("dense", "sparse", "dask-tree", "dask-fold")
@@ -227,7 +228,7 @@ def beta0_property(kind, seed, n, d, loss, spread, density, w_scale, b_scale, la
     X, y, w, b = _problem(seed, n, d, loss, spread, density, w_scale, b_scale)
     Xk, cfg = _kind_and_config(X, kind, chunks_seed, loss, lam)
     with _kind_context(kind):
-        beta = cfg._residual_with_allowance(w, Xk, y, _Evaluation(Xk, y, cfg.loss_, lam, b))
+        beta = cfg.residual_with_allowance(w, Xk, y, Evaluation(Xk, y, cfg.loss_, lam, b))
     exact, mag = exact_gradient(w, b, X, y, lam, loss)
     assert mpmath.sqrt(mpmath.fsum(e * e for e in exact)) <= beta - _reference_slack(mag)
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from lethe.certified.certificate import Certificate
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.certified.mechanism import CertifiedRemoval
 from lethe.certified.noise import epsilon_spent
-from lethe.estimators import CertifiedLogisticRegression
 
 
 def _data(n: int = 400, d: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from lethe.certified import data as data_mod
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
 from .test_soundness import exact_logistic_residual
 

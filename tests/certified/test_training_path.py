@@ -14,7 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import lethe.certified.mechanism as mechanism
-from lethe.certified.mechanism import CertifiedRemoval, NewtonCache, _Evaluation
+import lethe.certified.training as training
+from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
+from lethe.certified.training import Evaluation
 from lethe.losses import get_loss
 
 from .test_soundness import exact_logistic_residual, random_problem
@@ -41,10 +43,10 @@ def test_training_residual_dominates_the_exact_one(seed, n, d, lam, sigma, sep, 
     mech = CertifiedRemoval(loss="logistic", lam=lam, sigma=sigma, epsilon=1.0, delta=1e-4, noise=noise,
                             solver="pcg", tol=mech.budget / scale)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mechanism, "_EVAL_BLOCK_MIN_ROWS", block)
-        mp.setattr(mechanism, "_EVAL_BLOCK_BYTES", 8)
-        mp.setattr(mechanism, "_PRECOND_SPREAD", spread)
-        mp.setattr(mechanism, "_PRECOND_ROWS", rows)
+        mp.setattr(training, "_EVAL_BLOCK_MIN_ROWS", block)
+        mp.setattr(training, "_EVAL_BLOCK_BYTES", 8)
+        mp.setattr(training, "_PRECOND_SPREAD", spread)
+        mp.setattr(training, "_PRECOND_ROWS", rows)
         try:
             state, cert = mech.train(X, y, random_state=seed, cache=NewtonCache(), defer_setup=True)
         except RuntimeError as exc:  # the tolerance was not reachable in float64: refused, nothing certified
@@ -64,9 +66,9 @@ def test_blocked_evaluation_matches_the_unblocked_products(block, monkeypatch):
     b = rng.normal(size=9)
     w = rng.normal(size=9)
     loss = get_loss("logistic")
-    monkeypatch.setattr(mechanism, "_EVAL_BLOCK_MIN_ROWS", block)
-    monkeypatch.setattr(mechanism, "_EVAL_BLOCK_BYTES", 8)
-    ev = _Evaluation(X, y, loss, 0.1, b)
+    monkeypatch.setattr(training, "_EVAL_BLOCK_MIN_ROWS", block)
+    monkeypatch.setattr(training, "_EVAL_BLOCK_BYTES", 8)
+    ev = Evaluation(X, y, loss, 0.1, b)
     assert ev.blocked and ev.rows == block
     val, g = ev(w)
     z = X @ w
@@ -87,15 +89,15 @@ def test_preconditioner_is_chosen_by_the_spread_of_the_subsampled_hessian():
     iso /= np.linalg.norm(iso, axis=1, keepdims=True)
     skew = iso * np.geomspace(1.0, 1e-3, d)
     y = np.where(rng.uniform(size=n) < 0.5, 1.0, -1.0)
-    R = mechanism._lbfgs_preconditioner(skew, y, loss, 1e-3)
+    R = training._lbfgs_preconditioner(skew, y, loss, 1e-3)
     assert R is not None and np.count_nonzero(np.triu(R, 1)) > 0
-    k = n // mechanism._PRECOND_ROWS
-    Xs = skew[0:k * mechanism._PRECOND_ROWS:k]
+    k = n // training._PRECOND_ROWS
+    Xs = skew[0:k * training._PRECOND_ROWS:k]
     H = 0.25 * (n / Xs.shape[0]) * Xs.T @ Xs + 1e-3 * n * np.eye(d)
     np.testing.assert_allclose(R.T @ R, H, rtol=1e-10, atol=1e-10)
-    R_iso = mechanism._lbfgs_preconditioner(iso, y, loss, 1e-3)
+    R_iso = training._lbfgs_preconditioner(iso, y, loss, 1e-3)
     assert R_iso is not None and np.count_nonzero(R_iso - np.diag(np.diag(R_iso))) == 0
-    assert mechanism._lbfgs_preconditioner(iso[:5], y[:5], loss, 1e-3) is None  # d² > 64 n
+    assert training._lbfgs_preconditioner(iso[:5], y[:5], loss, 1e-3) is None  # d² > 64 n
 
 
 @pytest.mark.parametrize("d", [3, 17])

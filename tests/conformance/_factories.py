@@ -36,12 +36,12 @@ def regression(n: int = 240, d: int = 4, seed: int = 0) -> tuple[np.ndarray, np.
 
 
 def _certified_logistic() -> Any:
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
     return CertifiedLogisticRegression(lam=1e-2, sigma=1.0, random_state=0)
 
 
 def _certified_linear() -> Any:
-    from lethe.estimators import CertifiedLinearRegression
+    from lethe.certified.estimators import CertifiedLinearRegression
     return CertifiedLinearRegression(lam=1e-2)
 
 
@@ -91,8 +91,8 @@ def _finetune() -> Any:
 
 
 FACTORIES: dict[str, tuple[Any, Any]] = {
-    "lethe.estimators:CertifiedLogisticRegression": (_certified_logistic, binary),
-    "lethe.estimators:CertifiedLinearRegression": (_certified_linear, regression),
+    "lethe.certified.estimators:CertifiedLogisticRegression": (_certified_logistic, binary),
+    "lethe.certified.estimators:CertifiedLinearRegression": (_certified_linear, regression),
     "lethe.release:ReleasedLogisticRegression": (_released, lambda: binary(n=4000, d=4)),
     "lethe.sharded:ShardedClassifier": (_sharded_classifier, binary),
     "lethe.sharded:ShardedRegressor": (_sharded_regressor, regression),

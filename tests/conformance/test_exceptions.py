@@ -26,7 +26,7 @@ import pytest
 import scipy.sparse as sp
 
 import lethe
-from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 from lethe.release import ReleasedLogisticRegression
 
 SRC = str(Path(lethe.__file__).parent)

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from lethe.certified.mechanism import exact_residual
 from lethe.curator import Curator, Settings
 from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.service import Principal
 from lethe.curator.store import DeletionRequest, Model, ModelVersion
 
+from .._certified import exact_residual
 from .conftest import PARAMS, Data
 
 BAD = 37  # the CSV row (key user-0037) the injected mechanism fault is tied to

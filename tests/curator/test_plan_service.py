@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from lethe.certified.estimators import CertifiedLogisticRegression  # noqa: E402
 from lethe.cli import main  # noqa: E402
 from lethe.curator import Curator  # noqa: E402
 from lethe.curator.errors import InvalidInputError  # noqa: E402
 from lethe.curator.planning import plan_dataset  # noqa: E402
-from lethe.estimators import CertifiedLogisticRegression  # noqa: E402
 from lethe.planning import plan_lambda  # noqa: E402
 from lethe.preprocessing import SchemaEncoder  # noqa: E402
 from lethe.schema import load_schema  # noqa: E402

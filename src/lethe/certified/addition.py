@@ -42,7 +42,8 @@ from scipy.linalg import cho_factor, cho_solve
 from lethe._rng import check_random_state
 from lethe.certified import objective as obj
 from lethe.certified.data import backend_of
-from lethe.certified.mechanism import Certificate, CertifiedRemoval, Evaluation, ModelState
+from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState
+from lethe.certified.training import Evaluation
 
 _BOUND = ("measured gradient residual on D ∪ A after one Newton step + rounding allowance "
           "(as training: Guo et al. 2020, footnote 1; lethe.certified.addition)")

@@ -146,9 +146,6 @@ def zarr_source(X: da.Array) -> Any:
     return src
 
 
-_zarr_source = zarr_source  # the name tests/certified/test_dask_backend.py imports
-
-
 _SCATTERED: dict[tuple[int, bytes, tuple[int, ...]], list[Any]] = {}
 
 

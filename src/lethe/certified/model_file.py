@@ -1,5 +1,6 @@
-"""The invariants of a certified estimator's model file (:meth:`lethe.estimators.CertifiedLogisticRegression.load`),
-checked before anything is built from it: structure, erased rows, the states' counts and bounds, ‖b‖ against σ, the
+"""The invariants of a certified estimator's model file
+(:meth:`lethe.certified.estimators.CertifiedLogisticRegression.load`), checked before anything is built from it:
+structure, erased rows, the states' counts and bounds, ‖b‖ against σ, the
 residual re-measured from the saved rows, and the (joint) bound judged by the mechanism's budget decision."""
 
 from __future__ import annotations

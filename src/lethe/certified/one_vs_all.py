@@ -5,8 +5,9 @@ one mechanism in R^{Kd} whose gradient residual (u_1, …, u_K) has norm ≤ √
 mechanism of sensitivity √(Σ_k β_k²)), and Σ_k β_k for Laplace-type b (densities multiply: ε adds up). The (ε, δ)
 guarantee of Guo et al. 2020, Thm 3 therefore holds for the whole model while that *joint* bound stays within the
 budget ε′ (:func:`joint_residual`, judged by :meth:`CertifiedRemoval.within_budget`). This module is the one place
-where the joint bound is computed and decided: the estimator (:class:`lethe.estimators.CertifiedLogisticRegression`),
-the curator's adapter and its artifact checks call it.
+where the joint bound is computed and decided: the estimator
+(:class:`lethe.certified.estimators.CertifiedLogisticRegression`), the curator's adapter and its artifact checks call
+it.
 """
 
 from __future__ import annotations

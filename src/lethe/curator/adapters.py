@@ -222,9 +222,10 @@ def _finite_or_none(x: float) -> float | None:
 class CertifiedRemovalAdapter(MechanismAdapter):
     """Certified removal for linear models (Guo et al. 2020) through the library's estimators.
 
-    A removal is computed by :meth:`lethe.estimators.CertifiedLogisticRegression.remove` (or
-    :meth:`~lethe.estimators.CertifiedLinearRegression.remove` for ``loss="squared"``) — the same code, with the same
-    options and defaults, as in a notebook: the mechanism's Newton step (Eq. 3, 6) with its solver cache, the budget
+    A removal is computed by :meth:`lethe.certified.estimators.CertifiedLogisticRegression.remove` (or
+    :meth:`~lethe.certified.estimators.CertifiedLinearRegression.remove` for ``loss="squared"``) — the same code, with
+    the same options and defaults, as in a notebook: the mechanism's Newton step (Eq. 3, 6) with its solver cache, the
+    budget
     and retraining (Alg. 2), one-vs-all with a joint budget for more than two classes.
 
     Parameters (JSON): ``loss`` ("logistic", default, or "squared") and every option of the estimator of that loss
@@ -254,7 +255,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
 
     @staticmethod
     def _estimator_class(loss: str) -> Any:
-        from lethe.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
+        from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 
         return CertifiedLogisticRegression if loss == "logistic" else CertifiedLinearRegression
 
@@ -322,7 +323,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     def model_rows(self, X: np.ndarray) -> np.ndarray:
         """The rows the weights apply to, as the estimator's ``_validate_X`` forms them: ``normalize_rows`` (logistic)
         then the intercept column. ``X`` itself when neither is set (not copied)."""
-        from lethe.estimators import INTERCEPT_SCALE
+        from lethe.certified.estimators import INTERCEPT_SCALE
         from lethe.preprocessing import normalize_rows
 
         logistic = self.params["loss"] == "logistic"

@@ -106,10 +106,10 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
         With ``min_removals``: size σ for that many removals at that point's λ (:func:`lethe.planning.plan_sigma`,
         on the same rows; it fits tens of models).
     params : dict, optional
-        Other options of :class:`lethe.estimators.CertifiedLogisticRegression`; a schema dataset's tabular defaults
-        (an intercept; none for a Zarr dataset) apply where they do not say otherwise.
+        Other options of :class:`lethe.certified.estimators.CertifiedLogisticRegression`; a schema dataset's tabular
+        defaults (an intercept; none for a Zarr dataset) apply where they do not say otherwise.
     """
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
     from lethe.planning import plan_lambda
     from lethe.planning import plan_sigma as _plan_sigma
 

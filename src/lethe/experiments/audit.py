@@ -11,8 +11,8 @@ positive control has something to find. The same data, removal set and attacks s
 * ``plain-lam-cr`` — the same non-private model at the certified model's λ (no noise, nothing removed): how much of
   the certified model's protection comes from its regularisation alone;
 * ``plain-retrained`` — the plain model retrained from scratch on D ∖ R (exact unlearning);
-* ``certified`` — :class:`lethe.estimators.CertifiedLogisticRegression` (Guo et al.) after removing R one row at a
-  time (Alg. 2 with |B| = 1, Newton steps; retrainings forced by the budget are counted and reported);
+* ``certified`` — :class:`lethe.certified.estimators.CertifiedLogisticRegression` (Guo et al.) after removing R one
+  row at a time (Alg. 2 with |B| = 1, Newton steps; retrainings forced by the budget are counted and reported);
 * ``noisygd`` — :class:`lethe.noisygd.estimators.NoisyGDLogisticRegression` (Chourasia & Shah) after deleting R
   one record per edit.
 
@@ -67,7 +67,7 @@ class _Plain:
 
 
 def _factories(seed_rng: np.random.Generator) -> dict[str, Callable[[], Any]]:
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     out: dict[str, Callable[[], Any]] = {
         "plain": lambda: _Plain(PLAIN_LAM),
@@ -337,7 +337,7 @@ weights (d,) / (K, d); the records are plain arrays:
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from lethe.audit import audit_model
-from lethe.estimators import CertifiedLogisticRegression
+from lethe.certified.estimators import CertifiedLogisticRegression
 
 rng = np.random.default_rng(0)                       # 400 records, 400 features, labels that can only be memorised
 X = rng.normal(size=(400, 400)); X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -492,7 +492,7 @@ def run_model_audit(args: argparse.Namespace) -> int:
     """``lethe audit --model-file ...``: audit every version; exit 0 if it passed (it could have failed and did not),
     1 if a version exceeds its bound, 3 if inconclusive (an interval wider than the bound, or crossing it)."""
     from lethe.audit.model import audit_model
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     if args.deleted is None or args.heldout is None:
         print("lethe audit: --model-file needs --deleted CSV and --heldout CSV.", file=sys.stderr)

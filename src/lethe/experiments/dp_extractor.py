@@ -9,8 +9,9 @@ For each ε_DP of the grid (the extractor's guarantee for a *group* of K = 10 re
    ε₁ = ε_DP / K and δ₁ solved from group privacy so that the K-group guarantee (Kε₁, δ₁(e^{Kε₁} − 1)/(e^{ε₁} − 1))
    (:func:`lethe.privacy.group_privacy`) is (ε_DP, δ_DP). The accountant's reported ε (≤ ε₁) is what is used.
 2. Its penultimate activations, scaled to unit norm, feed 10 certified one-vs-all logistic heads
-   (:class:`lethe.estimators.CertifiedLogisticRegression`, negatives subsampled to balance each binary problem, one
-   joint (ε_CR, δ_CR) budget over the heads) with ε_CR = ε_DP / 10 as in the paper. K random training rows are
+   (:class:`lethe.certified.estimators.CertifiedLogisticRegression`, negatives subsampled to balance each binary
+   problem, one joint (ε_CR, δ_CR) budget over the heads) with ε_CR = ε_DP / 10 as in the paper. K random training rows
+   are
    drawn; σ steps up a grid until freshly seeded heads remove exactly those K rows one at a time by Newton steps
    (no retraining, at most 90 % of the budget): that model is the reported one (:func:`choose_sigma`). The
    selection uses training data only and, like the paper's hyper-parameters, is not accounted for in ε.
@@ -83,7 +84,7 @@ def load_mnist10(st: dict[str, Any], data_dir: str | None, seed: int) -> tuple[n
 def fit_heads(F: np.ndarray, y: np.ndarray, *, lam: float, sigma: float, eps_cr: float, delta_cr: float,
               seed: int) -> Any:
     """10 certified one-vs-all heads (balanced negative subsampling, joint budget) on unit-norm features."""
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     return CertifiedLogisticRegression(lam=lam, sigma=sigma, epsilon=eps_cr, delta=delta_cr, negative_subsample=1.0,
                                        random_state=seed).fit(F, y)

@@ -3,7 +3,8 @@ linear head on a binary sentiment task.
 
 Set-up here: sentences of the Rotten Tomatoes corpus SST was built from (:func:`lethe.datasets.sst.load_sst`,
 fixed stratified 80/20 split), embedded by the pretrained all-MiniLM-L6-v2 (:mod:`lethe.features.text`, public:
-no removal needed in it), then :class:`lethe.estimators.CertifiedLogisticRegression` on the unit-norm embeddings.
+no removal needed in it), then :class:`lethe.certified.estimators.CertifiedLogisticRegression` on the unit-norm
+embeddings.
 For each (λ, σ) at ε = 1, δ = 1e-4 (the paper's §4.2 values) the run measures test accuracy and the number of
 *supported removals*: random training rows are removed one at a time (Alg. 2 with |B_j| = 1) until the first
 removal whose certified residual would exceed the budget ε′ (the estimator then retrains); that count is measured,
@@ -44,7 +45,7 @@ MODES: dict[str, dict[str, str]] = {
 
 def head_kwargs(mode: str) -> dict[str, Any]:
     """Keyword arguments of :class:`CertifiedLogisticRegression` for ``mode``, restricted to those it accepts."""
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     accepted = inspect.signature(CertifiedLogisticRegression.__init__).parameters
     return {k: v for k, v in MODES[mode].items() if k in accepted}
@@ -104,7 +105,7 @@ def load_embedded_sst(settings: dict[str, Any], data_dir: str | None, seed: int,
 def run(profile: Profile, outdir: Path, *, data_dir: str | None = None, seed: int = 0,
         show_progress: bool = True, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fig. 4 right and the SST column of Table 1. Writes ``fig4_sst_public_extractor.png`` into ``outdir``."""
-    from lethe.estimators import CertifiedLogisticRegression
+    from lethe.certified.estimators import CertifiedLogisticRegression
 
     st = dict(SETTINGS[profile.name] if settings is None else settings)
     with Timer() as t_emb:

@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import RandomState, check_random_state, copy_generator
 from lethe._validation import store_init_args
-from lethe.estimators import keys_of, removal_rows
+from lethe.estimator_data import keys_of, removal_rows
 from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.model_origin import reports_model_origin, set_origin
 from lethe.nn.accounting import FineTuneSchedule, calibrate_finetune

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lethe._locking import SerialisedModel, serialised
 from lethe._validation import store_init_args
-from lethe.estimators import keys_of, removal_rows
+from lethe.estimator_data import keys_of, removal_rows
 from lethe.io import save_model_file
 from lethe.model_origin import reports_model_origin, set_origin
 from lethe.noisygd.certificate import NoisyGDCertificate

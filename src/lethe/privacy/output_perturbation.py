@@ -151,7 +151,7 @@ class OutputPerturbationLogisticRegression(SerialisedModel, ClassifierMixin, Bas
     Not a :class:`lethe.protocols.Unlearner` (deliberately: it has no ``remove``). Output perturbation is
     (ε, δ)-DP *training*: the released model hides each record from the start, and removing one would mean
     retraining on the rest with fresh noise — no certificate of this class covers an update. For certified removal
-    use :class:`lethe.estimators.CertifiedLogisticRegression` or the Noisy-GD estimators.
+    use :class:`lethe.certified.estimators.CertifiedLogisticRegression` or the Noisy-GD estimators.
 
     Fits w* = argmin_w (1/n) Σ_i log(1 + exp(−y_i wᵀx̃_i)) + (λ/2)‖w‖² with L-BFGS-B, refines it with
     Newton steps until the gradient norm is at most ``tol``·L/n, and releases only

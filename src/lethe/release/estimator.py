@@ -42,7 +42,7 @@ from lethe.certified.rows import (
 )
 from lethe.certified.transaction import begin as begin_undo
 from lethe.certified.transaction import resume
-from lethe.estimators import check_sample_ids
+from lethe.estimator_data import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.keymap import key_rows
