@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     "lethe.certified.model_file": MECHANISMS,  # the invariants of an estimator's model file (uses the mechanism)
     "lethe.privacy.mechanisms": MECHANISMS,
     "lethe.privacy.accountant": MECHANISMS,
+    "lethe.privacy.tree": MECHANISMS,  # tree-aggregated releases (state: the noisy nodes; issue 39)
     "lethe.noisygd.edit_stream": MECHANISMS,
     "lethe.features": MECHANISMS,  # feature extractors (a DP-SGD network, a public sentence encoder)
     "lethe.nn": MECHANISMS,  # noisy clipped fine-tuning of torch modules (models, unlearning)
