@@ -5,8 +5,8 @@ Opt-in; nothing in lethe uses it by default (``ReleasedLogisticRegression`` keep
 **Mechanism.** Releases t = 0, …, T−1 publish noisy versions of the centres c_t (c_0 after ``fit``, c_t after the
 t-th batch of removals; each c_t any point with gradient residual ≤ β, :mod:`lethe.privacy.drift`). Release 0 is
 c_0 + N(0, σ₀²I). The leaves of a binary tree are the increments c_i − c_{i−1}, i = 1 … T−1; every dyadic block of
-increments a … b is a node, published once, at release b, as c_b − c_{a−1} + N(0, σ²I) with fresh noise (Dwork,
-Naor, Pitassi & Rothblum 2010; Chan, Shi & Song 2011). Honaker (2015): each node's estimate is refined with its two
+increments a … b is a node, published once, at release b, as c_b − c_{a−1} + N(0, σ²I) with fresh noise (Dwork et al.
+2010; Chan et al. 2011). Honaker's refinement (TPDP workshop, 2015): each node's estimate is refined with its two
 children's (inverse-variance weights; v_0 = σ², v_ℓ = 1/(1/σ² + 1/(2v_{ℓ−1}))), and release t is release 0 plus
 the refined estimates of the dyadic blocks that partition the increments 1 … t: an unbiased estimate of c_t whose
 noise is Gaussian, of variance σ₀² + Σ v_ℓ per coordinate. Everything after the noisy values is post-processing.
