@@ -141,13 +141,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--streams", type=int, default=5, help="noise streams over the same centres")
     ap.add_argument("--mnist", action="store_true", help="also MNIST 3 vs 8 (slow: 784² Hessians)")
+    ap.add_argument("--skip", default="", help="comma-separated: synthetic, adult")
     args = ap.parse_args()
     kw = dict(epsilon=args.epsilon, delta=args.delta, beta=args.beta, seed=args.seed, streams=args.streams)
     noise_ratios(args.epsilon, args.delta)
+    skip = set(args.skip.split(","))
     n = 20_000 if args.quick else 100_000
-    X, y = synthetic(n + 10_000, 100)
-    run(f"synthetic {n} x 100", X[:n], y[:n], X[n:], y[n:], 1e-2, args.removals, args.cadence, int(0.99 * n), **kw)
-    if not args.quick:
+    if "synthetic" not in skip:
+        X, y = synthetic(n + 10_000, 100)
+        run(f"synthetic {n} x 100", X[:n], y[:n], X[n:], y[n:], 1e-2, args.removals, args.cadence, int(0.99 * n),
+            **kw)
+    if not args.quick and "adult" not in skip:
         Xa, ya, Xat, yat = load_adult()
         run("Adult", Xa, ya, Xat, yat, 1e-2, args.removals, args.cadence, int(0.9 * Xa.shape[0]), **kw)
     if args.mnist:

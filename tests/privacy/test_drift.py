@@ -269,3 +269,47 @@ def test_prefix_blocks_and_levels() -> None:
         assert all(a % (1 << lv) == 0 and b - a + 1 == 1 << lv for lv, a, b in blocks)
     v = honaker_level_variances(1024, 2.0)
     assert v[0] == 4.0 and np.all(np.diff(v) < 0) and v[-1] > 2.0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), d=st.integers(1, 3), T=st.integers(2, 9), k=st.integers(1, 3),
+       log_lam=st.floats(-2.0, 1.0), mode=st.integers(0, 3), tau_frac=st.floats(0.0, 1.0))
+def test_every_tree_node_of_an_exact_stream_is_within_its_bound(seed: int, d: int, T: int, k: int, log_lam: float,
+                                                                mode: int, tau_frac: float) -> None:
+    """End to end: a stream of T releases with k others removed per release, the target held throughout or
+    deleted at release τ; exact centres in both worlds; every node's observed sensitivity ≤ the accountant's, and
+    the total ≤ tree_squared_sensitivity."""
+    lam = 10.0**log_lam
+    m_end = 6
+    X, y, xz, yz = _random_problem(seed, d, m_end + k * (T - 1), 0 + 1, mode)
+    X, y = X[:-1], y[:-1]
+    tau = 1 + int(tau_frac * (T - 1))  # 1 … T (T: held throughout)
+    n_others = X.shape[0]
+    c_in, c_out = [], []
+    for t in range(T):
+        rows = n_others - k * t
+        Xs, ys = X[:rows], y[:rows]
+        c_out.append(_solve(Xs, ys, lam))
+        c_in.append(_solve(np.vstack([Xs, xz[None]]), np.append(ys, yz), lam) if t < tau else c_out[-1])
+    m = n_others - k * (T - 1)
+    gram = gram_lambda_max(np.vstack([X, xz[None]]))
+    beta = 1e-9  # Newton's residuals at ~1e-15 are far below it
+    delta = release_sensitivity(lam, m, beta, loss_at_zero=math.log(2))
+    e = beta / (lam * m)
+    total = float(np.linalg.norm(c_in[0] - c_out[0]) ** 2)
+    assert math.sqrt(total) <= delta
+    for lv in range(T.bit_length()):
+        for a in range(1, T, 1 << lv):
+            b = a + (1 << lv) - 1
+            if b >= T:
+                continue
+            observed = float(np.linalg.norm((c_in[b] - c_in[a - 1]) - (c_out[b] - c_out[a - 1])))
+            if b < tau:
+                bound = min(2 * delta, drift_bound(k * (b - a + 1), lam, m, gram) + 4 * e)
+            elif a <= tau:
+                bound = delta + 2 * e
+            else:
+                bound = 4 * e
+            assert observed <= bound, (lv, a, b, tau, observed, bound)
+            total += observed**2
+    assert total <= delta**2 + tree_squared_sensitivity(T, k, lam, m, gram, beta)
