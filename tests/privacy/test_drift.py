@@ -313,3 +313,17 @@ def test_every_tree_node_of_an_exact_stream_is_within_its_bound(seed: int, d: in
             assert observed <= bound, (lv, a, b, tau, observed, bound)
             total += observed**2
     assert total <= delta**2 + tree_squared_sensitivity(T, k, lam, m, gram, beta)
+
+
+def test_tree_accountant_against_dp_accounting_pld() -> None:
+    """Independent of lethe's Gaussian code: Google's dp_accounting composes the first release (sensitivity Δ,
+    noise σ₀) with the tree (sensitivity √S², noise σ) as privacy-loss distributions; δ at ε = 1 is ≤ 1e-5 (up to
+    its discretisation, which is pessimistic) and close to it."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    acc = TreeReleaseAccountant(1.0, 1e-5, 1000, 1, 1e-2, 99_000, 1200.0, 1e-8)
+    s2 = _brute_force_squared_sensitivity(1000, 1, 1e-2, 99_000, 1200.0, 1e-8)
+    first = pld.from_gaussian_mechanism(acc.sigma_first / acc.sensitivity, value_discretization_interval=1e-4)
+    tree = pld.from_gaussian_mechanism(acc.sigma / math.sqrt(s2), value_discretization_interval=1e-4)
+    got = first.compose(tree).get_delta_for_epsilon(1.0)
+    assert 0.97e-5 <= got <= 1.03e-5
