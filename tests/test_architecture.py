@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "lethe.certified.model_file": MECHANISMS,  # the invariants of an estimator's model file (uses the mechanism)
     "lethe.privacy.mechanisms": MECHANISMS,
     "lethe.privacy.accountant": MECHANISMS,
+    "lethe.privacy.tree": MECHANISMS,  # tree-aggregated releases (state: the noisy nodes; issue 39)
     "lethe.noisygd.edit_stream": MECHANISMS,
     "lethe.noisygd.config": MECHANISMS,  # the curator's CuratorConfig, split from edit_stream (issue 34)
     "lethe.noisygd.requesters": MECHANISMS,  # Alg. 1's requesters, split from edit_stream (issue 34)
