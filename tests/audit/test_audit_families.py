@@ -1,0 +1,90 @@
+"""``lethe audit --model NAME`` for every family that declares an audit (issue 38, item 6): the attack comes from the
+family record (:attr:`lethe.families.Family.audit`), and each answers passed / inconclusive / failed with a stated
+power — a sharded model by a prediction diff against its retrained twin, a released model by a version diff on its
+published sequence (against the rate its ε allows) and the centre's re-measured residual. Honest models pass or are
+inconclusive; faked removals fail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("fastapi")
+
+from lethe.cli import main  # noqa: E402
+from lethe.curator import Curator, InvalidInputError, Settings  # noqa: E402
+from lethe.curator.adapters_sharded import ShardedAdapter  # noqa: E402
+from lethe.curator.audits import audit_registered_model  # noqa: E402
+
+from ..curator.conftest import make_data  # noqa: E402
+
+HGB = {"estimator": "hist-gradient-boosting", "n_shards": 4, "max_iter": 15}
+GONE = ["user-0003", "user-0010", "user-0042", "user-0150"]
+
+
+def _sharded(tmp_path: Path, n: int = 200, gone: tuple[str, ...] = tuple(GONE)) -> tuple[Curator, Path]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    data = make_data(tmp_path / "data.csv", n=n)
+    c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
+    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.train("people", "sh", mechanism="sharded", params=HGB, random_state=3)
+    frame = pd.read_csv(data.csv)
+    frame[frame["user_id"].isin(gone)].to_csv(tmp_path / "deleted.csv", index=False, float_format="%.17g")
+    for k in gone:
+        c.submit_deletion("people", k)
+    assert [r.status for r in c.process_pending(force=True)] == ["done"]
+    return c, tmp_path / "deleted.csv"
+
+
+def test_an_honest_sharded_model_equals_its_retrained_twin(tmp_path: Path) -> None:
+    c, deleted = _sharded(tmp_path, n=400)
+    res = audit_registered_model(c, "sh", deleted)
+    assert res.version == "v2" and res.n_differ == 0 and res.n_current == 396 and res.n_deleted == 4
+    assert res.n_probes == 400 and res.low == 0.0 and 0 < res.high == pytest.approx(res.detectable) < 0.05
+    assert res.verdict == "passed" and res.passed
+    text = str(res)
+    assert "PASSED" in text and "Power:" in text and "exact unlearning allows 0" in text
+    for k in GONE:
+        assert k not in text and k not in json.dumps(res.to_dict())
+    # without the deleted file the current records are the probes; fewer probes state a weaker power
+    small, _ = _sharded(tmp_path / "small", n=60, gone=("user-0003", "user-0010"))
+    few = audit_registered_model(small, "sh", None)
+    assert few.n_differ == 0 and few.n_probes == 58 and few.detectable > 0.05 and few.verdict == "inconclusive"
+    assert "INCONCLUSIVE" in str(few) and "PASSED" not in str(few)
+    small.close()
+    c.close()
+
+
+def test_a_faked_sharded_removal_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The removal is faked: the adapter returns the version's shards unchanged (nothing retrained), with the
+    certificate an exact removal would give."""
+    real = ShardedAdapter.remove
+
+    def fake(self: ShardedAdapter, artifact: Any, X: Any, y: Any, indices: Any, rng: Any) -> Any:
+        _new, cert = real(self, artifact, X, y, indices, rng)
+        return artifact, cert  # the shards that held the records not retrained
+
+    monkeypatch.setattr(ShardedAdapter, "remove", fake)
+    c, deleted = _sharded(tmp_path, n=200)
+    res = audit_registered_model(c, "sh", deleted)
+    assert res.verdict == "failed" and not res.passed and res.low > 0.0 and res.n_differ > res.n_probes // 2
+    assert "FAILED" in str(res)
+    code = main(["audit", "--model", "sh", "--data-dir", str(c.data_dir), "--deleted", str(deleted),
+                 "--out", str(tmp_path / "out" / "audit.txt")])
+    assert code == 1
+    saved = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert saved["verdict"] == "failed" and saved["allowed"] == 0.0
+    c.close()
+
+
+def test_options_that_do_not_fit_a_sharded_model_are_refused(tmp_path: Path) -> None:
+    c, deleted = _sharded(tmp_path, n=60, gone=("user-0003", "user-0010"))
+    with pytest.raises(InvalidInputError, match="epsilon/delta .* do not apply to an exact model"):
+        audit_registered_model(c, "sh", deleted, epsilon=1.0, delta=1e-5)
+    with pytest.raises(InvalidInputError, match="releases .* apply to models that publish releases"):
+        audit_registered_model(c, "sh", deleted, releases=[str(deleted)])
+    c.close()
