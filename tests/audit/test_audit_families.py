@@ -84,6 +84,45 @@ def test_a_faked_sharded_removal_fails(tmp_path: Path, monkeypatch: pytest.Monke
     c.close()
 
 
+def _stub_audit(c: Curator, request: Any) -> Any:
+    return ("stub", request.model, request.alpha)
+
+
+def test_the_audit_is_the_one_the_family_record_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    import lethe.families as families_module
+
+    c, deleted = _sharded(tmp_path, n=60, gone=("user-0003", "user-0010"))
+    real = families_module.family_of_mechanism
+    monkeypatch.setattr(families_module, "family_of_mechanism", lambda m: dataclasses.replace(
+        real(m), audit=f"{__name__}:_stub_audit"))
+    assert audit_registered_model(c, "sh", deleted, alpha=0.1) == ("stub", "sh", 0.1)
+    monkeypatch.setattr(families_module, "family_of_mechanism", lambda m: dataclasses.replace(real(m), audit=None))
+    with pytest.raises(InvalidInputError, match="family 'sharded' declares none"):
+        audit_registered_model(c, "sh", deleted)
+    c.close()
+
+
+def test_the_generic_audit_and_plan_name_no_mechanism_and_no_family_class() -> None:
+    """issue 34: the generic curator asks the registry; the family-specific audits live beside the adapters."""
+    import re
+
+    import lethe.curator.audits
+    import lethe.curator.planning
+    from lethe.families import families
+
+    fams = families(entry_points=False)
+    names = {m for f in fams for m in (f.name, *f.mechanisms)}
+    classes = {path.rpartition(":")[2] for f in fams for path in (f.adapter or "", *f.estimators) if path}
+    for module in (lethe.curator.audits, lethe.curator.planning):
+        text = Path(str(module.__file__)).read_text(encoding="utf-8")
+        code = re.sub(r'"""[\s\S]*?"""', "", text)  # docstrings may describe the families; code may not name them
+        assert not [n for n in names if re.search(rf"[\"']{re.escape(n)}[\"']", code)], module.__name__
+        assert not [k for k in classes if re.search(rf"\b{k}\b", code)], module.__name__
+    assert {f.name for f in fams if f.audit} == {"certified-removal", "released-logistic", "sharded"}
+
+
 def test_options_that_do_not_fit_a_sharded_model_are_refused(tmp_path: Path) -> None:
     c, deleted = _sharded(tmp_path, n=60, gone=("user-0003", "user-0010"))
     with pytest.raises(InvalidInputError, match="epsilon/delta .* do not apply to an exact model"):

@@ -1,26 +1,32 @@
-"""The membership-inference audit of a registered model (``lethe audit --model NAME``, issue 27) and the public
-rows that audits and plans score on.
+"""The audit of a registered model (``lethe audit --model NAME``, issues 27 and 38) and the public rows that audits
+and plans score on.
 
-**What the audit needs, and why the curator cannot supply half of it.** The audit (:mod:`lethe.audit.model`,
-Yeom et al. 2018's loss-threshold attack) asks whether a published version tells the records deleted from it from
-records it never saw. It needs (1) the deleted records themselves and (2) the versions' weights. The curator keeps
-neither for long, by design: a deletion request's record is erased when its batch is published (the same
-transaction), its bytes overwritten and the database purged; a superseded version's artifact is destroyed with it
-(its secret perturbation included). So the audit takes
+**The attack comes from the family.** Each family names its audit in the registry
+(:attr:`lethe.families.Family.audit`, a dotted path); :func:`audit_registered_model` resolves it and passes an
+:class:`AuditRequest`. This module names no mechanism: the audits themselves live beside their families' adapters
+(``audits_certified``: loss-threshold membership against the (ε, δ) bound; ``audits_sharded``: prediction diff
+against the retrained twin; ``audits_release``: version diff on the published sequence against the rate the
+certificate allows). Every one answers passed, inconclusive or failed and states its power; a family that declares
+no audit is refused by name.
+
+**What an audit needs, and why the curator cannot supply half of it.** An audit asks whether what was published
+tells the records deleted from it from records it never saw. It needs (1) the deleted records themselves and (2) the
+versions. The curator keeps neither for long, by design: a deletion request's record is erased when its batch is
+published (the same transaction), its bytes overwritten and the database purged; a superseded version's artifact is
+destroyed with it (its secret state included). So audits take
 
 * the deleted records from the operator (``--deleted FILE``: the records of people who asked for deletion, kept for
   the audit with their consent before the requests were submitted — the same columns as the dataset's file, its key
-  column included). Every record of the file must have been removed from the model by a certified removal of the
-  curator: each key's keyed digest is matched to its done request and to the removal certificate of this model,
-  which says which version removed it; a key still held, or never removed from this model, is refused (counted,
-  never named). A version is audited on the records removed by it or before it;
+  column included). Every record of the file must have been removed from the model by the curator: each key's keyed
+  digest is matched to its done request and to the removal certificate of this model, which says which version
+  removed it (:func:`removal_versions`); a key still held, or never removed from this model, is refused (counted,
+  never named);
 * the held-out records from a registered public dataset (``--heldout NAME``; default: the held-out set the model was
-  trained with, ``lethe train --heldout``) or a file encoded by the dataset's schema;
-* the versions whose artifact still exists (the published one; a superseded one until its destruction, normally at
-  once). A destroyed version is listed with the reason it cannot be audited.
+  trained with, ``lethe train --heldout``) or a file encoded by the dataset's schema (:func:`public_rows`);
+* the versions whose artifact still exists, or the published sequence as an observer kept it (``--releases``).
 
-The output is aggregate (counts, AUC, advantage and its Clopper–Pearson interval, the bound of the version's
-(ε, δ)): it names no key and no row, and errors about the files name columns and rules, never values.
+The output is aggregate (counts, rates, intervals, the bound the guarantee implies): it names no key and no row, and
+errors about the files name columns and rules, never values.
 """
 
 from __future__ import annotations
