@@ -390,7 +390,11 @@ A model of the curator service: `lethe audit --model NAME --deleted deleted.csv 
 every version whose weights still exist (the curator destroys superseded ones), the deleted records coming from
 the file (the curator erases them when their requests are processed) and each matched to the removal certificate of
 the version that removed it; the held-out records default to the dataset the model was trained with
-(docs/tabular.md, "Auditing the registered model").
+(docs/tabular.md, "Auditing the registered model"). The attack is the one the model's family declares
+(`lethe.families.Family.audit`): this loss-threshold audit for certified removal, a prediction diff against the
+retrained twin for a sharded model (exactness allows no difference), and a version diff on the published sequence
+(`--releases`) against the rate the certificate's ε allows for a model published through private releases; each
+answers passed / inconclusive / failed with its power stated.
 
 Read the result with care:
 
