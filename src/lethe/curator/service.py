@@ -44,7 +44,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 
 from lethe._rng import RandomState
-from lethe.curator import lifetime
+from lethe.curator import certdoc, lifetime
 from lethe.curator.adapters import Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.batches import BatchProcessor, BatchResult
@@ -106,7 +106,8 @@ class Curator:
         self.tokens = TokenRegistry(self.store, self.directory)
         self.serving = Serving(self.store, self.artifacts, self.data_dir)
         self.retention = Retention(self.store, self.artifacts, self.matrices, self.data_dir, self.lock, self.serving)
-        self.publisher = VersionPublisher(self.store, self.artifacts)
+        self.publisher = VersionPublisher(self.store, self.artifacts,
+                                          signer=lambda: certdoc.service_key(self.data_dir))
         self.datasets = DatasetCatalog(self.store, self.matrices, self.directory, self.lock, self.retention,
                                        self.publisher)
         if clock is not None and not callable(clock):
