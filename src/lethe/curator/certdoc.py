@@ -9,9 +9,9 @@ auditor finds it in an exported ledger whose chain ``lethe ledger verify`` check
 --ledger EXPORT.json`` does both). The service signs the whole (:mod:`lethe.curator.signing`) at download, and
 each certificate once more when its batch issues it (:func:`issue_record`, kept in the request's ``request_done``
 ledger event and carried by the document as ``issue_signature``): an edit of a stored certificate after its issue
-fails verification offline, although the document itself is signed over what the store holds at download. It names no record key
-and nothing of another request: not the event's content (its batch id), its number or the ledger's size — only its
-hash.
+fails verification offline, although the document itself is signed over what the store holds at download. It names
+no record key and nothing of another request: not the event's content (its batch id), its number or the ledger's
+size — only its hash.
 """
 
 from __future__ import annotations
@@ -194,10 +194,10 @@ def build_document(curator: Any, request_id: str) -> dict[str, Any] | None:
                        .order_by(LedgerEvent.id.desc()).limit(1)).first()
         ledger = {"kind": "request_done", "hash": ev.hash} if ev is not None and ev.hash is not None else None
         issued = (ev.payload or {}).get("issued") if ev is not None else None
+        by_id = {v["id"]: v for v in certs}
         for rec in issued if isinstance(issued, list) else []:  # each certificate as signed when it was issued
-            view = next((v for v in certs if isinstance(rec, dict) and v["id"] == rec.get("certificate")), None)
-            if view is not None:
-                view[ISSUE_SIGNATURE] = {k: v for k, v in rec.items() if k != "certificate"}
+            if isinstance(rec, dict) and rec.get("certificate") in by_id:
+                by_id[rec["certificate"]][ISSUE_SIGNATURE] = {k: v for k, v in rec.items() if k != "certificate"}
         doc = {"format": FORMAT, "issuer": "lethe curator", "lethe_version": lethe.__version__,
                "request": {"id": req.id, "reference": req.client_request_id, "requester": req.requester,
                            "dataset": ds.name if ds else None, "submitted_at": iso(req.submitted_at),
