@@ -109,6 +109,11 @@ class Family:
     #: (diagnostics, or figures that locate a removed record); every other field must be in the curator's allow-list
     #: (:data:`lethe.curator.public.CERTIFICATE_FIELDS`), which the conformance suite checks
     withheld: frozenset[str] = frozenset()
+    #: dotted path of its audit (``"package.module:function"``; ``lethe audit --model``), or None when the family
+    #: declares none: ``function(curator, request)`` takes a :class:`lethe.curator.audits.AuditRequest` and returns
+    #: a result with ``verdict`` (passed / inconclusive / failed), ``passed``, ``to_dict()`` and a printable ``str()``
+    #: that states the audit's power. The generic curator picks the attack from here, never from a name.
+    audit: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -177,6 +182,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                       "the remaining records, with fresh secret noise.",
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
         paper="Guo et al. (2020), Certified Data Removal, Thm 3 and Alg. 2",
+        audit="lethe.curator.audits_certified:audit_certified",  # loss-threshold membership vs the (ε, δ) bound
         # the solver's diagnostics: timings and error terms summed in step_bound (shown), not guarantees
         withheld=frozenset({"carried_error", "error_allowance", "iterations", "mismatch_bound", "refreshed",
                             "remainder_bound", "seconds", "solve_error", "removed_indices"})),
@@ -196,7 +202,8 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             observer=_EVERY_RELEASE,
             not_covered="The release schedule itself may reveal that a deletion happened and when (see the "
                         "certificate's schedule); releases after the horizon are not published."),
-        paper="docs/release_privacy.md (Gaussian mechanism over a horizon of releases, Balle & Wang 2018)"),
+        paper="docs/release_privacy.md (Gaussian mechanism over a horizon of releases, Balle & Wang 2018)",
+        audit="lethe.curator.audits_release:audit_released"),  # version diff vs the rate the sequence's ε allows
     Family(
         name="sharded",
         mechanisms=("sharded",),
@@ -212,6 +219,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             observer=_ONE_VERSION,
             not_covered="Someone who compares consecutive versions sees which shard changed."),
         paper="Bourtoule et al. (2021), Machine Unlearning (SISA)",
+        audit="lethe.curator.audits_sharded:audit_sharded",  # prediction diff against the retrained twin
         # which shards (and how many) were retrained locates the removed record's shard: operators' own files only
         withheld=frozenset({"n_shards_retrained", "retrained_shards", "restart_slices", "rows_replayed",
                             "seconds"})),

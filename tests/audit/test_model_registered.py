@@ -19,7 +19,7 @@ from lethe.audit.model import audit_model  # noqa: E402
 from lethe.certified.rows import INTERCEPT_SCALE  # noqa: E402
 from lethe.cli import main  # noqa: E402
 from lethe.curator import Curator, Settings  # noqa: E402
-from lethe.curator.audits import _removal_versions, audit_registered_model  # noqa: E402
+from lethe.curator.audits import audit_registered_model, removal_versions  # noqa: E402
 from lethe.curator.errors import InvalidInputError  # noqa: E402
 from lethe.curator.store import Model, ModelVersion  # noqa: E402
 from lethe.preprocessing import SchemaEncoder  # noqa: E402
@@ -83,7 +83,7 @@ def test_the_audit_of_a_registered_model_is_the_audit_of_its_published_weights(s
         ds = c.datasets.find(s, "shop")
         model_id = s.scalar(select(Model.id))
         number_of = {vid: num for vid, num in s.execute(select(ModelVersion.id, ModelVersion.number))}
-    got = _removal_versions(c, ds, model_id, list(gone["customer"]), number_of)
+    got = removal_versions(c, ds, model_id, list(gone["customer"]), number_of)
     assert got.tolist() == expected and len(set(expected)) > 1
     text = str(res)
     assert "v1" in text and "not audited" in text and "lethe audit --experiment mnist" in text

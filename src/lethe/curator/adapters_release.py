@@ -313,6 +313,19 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "retrainings": int(m["state"]["retrainings"]), "sensitivity": acc.sensitivity,
                 "stream": m.get("stream"), "withdrawn": _withdrawn(acc, m, self.params["schedule"])}
 
+    def centre_residual(self, artifact: Artifact, X: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+        """(‖g̃‖, a, β): the secret centre's residual re-measured on the records (X, y) it should be the minimiser for
+        (:func:`lethe.release.measured_centre_residual`, within ±a), and the bound β the version records. ‖g̃‖ − a > β
+        says the centre is not the model of these records (e.g. a removal that did not forget its record): the check
+        every removal makes before publishing, exposed for the audit (:mod:`lethe.curator.audits_release`)."""
+        from lethe.release import measured_centre_residual
+
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        Y = self._signs(y, artifact.meta["classes"])
+        centre = np.array(artifact.arrays["centre"], dtype=np.float64)
+        g_norm, allowance = measured_centre_residual(self._mechanism(X, solver=artifact.meta["solver"]), centre, X, Y)
+        return g_norm, allowance, float(artifact.meta["state"]["residual_bound"])
+
 
 def _withdrawn(acc: Any, meta: dict[str, Any], schedule: str) -> bool:
     """Whether the version must not be served to model-readers (issue 36; the service withdraws it: model-readers

@@ -281,3 +281,20 @@ class ShardedAdapter(MechanismAdapter):
         m = artifact.meta
         return {"mechanism": self.name, "guarantee": "exact", "epsilon": 0.0, "delta": 0.0, "n": int(m["n"]),
                 "estimator": self.params["estimator"], "n_shards": int(self.params["n_shards"])}
+
+    # -- the audit (lethe.curator.audits_sharded) ------------------------------------------------------------------
+    def predict_proba(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
+        """Class probabilities of the shards' aggregate (columns: the version's classes), from the packed shards
+        only, as :meth:`predict` reads them: what the audit compares with the retrained twin's."""
+        return np.asarray(self._predictor(artifact).predict_proba(np.asarray(X, dtype=np.float64)))
+
+    def retrained_twin(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, keys: Any) -> Any:
+        """The model trained FROM SCRATCH on (X, y) with record keys ``keys``, the version's secret hash key, its
+        seeds and the model's estimator: what the version must equal, prediction for prediction, if its removals
+        were exact (docs/sharded.md). Nothing of the version but its key and random state is used."""
+        from lethe.sharded import ShardedClassifier
+
+        return ShardedClassifier(self._prototype(), n_shards=self.params["n_shards"],
+                                 aggregation=self.params["aggregation"], key=bytes(artifact.arrays["hash_key"]),
+                                 random_state=int(artifact.meta["random_state"])).fit(
+            np.asarray(X, dtype=np.float64), np.asarray(y), sample_ids=np.asarray([str(k) for k in keys]))

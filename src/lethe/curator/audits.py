@@ -1,26 +1,32 @@
-"""The membership-inference audit of a registered model (``lethe audit --model NAME``, issue 27) and the public
-rows that audits and plans score on.
+"""The audit of a registered model (``lethe audit --model NAME``, issues 27 and 38) and the public rows that audits
+and plans score on.
 
-**What the audit needs, and why the curator cannot supply half of it.** The audit (:mod:`lethe.audit.model`,
-Yeom et al. 2018's loss-threshold attack) asks whether a published version tells the records deleted from it from
-records it never saw. It needs (1) the deleted records themselves and (2) the versions' weights. The curator keeps
-neither for long, by design: a deletion request's record is erased when its batch is published (the same
-transaction), its bytes overwritten and the database purged; a superseded version's artifact is destroyed with it
-(its secret perturbation included). So the audit takes
+**The attack comes from the family.** Each family names its audit in the registry
+(:attr:`lethe.families.Family.audit`, a dotted path); :func:`audit_registered_model` resolves it and passes an
+:class:`AuditRequest`. This module names no mechanism: the audits themselves live beside their families' adapters
+(``audits_certified``: loss-threshold membership against the (ε, δ) bound; ``audits_sharded``: prediction diff
+against the retrained twin; ``audits_release``: version diff on the published sequence against the rate the
+certificate allows). Every one answers passed, inconclusive or failed and states its power; a family that declares
+no audit is refused by name.
+
+**What an audit needs, and why the curator cannot supply half of it.** An audit asks whether what was published
+tells the records deleted from it from records it never saw. It needs (1) the deleted records themselves and (2) the
+versions. The curator keeps neither for long, by design: a deletion request's record is erased when its batch is
+published (the same transaction), its bytes overwritten and the database purged; a superseded version's artifact is
+destroyed with it (its secret state included). So audits take
 
 * the deleted records from the operator (``--deleted FILE``: the records of people who asked for deletion, kept for
   the audit with their consent before the requests were submitted — the same columns as the dataset's file, its key
-  column included). Every record of the file must have been removed from the model by a certified removal of the
-  curator: each key's keyed digest is matched to its done request and to the removal certificate of this model,
-  which says which version removed it; a key still held, or never removed from this model, is refused (counted,
-  never named). A version is audited on the records removed by it or before it;
+  column included). Every record of the file must have been removed from the model by the curator: each key's keyed
+  digest is matched to its done request and to the removal certificate of this model, which says which version
+  removed it (:func:`removal_versions`); a key still held, or never removed from this model, is refused (counted,
+  never named);
 * the held-out records from a registered public dataset (``--heldout NAME``; default: the held-out set the model was
-  trained with, ``lethe train --heldout``) or a file encoded by the dataset's schema;
-* the versions whose artifact still exists (the published one; a superseded one until its destruction, normally at
-  once). A destroyed version is listed with the reason it cannot be audited.
+  trained with, ``lethe train --heldout``) or a file encoded by the dataset's schema (:func:`public_rows`);
+* the versions whose artifact still exists, or the published sequence as an observer kept it (``--releases``).
 
-The output is aggregate (counts, AUC, advantage and its Clopper–Pearson interval, the bound of the version's
-(ε, δ)): it names no key and no row, and errors about the files name columns and rules, never values.
+The output is aggregate (counts, rates, intervals, the bound the guarantee implies): it names no key and no row, and
+errors about the files name columns and rules, never values.
 """
 
 from __future__ import annotations
@@ -32,8 +38,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy import select
 
-from lethe.curator.adapters import CertifiedRemovalAdapter, get_adapter
-from lethe.curator.artifacts import ArtifactError
 from lethe.curator.errors import InvalidInputError, NotFoundError
 from lethe.curator.serving import Serving
 from lethe.curator.store import CertificateRow, Dataset, DeletionRequest, LedgerEvent, Model, ModelVersion, Record
@@ -200,90 +204,96 @@ class RegisteredAudit:
         lines.extend(self.notes)
         return "\n".join(lines)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The audit as JSON-ready numbers (``lethe audit --out``): aggregate, no key and no value."""
+        return {"model": self.model, "dataset": self.dataset, "attack": "loss-threshold membership",
+                "audit": None if self.audit is None else self.audit.to_dict(),
+                "not_audited": [list(x) for x in self.not_audited], "n_deleted": self.n_deleted,
+                "n_heldout": self.n_heldout, "heldout": self.heldout, "passed": self.passed, "verdict": self.verdict}
 
-def audit_registered_model(c: Curator, model: str, deleted: str | Path | None, *, heldout: str | None = None,
-                           epsilon: float | None = None, delta: float | None = None, alpha: float = 0.05,
-                           random_state: Any = 0, file_format: str | None = None) -> RegisteredAudit:
-    """Audit every version of a registered model whose artifact exists: the loss-threshold attack on the records
-    deleted from it (``deleted``: a file, see the module docstring) vs public held-out records.
 
-    Each version is checked against the (ε, δ) of its mechanism's parameters (``epsilon``/``delta``: another
-    claim). Refused (:class:`InvalidInputError`, changing nothing) without the file, with a key the model still
-    holds or never removed, with fewer than 2 records of either kind, or for a mechanism other than
-    ``certified-removal``."""
-    from dataclasses import replace
+@dataclass(frozen=True)
+class AuditRequest:
+    """What ``lethe audit --model NAME`` asks of a family's audit (:attr:`lethe.families.Family.audit`).
 
-    from lethe.audit.model import ModelAudit, audit_model
+    ``deleted``: the operator's file of deleted records (see the module docstring); ``heldout``: public held-out
+    rows (a registered dataset or a file; default the one the model was trained with); ``epsilon``/``delta``: another
+    claim to check than the model's own; ``alpha``: the intervals have confidence 1 − α; ``releases``: files of the
+    published sequence an observer kept (``GET /v1/models/NAME`` with an operator's token, one per published
+    version), for families whose audit compares published versions. A family's audit uses what its attack needs."""
 
+    model: str
+    deleted: str | Path | None
+    heldout: str | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    alpha: float = 0.05
+    random_state: Any = 0
+    file_format: str | None = None
+    releases: tuple[str | Path, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class ModelInfo:
+    """A registered model as an audit reads it: its mechanism, parameters, dataset and versions (id, number, status,
+    artifact, sha256, n_records), oldest first."""
+
+    name: str
+    mechanism: str
+    params: dict[str, Any]
+    model_id: int
+    dataset: Dataset
+    versions: tuple[tuple[int, int, str, str, str, int], ...]
+
+    @property
+    def number_of(self) -> dict[int, int]:
+        """Version id → version number."""
+        return {v[0]: v[1] for v in self.versions}
+
+
+def require_deleted(deleted: str | Path | None) -> str | Path:
+    """The file of deleted records, or the refusal that says why the curator cannot audit without it."""
     if deleted is None:
         raise InvalidInputError(
             "deleted (--deleted FILE) is required: the curator erases a deleted record when its request is "
             "processed (its values are overwritten and the database purged), so it cannot audit with them. Keep the "
             "records of the people who ask for deletion (with their consent, before submitting their requests), in "
             "the columns of the dataset's file with its key column, and pass them with --deleted FILE.")
+    return deleted
+
+
+def model_info(c: Curator, model: str) -> ModelInfo:
+    """The registered model ``model`` (:class:`NotFoundError` naming it when there is none)."""
     with c.store.read() as s:
         m = Serving.find_model(s, model)
         ds = s.get(Dataset, m.dataset_id)
         assert ds is not None
-        mech, params, model_id, ds_name = m.mechanism, dict(m.params), m.id, ds.name
-        if mech != "certified-removal" or params.get("loss", "logistic") != "logistic":
-            raise InvalidInputError(f"model (--model) must be a certified-removal logistic model to be audited. "
-                                    f"Found mechanism {mech!r} (loss {params.get('loss')!r}).")
-        versions = list(s.scalars(select(ModelVersion).where(ModelVersion.model_id == model_id)
-                                  .order_by(ModelVersion.number)))
-        version_rows = [(v.id, v.number, v.status, v.artifact, v.sha256) for v in versions]
-        number_of = {v.id: v.number for v in versions}
-    keys, X_del, y_del = read_records(ds, deleted, file_format=file_format)
-    removed_at = _removal_versions(c, ds, model_id, keys, number_of)
-    held = public_rows(c, ds_name, heldout, model_ids=[model_id])
-    adapter = get_adapter(mech, params)
-    assert isinstance(adapter, CertifiedRemovalAdapter)
-    binding_features = ds.n_features
-    audited, names, not_audited = [], [], []
-    for vid, number, status, relpath, sha in version_rows:
-        name = f"v{number}"
-        if status == "destroyed":
-            not_audited.append((name, "its artifact was destroyed when it was superseded (the curator keeps no "
-                                      "superseded weights)"))
-            continue
-        use = removed_at <= number
-        if int(use.sum()) < 2:
-            not_audited.append((name, f"{int(use.sum())} of the records given were removed by this version or "
-                                      "before (at least 2 are needed)"))
-            continue
-        try:
-            art = c.artifacts.load(relpath, sha, Serving.binding(model, mech, params, binding_features))
-        except ArtifactError:
-            not_audited.append((name, "its artifact is missing or fails verification (see lethe status)"))
-            continue
-        W = np.asarray(art.arrays["w"], dtype=np.float64)
-        audited.append((vid, W, use))
-        names.append(name)
-        classes = art.meta.get("classes")
-    if not audited:
-        return RegisteredAudit(model=model, dataset=ds_name, audit=None, not_audited=tuple(not_audited),
-                               n_deleted=len(keys), heldout=held.source, n_heldout=int(held.X.shape[0]))
-    eps, dlt = (epsilon, delta) if epsilon is not None or delta is not None else adapter.mechanism.eps_delta()
-    Zh = adapter.model_rows(held.X)
-    Zd = adapter.model_rows(X_del)
-    results = []
-    for (_vid, W, use), name in zip(audited, names, strict=True):
-        a = audit_model([_weights(W)], Zd[use], y_del[use], Zh, held.y, epsilon=eps, delta=dlt, classes=classes,
-                        alpha=alpha, names=[name], random_state=random_state)
-        results.append(a.versions[0])
-    audit = ModelAudit(versions=tuple(replace(v, version=i) for i, v in enumerate(results)), alpha=float(alpha))
-    return RegisteredAudit(model=model, dataset=ds_name, audit=audit, not_audited=tuple(not_audited),
-                           n_deleted=len(keys), heldout=held.source, n_heldout=int(held.X.shape[0]),
-                           notes=("The papers' experiment (certified removal and Noisy-GD on MNIST, loss-threshold "
-                                  "and LiRA attacks): lethe audit --experiment mnist.",))
+        versions = tuple((v.id, v.number, v.status, v.artifact, v.sha256, v.n_records) for v in s.scalars(
+            select(ModelVersion).where(ModelVersion.model_id == m.id).order_by(ModelVersion.number)))
+        return ModelInfo(name=model, mechanism=m.mechanism, params=dict(m.params), model_id=m.id, dataset=ds,
+                         versions=versions)
 
 
-def _weights(W: np.ndarray) -> np.ndarray:
-    """A version's weights as :func:`lethe.audit.model.margins` takes them: (d,) binary, (K, d) one-vs-all."""
-    return W[0] if W.ndim == 2 and W.shape[0] == 1 else W
+def audit_registered_model(c: Curator, model: str, deleted: str | Path | None, *, heldout: str | None = None,
+                           epsilon: float | None = None, delta: float | None = None, alpha: float = 0.05,
+                           random_state: Any = 0, file_format: str | None = None, releases: Any = ()) -> Any:
+    """Audit a registered model with the attack its family declares (:attr:`lethe.families.Family.audit`); each
+    answers ``passed``, ``inconclusive`` or ``failed`` with its power stated (docs/audit.md). The options are
+    :class:`AuditRequest`'s. Refused (:class:`InvalidInputError`, changing nothing) for a family that declares no
+    audit, without the deleted records' file, or with a key the model still holds or never removed."""
+    from lethe.families import family_of_mechanism, resolve
+
+    info = model_info(c, model)
+    fam = family_of_mechanism(info.mechanism)
+    if fam.audit is None:
+        raise InvalidInputError(f"model (--model) must belong to a family that declares an audit; family "
+                                f"{fam.name!r} declares none. Found model {model!r}.")
+    request = AuditRequest(model=model, deleted=deleted, heldout=heldout, epsilon=epsilon, delta=delta, alpha=alpha,
+                           random_state=random_state, file_format=file_format, releases=tuple(releases or ()))
+    return resolve(fam.audit)(c, request)
 
 
-def _removal_versions(c: Curator, ds: Dataset, model_id: int, keys: list[str], number_of: dict[int, int]
+def removal_versions(c: Curator, ds: Dataset, model_id: int, keys: list[str], number_of: dict[int, int]
                       ) -> np.ndarray:
     """For each key, the number of the version of model ``model_id`` that removed its record (by the removal
     certificate of its done request). Refuses (counts only) keys still held or never removed from this model."""
@@ -309,5 +319,6 @@ def _removal_versions(c: Curator, ds: Dataset, model_id: int, keys: list[str], n
     return np.array([first[d] for d in digests], dtype=np.int64)
 
 
-__all__ = ["PublicRows", "RegisteredAudit", "assigned_heldout", "audit_registered_model", "public_rows",
-           "read_records"]
+__all__ = ["AuditRequest", "ModelInfo", "PublicRows", "RegisteredAudit", "assigned_heldout",
+           "audit_registered_model", "model_info", "public_rows", "read_records", "removal_versions",
+           "require_deleted"]

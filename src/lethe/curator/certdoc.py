@@ -6,13 +6,17 @@ request (id, the requester's reference, dataset, times, outcome) and, per model,
 with ``observer`` (whom the guarantee covers) and ``horizon_spent`` — plus a plain statement of what it guarantees,
 against whom and what it does not cover, and the hash of the ledger event that recorded the request done (an
 auditor finds it in an exported ledger whose chain ``lethe ledger verify`` checks; ``lethe certificate verify FILE
---ledger EXPORT.json`` does both). The service signs the whole (:mod:`lethe.curator.signing`). It names no record key
-and nothing of another request: not the event's content (its batch id), its number or the ledger's size — only its
-hash.
+--ledger EXPORT.json`` does both). The service signs the whole (:mod:`lethe.curator.signing`) at download, and
+each certificate once more when its batch issues it (:func:`issue_record`, kept in the request's ``request_done``
+ledger event and carried by the document as ``issue_signature``): an edit of a stored certificate after its issue
+fails verification offline, although the document itself is signed over what the store holds at download. It names
+no record key and nothing of another request: not the event's content (its batch id), its number or the ledger's
+size — only its hash.
 """
 
 from __future__ import annotations
 
+import base64
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,11 @@ from lethe.curator.signing import KEY_FILE, SigningKey, Verdict, verify_document
 from lethe.curator.store import CertificateRow, Dataset, DeletionRequest, LedgerEvent, Model, ModelVersion, iso, utcnow
 
 FORMAT = "lethe-certificate/1"
+ISSUE_FORMAT = "lethe-certificate-issue/1"
+#: the member of a document's certificate holding its issue signature (recorded in the request's ``request_done``
+#: ledger event when its batch published it)
+ISSUE_SIGNATURE = "issue_signature"
+_ISSUED_FIELDS = ("id", "kind", "model", "mechanism", "old_version", "new_version", "certificate")
 
 _keys: dict[Path, SigningKey] = {}
 _keys_lock = threading.Lock()
@@ -98,6 +107,64 @@ def statement(view: dict[str, Any]) -> dict[str, str]:
     return {"guarantees": g, "against": against, "not_covered": not_covered}
 
 
+def shown_fields(kind: str, stored: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a stored certificate a requester's document shows: the requester allow-list, with ``observer``
+    and the release schedule's ``horizon_spent`` (no other record's data)."""
+    shown = public_certificate(stored, requester=True)
+    if kind != "deletion":
+        shown["observer"] = stored.get("observer", OBSERVER_ONE_VERSION)
+        if "horizon_spent" in stored:
+            shown["horizon_spent"] = bool(stored["horizon_spent"])
+    return shown
+
+
+def issue_body(request_id: str, view: dict[str, Any], issued_at: Any) -> dict[str, Any]:
+    """What the service signs when a batch issues a certificate (``format: lethe-certificate-issue/1``): the request's
+    id and the certificate as its document shows it (id, kind, model, mechanism, versions, the requester's fields),
+    at the time of issue. A downloaded document carries the signature (``issue_signature``), so an edit of the stored
+    certificate after its issue is found offline, even though the document itself is signed at download."""
+    return {"format": ISSUE_FORMAT, "request_id": request_id, "issued_at": issued_at,
+            **{k: view.get(k) for k in _ISSUED_FIELDS}}
+
+
+def sign_issue(key: SigningKey, request_id: str, view: dict[str, Any], issued_at: str) -> dict[str, Any]:
+    """The issue signature of a certificate (:func:`issue_body`): the signature member and the time it signs."""
+    return {**key.sign(issue_body(request_id, view, issued_at))["signature"], "issued_at": issued_at}
+
+
+def issue_record(key: SigningKey, stored: dict[str, Any], *, request_id: str, cert_id: str, kind: str,
+                 model: str | None, mechanism: str | None, old_version: int | None, new_version: int | None,
+                 now: Any) -> dict[str, Any]:
+    """The issue signature of the certificate ``cert_id`` (``stored``: as the store keeps it), signed by ``key`` now,
+    as the ``request_done`` ledger event records it (``payload["issued"]``: the certificate's id, the signature
+    member and the time it signs; hash-chained with the event)."""
+    view = {"id": cert_id, "kind": kind, "model": model, "mechanism": mechanism, "old_version": old_version,
+            "new_version": new_version, "certificate": shown_fields(kind, stored)}
+    return {"certificate": cert_id, **sign_issue(key, request_id, view, iso(now) or "")}
+
+
+def check_issue_signatures(document: dict[str, Any], public_key: bytes) -> tuple[bool, str]:
+    """Every certificate of ``document`` that carries an issue signature is the one the service signed at issue
+    (same key). Returns (ok, what was checked or why not)."""
+    rid = (document.get("request") or {}).get("id")
+    n = 0
+    for view in document.get("certificates") or []:
+        sig = view.get(ISSUE_SIGNATURE) if isinstance(view, dict) else None
+        if sig is None:
+            continue
+        if not isinstance(sig, dict):
+            return False, "a certificate's issue signature is malformed"
+        member = {k: v for k, v in sig.items() if k != "issued_at"}
+        v = verify_document({**issue_body(str(rid), view, sig.get("issued_at")), "signature": member},
+                            public_key=public_key)
+        if not v.valid:
+            return False, (f"certificate {view.get('id')} differs from the one the service signed when it was issued "
+                           f"({v.reason})")
+        n += 1
+    return True, (f"{n} certificate(s) as signed at issue" if n else "no certificate signed at issue (issued before "
+                  "issue signatures)")
+
+
 def build_document(curator: Any, request_id: str) -> dict[str, Any] | None:
     """The signed certificate document of a done request with certificates; None otherwise. The caller checks that
     the reader may see the request (its requester, or an admin)."""
@@ -116,21 +183,21 @@ def build_document(curator: Any, request_id: str) -> dict[str, Any] | None:
             old = s.get(ModelVersion, row.old_version_id) if row.old_version_id is not None else None
             new = s.get(ModelVersion, row.new_version_id) if row.new_version_id is not None else None
             stored = dict(row.certificate or {})
-            shown = public_certificate(stored, requester=True)
-            if row.kind != "deletion":
-                shown["observer"] = stored.get("observer", OBSERVER_ONE_VERSION)
-                if "horizon_spent" in stored:  # the release schedule's state: no other record's data
-                    shown["horizon_spent"] = bool(stored["horizon_spent"])
             view = {"id": row.id, "kind": row.kind, "model": model.name if model else None,
                     "mechanism": row.mechanism, "old_version": old.number if old else None,
                     "new_version": new.number if new else None, "issued_at": iso(row.created_at),
-                    "certificate": shown}
+                    "certificate": shown_fields(row.kind, stored)}
             view["statement"] = statement(view)
             certs.append(view)
         ev = s.scalars(select(LedgerEvent).where(LedgerEvent.request_id == request_id,
                                                  LedgerEvent.kind == "request_done")
                        .order_by(LedgerEvent.id.desc()).limit(1)).first()
         ledger = {"kind": "request_done", "hash": ev.hash} if ev is not None and ev.hash is not None else None
+        issued = (ev.payload or {}).get("issued") if ev is not None else None
+        by_id = {v["id"]: v for v in certs}
+        for rec in issued if isinstance(issued, list) else []:  # each certificate as signed when it was issued
+            if isinstance(rec, dict) and rec.get("certificate") in by_id:
+                by_id[rec["certificate"]][ISSUE_SIGNATURE] = {k: v for k, v in rec.items() if k != "certificate"}
         doc = {"format": FORMAT, "issuer": "lethe curator", "lethe_version": lethe.__version__,
                "request": {"id": req.id, "reference": req.client_request_id, "requester": req.requester,
                            "dataset": ds.name if ds else None, "submitted_at": iso(req.submitted_at),
@@ -149,6 +216,11 @@ def verify_certificate(document: Any, *, public_key: bytes | None = None,
         return v
     if document.get("format") != FORMAT:
         return Verdict(False, f"unknown format {document.get('format')!r} (expected {FORMAT})", v.key_id)
+    signer = public_key if public_key is not None else base64.b64decode(document["signature"]["public_key"])
+    issued_ok, issued = check_issue_signatures(document, signer)
+    if not issued_ok:
+        return Verdict(False, issued, v.key_id)
+    v = Verdict(True, f"{v.reason}; {issued}", v.key_id)
     led = document.get("ledger_event")
     if ledger is None:
         if led is None:
@@ -188,8 +260,9 @@ def check_ledger(curator: Any, *, head: str | None = None) -> Any:
     return verify_events(rows(), head=head)
 
 
-__all__ = ["FORMAT", "build_document", "chain_head", "check_ledger", "load_document", "published_keys", "service_key",
-           "statement", "verify_certificate"]
+__all__ = ["FORMAT", "ISSUE_FORMAT", "ISSUE_SIGNATURE", "build_document", "chain_head", "check_issue_signatures",
+           "check_ledger", "issue_body", "issue_record", "load_document", "published_keys", "service_key",
+           "shown_fields", "sign_issue", "statement", "verify_certificate"]
 
 
 def load_document(text: str) -> Any:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lethe.curator import dask_plane
-from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.audits import public_rows
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.errors import InvalidInputError
@@ -34,8 +33,21 @@ if TYPE_CHECKING:
     from lethe.planning import LambdaPlan, SigmaPlan
 
 ROWS = ("public", "private")
-#: Options of the curator's certified-removal models that are not the estimator's (the loss picks the class).
+#: Options of the planned family's models that are not the estimator's (the loss picks the class).
 _NOT_ESTIMATOR = ("loss",)
+
+
+def planned_family() -> Any:
+    """The family a plan sizes (from the registry, never by name): the first registered family whose removals are
+    budgeted Newton steps (:attr:`lethe.families.Capability.NEWTON_STEP`) — :func:`lethe.planning.plan_lambda`
+    counts the removals such a budget supports. Its first estimator is the classifier the plan fits."""
+    from lethe.families import Capability, families
+
+    for fam in families():
+        if fam.has(Capability.NEWTON_STEP) and fam.adapter is not None and fam.estimators:
+            return fam
+    raise InvalidInputError("A plan sizes the budget of Newton-step removals; no registered family takes them. "
+                            "Found none.")
 
 
 @dataclass(frozen=True)
@@ -106,10 +118,9 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
         With ``min_removals``: size σ for that many removals at that point's λ (:func:`lethe.planning.plan_sigma`,
         on the same rows; it fits tens of models).
     params : dict, optional
-        Other options of :class:`lethe.certified.estimators.CertifiedLogisticRegression`; a schema dataset's tabular
-        defaults (an intercept; none for a Zarr dataset) apply where they do not say otherwise.
+        Other options of the planned family's classifier (:func:`planned_family`); a schema dataset's tabular defaults
+        (an intercept; none for a Zarr dataset) apply where they do not say otherwise.
     """
-    from lethe.certified.estimators import CertifiedLogisticRegression
     from lethe.planning import plan_lambda
     from lethe.planning import plan_sigma as _plan_sigma
 
@@ -118,6 +129,7 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
     if plan_sigma and min_removals is None:
         raise InvalidInputError("plan_sigma (--plan-sigma) needs min_removals (--removals R). Found none.")
     params = dict(params or {})
+    family = planned_family()
     if params.get("loss", "logistic") != "logistic":
         raise InvalidInputError(f"loss must be 'logistic' for a plan (accuracy). Found {params.get('loss')!r}.")
     with c.store.read() as s:
@@ -125,7 +137,7 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
         tabular = ds.feature_names.get("schema") is not None
         plane = s.get(DataPlane, ds.id)
         zarr = plane is not None and dask_plane.is_zarr(plane.features_path)
-        defaults = dict(CertifiedRemovalAdapter.tabular_defaults) if tabular else {}  # the family this plans
+        defaults = dict(family.adapter_class().tabular_defaults) if tabular else {}
         try:
             params = dask_plane.row_options(defaults, params) if zarr else {**defaults, **params}
         except ValueError as exc:
@@ -145,7 +157,7 @@ def plan_dataset(c: Curator, dataset: str, *, heldout: str | None = None, rows: 
     pub = public_rows(c, dataset, heldout)
     options = {k: v for k, v in params.items() if k not in _NOT_ESTIMATOR}
     try:
-        estimator = CertifiedLogisticRegression(**options)
+        estimator = family.estimator_classes()[0](**options)
     except TypeError as exc:
         raise InvalidInputError(f"params: {exc}") from None
     cost = None
@@ -221,4 +233,4 @@ def advise_dataset(c: Curator, dataset: str, *, heldout: str | None = None, expe
         raise InvalidInputError(msg) from None
 
 
-__all__ = ["ROWS", "DatasetPlan", "advise_dataset", "plan_dataset"]
+__all__ = ["ROWS", "DatasetPlan", "advise_dataset", "plan_dataset", "planned_family"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, insert, select, update
 
 from lethe.curator import lifetime
 from lethe.curator.artifacts import Artifact, ArtifactStore
+from lethe.curator.certdoc import issue_record
 from lethe.curator.public import check_payload, public_certificate
 from lethe.curator.store import (
     CertificateRow,
@@ -75,6 +76,10 @@ class VersionPublisher:
 
     store: Store
     artifacts: ArtifactStore
+    #: the service's signing key (:func:`lethe.curator.certdoc.service_key`): each certificate a batch issues is
+    #: signed then, in its request's ``request_done`` event (:func:`lethe.curator.certdoc.issue_record`); None: the
+    #: documents are signed at download only
+    signer: Callable[[], Any] | None = None
 
     @contextlib.contextmanager
     def new_artifact(self, artifact: Artifact, binding: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -194,6 +199,8 @@ class VersionPublisher:
             # (one statement per table, not one ORM round trip per request)
             certs: list[dict[str, Any]] = []
             events: list[dict[str, Any]] = []
+            key = self.signer() if self.signer is not None else None  # each certificate signed as issued
+            name_of = {item.model_id: item.name for item in new}
             record_ids: list[int] = []
             done_payload = check_payload({"batch_id": batch_id})
             for req in reqs:
@@ -208,20 +215,32 @@ class VersionPublisher:
                 DeletionRequest.record_id.in_(record_ids)))) if record_ids else []
             for req in [*reqs, *followers]:
                 assert req is not None
+                issued: list[dict[str, Any]] = []
                 if published:
                     for model_id, old, v, mech, cert in published:
-                        certs.append({"id": str(uuid.uuid4()), "kind": "removal", "request_id": req.id,
+                        cid = str(uuid.uuid4())
+                        if key is not None:
+                            issued.append(issue_record(key, cert, request_id=req.id, cert_id=cid, kind="removal",
+                                                       model=name_of[model_id], mechanism=mech,
+                                                       old_version=old.number, new_version=v.number, now=now))
+                        certs.append({"id": cid, "kind": "removal", "request_id": req.id,
                                       "model_id": model_id, "old_version_id": old.id, "new_version_id": v.id,
                                       "batch_id": batch_id, "mechanism": mech, "certificate": cert,
                                       "submitted_at": req.submitted_at, "created_at": now})
                 else:
-                    certs.append({"id": str(uuid.uuid4()), "kind": "deletion", "request_id": req.id,
+                    cid = str(uuid.uuid4())
+                    receipt = public_certificate({**_NO_MODEL_RECEIPT, "n_removed": len(reqs)})
+                    if key is not None:
+                        issued.append(issue_record(key, receipt, request_id=req.id, cert_id=cid, kind="deletion",
+                                                   model=None, mechanism=None, old_version=None, new_version=None,
+                                                   now=now))
+                    certs.append({"id": cid, "kind": "deletion", "request_id": req.id,
                                   "model_id": None, "old_version_id": None, "new_version_id": None,
-                                  "batch_id": batch_id, "mechanism": None,
-                                  "certificate": public_certificate({**_NO_MODEL_RECEIPT, "n_removed": len(reqs)}),
+                                  "batch_id": batch_id, "mechanism": None, "certificate": receipt,
                                   "submitted_at": req.submitted_at, "created_at": now})
-                events.append({"kind": "request_done", "payload": done_payload, "model_id": None,
-                               "version_id": None, "request_id": req.id, "at": now})
+                events.append({"kind": "request_done",
+                               "payload": check_payload({**done_payload, "issued": issued}) if issued else done_payload,
+                               "model_id": None, "version_id": None, "request_id": req.id, "at": now})
             gone: Any = s.execute(delete(Record).where(Record.id.in_(record_ids)))
             if gone.rowcount != len(record_ids):
                 raise RuntimeError(f"batch {batch_id}: a record vanished")

@@ -35,6 +35,7 @@ The curator holds no math: the mechanism is reached through :mod:`lethe.curator.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +45,7 @@ import numpy as np
 from sqlalchemy.exc import OperationalError
 
 from lethe._rng import RandomState
-from lethe.curator import lifetime
+from lethe.curator import certdoc, lifetime
 from lethe.curator.adapters import Adapters
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.batches import BatchProcessor, BatchResult
@@ -106,7 +107,9 @@ class Curator:
         self.tokens = TokenRegistry(self.store, self.directory)
         self.serving = Serving(self.store, self.artifacts, self.data_dir)
         self.retention = Retention(self.store, self.artifacts, self.matrices, self.data_dir, self.lock, self.serving)
-        self.publisher = VersionPublisher(self.store, self.artifacts)
+        self.publisher = VersionPublisher(self.store, self.artifacts,
+                                          # resolved once, at the first batch (the key file is created then)
+                                          signer=functools.cache(lambda: certdoc.service_key(self.data_dir)))
         self.datasets = DatasetCatalog(self.store, self.matrices, self.directory, self.lock, self.retention,
                                        self.publisher)
         if clock is not None and not callable(clock):
@@ -313,7 +316,10 @@ class Curator:
 
     def warm_up(self) -> int:
         """Build the warm state of every model that keeps one (after a start: once, before the first batch, so that
-        no request waits for it). Returns the number of models made warm."""
+        no request waits for it). Returns the number of models made warm. The signing key the batches sign
+        certificates with is loaded (created on first use) here too, outside any batch."""
+        if self.publisher.signer is not None:
+            self.publisher.signer()
         return self.batches.warm_up()
 
     def warm_state(self) -> tuple[tuple[int, Any], ...]:
