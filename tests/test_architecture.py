@@ -73,6 +73,7 @@ LAYERS: dict[str, int] = {
     "lethe.noisygd.pnsgd": FRONT_ENDS,  # PNSGDLogisticRegression (Chien et al. 2024), split from estimators (issue 34)
     "lethe.noisygd.estimator_io": FRONT_ENDS,  # the Noisy-GD estimators' inputs and model files (issue 34)
     "lethe.nn.estimators": FRONT_ENDS,
+    "lethe.nn.adapter": FRONT_ENDS,  # the noisy-finetune service adapter (a MechanismAdapter; issue 34)
     "lethe.curator": FRONT_ENDS,
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
     "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators

@@ -163,34 +163,6 @@ def certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray]
     return betas
 
 
-def check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None,
-                             params: dict[str, Any] | None) -> None:
-    """A ``released-logistic`` state (:mod:`lethe.curator.adapters_release`): the secret centre and the public
-    release, finite float64 vectors of one width (d, or d + 1 with an intercept); with the (authenticated)
-    parameters, the release stream's invariants of :func:`lethe.release.check_release_state` — accountant for the
-    parameters' (ε, δ, T) with the sensitivity recomputed from them and σ ≥ the calibrated σ, β ≤ β_cap, counts."""
-    centre = finite_array(arrays, "centre", None)
-    width = centre.shape[0]
-    if d is not None and width not in (d, d + 1):
-        raise ArtifactError(f"array 'centre' must have {d} or {d + 1} entries. Found {width}.")
-    finite_array(arrays, "w", width)
-    if params is None:
-        return
-    from lethe.release import check_release_state
-
-    version = meta.get("release_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise ArtifactError(f"the release version must be an integer >= 0. Found {version!r}.")
-    try:
-        check_release_state(params, accountant=meta.get("accountant"), state=meta.get("state"),
-                            n_floor=meta.get("n_floor"), n=meta.get("n"), releases=version + 1,
-                            # the clock schedule lets steps pend across any number of batches (no count rule)
-                            pending=None if params.get("schedule") == "clock" else meta.get("pending"),
-                            horizon_spent=meta.get("horizon_spent"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactError(f"the release state is invalid: {exc}") from None
-
-
 def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None:
     """Validate a loaded state against itself and against its (authenticated) binding.
 
@@ -346,4 +318,4 @@ def destroy_file(path: Path) -> bool:
 
 
 __all__ = ["Artifact", "ArtifactError", "ArtifactStore", "canonical_bytes", "certified_removal_states",
-           "check_invariants", "check_released_logistic", "destroy_file", "finite_array"]
+           "check_invariants", "destroy_file", "finite_array"]
