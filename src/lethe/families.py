@@ -166,7 +166,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
         mechanisms=("certified-removal",),
         estimators=("lethe.certified.estimators:CertifiedLogisticRegression",
                     "lethe.certified.estimators:CertifiedLinearRegression"),
-        adapter="lethe.curator.adapters:CertifiedRemovalAdapter",
+        adapter="lethe.certified.adapter:CertifiedRemovalAdapter",
         capabilities=frozenset({Capability.ADD, Capability.WARM, Capability.NEWTON_STEP, Capability.RETRAINS,
                                 Capability.PUBLISHES_WEIGHTS}),
         words=FamilyWords(
@@ -222,7 +222,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                     "lethe.noisygd.estimators:NoisyGDMLPClassifier",
                     "lethe.noisygd.estimators:NoisyGDBoundedMLPClassifier",
                     "lethe.noisygd.pnsgd:PNSGDLogisticRegression"),
-        adapter="lethe.curator.adapters:NoisyGDAdapter",
+        adapter="lethe.noisygd.adapter:NoisyGDAdapter",
         capabilities=frozenset(),
         words=FamilyWords(
             title="Noisy gradient descent (Chourasia & Shah 2023)",

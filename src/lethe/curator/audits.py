@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlalchemy import select
 
-from lethe.curator.adapters import CertifiedRemovalAdapter, get_adapter
+from lethe.certified.adapter import CertifiedRemovalAdapter
+from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.errors import InvalidInputError, NotFoundError
 from lethe.curator.serving import Serving

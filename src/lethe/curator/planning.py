@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lethe.certified.adapter import CertifiedRemovalAdapter
 from lethe.curator import dask_plane
-from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.audits import public_rows
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.errors import InvalidInputError
