@@ -67,13 +67,17 @@ LAYERS: dict[str, int] = {
     "lethe.certified.estimators_linear": FRONT_ENDS,
     "lethe.certified.estimators_files": FRONT_ENDS,  # their save/load/from_state (a mixin of the base)
     "lethe.certified.estimators_add": FRONT_ENDS,  # their add (a mixin of the base)
+    "lethe.certified.adapter": FRONT_ENDS,  # the certified-removal service adapter and its artifact check
+    "lethe.certified.audit": FRONT_ENDS,  # the certified-removal audit of a registered model (Family.audit; issue 38)
     "lethe.estimators": FRONT_ENDS,  # deprecated path of lethe.certified.estimators (a re-exporting shim, issue 34)
     "lethe.estimator_data": FRONT_ENDS,  # the estimators' inputs, own copy of the rows and record keys
     "lethe.privacy.output_perturbation": FRONT_ENDS,
     "lethe.noisygd.estimators": FRONT_ENDS,
     "lethe.noisygd.pnsgd": FRONT_ENDS,  # PNSGDLogisticRegression (Chien et al. 2024), split from estimators (issue 34)
     "lethe.noisygd.estimator_io": FRONT_ENDS,  # the Noisy-GD estimators' inputs and model files (issue 34)
+    "lethe.noisygd.adapter": FRONT_ENDS,  # the noisy-gd service adapter (a MechanismAdapter; issue 34)
     "lethe.nn.estimators": FRONT_ENDS,
+    "lethe.nn.adapter": FRONT_ENDS,  # the noisy-finetune service adapter (a MechanismAdapter; issue 34)
     "lethe.curator": FRONT_ENDS,
     "lethe.preprocessing": FRONT_ENDS,  # scikit-learn transformers (UnitBallNormalizer)
     "lethe.pipeline": FRONT_ENDS,  # UnlearningPipeline over the estimators

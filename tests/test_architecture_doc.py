@@ -73,7 +73,7 @@ PAIRS = deletion_path(DOC.read_text(encoding="utf-8"))
 def test_the_path_runs_from_the_api_to_the_solver() -> None:
     files = [f for f, _ in PAIRS]
     for must in ("src/lethe/curator/api.py", "src/lethe/curator/service.py", "src/lethe/curator/intake.py",
-                 "src/lethe/curator/worker.py", "src/lethe/curator/batches.py", "src/lethe/curator/adapters.py",
+                 "src/lethe/curator/worker.py", "src/lethe/curator/batches.py", "src/lethe/certified/adapter.py",
                  "src/lethe/certified/mechanism.py", "src/lethe/certified/anchor.py",
                  "src/lethe/curator/publisher.py"):
         assert must in files, f"the deletion path names no function of {must}"

@@ -36,6 +36,14 @@ REEXPORTED = [
     ("lethe.noisygd.edit_stream", "AdaptiveRequester", "lethe.noisygd.requesters"),
     ("lethe.noisygd", "CuratorConfig", "lethe.noisygd.config"),
     ("lethe.noisygd", "NonAdaptiveRequester", "lethe.noisygd.requesters"),
+    # the families' service adapters, moved from lethe.curator into their packages (internal paths: no warning)
+    ("lethe.curator", "CertifiedRemovalAdapter", "lethe.certified.adapter"),
+    ("lethe.curator.adapters_release", "ReleasedLogisticAdapter", "lethe.release.adapter"),
+    ("lethe.curator.adapters_release", "release_noise", "lethe.release.adapter"),
+    ("lethe.curator.adapters_release", "check_released_logistic", "lethe.release.adapter"),
+    ("lethe.curator.adapters_sharded", "ShardedAdapter", "lethe.sharded.adapter"),
+    ("lethe.curator.adapters_sharded", "ESTIMATORS", "lethe.sharded.adapter"),
+    ("lethe.curator.adapters_nn", "NoisyFineTuneAdapter", "lethe.nn.adapter"),
 ]
 
 # a module path that no longer exists as a module of its own -> (its names, where they live now)

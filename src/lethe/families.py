@@ -171,7 +171,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
         mechanisms=("certified-removal",),
         estimators=("lethe.certified.estimators:CertifiedLogisticRegression",
                     "lethe.certified.estimators:CertifiedLinearRegression"),
-        adapter="lethe.curator.adapters:CertifiedRemovalAdapter",
+        adapter="lethe.certified.adapter:CertifiedRemovalAdapter",
         capabilities=frozenset({Capability.ADD, Capability.WARM, Capability.NEWTON_STEP, Capability.RETRAINS,
                                 Capability.PUBLISHES_WEIGHTS}),
         words=FamilyWords(
@@ -182,7 +182,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                       "the remaining records, with fresh secret noise.",
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
         paper="Guo et al. (2020), Certified Data Removal, Thm 3 and Alg. 2",
-        audit="lethe.curator.audits_certified:audit_certified",  # loss-threshold membership vs the (ε, δ) bound
+        audit="lethe.certified.audit:audit_certified",  # loss-threshold membership vs the (ε, δ) bound
         # the solver's diagnostics: timings and error terms summed in step_bound (shown), not guarantees
         withheld=frozenset({"carried_error", "error_allowance", "iterations", "mismatch_bound", "refreshed",
                             "remainder_bound", "seconds", "solve_error", "removed_indices"})),
@@ -190,7 +190,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
         name="released-logistic",
         mechanisms=("released-logistic",),
         estimators=("lethe.release:ReleasedLogisticRegression",),
-        adapter="lethe.curator.adapters_release:ReleasedLogisticAdapter",
+        adapter="lethe.release.adapter:ReleasedLogisticAdapter",
         capabilities=frozenset({Capability.RELEASE_SCHEDULE, Capability.PRIVATE_RELEASES,
                                 Capability.PUBLISHES_WEIGHTS}),
         words=FamilyWords(
@@ -203,12 +203,12 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             not_covered="The release schedule itself may reveal that a deletion happened and when (see the "
                         "certificate's schedule); releases after the horizon are not published."),
         paper="docs/release_privacy.md (Gaussian mechanism over a horizon of releases, Balle & Wang 2018)",
-        audit="lethe.curator.audits_release:audit_released"),  # version diff vs the rate the sequence's ε allows
+        audit="lethe.release.audit:audit_released"),  # version diff vs the rate the sequence's ε allows
     Family(
         name="sharded",
         mechanisms=("sharded",),
         estimators=("lethe.sharded:ShardedClassifier", "lethe.sharded:ShardedRegressor"),
-        adapter="lethe.curator.adapters_sharded:ShardedAdapter",
+        adapter="lethe.sharded.adapter:ShardedAdapter",
         capabilities=frozenset({Capability.RECORD_KEYS, Capability.EXACT, Capability.ADD}),
         words=FamilyWords(
             title="Sharded exact unlearning (SISA, Bourtoule et al. 2021)",
@@ -219,7 +219,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             observer=_ONE_VERSION,
             not_covered="Someone who compares consecutive versions sees which shard changed."),
         paper="Bourtoule et al. (2021), Machine Unlearning (SISA)",
-        audit="lethe.curator.audits_sharded:audit_sharded",  # prediction diff against the retrained twin
+        audit="lethe.sharded.audit:audit_sharded",  # prediction diff against the retrained twin
         # which shards (and how many) were retrained locates the removed record's shard: operators' own files only
         withheld=frozenset({"n_shards_retrained", "retrained_shards", "restart_slices", "rows_replayed",
                             "seconds"})),
@@ -230,7 +230,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
                     "lethe.noisygd.estimators:NoisyGDMLPClassifier",
                     "lethe.noisygd.estimators:NoisyGDBoundedMLPClassifier",
                     "lethe.noisygd.pnsgd:PNSGDLogisticRegression"),
-        adapter="lethe.curator.adapters:NoisyGDAdapter",
+        adapter="lethe.noisygd.adapter:NoisyGDAdapter",
         capabilities=frozenset(),
         words=FamilyWords(
             title="Noisy gradient descent (Chourasia & Shah 2023)",
@@ -247,7 +247,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
         name="noisy-finetune",
         mechanisms=("noisy-finetune",),
         estimators=("lethe.nn.estimators:NoisyFineTuneClassifier",),
-        adapter="lethe.curator.adapters_nn:NoisyFineTuneAdapter",
+        adapter="lethe.nn.adapter:NoisyFineTuneAdapter",
         capabilities=frozenset(),
         words=FamilyWords(
             title="Noisy fine-tuning of networks",

@@ -18,10 +18,10 @@ pytest.importorskip("fastapi")
 
 from lethe.cli import main  # noqa: E402
 from lethe.curator import Curator, InvalidInputError, Settings  # noqa: E402
-from lethe.curator.adapters_release import ReleasedLogisticAdapter  # noqa: E402
-from lethe.curator.adapters_sharded import ShardedAdapter  # noqa: E402
 from lethe.curator.artifacts import Artifact  # noqa: E402
 from lethe.curator.audits import audit_registered_model  # noqa: E402
+from lethe.release.adapter import ReleasedLogisticAdapter  # noqa: E402
+from lethe.sharded.adapter import ShardedAdapter  # noqa: E402
 
 from ..curator.conftest import make_data  # noqa: E402
 
@@ -179,7 +179,7 @@ def test_an_honest_released_model_is_within_its_rate_and_its_centre_forgot(tmp_p
 
 def test_releases_without_fresh_noise_fail_the_version_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Faked noise: every release draws the same noise (a fixed seed), which cancels between releases."""
-    import lethe.curator.adapters_release as adapters_release
+    import lethe.release.adapter as adapters_release
 
     monkeypatch.setattr(adapters_release, "release_noise", lambda d: np.random.default_rng(0).standard_normal(d))
     c, deleted, files = _released(tmp_path)

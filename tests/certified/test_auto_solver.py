@@ -13,12 +13,12 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lethe.certified.adapter import CertifiedRemovalAdapter
 from lethe.certified.dask_backend import matrix_free_min_features
 from lethe.certified.data import MATRIX_FREE_MIN_FEATURES
 from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
 from lethe.certified.newton import AUTO_ANCHOR_MAX_FEATURES, SOLVERS, resolve_solver
-from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.io import load_npz, save_npz
 
 from .._certified import exact_residual

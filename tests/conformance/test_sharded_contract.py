@@ -17,7 +17,7 @@ from sklearn.linear_model import LogisticRegression, Ridge, SGDClassifier
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import lethe.curator.adapters_sharded as adapter_module
+import lethe.sharded.adapter as adapter_module
 from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.io import load_npz, save_npz
 from lethe.sharded import ExactCertificate, ShardedClassifier, ShardedRegressor

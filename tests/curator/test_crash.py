@@ -33,8 +33,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select as sql_select
 
+from lethe.certified.adapter import CertifiedRemovalAdapter
 from lethe.curator import Curator, Settings, get_adapter, run_worker
-from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.store import CertificateRow, DeletionRequest, Model, ModelVersion, Record
 
 from .._certified import exact_residual

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from lethe.certified.adapter import CertifiedRemovalAdapter
 from lethe.curator import Curator, Settings
-from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.service import Principal
 from lethe.curator.store import DeletionRequest, Model, ModelVersion
 

@@ -17,11 +17,11 @@ from sqlalchemy import select
 
 from lethe.curator import Curator, InvalidInputError, Settings
 from lethe.curator.adapters import get_adapter
-from lethe.curator.adapters_sharded import ShardedAdapter
 from lethe.curator.public import CERTIFICATE_FIELDS, REQUESTER_CERTIFICATE_FIELDS
 from lethe.curator.serving import Serving
 from lethe.curator.store import Model, ModelVersion, Record
 from lethe.sharded import ShardedClassifier
+from lethe.sharded.adapter import ShardedAdapter
 
 from .conftest import Data, make_data, snapshot, start_server, stop_server
 

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from sqlalchemy import select
 
+from lethe.certified.adapter import CertifiedRemovalAdapter
 from lethe.certified.estimators import CertifiedLogisticRegression
 from lethe.curator import Curator, InvalidInputError, Settings
-from lethe.curator.adapters import CertifiedRemovalAdapter
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.store import Model, ModelVersion
 

@@ -9,13 +9,9 @@ imported here. Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas
 
 from __future__ import annotations
 
-from lethe.curator.adapters import (
-    CertifiedRemovalAdapter,
-    MechanismAdapter,
-    available_mechanisms,
-    get_adapter,
-    register_adapter,
-)
+from typing import TYPE_CHECKING, Any
+
+from lethe.curator.adapters import MechanismAdapter, available_mechanisms, get_adapter, register_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
 from lethe.curator.batches import BatchResult
 from lethe.curator.errors import (
@@ -29,6 +25,20 @@ from lethe.curator.errors import (
 from lethe.curator.service import Curator
 from lethe.curator.settings import Principal, Settings
 from lethe.curator.worker import BackgroundWorker, run_worker
+
+if TYPE_CHECKING:
+    from lethe.certified.adapter import CertifiedRemovalAdapter
+
+
+def __getattr__(name: str) -> Any:
+    """``CertifiedRemovalAdapter`` lives in its family's package (:mod:`lethe.certified.adapter`, issue 34) and is
+    imported when asked for: the service imports a family's adapter only when one of its models is in use."""
+    if name == "CertifiedRemovalAdapter":
+        from lethe.certified.adapter import CertifiedRemovalAdapter
+
+        return CertifiedRemovalAdapter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Artifact", "ArtifactError", "ArtifactStore", "BackgroundWorker", "BatchResult", "BusyError",

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -110,85 +109,6 @@ def finite_array(arrays: dict[str, np.ndarray], name: str, d: int | None) -> np.
     if not np.all(np.isfinite(a)):
         raise ArtifactError(f"array {name!r} holds non-finite values.")
     return a
-
-
-def _check_count(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ArtifactError(f"{name} must be an integer >= 0. Found {v!r}.")
-
-
-def _check_beta(beta: Any) -> float:
-    if not isinstance(beta, int | float) or isinstance(beta, bool) or not math.isfinite(beta) or beta < 0:
-        raise ArtifactError(f"the residual bound must be a finite number >= 0. Found {beta!r}.")
-    return float(beta)
-
-
-def certified_removal_states(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None) -> list[float]:
-    """Validate the certified-removal state(s) of an artifact; return the residual bound β_k of each binary model.
-
-    Format 1 (one binary model, its fields in the metadata) and format 2 (``states``: one entry per binary model of
-    a one-vs-all model, ``w`` and ``b`` of shape (K, d') or (d',)); d' is the dataset's d, or d + 1 with an intercept
-    column."""
-    states = meta.get("states")
-    if states is None:
-        w = finite_array(arrays, "w", d)
-        finite_array(arrays, "b", w.shape[0])
-        for k in ("removals_since_training", "retrainings"):
-            _check_count(k, meta.get(k))
-        return [_check_beta(meta.get("residual_bound"))]
-    if not isinstance(states, list) or not states:
-        raise ArtifactError(f"the state list must be a non-empty list. Found {type(states).__name__}.")
-    W, B = arrays.get("w"), arrays.get("b")
-    if W is None or B is None:
-        raise ArtifactError("arrays 'w' and 'b' are required.")
-    K = len(states)
-    ok_shape = W.dtype == np.float64 and B.dtype == np.float64 and W.shape == B.shape and (
-        (W.ndim == 1 and K == 1) or (W.ndim == 2 and W.shape[0] == K))
-    width = W.shape[-1] if W.ndim >= 1 else -1
-    if not ok_shape or (d is not None and width not in (d, d + 1)):
-        raise ArtifactError(f"arrays 'w' and 'b' must be float64 of equal shape ({K}, {d}) or ({K}, {d}+1). "
-                            f"Found {W.dtype} {W.shape} and {B.dtype} {B.shape}.")
-    if not (np.all(np.isfinite(W)) and np.all(np.isfinite(B))):
-        raise ArtifactError("arrays 'w' and 'b' hold non-finite values.")
-    betas = []
-    for st in states:
-        if not isinstance(st, dict):
-            raise ArtifactError("each state must be an object.")
-        for k in ("removals_since_training", "retrainings"):
-            _check_count(k, st.get(k))
-        n_k = st.get("n")
-        if isinstance(n_k, bool) or not isinstance(n_k, int) or n_k < 1:
-            raise ArtifactError(f"a state's record count n must be an integer >= 1. Found {n_k!r}.")
-        betas.append(_check_beta(st.get("residual_bound")))
-    return betas
-
-
-def check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None,
-                             params: dict[str, Any] | None) -> None:
-    """A ``released-logistic`` state (:mod:`lethe.curator.adapters_release`): the secret centre and the public
-    release, finite float64 vectors of one width (d, or d + 1 with an intercept); with the (authenticated)
-    parameters, the release stream's invariants of :func:`lethe.release.check_release_state` — accountant for the
-    parameters' (ε, δ, T) with the sensitivity recomputed from them and σ ≥ the calibrated σ, β ≤ β_cap, counts."""
-    centre = finite_array(arrays, "centre", None)
-    width = centre.shape[0]
-    if d is not None and width not in (d, d + 1):
-        raise ArtifactError(f"array 'centre' must have {d} or {d + 1} entries. Found {width}.")
-    finite_array(arrays, "w", width)
-    if params is None:
-        return
-    from lethe.release import check_release_state
-
-    version = meta.get("release_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        raise ArtifactError(f"the release version must be an integer >= 0. Found {version!r}.")
-    try:
-        check_release_state(params, accountant=meta.get("accountant"), state=meta.get("state"),
-                            n_floor=meta.get("n_floor"), n=meta.get("n"), releases=version + 1,
-                            # the clock schedule lets steps pend across any number of batches (no count rule)
-                            pending=None if params.get("schedule") == "clock" else meta.get("pending"),
-                            horizon_spent=meta.get("horizon_spent"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ArtifactError(f"the release state is invalid: {exc}") from None
 
 
 def check_invariants(artifact: Artifact, binding: dict[str, Any] | None) -> None:
@@ -345,5 +265,5 @@ def destroy_file(path: Path) -> bool:
     return True
 
 
-__all__ = ["Artifact", "ArtifactError", "ArtifactStore", "canonical_bytes", "certified_removal_states",
-           "check_invariants", "check_released_logistic", "destroy_file", "finite_array"]
+__all__ = ["Artifact", "ArtifactError", "ArtifactStore", "canonical_bytes", "check_invariants", "destroy_file",
+           "finite_array"]

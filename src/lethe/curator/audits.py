@@ -4,8 +4,8 @@ and plans score on.
 **The attack comes from the family.** Each family names its audit in the registry
 (:attr:`lethe.families.Family.audit`, a dotted path); :func:`audit_registered_model` resolves it and passes an
 :class:`AuditRequest`. This module names no mechanism: the audits themselves live beside their families' adapters
-(``audits_certified``: loss-threshold membership against the (ε, δ) bound; ``audits_sharded``: prediction diff
-against the retrained twin; ``audits_release``: version diff on the published sequence against the rate the
+(``lethe.certified.audit``: loss-threshold membership against the (ε, δ) bound; ``lethe.sharded.audit``: prediction diff
+against the retrained twin; ``lethe.release.audit``: version diff on the published sequence against the rate the
 certificate allows). Every one answers passed, inconclusive or failed and states its power; a family that declares
 no audit is refused by name.
 

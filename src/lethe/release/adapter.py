@@ -55,10 +55,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lethe.curator.adapters import MechanismAdapter
-from lethe.curator.artifacts import Artifact, ArtifactError, check_released_logistic
+from lethe.curator.artifacts import Artifact, ArtifactError, finite_array
 from lethe.curator.public import OBSERVER_RELEASES
 
-__all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter", "release_noise"]
+__all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter", "check_released_logistic", "release_noise"]
 
 
 def release_noise(d: int) -> np.ndarray:
@@ -93,7 +93,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
 
     @classmethod
     def check_artifact(cls, artifact: Artifact, n_features: int | None, params: dict[str, Any] | None) -> None:
-        """:func:`lethe.curator.artifacts.check_released_logistic`: the centre and the release finite, the accountant
+        """:func:`check_released_logistic`: the centre and the release finite, the accountant
         consistent with the parameters, the counts coherent."""
         check_released_logistic(artifact.meta, artifact.arrays, n_features, params)
     secret_arrays = ("centre",)
@@ -317,7 +317,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         """(‖g̃‖, a, β): the secret centre's residual re-measured on the records (X, y) it should be the minimiser for
         (:func:`lethe.release.measured_centre_residual`, within ±a), and the bound β the version records. ‖g̃‖ − a > β
         says the centre is not the model of these records (e.g. a removal that did not forget its record): the check
-        every removal makes before publishing, exposed for the audit (:mod:`lethe.curator.audits_release`)."""
+        every removal makes before publishing, exposed for the audit (:mod:`lethe.release.audit`)."""
         from lethe.release import measured_centre_residual
 
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -338,3 +338,31 @@ def _withdrawn(acc: Any, meta: dict[str, Any], schedule: str) -> bool:
     if acc.remaining > 0:
         return False
     return schedule == "clock" or int(meta["pending"]) >= 1
+
+
+def check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray], d: int | None,
+                             params: dict[str, Any] | None) -> None:
+    """A ``released-logistic`` state (:class:`ReleasedLogisticAdapter`): the secret centre and the public
+    release, finite float64 vectors of one width (d, or d + 1 with an intercept); with the (authenticated)
+    parameters, the release stream's invariants of :func:`lethe.release.check_release_state` — accountant for the
+    parameters' (ε, δ, T) with the sensitivity recomputed from them and σ ≥ the calibrated σ, β ≤ β_cap, counts."""
+    centre = finite_array(arrays, "centre", None)
+    width = centre.shape[0]
+    if d is not None and width not in (d, d + 1):
+        raise ArtifactError(f"array 'centre' must have {d} or {d + 1} entries. Found {width}.")
+    finite_array(arrays, "w", width)
+    if params is None:
+        return
+    from lethe.release import check_release_state
+
+    version = meta.get("release_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ArtifactError(f"the release version must be an integer >= 0. Found {version!r}.")
+    try:
+        check_release_state(params, accountant=meta.get("accountant"), state=meta.get("state"),
+                            n_floor=meta.get("n_floor"), n=meta.get("n"), releases=version + 1,
+                            # the clock schedule lets steps pend across any number of batches (no count rule)
+                            pending=None if params.get("schedule") == "clock" else meta.get("pending"),
+                            horizon_spent=meta.get("horizon_spent"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"the release state is invalid: {exc}") from None

@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lethe.curator.adapters import get_adapter
-from lethe.curator.adapters_release import ReleasedLogisticAdapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.audits import AuditRequest, model_info, read_records, removal_versions, require_deleted
 from lethe.curator.errors import InvalidInputError
 from lethe.curator.serving import Serving
+from lethe.release.adapter import ReleasedLogisticAdapter
 
 if TYPE_CHECKING:
     from lethe.curator.service import Curator

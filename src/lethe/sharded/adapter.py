@@ -282,7 +282,7 @@ class ShardedAdapter(MechanismAdapter):
         return {"mechanism": self.name, "guarantee": "exact", "epsilon": 0.0, "delta": 0.0, "n": int(m["n"]),
                 "estimator": self.params["estimator"], "n_shards": int(self.params["n_shards"])}
 
-    # -- the audit (lethe.curator.audits_sharded) ------------------------------------------------------------------
+    # -- the audit (lethe.sharded.audit) ------------------------------------------------------------------
     def predict_proba(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
         """Class probabilities of the shards' aggregate (columns: the version's classes), from the packed shards
         only, as :meth:`predict` reads them: what the audit compares with the retrained twin's."""

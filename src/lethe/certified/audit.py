@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lethe.curator.adapters import CertifiedRemovalAdapter, get_adapter
+from lethe.certified.adapter import CertifiedRemovalAdapter
+from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.audits import (
     AuditRequest,

@@ -7,7 +7,7 @@ records with the version's secret hash key and seeds (docs/sharded.md). For a ve
 between it and its twin, membership inference included, has advantage exactly 0: the guarantee allows 0.
 
 The attack that fits. The curator still holds the remaining records (the deleted ones are erased), so it trains the
-twin (:meth:`lethe.curator.adapters_sharded.ShardedAdapter.retrained_twin`) and compares the two models' class
+twin (:meth:`lethe.sharded.adapter.ShardedAdapter.retrained_twin`) and compares the two models' class
 probabilities on probe records: every current record, the deleted records of the operator's file (``--deleted``,
 optional here; each must have been removed from the model by the curator, as for every audit) and the public held-out
 rows when the model has them. A probe *differs* when one probability differs (bit for bit: the twin is computed by
@@ -36,12 +36,12 @@ import numpy as np
 from sqlalchemy import select
 
 from lethe.curator.adapters import get_adapter
-from lethe.curator.adapters_sharded import ShardedAdapter
 from lethe.curator.artifacts import ArtifactError
 from lethe.curator.audits import AuditRequest, model_info, public_rows, read_records, removal_versions
 from lethe.curator.errors import InvalidInputError
 from lethe.curator.serving import Serving
 from lethe.curator.store import Record
+from lethe.sharded.adapter import ShardedAdapter
 
 if TYPE_CHECKING:
     from lethe.curator.service import Curator
