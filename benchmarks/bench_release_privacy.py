@@ -40,6 +40,13 @@ retrains, a second model. K released streams are run on the same data with the s
 of each version before the single-deletion ranking (their centres are the same minimiser; the noise shrinks by
 √K). Its rate is printed beside the rate one stream's certificate allows and the rate the **lifetime** guarantee
 allows (μ = √(Σ μ_s²), the composition of :mod:`lethe.privacy.lifetime` the curator's ledger reports).
+
+**Through the service** (``--service``; :mod:`release_privacy_service`): Adult registered with its declared schema
+(``lethe dataset add --schema examples/adult_schema.yaml``), K = ``--streams`` released models on it (default 10),
+``--deletions`` deletions posted over HTTP by a requester, every published release of every model downloaded over
+HTTP by a model-reader, the same averaged attack on what the model-reader saw, against the rate the LIFETIME ε the
+service reports (``GET /v1/status``) allows. Run:
+``OMP_NUM_THREADS=1 python benchmarks/bench_release_privacy.py --service --streams 10 --deletions 100``.
 """
 
 from __future__ import annotations
@@ -291,6 +298,23 @@ def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int,
     return lines, acc
 
 
+def service_view(streams: int, deletions: int, refresh: int, seed: int) -> None:
+    """The lifetime view through the service (module docstring; :mod:`release_privacy_service`)."""
+    from release_privacy_service import run, table
+
+    from lethe.datasets import load_adult
+
+    schema = Path(__file__).resolve().parents[1] / "examples" / "adult_schema.yaml"
+    train, _test = load_adult()
+    res = run(train, schema, name="adult", streams=streams, deletions=deletions, lam=LAMBDAS["adult"],
+              epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed)
+    print(f"Through the service: {res['streams']} released models on one dataset (Adult, declared schema), "
+          f"{res['deletions']} deletions over HTTP, {res['releases_seen']} releases downloaded by a model-reader; "
+          f"lifetime budget set to {res['lifetime_budget']:g}; train {res['seconds_train']:.0f} s, served "
+          f"{res['seconds_served']:.0f} s, {res['seconds_total']:.0f} s in all; seed {seed}\n")
+    print(table(res))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="mnist,adult,synth", help="comma-separated subset of mnist,adult,synth")
@@ -307,7 +331,12 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=0, help="the lifetime view: K released streams on the same data, "
                                                             "attacked together (0: skip; docstring)")
     ap.add_argument("--lifetime-only", action="store_true", help="only the lifetime view (needs --streams)")
+    ap.add_argument("--service", action="store_true", help="the lifetime view through the service (Adult, declared "
+                                                           "schema; --streams models, --deletions over HTTP)")
     args = ap.parse_args()
+    if args.service:
+        service_view(args.streams or 10, args.deletions or (20 if args.quick else 100), args.refresh, args.seed)
+        return
     names = [s for s in args.datasets.split(",") if s]
     if not names or set(names) - set(LAMBDAS):
         ap.error(f"--datasets must name a subset of mnist,adult,synth. Found {args.datasets!r}.")
