@@ -119,7 +119,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
                              normalize=args.normalize, progress=_progress() or args.progress,
                              header=not args.no_header, categorical=categorical, file_format=args.format,
                              store=args.store, schema=args.schema, text_column=args.text_column,
-                             embedder=args.embedder)
+                             embedder=args.embedder, label_classes=args.label_classes)
     if args.json:
         _print(out)
     else:
@@ -555,6 +555,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--key", help="column (or array) of stable record keys, e.g. a user id (required without "
                    "--schema; with one, only when the schema's key is null)")
     p.add_argument("--label", help="label column (or array) (required without --schema)")
+    p.add_argument("--label-classes", metavar="A,B", help="the label classes, declared from public knowledge "
+                   "(without --schema): needed by a model served to model-readers (released-logistic, "
+                   "--serve-unreleased), which publishes them instead of classes learned from the rows")
     p.add_argument("--features", help="comma-separated feature columns (default: all others; .npz: 'X')")
     p.add_argument("--normalize", choices=("none", "rows"), default="none",
                    help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")

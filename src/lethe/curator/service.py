@@ -181,7 +181,7 @@ class Curator:
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
                          file_format: str | None = None, store: str = "files",
                          schema: Any = None, text_column: str | None = None,
-                         embedder: str = "minilm") -> dict[str, Any]:
+                         embedder: str = "minilm", label_classes: Any = None) -> dict[str, Any]:
         """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
 
         ``store``: ``"files"`` (fixed-width files) or ``"zarr"`` (a Zarr store computed on a Dask cluster,
@@ -198,7 +198,17 @@ class Curator:
         refused).
 
         ``text_column`` (with ``embedder``, default ``"minilm"``): a column of raw text, embedded by the declared
-        public embedder (:mod:`lethe.curator.text`); the embeddings are the features, the texts are not kept."""
+        public embedder (:mod:`lethe.curator.text`); the embeddings are the features, the texts are not kept.
+
+        ``label_classes`` (``--label-classes``; a list or ``"A,B"``): the label classes, declared from public
+        knowledge (without a schema; a schema declares its own). A model served to model-readers needs them
+        (:mod:`lethe.curator.declared`); every row's label must be one of them."""
+        from lethe.curator.declared import parse_label_classes
+
+        classes = parse_label_classes(label_classes)
+        if classes is not None and schema is not None:
+            raise InvalidInputError("A schema declares the label classes (label: {name, classes}): --label-classes "
+                                    f"does not apply with --schema. Found {label_classes!r}.")
         declared = resolve_schema(schema, key=key, label=label) if schema is not None else None
         if declared is None and (key is None or label is None):
             missing = [n for n, v in (("key", key), ("label", label)) if v is None]
@@ -208,7 +218,8 @@ class Curator:
         return self.datasets.register(name, path, key=key or "", label=label or "", features=features,
                                       normalize=normalize, progress=progress, header=header,
                                       categorical=categorical, file_format=file_format, store=store,
-                                      declared=declared, text_column=text_column, embedder=embedder)
+                                      declared=declared, text_column=text_column, embedder=embedder,
+                                      label_classes=classes)
 
     def dataset_info(self, name: str) -> dict[str, Any]:
         """A dataset's description: size, columns, normalisation, label classes and categories."""
