@@ -17,7 +17,7 @@ Everything else a model-reader downloads is declared too: feature names (a schem
 never ``col=value`` names learned from rows: such datasets are refused,
 :func:`lethe.curator.serving.learned_from_rows`),
 the normalisation (``none`` or ``rows``: a fixed map), the schema (public), the mechanism and the release number; the
-weights are the release (docs/release_privacy.md §9).
+weights are the release (docs/release_privacy.md §3, "Declared label classes").
 """
 
 from __future__ import annotations
