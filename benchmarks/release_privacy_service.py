@@ -107,11 +107,16 @@ def _budget_for(streams: int, epsilon: float, delta: float, horizon: int, budget
     return math.ceil(gdp_epsilon(mu, budget_delta) * 100 + 1) / 100
 
 
-def run(frame: Any, schema_path: Path, *, name: str = "adult", streams: int = 10, deletions: int = 50,
+def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: int = 10, deletions: int = 50,
         lam: float = 1e-2, epsilon: float = 1.0, delta: float = 1e-5, refresh: int = 100, seed: int = 0,
-        wait_seconds: float = 600.0, work: Path | None = None) -> dict[str, Any]:
+        wait_seconds: float = 600.0, work: Path | None = None, label: str = "y",
+        label_classes: list[Any] | None = None) -> dict[str, Any]:
     """Run the service mode (module docstring) on ``frame`` (a DataFrame with the schema's columns and label; an
-    ``id`` key column is added) and return its figures."""
+    ``id`` key column is added) and return its figures.
+
+    Without a schema (``schema_path=None``): every column but ``label`` is a numeric feature, registered with
+    ``--label-classes`` (``label_classes``, declared) and ``--normalize rows``; the attacker applies the same fixed
+    map to the rows."""
     import httpx
 
     from lethe.audit.version_diff import (
@@ -125,8 +130,12 @@ def run(frame: Any, schema_path: Path, *, name: str = "adult", streams: int = 10
     from lethe.privacy.lifetime import stream_release_mu
     from lethe.schema import load_schema
 
-    schema = load_schema(schema_path)
-    assert schema.label is not None
+    schema = load_schema(schema_path) if schema_path is not None else None
+    if schema is not None:
+        assert schema.label is not None
+        label = schema.label.name
+    elif not label_classes:
+        raise ValueError("without a schema, label_classes must declare the label classes.")
     frame = frame.reset_index(drop=True).assign(id=[f"r{i}" for i in range(len(frame))])
     N, D, K, T = len(frame), int(deletions), int(streams), int(deletions) + 1
     targets = np.random.default_rng(seed).permutation(N)[:D]
@@ -134,9 +143,13 @@ def run(frame: Any, schema_path: Path, *, name: str = "adult", streams: int = 10
     with tempfile.TemporaryDirectory(prefix="lethe-bench-privacy-", dir=work) as tmp:
         root = Path(tmp)
         data_dir = root / "lethe-data"
-        frame.to_csv(root / "train.csv", index=False)
-        _lethe(data_dir, "dataset", "add", name, str(root / "train.csv"), "--schema", str(schema_path),
-               "--key", "id")
+        frame.to_csv(root / "train.csv", index=False, float_format="%.17g")
+        if schema_path is not None:
+            _lethe(data_dir, "dataset", "add", name, str(root / "train.csv"), "--schema", str(schema_path),
+                   "--key", "id")
+        else:
+            _lethe(data_dir, "dataset", "add", name, str(root / "train.csv"), "--key", "id", "--label", label,
+                   f"--label-classes={','.join(map(str, label_classes or []))}", "--normalize", "rows")
         budget = _budget_for(K, epsilon, delta, T, 1e-5)
         _lethe(data_dir, "budget", "--dataset", name, "--set-epsilon", str(budget))
         params = {"lam": lam, "epsilon": epsilon, "delta": delta, "horizon": T, "cadence": 1, "schedule": "steps"}
@@ -188,8 +201,12 @@ def run(frame: Any, schema_path: Path, *, name: str = "adult", streams: int = 10
         served = time.perf_counter() - t0 - trained
         ledger = json.loads(_lethe(data_dir, "budget", "--dataset", name))
     # the attack, on what the model-reader saw
-    X = np.asarray(SchemaEncoder(schema).transform(frame), dtype=np.float64)
-    y = np.where(frame[schema.label.name].astype(str).to_numpy() == str(classes[1]), 1.0, -1.0)
+    if schema is not None:
+        X = np.asarray(SchemaEncoder(schema).transform(frame), dtype=np.float64)
+    else:
+        X = frame.drop(columns=["id", label]).to_numpy(dtype=np.float64)
+        X = X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))  # --normalize rows
+    y = np.where(frame[label].astype(str).to_numpy() == str(classes[1]), 1.0, -1.0)
     versions = [np.mean([seen[k][t] for k in range(K)], axis=0) for t in range(D + 1)]
     hits, geom, at, n = 0, None, -10**9, N
     for t in range(D):
