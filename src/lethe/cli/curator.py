@@ -335,16 +335,23 @@ def _show(method: str, arg: str) -> Callable[[argparse.Namespace], int]:
 
 def _budget(args: argparse.Namespace) -> int:
     """``lethe budget MODEL`` (the model's budget, with its dataset's lifetime epsilon) or ``lethe budget --dataset
-    D [--set-epsilon E] [--set-delta D]`` (the dataset's privacy ledger; issue 36)."""
+    D [--set-epsilon E] [--set-delta D]`` (the dataset's privacy ledger; issue 36) or ``lethe budget --dataset D --key
+    K`` (what one record was exposed to; operators only)."""
     if (args.model is None) == (args.dataset is None):
         print("lethe budget: give a model, or --dataset NAME (not both).", file=sys.stderr)
         return 2
     c = _curator(args)
     if args.dataset is None:
-        if args.set_epsilon is not None or args.set_delta is not None:
-            print("lethe budget: --set-epsilon and --set-delta need --dataset.", file=sys.stderr)
+        if args.set_epsilon is not None or args.set_delta is not None or args.key is not None:
+            print("lethe budget: --set-epsilon, --set-delta and --key need --dataset.", file=sys.stderr)
             return 2
         _print(c.budget(args.model))
+    elif args.key is not None:  # one record's exposure (issue 36; operators only)
+        if args.set_epsilon is not None or args.set_delta is not None:
+            print("lethe budget: --key shows a record's exposure; --set-epsilon/--set-delta do not apply.",
+                  file=sys.stderr)
+            return 2
+        _print(c.record_exposure(args.dataset, args.key))
     elif args.set_epsilon is not None or args.set_delta is not None:
         eps = args.set_epsilon if args.set_epsilon is not None else c.privacy_ledger(args.dataset)["lifetime_budget"]
         _print(c.set_lifetime_budget(args.dataset, eps, args.set_delta))
@@ -701,6 +708,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="with --dataset: set its lifetime budget epsilon (default 3)")
     p.add_argument("--set-delta", type=float, default=None,
                    help="with --dataset: set the delta of its lifetime budget (default 1e-5)")
+    p.add_argument("--key", default=None, help="with --dataset: what the record with this key was exposed to (per "
+                   "stream: the releases that held it, kept, pending or deleted at which release; its epsilon)")
     p.set_defaults(func=_guard(_budget))
     p = sub.add_parser("certificate", parents=[common], help="show a certificate (by certificate or request id); "
                        "`certificate verify FILE` checks a downloaded one offline")

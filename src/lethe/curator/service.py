@@ -373,6 +373,13 @@ class Curator:
         model trained on it, its budget and its streams (:mod:`lethe.curator.lifetime`)."""
         return lifetime.ledger_of(self.store, self.datasets, dataset)
 
+    def record_exposure(self, dataset: str, key: str) -> dict[str, Any]:
+        """What the record with ``key`` was exposed to (operators only: ``lethe budget --dataset D --key K``): per
+        stream of the dataset, the releases that held it, and their ε (:mod:`lethe.curator.exposure`)."""
+        from lethe.curator.exposure import exposure_of_key
+
+        return exposure_of_key(self.store, self.datasets, self.key_digest, dataset, key)
+
     def set_lifetime_budget(self, dataset: str, epsilon: float, delta: float | None = None) -> dict[str, Any]:
         """Set the dataset's lifetime budget (:func:`lethe.curator.lifetime.set_dataset_budget`)."""
         return lifetime.set_dataset_budget(self.store, self.lock, self.datasets, dataset, epsilon, delta)
