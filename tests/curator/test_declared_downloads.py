@@ -132,5 +132,17 @@ def test_served_models_need_declared_label_classes(tmp_path: Path, data: Data) -
             with pytest.raises(UnreleasedModelError, match="no declared label classes"):
                 call()
         assert c.public_model("ops")["classes"] is not None  # operators (they hold the data) still see them
+        # declared afterwards (an upgraded store): checked against the present rows, then served as declared
+        with pytest.raises(InvalidInputError, match="every label must be one of the declared classes"):
+            c.declare_label_classes("plain", "0,2")
+        _frame(True).to_csv(tmp_path / "t.csv", index=False)
+        c.register_dataset("tab", tmp_path / "t.csv", schema=SCHEMA)
+        with pytest.raises(InvalidInputError, match="registered with a schema"):
+            c.declare_label_classes("tab", "0,1")
+        assert c.declare_label_classes("plain", "0,1")["declared_classes"] == [0, 1]
+        with pytest.raises(InvalidInputError, match="already declares"):
+            c.declare_label_classes("plain", "0,1")
+        assert json.dumps(c.public_model("ops", principal=reader)["classes"]) == "[0, 1]"
+        assert c.predict("ops", [[0.0] * data.X.shape[1]], principal=reader)["predictions"][0] in (0, 1)
     finally:
         c.close()

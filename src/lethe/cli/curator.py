@@ -156,6 +156,12 @@ def _dataset_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dataset_declare(args: argparse.Namespace) -> int:
+    """``lethe dataset declare NAME --label-classes A,B`` (issue 36: lethe.curator.declared)."""
+    _print(_curator(args).declare_label_classes(args.name, args.label_classes))
+    return 0
+
+
 def _add_drop(sub: Any, common: argparse.ArgumentParser, kind: str, arg: str, consequence: str, help_text: str) -> None:
     """The ``drop`` subcommand of ``kind`` (dataset or model): the curator's ``drop_<kind>``, only when confirmed
     with --yes."""
@@ -588,6 +594,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
               help_text="delete a dataset's records (its models must be dropped first)")
     p = dsub.add_parser("list", parents=[common], help="list datasets")
     p.set_defaults(func=_guard(_dataset_list))
+    p = dsub.add_parser("declare", parents=[common], help="declare the label classes of a dataset registered "
+                        "without them (needed to serve its models to model-readers)")
+    p.add_argument("name")
+    p.add_argument("--label-classes", metavar="A,B", required=True, help="the label classes, from public knowledge")
+    p.set_defaults(func=_guard(_dataset_declare))
 
     p = sub.add_parser("train", parents=[common], help="train a model on a dataset and publish version 1")
     p.add_argument("dataset")

@@ -29,8 +29,8 @@ import numpy as np
 
 from lethe.curator.errors import InvalidInputError, UnreleasedModelError
 
-__all__ = ["check_labels", "check_model_classes", "declared_classes", "parse_label_classes", "served_classes",
-           "undeclared_refusal"]
+__all__ = ["check_labels", "check_model_classes", "declare_label_classes", "declared_classes", "parse_label_classes",
+           "served_classes", "undeclared_refusal"]
 
 
 def _plain(v: Any) -> Any:
@@ -143,3 +143,30 @@ def served_classes(declared: list[Any] | None, model_classes: Any) -> list[Any] 
                                        "before they were checked): it is not served until an operator retrains it.")
         out.append(declared[j])
     return out
+
+
+def declare_label_classes(store: Any, lock: Any, datasets: Any, dataset: str, classes: Any) -> dict[str, Any]:
+    """Declare the label classes of a dataset registered without them (``lethe dataset declare D --label-classes
+    A,B``; an upgraded store's datasets): every present record's label must be one of them. Refused for a schema
+    dataset (its schema declares them) and for one already declared (a declaration is not changed under the models
+    that publish it). Under the processing lock, with a ledger event."""
+    from lethe.curator.store import add_event
+
+    declared = parse_label_classes(classes)
+    if declared is None:
+        raise InvalidInputError("label_classes (--label-classes) must list the classes. Found None.")
+    with lock.hold(), store.write() as s, s.begin():
+        ds = datasets.find(s, dataset)
+        fn = dict(ds.feature_names or {})
+        if fn.get("schema") is not None:
+            raise InvalidInputError(f"dataset {dataset!r} was registered with a schema: its label classes are the "
+                                    "schema's (label: {name, classes}). Found a schema.")
+        if fn.get("declared_classes"):
+            raise InvalidInputError(f"dataset {dataset!r} already declares its label classes "
+                                    f"{fn['declared_classes']}. Found {declared}.")
+        _ids, _X, y = datasets.current_data(s, ds.id, ds.n_features)
+        y = np.asarray(y)
+        check_labels(declared, y, sorted({str(v) for v in y.tolist()}) if y.dtype.kind not in "iufb" else None)
+        ds.feature_names = {**fn, "declared_classes": list(declared)}
+        add_event(s, "label_classes_declared", {"dataset": ds.name, "classes": list(declared)})
+    return datasets.info(dataset)  # type: ignore[no-any-return]

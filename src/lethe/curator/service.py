@@ -373,6 +373,13 @@ class Curator:
         model trained on it, its budget and its streams (:mod:`lethe.curator.lifetime`)."""
         return lifetime.ledger_of(self.store, self.datasets, dataset)
 
+    def declare_label_classes(self, dataset: str, label_classes: Any) -> dict[str, Any]:
+        """Declare the label classes of a dataset registered without them (``lethe dataset declare D
+        --label-classes A,B``; :func:`lethe.curator.declared.declare_label_classes`)."""
+        from lethe.curator.declared import declare_label_classes
+
+        return declare_label_classes(self.store, self.lock, self.datasets, dataset, label_classes)
+
     def record_exposure(self, dataset: str, key: str) -> dict[str, Any]:
         """What the record with ``key`` was exposed to (operators only: ``lethe budget --dataset D --key K``): per
         stream of the dataset, the releases that held it, and their ε (:mod:`lethe.curator.exposure`)."""
