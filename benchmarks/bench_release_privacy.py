@@ -40,6 +40,15 @@ retrains, a second model. K released streams are run on the same data with the s
 of each version before the single-deletion ranking (their centres are the same minimiser; the noise shrinks by
 √K). Its rate is printed beside the rate one stream's certificate allows and the rate the **lifetime** guarantee
 allows (μ = √(Σ μ_s²), the composition of :mod:`lethe.privacy.lifetime` the curator's ledger reports).
+
+**Through the service** (``--service``; :mod:`release_privacy_service`): Adult registered with its declared schema
+(``lethe dataset add --schema examples/adult_schema.yaml``), K = ``--streams`` released models on it (default 10),
+``--deletions`` deletions posted over HTTP by a requester, every published release of every model downloaded over
+HTTP by a model-reader, the same averaged attack on what the model-reader saw, against the rate the LIFETIME ε the
+service reports (``GET /v1/status``) allows; ``--datasets mnist`` (or ``adult,mnist``): MNIST 3 vs 8 as pixel columns
+registered with ``--label-classes 3,8 --normalize rows``. Run:
+``OMP_NUM_THREADS=1 python benchmarks/bench_release_privacy.py --service --datasets adult --streams 10
+--deletions 100``.
 """
 
 from __future__ import annotations
@@ -291,6 +300,33 @@ def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int,
     return lines, acc
 
 
+def service_view(name: str, streams: int, deletions: int, refresh: int, seed: int) -> None:
+    """The lifetime view through the service (module docstring; :mod:`release_privacy_service`): Adult with its
+    declared schema, or MNIST 3 vs 8 (pixel columns, ``--label-classes 3,8``, ``--normalize rows``)."""
+    import pandas as pd
+    from release_privacy_service import run, table
+
+    from lethe.datasets import load_adult
+
+    if name == "adult":
+        schema = Path(__file__).resolve().parents[1] / "examples" / "adult_schema.yaml"
+        train, _test = load_adult()
+        res = run(train, schema, name="adult", streams=streams, deletions=deletions, lam=LAMBDAS["adult"],
+                  epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed)
+        what = "Adult, declared schema"
+    else:
+        X, y, _Xt, _yt = load_mnist_binary(3, 8)
+        frame = pd.DataFrame(X, columns=[f"p{j}" for j in range(X.shape[1])]).assign(digit=np.where(y > 0, 3, 8))
+        res = run(frame, None, name="mnist", streams=streams, deletions=deletions, lam=LAMBDAS["mnist"],
+                  epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed, label="digit", label_classes=[3, 8])
+        what = "MNIST 3 vs 8, --label-classes 3,8"
+    print(f"Through the service: {res['streams']} released models on one dataset ({what}), "
+          f"{res['deletions']} deletions over HTTP, {res['releases_seen']} releases downloaded by a model-reader; "
+          f"lifetime budget set to {res['lifetime_budget']:g}; train {res['seconds_train']:.0f} s, served "
+          f"{res['seconds_served']:.0f} s, {res['seconds_total']:.0f} s in all; seed {seed}\n")
+    print(table(res))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="mnist,adult,synth", help="comma-separated subset of mnist,adult,synth")
@@ -307,7 +343,14 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=0, help="the lifetime view: K released streams on the same data, "
                                                             "attacked together (0: skip; docstring)")
     ap.add_argument("--lifetime-only", action="store_true", help="only the lifetime view (needs --streams)")
+    ap.add_argument("--service", action="store_true", help="the lifetime view through the service (Adult, declared "
+                                                           "schema; --streams models, --deletions over HTTP)")
     args = ap.parse_args()
+    if args.service:
+        for name in [n for n in args.datasets.split(",") if n in ("adult", "mnist")] or ["adult"]:
+            service_view(name, args.streams or 10, args.deletions or (20 if args.quick else 100), args.refresh,
+                         args.seed)
+        return
     names = [s for s in args.datasets.split(",") if s]
     if not names or set(names) - set(LAMBDAS):
         ap.error(f"--datasets must name a subset of mnist,adult,synth. Found {args.datasets!r}.")

@@ -103,7 +103,7 @@ def main() -> None:
             root / "test.csv", index=False)
         t = time.perf_counter()
         lethe(data_dir, None, "dataset", "add", "sst", str(root / "train.csv"), "--text-column", "sentence",
-              "--label", "sentiment", "--key", "id")
+              "--label", "sentiment", "--key", "id", "--label-classes", "neg,pos")  # declared: served to readers
         ingest = time.perf_counter() - t
         lethe(data_dir, None, "dataset", "add", "sst-test", str(root / "test.csv"), "--text-column", "sentence",
               "--label", "sentiment", "--key", "id")

@@ -153,7 +153,8 @@ def test_train_serve_unreleased_flag(tmp_path: Path, csv: Path, capsys: pytest.C
     from lethe.curator.settings import Principal
 
     dd = ["--data-dir", str(tmp_path / "data")]
-    assert run(capsys, "dataset", "add", "people", str(csv), "--key", "uid", "--label", "y", *dd)[0] == 0
+    assert run(capsys, "dataset", "add", "people", str(csv), "--key", "uid", "--label", "y", "--label-classes=-1,1",
+               *dd)[0] == 0
     rc, out, err = run(capsys, "train", "people", "plain", "--lam", "0.01", "--seed", "0", *dd)
     assert rc == 0 and json.loads(out)["served"] == "operators" and "admins only" in err
     rc, out, err = run(capsys, "train", "people", "opted", "--lam", "0.01", "--seed", "0", "--serve-unreleased", *dd)

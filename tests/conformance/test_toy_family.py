@@ -74,7 +74,7 @@ def test_the_toy_family_runs_in_the_service_and_the_console(toy_installed, tmp_p
     keys = write_data(tmp_path / "people.csv", 80)
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1))
     try:
-        c.register_dataset("people", tmp_path / "people.csv", key="user_id", label="label")
+        c.register_dataset("people", tmp_path / "people.csv", key="user_id", label="label", label_classes=[0, 1])
         c.train("people", "toy", mechanism="toy-centroid", serve_unreleased=True)
         alice = c.create_token("alice", "requester")
         with TestClient(create_app(c, run_worker=False), base_url="http://127.0.0.1") as cl:

@@ -75,7 +75,7 @@ def data(tmp_path: Path) -> Data:
 @pytest.fixture
 def curator(tmp_path: Path, data: Data) -> Iterator[Curator]:
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=4))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     # opted in (issue 26): the tests read this certified-removal model's predictions and weights with a model-reader
     # token; refusal without the opt-in is tested in test_serving_policy.py
     c.train("people", "clf", params=PARAMS, random_state=0, serve_unreleased=True)

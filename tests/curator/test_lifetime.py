@@ -79,7 +79,7 @@ def test_an_operator_script_cannot_pass_the_lifetime_budget(tmp_path: Path, data
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1))
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         led = c.set_lifetime_budget("people", 1.3, DELTA)
         assert (led["lifetime_budget"], led["lifetime_epsilon"], led["streams"]) == (1.3, 0.0, [])
         obs = Observer(c)
@@ -146,7 +146,7 @@ def test_an_operator_script_cannot_pass_the_lifetime_budget(tmp_path: Path, data
 def test_the_store_release_count_refuses_a_rolled_back_artifact(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1, max_attempts=1))
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         c.train("people", "a", mechanism="released-logistic", params={**BASE, "horizon": 10})
         c.submit_deletion("people", data.keys[0])
         c.process_pending(force=True)
@@ -176,7 +176,7 @@ def test_the_ledger_composes_exactly(tmp_path: Path, data: Data) -> None:
     """The ledger's ε is tight: within 1e-6 relative of the independent quadrature (not just an upper bound)."""
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1))
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         obs = Observer(c)
         obs.train("a", BASE)
         obs.train("b", {**BASE, "epsilon": 0.3, "horizon": 7})
@@ -201,7 +201,7 @@ def test_the_upgrade_opens_a_stream_for_existing_released_models(tmp_path: Path,
     from lethe.curator.store import REVISIONS, SCHEMA_VERSION
 
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "a", mechanism="released-logistic", params=BASE)
     c.submit_deletion("people", data.keys[0])
     c.process_pending(force=True)

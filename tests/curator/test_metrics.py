@@ -59,8 +59,8 @@ def assert_same_as_reference(c: Curator) -> dict[tuple[str, tuple[tuple[str, str
 @pytest.fixture
 def cur(tmp_path: Path, data: Data) -> Iterator[Curator]:
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=3))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
-    c.register_dataset("other", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
+    c.register_dataset("other", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "clf", params=PARAMS, random_state=0)
     c.train("people", "rel", mechanism="released-logistic", params=RELEASED)
     yield c

@@ -87,7 +87,7 @@ def attack(corpus: Any, keys: list[str], X: np.ndarray, deleted: set[str]) -> li
 def flow(tmp_path: Path) -> dict[str, Any]:
     data = make_data(tmp_path / "people.csv", n=N_ROWS, seed=3)
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=4))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     # opted in (issue 26): the model-reader's answers (weights, predictions) are part of what is scanned
     c.train("people", "clf", params=PARAMS, random_state=0, serve_unreleased=True)
     tokens = {name: c.create_token(name, "requester") for name in ("alice", "bob", "carol")}
@@ -266,7 +266,7 @@ def test_stored_certificates_hold_only_allow_listed_fields(tmp_path: Path, model
 
     data = make_data(tmp_path / "data.csv")
     c = Curator(tmp_path / "d", settings=Settings(batch_size=4))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     if models:
         c.train("people", "clf", params=PARAMS, random_state=0)
     for k in data.keys[:6]:

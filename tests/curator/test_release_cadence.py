@@ -46,7 +46,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def cur(tmp_path: Path, data: Data, clock: FakeClock) -> Iterator[Curator]:
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1), clock=clock)
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "m", mechanism="released-logistic", params=PARAMS)
     yield c
     c.close()

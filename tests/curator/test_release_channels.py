@@ -68,7 +68,7 @@ def _answers(root: Path, data: Data, held: bool) -> list[str]:
     c = Curator(root / "lethe-data", settings=Settings(batch_size=1), clock=clock)
     out: list[str] = []
     try:
-        c.register_dataset("people", csv, key="user_id", label="label")
+        c.register_dataset("people", csv, key="user_id", label="label", label_classes=[0, 1])
         c.train("people", "m", mechanism="released-logistic",
                 params={**BASE, "cadence": 1, "cadence_seconds": T, "schedule": "clock"})
         alice = c.authenticate(c.create_token("alice", "requester"))
@@ -163,7 +163,7 @@ def test_categories_learned_from_rows_are_never_published(tmp_path: Path, data: 
 def test_the_service_refuses_a_seed_for_released_models(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "lethe-data")
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         with pytest.raises(InvalidInputError, match=r"random_state \(--seed\) is refused for 'released-logistic'"):
             c.train("people", "m", mechanism="released-logistic", params=BASE, random_state=0)
         assert not c.status()["models"]
@@ -184,7 +184,7 @@ def test_after_the_horizon_the_release_is_withdrawn(tmp_path: Path, data: Data, 
     clock = FakeClock()
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=1), clock=clock)
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         c.train("people", "m", mechanism="released-logistic",
                 params={**BASE, "horizon": 2, "cadence_seconds": T, "schedule": schedule})
         alice = c.authenticate(c.create_token("alice", "requester"))

@@ -42,7 +42,7 @@ def _world(root: Path, data: Data, target: str, held: bool, params: dict[str, An
     root.mkdir(parents=True)
     df.to_csv(csv, index=False)
     c = Curator(root / "lethe-data", settings=Settings(batch_size=1), clock=clock)
-    c.register_dataset("people", csv, key="user_id", label="label")
+    c.register_dataset("people", csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "m", mechanism="released-logistic", params=params)
     return c
 
@@ -105,7 +105,7 @@ def test_a_clock_schedule_is_the_same_in_both_worlds(tmp_path: Path, data: Data,
 def test_a_clock_schedule_needs_its_period(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "lethe-data")
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         with pytest.raises(ValueError, match="cadence_seconds must be a number of seconds"):
             c.train("people", "m", mechanism="released-logistic", params={**BASE, "schedule": "clock"})
         with pytest.raises(ValueError, match="schedule must be 'steps' or 'clock'"):

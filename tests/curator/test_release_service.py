@@ -113,7 +113,7 @@ def _allowed_hits(n_candidates: int, epsilon: float, delta: float, trials: int) 
 def streams(tmp_path: Any, data: Any) -> Any:
     def make(mechanism: str, params: dict[str, Any]) -> Curator:
         c = Curator(tmp_path / f"lethe-{len(made)}", settings=Settings(batch_size=1))
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         # released models draw their noise from the OS CSPRNG and refuse seeds (issue 36)
         c.train("people", "m", mechanism=mechanism, params=params,
                 random_state=None if mechanism == "released-logistic" else 0)

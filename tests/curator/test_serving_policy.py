@@ -37,7 +37,7 @@ def cur(tmp_path: Path, data: Data) -> Iterator[Curator]:
     """A store with three models of one dataset: ``plain`` (certified removal, no opt-in), ``opted`` (certified
     removal, opted in) and ``rel`` (released-logistic)."""
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=4))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "plain", params=PARAMS, random_state=0)
     c.train("people", "opted", params=PARAMS, random_state=0, serve_unreleased=True)
     c.train("people", "rel", mechanism="released-logistic", params=RELEASED)
@@ -166,7 +166,7 @@ def test_other_mechanisms_are_refused_too(tmp_path: Path, data: Data) -> None:
     """Every mechanism whose certificates say "one published version" is refused (here: sharded, exact)."""
     c = Curator(tmp_path / "d2")
     try:
-        c.register_dataset("people", data.csv, key="user_id", label="label")
+        c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
         c.train("people", "sh", mechanism="sharded", params={"estimator": "logistic-regression", "n_shards": 2},
                 random_state=0)
         with pytest.raises(UnreleasedModelError, match="'sharded'"):

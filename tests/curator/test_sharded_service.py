@@ -62,7 +62,7 @@ def _fresh(estimator: Any, art: Any, X: np.ndarray, y: np.ndarray, keys: np.ndar
 ])
 def test_deletions_equal_a_fresh_fit_on_the_remaining_records(tmp_path: Path, data: Data, params, estimator) -> None:
     c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "sh", mechanism="sharded", params=params, random_state=3)
     art1, adapter = _published(c, "sh")
     X0, y0, keys0 = _remaining(c, data)
@@ -96,7 +96,7 @@ def test_deletions_equal_a_fresh_fit_on_the_remaining_records(tmp_path: Path, da
 
 def test_removal_retrains_only_the_affected_shards_and_the_artifact_forgets(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "sh", mechanism="sharded", params=HGB, random_state=0)
     art1, adapter = _published(c, "sh")
     X0, y0, _ = _remaining(c, data)
@@ -127,7 +127,7 @@ def test_removal_retrains_only_the_affected_shards_and_the_artifact_forgets(tmp_
 
 def test_certificates_say_exact_and_never_name_the_shard(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "sh", mechanism="sharded", params=HGB, random_state=0)
     req, _ = c.submit_deletion("people", "user-0020")
     c.process_pending(force=True)
@@ -152,7 +152,7 @@ def test_certificates_say_exact_and_never_name_the_shard(tmp_path: Path, data: D
 
 def test_params_are_validated_and_a_refusal_changes_nothing(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "d")
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     before = snapshot(c)
     for params, match in (({"estimator": "random-forest"}, "estimator must be one of"),
                           ({"estimator": "mlp", "max_depth": 3}, "Unknown parameter"),
@@ -170,7 +170,7 @@ def test_params_are_validated_and_a_refusal_changes_nothing(tmp_path: Path, data
 def test_retrain_and_mlp(tmp_path: Path) -> None:
     data = make_data(tmp_path / "small.csv", n=80, d=10, seed=1)
     c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "mlp", mechanism="sharded",
             params={"estimator": "mlp", "n_shards": 2, "hidden_layer_sizes": [8], "max_iter": 30}, random_state=0)
     c.submit_deletion("people", "user-0001")
@@ -183,7 +183,7 @@ def test_retrain_and_mlp(tmp_path: Path) -> None:
 
 def test_http_deletion_on_a_sharded_model(tmp_path: Path, data: Data) -> None:
     c = Curator(tmp_path / "d", settings=Settings(batch_size=1))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     # opted in (issue 26): a sharded model's consecutive versions are exact retrainings, not private releases
     c.train("people", "sh", mechanism="sharded", params=HGB, random_state=5, serve_unreleased=True)
     admin, alice = c.create_token("ops", "admin"), c.create_token("alice", "requester")
@@ -227,7 +227,7 @@ def test_console_pages_render_a_sharded_model(tmp_path: Path, data: Data) -> Non
     from ..console.test_console import PAGES, client, sign_in
 
     c = Curator(tmp_path / "d", settings=Settings(batch_size=100))
-    c.register_dataset("people", data.csv, key="user_id", label="label")
+    c.register_dataset("people", data.csv, key="user_id", label="label", label_classes=[0, 1])
     c.train("people", "sh", mechanism="sharded", params=HGB, random_state=0)
     req, _ = c.submit_deletion("people", "user-0030")
     c.process_pending(force=True)

@@ -56,7 +56,8 @@ def minilm() -> Any:
 def svc(tmp_path: Path) -> Iterator[tuple[Curator, Path, pd.DataFrame]]:
     df = write_reviews(tmp_path / "reviews.csv")
     c = Curator(tmp_path / "lethe-data", settings=Settings(batch_size=100))
-    c.register_dataset("reviews", tmp_path / "reviews.csv", key="id", label="sentiment", text_column="review")
+    c.register_dataset("reviews", tmp_path / "reviews.csv", key="id", label="sentiment", text_column="review",
+                       label_classes=["neg", "pos"])
     yield c, tmp_path, df
     c.close()
 

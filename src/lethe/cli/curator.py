@@ -71,7 +71,7 @@ def _dataset_add(args: argparse.Namespace) -> int:
                              normalize=args.normalize, progress=_progress() or args.progress,
                              header=not args.no_header, categorical=categorical, file_format=args.format,
                              store=args.store, schema=args.schema, text_column=args.text_column,
-                             embedder=args.embedder)
+                             embedder=args.embedder, label_classes=args.label_classes)
     if args.json:
         _print(out)
     else:
@@ -105,6 +105,12 @@ def _dataset_summary(d: dict[str, Any]) -> str:
 
 def _dataset_list(args: argparse.Namespace) -> int:
     _print(_curator(args).status()["datasets"])
+    return 0
+
+
+def _dataset_declare(args: argparse.Namespace) -> int:
+    """``lethe dataset declare NAME --label-classes A,B`` (issue 36: lethe.curator.declared)."""
+    _print(_curator(args).declare_label_classes(args.name, args.label_classes))
     return 0
 
 
@@ -287,16 +293,23 @@ def _show(method: str, arg: str) -> Callable[[argparse.Namespace], int]:
 
 def _budget(args: argparse.Namespace) -> int:
     """``lethe budget MODEL`` (the model's budget, with its dataset's lifetime epsilon) or ``lethe budget --dataset
-    D [--set-epsilon E] [--set-delta D]`` (the dataset's privacy ledger; issue 36)."""
+    D [--set-epsilon E] [--set-delta D]`` (the dataset's privacy ledger; issue 36) or ``lethe budget --dataset D --key
+    K`` (what one record was exposed to; operators only)."""
     if (args.model is None) == (args.dataset is None):
         print("lethe budget: give a model, or --dataset NAME (not both).", file=sys.stderr)
         return 2
     c = _curator(args)
     if args.dataset is None:
-        if args.set_epsilon is not None or args.set_delta is not None:
-            print("lethe budget: --set-epsilon and --set-delta need --dataset.", file=sys.stderr)
+        if args.set_epsilon is not None or args.set_delta is not None or args.key is not None:
+            print("lethe budget: --set-epsilon, --set-delta and --key need --dataset.", file=sys.stderr)
             return 2
         _print(c.budget(args.model))
+    elif args.key is not None:  # one record's exposure (issue 36; operators only)
+        if args.set_epsilon is not None or args.set_delta is not None:
+            print("lethe budget: --key shows a record's exposure; --set-epsilon/--set-delta do not apply.",
+                  file=sys.stderr)
+            return 2
+        _print(c.record_exposure(args.dataset, args.key))
     elif args.set_epsilon is not None or args.set_delta is not None:
         eps = args.set_epsilon if args.set_epsilon is not None else c.privacy_ledger(args.dataset)["lifetime_budget"]
         _print(c.set_lifetime_budget(args.dataset, eps, args.set_delta))
@@ -401,6 +414,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--key", help="column (or array) of stable record keys, e.g. a user id (required without "
                    "--schema; with one, only when the schema's key is null)")
     p.add_argument("--label", help="label column (or array) (required without --schema)")
+    p.add_argument("--label-classes", metavar="A,B", help="the label classes, declared from public knowledge "
+                   "(without --schema): needed by a model served to model-readers (released-logistic, "
+                   "--serve-unreleased), which publishes them instead of classes learned from the rows")
     p.add_argument("--features", help="comma-separated feature columns (default: all others; .npz: 'X')")
     p.add_argument("--normalize", choices=("none", "rows"), default="none",
                    help="'rows': scale rows with L2 norm > 1 to norm 1 (applied again at prediction)")
@@ -424,6 +440,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
               help_text="delete a dataset's records (its models must be dropped first)")
     p = dsub.add_parser("list", parents=[common], help="list datasets")
     p.set_defaults(func=_guard(_dataset_list))
+    p = dsub.add_parser("declare", parents=[common], help="declare the label classes of a dataset registered "
+                        "without them (needed to serve its models to model-readers)")
+    p.add_argument("name")
+    p.add_argument("--label-classes", metavar="A,B", required=True, help="the label classes, from public knowledge")
+    p.set_defaults(func=_guard(_dataset_declare))
 
     p = sub.add_parser("train", parents=[common], help="train a model on a dataset and publish version 1")
     p.add_argument("dataset")
@@ -544,6 +565,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="with --dataset: set its lifetime budget epsilon (default 3)")
     p.add_argument("--set-delta", type=float, default=None,
                    help="with --dataset: set the delta of its lifetime budget (default 1e-5)")
+    p.add_argument("--key", default=None, help="with --dataset: what the record with this key was exposed to (per "
+                   "stream: the releases that held it, kept, pending or deleted at which release; its epsilon)")
     p.set_defaults(func=_guard(_budget))
     evidence.register(sub, common)
 

@@ -133,6 +133,9 @@ class CertificateOut(BaseModel):
     submitted_at: str | None
     issued_at: str | None
     certificate: dict[str, Any]
+    exposure: dict[str, Any] | None = Field(default=None, description=(
+        "what the request's own record was exposed to: per stream of its dataset, the releases that held it, and "
+        "their epsilon (issue 36; docs/release_privacy.md §8)"))
 
 
 class PredictIn(BaseModel):

@@ -16,6 +16,7 @@ from lethe.curator.artifacts import destroy_file
 from lethe.curator.dask_plane import active_rows
 from lethe.curator.datadir import DataDirectory
 from lethe.curator.dataplane import STORES, DataPlane, DataView, MatrixStore
+from lethe.curator.declared import check_labels, declared_classes
 from lethe.curator.erasures import erased_keys, log_dataset
 from lethe.curator.errors import ConflictError, InvalidInputError, NotFoundError
 from lethe.curator.locking import ProcessingLock
@@ -74,7 +75,7 @@ class DatasetCatalog:
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
                          file_format: str | None = None, store: str = "files",
                          declared: Schema | None = None, text_column: str | None = None,
-                         embedder: str = "minilm") -> dict[str, Any]:
+                         embedder: str = "minilm", label_classes: list[Any] | None = None) -> dict[str, Any]:
         """Ingest a table (see :meth:`lethe.curator.service.Curator.register_dataset`): its values to the data plane,
         its keys' digests to the records table, in one transaction; nothing of it is left if that fails.
 
@@ -121,6 +122,11 @@ class DatasetCatalog:
         else:
             table = read_table(path, key=key, label=label, features=features, header=header,
                                categorical=categorical, file_format=file_format)
+        if label_classes is not None:  # declared label classes (issue 36; lethe.curator.declared)
+            if declared is not None:
+                raise InvalidInputError("A schema declares the label classes (label: {name, classes}): "
+                                        f"--label-classes does not apply with --schema. Found {label_classes!r}.")
+            check_labels(label_classes, table.y, table.label_classes)
         X = normalize_rows(table.X) if normalize == "rows" else table.X
         # the erasure log: a record erased on request never comes back with a registration of its source, under
         # this name or another (lethe.curator.erasures)
@@ -147,6 +153,8 @@ class DatasetCatalog:
             schema["categories"] = table.categories
         if declared is not None:
             schema["schema"] = declared.to_dict()
+        if label_classes is not None:
+            schema["declared_classes"] = list(label_classes)
         if text_meta is not None:
             schema["text"] = text_meta
         classes: list[str] | None = None
@@ -208,6 +216,7 @@ class DatasetCatalog:
                     "source": ds.source, "created_at": iso(ds.created_at),
                     "feature_names": list(ds.feature_names.get("names", [])),
                     "label_classes": ds.feature_names.get("label_classes"),
+                    "declared_classes": declared_classes(ds.feature_names),
                     "categories": ds.feature_names.get("categories"), "schema": ds.feature_names.get("schema"),
                     "text": ds.feature_names.get("text")}
 

@@ -184,7 +184,7 @@ class Curator:
                          progress: bool = False, header: bool = True, categorical: list[str] | None = None,
                          file_format: str | None = None, store: str = "files",
                          schema: Any = None, text_column: str | None = None,
-                         embedder: str = "minilm") -> dict[str, Any]:
+                         embedder: str = "minilm", label_classes: Any = None) -> dict[str, Any]:
         """Register a dataset from CSV, Parquet or ``.npz``; all records are inserted in one transaction.
 
         ``store``: ``"files"`` (fixed-width files) or ``"zarr"`` (a Zarr store computed on a Dask cluster,
@@ -201,7 +201,17 @@ class Curator:
         refused).
 
         ``text_column`` (with ``embedder``, default ``"minilm"``): a column of raw text, embedded by the declared
-        public embedder (:mod:`lethe.curator.text`); the embeddings are the features, the texts are not kept."""
+        public embedder (:mod:`lethe.curator.text`); the embeddings are the features, the texts are not kept.
+
+        ``label_classes`` (``--label-classes``; a list or ``"A,B"``): the label classes, declared from public
+        knowledge (without a schema; a schema declares its own). A model served to model-readers needs them
+        (:mod:`lethe.curator.declared`); every row's label must be one of them."""
+        from lethe.curator.declared import parse_label_classes
+
+        classes = parse_label_classes(label_classes)
+        if classes is not None and schema is not None:
+            raise InvalidInputError("A schema declares the label classes (label: {name, classes}): --label-classes "
+                                    f"does not apply with --schema. Found {label_classes!r}.")
         declared = resolve_schema(schema, key=key, label=label) if schema is not None else None
         if declared is None and (key is None or label is None):
             missing = [n for n, v in (("key", key), ("label", label)) if v is None]
@@ -211,7 +221,8 @@ class Curator:
         return self.datasets.register(name, path, key=key or "", label=label or "", features=features,
                                       normalize=normalize, progress=progress, header=header,
                                       categorical=categorical, file_format=file_format, store=store,
-                                      declared=declared, text_column=text_column, embedder=embedder)
+                                      declared=declared, text_column=text_column, embedder=embedder,
+                                      label_classes=classes)
 
     def dataset_info(self, name: str) -> dict[str, Any]:
         """A dataset's description: size, columns, normalisation, label classes and categories."""
@@ -367,6 +378,20 @@ class Curator:
         """The dataset's privacy ledger: the lifetime ε of a record held throughout, over every release of every
         model trained on it, its budget and its streams (:mod:`lethe.curator.lifetime`)."""
         return lifetime.ledger_of(self.store, self.datasets, dataset)
+
+    def declare_label_classes(self, dataset: str, label_classes: Any) -> dict[str, Any]:
+        """Declare the label classes of a dataset registered without them (``lethe dataset declare D
+        --label-classes A,B``; :func:`lethe.curator.declared.declare_label_classes`)."""
+        from lethe.curator.declared import declare_label_classes
+
+        return declare_label_classes(self.store, self.lock, self.datasets, dataset, label_classes)
+
+    def record_exposure(self, dataset: str, key: str) -> dict[str, Any]:
+        """What the record with ``key`` was exposed to (operators only: ``lethe budget --dataset D --key K``): per
+        stream of the dataset, the releases that held it, and their ε (:mod:`lethe.curator.exposure`)."""
+        from lethe.curator.exposure import exposure_of_key
+
+        return exposure_of_key(self.store, self.datasets, self.key_digest, dataset, key)
 
     def set_lifetime_budget(self, dataset: str, epsilon: float, delta: float | None = None) -> dict[str, Any]:
         """Set the dataset's lifetime budget (:func:`lethe.curator.lifetime.set_dataset_budget`)."""

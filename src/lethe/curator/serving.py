@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from lethe.curator import lifetime
 from lethe.curator.adapters import get_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
+from lethe.curator.declared import declared_classes, served_classes
 from lethe.curator.errors import BusyError, InvalidInputError, NotFoundError, ServiceFaultError, UnreleasedModelError
 from lethe.curator.public import OBSERVER_RELEASES
 from lethe.curator.store import Dataset, Model, ModelVersion, Store, iso
@@ -171,7 +172,8 @@ class Serving:
                                         "reader_version": _reader_version(dict(v.summary or {}), v.number),
                         "version_id": v.id, "n_features": ds.n_features, "normalize": ds.normalize,
                         "feature_names": list(ds.feature_names.get("names", [])), "n_records": v.n_records,
-                        "schema": ds.feature_names.get("schema")}
+                        "schema": ds.feature_names.get("schema"),
+                        "declared_classes": declared_classes(ds.feature_names)}
                 relpath, sha = v.artifact, v.sha256
             art = self._public_cache.get(info["version_id"])
             if art is not None:
@@ -227,7 +229,10 @@ class Serving:
         return {"model": info["model"], "version": info["version" if operator else "reader_version"],
                 "mechanism": info["mechanism"],
                 "feature_names": info["feature_names"], "normalize": info["normalize"],
-                "classes": art.meta.get("classes"), "schema": info.get("schema"),
+                # a model-reader is told the DECLARED classes (never values learned from the rows; issue 36)
+                "classes": art.meta.get("classes") if operator else served_classes(info.get("declared_classes"),
+                                                                                   art.meta.get("classes")),
+                "schema": info.get("schema"),
                 "arrays": {k: np.asarray(a).tolist() for k, a in art.arrays.items() if k not in unpublished}}
 
 
@@ -273,6 +278,8 @@ class Serving:
             raise InvalidInputError("features must be finite numbers.")
         art, info = self.load_published(model)
         self.check_served(info, operator=operator)  # the version read may be newer than the one checked above
+        if not operator:  # predictions are class labels: the declared ones (issue 36)
+            served_classes(info.get("declared_classes"), art.meta.get("classes"))
         adapter = get_adapter(info["mechanism"], info["params"])
         Xp = normalize_rows(X) if info["normalize"] == "rows" else X
         pred = adapter.predict(art, Xp)

@@ -16,6 +16,7 @@ from lethe.curator.adapters import Adapters, tabular_defaults
 from lethe.curator.artifacts import ArtifactStore
 from lethe.curator.dataplane import DataPlane
 from lethe.curator.datasets import DatasetCatalog
+from lethe.curator.declared import check_model_classes, declared_classes, undeclared_refusal
 from lethe.curator.errors import ConflictError, InvalidInputError, NotFoundError
 from lethe.curator.locking import ProcessingLock
 from lethe.curator.logs import progress_bar
@@ -72,6 +73,7 @@ class ModelTrainer:
             plane = s.get(DataPlane, ds0.id)
             zarr = plane is not None and dask_plane.is_zarr(plane.features_path)
             learned = learned_from_rows(ds0)
+            declared = declared_classes(ds0.feature_names)
         defaults = tabular_defaults(mechanism) if tabular else {}
         if zarr:  # a read-only Zarr store: no option that rewrites rows (the tabular intercept is not applied)
             try:
@@ -92,6 +94,8 @@ class ModelTrainer:
                 f"even after its deletion. Register the data with a declared schema (lethe dataset add --schema: "
                 f"categories, bounds and names declared, not learned) to train {mechanism!r}"
                 f"{' with --serve-unreleased' if serve_unreleased else ''} on it. Found {learned} learned from rows.")
+        if declared is None and _publishes_releases(adapter):  # a released model always publishes its classes
+            raise undeclared_refusal(dataset, mechanism, serve_unreleased)
         if _publishes_releases(adapter):
             with self.store.read() as s:
                 lifetime.check_stream(s, ds0.id, None, adapter.params, what=f"Training {model!r}")
@@ -111,6 +115,8 @@ class ModelTrainer:
                 artifact, cert = _train(adapter, X, y, rng, keys)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Training {model!r} on {dataset!r} failed: {cli_hint(str(exc))}") from exc
+            _check_served_classes(artifact, declared, dataset, mechanism, _publishes_releases(adapter) or
+                                  serve_unreleased, f"Training {model!r}", serve_unreleased)
             bar.update(1)
             summary, binding = _summary_and_binding(adapter, artifact, model, mechanism, X.shape[1], serve_unreleased)
             with self.publisher.new_artifact(artifact, binding) as (relpath, sha):
@@ -202,6 +208,9 @@ class ModelTrainer:
                 keys = _record_keys(s, ds.id, ids) if adapter.uses_record_keys else None
                 _check_seed(adapter, mech, random_state)
                 learned = learned_from_rows(ds)
+                declared, declared_in = declared_classes(ds.feature_names), ds.name
+                if declared is None and _publishes_releases(adapter):
+                    raise undeclared_refusal(ds.name, mech, serve)
                 if learned is not None and (serve or _publishes_releases(adapter)):
                     raise InvalidInputError(f"dataset {ds.name!r} has {learned} learned from its rows (--categorical "
                                             "without a schema): a model served to model-readers would publish them. "
@@ -214,6 +223,8 @@ class ModelTrainer:
                 artifact, cert = _train(adapter, X, y, rng, keys)
             except (TypeError, ValueError) as exc:
                 raise InvalidInputError(f"Retraining {model!r} failed: {exc}") from exc
+            _check_served_classes(artifact, declared, declared_in, mech, serve or _publishes_releases(adapter),
+                                  f"Retraining {model!r}", serve)
             summary, binding = _summary_and_binding(adapter, artifact, model, mech, X.shape[1], serve_unreleased)
             with self.publisher.new_artifact(artifact, binding) as (rel, sha):
                 with self.store.write() as s, s.begin():
@@ -267,6 +278,18 @@ def _publishes_releases(adapter: Any) -> bool:
     from lethe.families import Capability, family_of_mechanism
 
     return family_of_mechanism(adapter.name).has(Capability.PRIVATE_RELEASES)
+
+
+def _check_served_classes(artifact: Any, declared: list[Any] | None, dataset: str, mechanism: str, served: bool,
+                          what: str, opt_in: bool) -> None:
+    """A model served to model-readers whose artifact has label classes: they must be declared, and be exactly the
+    declared ones (:mod:`lethe.curator.declared`; issue 36). Operators-only models are not checked."""
+    classes = artifact.meta.get("classes") if served else None
+    if classes is None:
+        return
+    if declared is None:
+        raise undeclared_refusal(dataset, mechanism, opt_in)
+    check_model_classes(declared, classes, what)
 
 
 def _check_seed(adapter: Any, mechanism: str, random_state: Any) -> None:

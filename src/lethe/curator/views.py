@@ -222,7 +222,9 @@ class ReadViews:
                 "old_version_id": None if requester else row.old_version_id,
                 "new_version_id": None if requester else row.new_version_id,
                 "submitted_at": iso(row.submitted_at), "issued_at": iso(row.created_at),
-                "certificate": public_certificate(row.certificate, requester=requester)}
+                "certificate": public_certificate(row.certificate, requester=requester),
+                # what the request's own record was exposed to, per stream (issue 36; lethe.curator.exposure)
+                "exposure": _request_exposure(s, row.request_id)}
 
     def model_versions(self, model: str) -> list[dict[str, Any]]:
         """A model's version history, oldest first (operators): number, status, records, timestamps, the public
@@ -344,3 +346,12 @@ class ReadViews:
 
 
 __all__ = ["ReadViews", "decode_cursor", "encode_cursor", "json_safe", "keyset", "public_payload"]
+
+
+def _request_exposure(s: Any, request_id: str | None) -> dict[str, Any] | None:
+    """The exposure of the record a request deleted (:func:`lethe.curator.exposure.exposure_of_request`); None for a
+    certificate of no request or a request that held no record."""
+    from lethe.curator.exposure import exposure_of_request
+
+    req = s.get(db.DeletionRequest, request_id) if request_id is not None else None
+    return exposure_of_request(s, req) if req is not None else None
