@@ -1,7 +1,9 @@
 """Chaos on PostgreSQL with follower requests (issue 35): ``lethe serve`` (127.0.0.1, started here, stopped by pid)
 is SIGKILLed at random moments while clients submit deletions, many of them *follower pairs* — alice asks for a key,
-then bob asks for the same key a random fraction of a second later, aiming at the moment alice's batch publishes
-(bob's request then follows alice's: stored ``waiting``, shown ``pending``, completed with her batch).
+then bob asks for the same key a fraction of a second later, aiming at the moment alice's batch publishes (bob's
+request then follows alice's: stored ``waiting``, shown ``pending``, completed with her batch). Bob's delay follows a
+staircase: longer after he was a follower, shorter after he came late (her batch had published), so his submissions
+gather around her batch's commit — the window where a follower could be missed (issue 35).
 
 Each round starts a server (worker as a process or a thread, a random batch size), runs two client threads (single
 submissions; pairs) and kills the server — at a random time, or just after a leader was acknowledged, so the kill
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -79,6 +82,7 @@ class Run:
     orphans_left: int = 0
     orphans_killed: int = 0
     rounds: int = 0
+    delay: float = 0.1  # bob's delay after alice's acknowledgement (s), adapted (see _round)
     unanswered: int = 0
     refused: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -229,21 +233,28 @@ def _round(run: Run, root: Path, url_db: str, tokens: dict[str, str], rng: rando
                     run.retry += [a, b]  # bob after alice, in a later round
                 continue
             leader_acked.set()
-            time.sleep(rng.uniform(0, pair_delay))
+            time.sleep(run.delay * rng.uniform(0.7, 1.3))
             if not cl.post(run, b):
                 with run.lock:
                     run.retry.append(b)
             elif b.id:
                 cl.classify(b)
+                # a staircase on bob's delay: later after a follower, earlier after a late request (alice's batch
+                # had published), so bob's submissions gather around the moment her batch commits
+                if b.seen == "waiting" or (b.seen == "done" and b.certs_seen):
+                    run.delay = min(run.delay * 1.15, pair_delay)
+                elif b.seen == "done":
+                    run.delay = max(run.delay / 1.15, 0.002)
 
     threads = [threading.Thread(target=singles), threading.Thread(target=pairs)]
     for t in threads:
         t.start()
     try:
-        if rng.random() < 0.5:  # just after a leader was acknowledged: the kill lands in its batch
+        if rng.random() < 0.5:  # after a random time, just after the next leader's acknowledgement: in its batch
+            time.sleep(rng.uniform(0.0, max_wait))
             leader_acked.clear()
             leader_acked.wait(max_wait)
-            time.sleep(rng.uniform(0.0, pair_delay))
+            time.sleep(rng.uniform(0.0, 2 * run.delay))  # around her batch's commit (the staircase's estimate)
             run.triggered_kills += 1
         else:
             time.sleep(rng.uniform(0.1, max_wait))
@@ -376,6 +387,13 @@ def _check(run: Run, root: Path, url_db: str, tokens: dict[str, str], drain_cap:
             differ += 1
         elif sorted(certs.get(a.id or "", [])) == sorted(certs.get(b.id or "", [])):
             same_certs += 1
+    settled = {"race": 0, "recovery": 0}  # followers completed by the race checks / by recovery (the logs)
+    for log in (root / "data" / "logs").glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if m := re.search(r"(\d+) follower request\(s\) completed after their leader's batch", line):
+                settled["race"] += int(m.group(1))
+            elif m := re.search(r"recovery: (\d+) follower request\(s\) without a pending leader", line):
+                settled["recovery"] += int(m.group(1))
     return {
         "rounds": run.rounds, "SIGKILLs of the server": run.kills,
         "  of them just after a leader's acknowledgement": run.triggered_kills,
@@ -384,8 +402,10 @@ def _check(run: Run, root: Path, url_db: str, tokens: dict[str, str], drain_cap:
         "submissions (acknowledged)": len(acked), "unanswered attempts (retried)": run.unanswered,
         "never acknowledged": len([s for s in run.subs if s.id is None]), "refused (4xx)": len(run.refused),
         "pairs acknowledged": sum(1 for p in pairs.values() if len(p) == 2),
+        "bob's delay after alice (last, adapted) ms": round(1e3 * run.delay, 1),
         "follower pairs": follower_pairs, "  bob seen waiting": sum(1 for p in pairs.values()
                                                                    if p.get("bob") and p["bob"].seen == "waiting"),
+        "  completed by the race checks / by recovery (logs)": f"{settled['race']} / {settled['recovery']}",
         "  follower outcome differs from leader": differ, "  with the leader's certificates": same_certs,
         "drain s": round(drain, 1), "requests by status (store)": dict(sorted(by_status.items())),
         "STUCK (pending/waiting)": len(stuck), "LOST": len(lost),
@@ -415,7 +435,7 @@ def run_chaos(url_db: str, *, kills: int, pairs: int, n: int = 3000, seed: int =
     tokens = _setup(root, url_db, n, seed)
     keys = [f"u{i}" for i in range(n)]
     rng.shuffle(keys)
-    run = Run()
+    run = Run(delay=pair_delay / 4)
     orphans: list[tuple[int, float]] = []
     max_rounds = max_rounds or 4 * kills + 20
     t0 = time.monotonic()
@@ -458,10 +478,12 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=100, help="follower pairs (at least)")
     ap.add_argument("--n", type=int, default=3000, help="records (keys are never reused)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pair-delay", type=float, default=0.4, help="bob asks up to this many seconds after alice")
+    ap.add_argument("--pair-delay", type=float, default=0.4, help="bob's delay after alice: at most this (s)")
     ap.add_argument("--max-wait", type=float, default=2.5, help="a round lasts at most this long before its kill")
     ap.add_argument("--max-rounds", type=int, default=None)
     ap.add_argument("--time-cap", type=float, default=3600.0, help="seconds of chaos (cap)")
+    ap.add_argument("--orphan-grace", type=float, default=20.0,
+                    help="an orphaned worker (its server killed) is killed by pid after this many seconds")
     ap.add_argument("--drain-cap", type=float, default=300.0, help="seconds for the final drain (cap)")
     ap.add_argument("--workdir", default=None, help="keep the data directory (and the servers' log) here")
     args = ap.parse_args()
@@ -471,7 +493,7 @@ def main() -> None:
           f"{args.seed}; cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}", flush=True)
     out = run_chaos(args.database_url, kills=args.kills, pairs=args.pairs, n=args.n, seed=args.seed,
                     pair_delay=args.pair_delay, max_wait=args.max_wait, max_rounds=args.max_rounds,
-                    time_cap=args.time_cap, drain_cap=args.drain_cap,
+                    time_cap=args.time_cap, drain_cap=args.drain_cap, orphan_grace=args.orphan_grace,
                     workdir=Path(args.workdir) if args.workdir else None)
     show(out)
     if out["_refused"]:
