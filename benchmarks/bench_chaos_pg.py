@@ -423,7 +423,7 @@ def _check(run: Run, root: Path, url_db: str, tokens: dict[str, str], drain_cap:
     }
 
 
-def run_chaos(url_db: str, *, kills: int, pairs: int, n: int = 3000, seed: int = 0, pair_delay: float = 0.4,
+def run_chaos(url_db: str, *, kills: int, pairs: int, n: int = 3000, seed: int = 0, pair_delay: float = 3.0,
               max_wait: float = 2.5, max_rounds: int | None = None, time_cap: float = 3600.0,
               drain_cap: float = 300.0, orphan_grace: float = 20.0, workdir: Path | None = None) -> dict[str, Any]:
     """Run the chaos (see the module's description) until ``kills`` kills and ``pairs`` follower pairs (bounded by
@@ -435,7 +435,7 @@ def run_chaos(url_db: str, *, kills: int, pairs: int, n: int = 3000, seed: int =
     tokens = _setup(root, url_db, n, seed)
     keys = [f"u{i}" for i in range(n)]
     rng.shuffle(keys)
-    run = Run(delay=pair_delay / 4)
+    run = Run(delay=min(0.1, pair_delay))
     orphans: list[tuple[int, float]] = []
     max_rounds = max_rounds or 4 * kills + 20
     t0 = time.monotonic()
@@ -478,7 +478,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=100, help="follower pairs (at least)")
     ap.add_argument("--n", type=int, default=3000, help="records (keys are never reused)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--pair-delay", type=float, default=0.4, help="bob's delay after alice: at most this (s)")
+    ap.add_argument("--pair-delay", type=float, default=3.0, help="bob's delay after alice: at most this (s)")
     ap.add_argument("--max-wait", type=float, default=2.5, help="a round lasts at most this long before its kill")
     ap.add_argument("--max-rounds", type=int, default=None)
     ap.add_argument("--time-cap", type=float, default=3600.0, help="seconds of chaos (cap)")
