@@ -1,0 +1,88 @@
+"""State handed between methods explicitly, not through module-level tables keyed by ``id()`` (issue 34, "Hidden
+state"): the rows ``remove`` validated reach ``remove_rows`` as its argument."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lethe.certified.estimators_logistic as logistic_mod
+from lethe.certified.estimators import CertifiedLogisticRegression
+
+
+def _unit_rows(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, (X[:, 0] > 0).astype(int)
+
+
+def test_no_module_table_holds_the_model_during_a_removal():
+    """Inside the certified call no dict of the module has an entry under the model's id (mutation check: the old
+    ``_CHECKED_ROWS``, a module dict id(model) → rows, fails it)."""
+    X, y = _unit_rows(40, 3, seed=0)
+    found: list[str] = []
+
+    class Probe(CertifiedLogisticRegression):
+        def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
+            found.extend(name for name, value in vars(logistic_mod).items()
+                         if isinstance(value, dict) and id(self) in value)
+            return super().remove_rows(idx, random_state=random_state)
+
+    Probe(lam=1e-2, sigma=1.0, random_state=0).fit(X, y).remove([1])
+    assert found == []
+
+
+def test_remove_validates_once_and_the_hook_gets_the_rows(monkeypatch):
+    X, y = _unit_rows(60, 3, seed=1)
+    seen: list[list[int]] = []
+
+    class Hooked(CertifiedLogisticRegression):
+        def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
+            seen.append([int(i) for i in idx])
+            return super().remove_rows(idx, random_state=random_state)
+
+    model = Hooked(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    calls = []
+    orig = model._check_remove_indices
+    monkeypatch.setattr(model, "_check_remove_indices", lambda *a: calls.append(a) or orig(*a))
+    cert = model.remove([4, 2])
+    assert seen == [[4, 2]] and len(calls) == 1 and cert.removed_indices == (4, 2)
+    assert type(model.remove_rows(np.array([7]))).__name__ == "Certificate" and len(calls) == 2  # direct: checked
+
+
+def test_rows_validated_before_the_model_changed_are_validated_again():
+    """An override that removes the same row itself before handing the validated rows on: the rows were checked
+    against a state that no longer holds, so they are checked again and refused (never removed twice)."""
+    X, y = _unit_rows(60, 3, seed=2)
+
+    class Eager(CertifiedLogisticRegression):
+        def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
+            if not self.inner_:
+                self.inner_ = True
+                self.remove([int(idx[0])])
+            return super().remove_rows(idx, random_state=random_state)
+
+    model = Eager(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    model.inner_ = False
+    with pytest.raises(ValueError, match="removed"):
+        model.remove([3])
+    assert model.n_removed_ == 1
+
+
+def test_rows_kept_from_an_earlier_call_are_validated_again():
+    X, y = _unit_rows(60, 3, seed=3)
+
+    class Keeper(CertifiedLogisticRegression):
+        def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
+            self.kept_.append(idx)
+            return super().remove_rows(idx, random_state=random_state)
+
+    model = Keeper(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
+    model.kept_ = []
+    model.remove([5])
+    with pytest.raises(ValueError, match="removed"):
+        CertifiedLogisticRegression.remove_rows(model, model.kept_[0])
+    assert model.n_removed_ == 1
