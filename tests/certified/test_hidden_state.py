@@ -86,3 +86,27 @@ def test_rows_kept_from_an_earlier_call_are_validated_again():
     with pytest.raises(ValueError, match="removed"):
         CertifiedLogisticRegression.remove_rows(model, model.kept_[0])
     assert model.n_removed_ == 1
+
+
+def test_the_matrix_free_threshold_is_one_plain_setting_every_backend_reads(monkeypatch):
+    """One module constant (``lethe.certified._limits.MATRIX_FREE_MIN_FEATURES``), read at each call by the sparse and
+    the Dask backends; ``lethe.certified.data.MATRIX_FREE_MIN_FEATURES`` reads and sets the same value. Mutation
+    check: the old callback registry (the value owned by ``data`` and only read through ``_limits``) fails it."""
+    import scipy.sparse as sp
+
+    import lethe.certified._limits as limits_mod
+    import lethe.certified.data as data_mod
+    from lethe.certified.data import backend_of
+
+    A = sp.csr_matrix(np.ones((3, 5)))
+    assert data_mod.MATRIX_FREE_MIN_FEATURES == limits_mod.MATRIX_FREE_MIN_FEATURES == 2048
+    assert not backend_of(A).matrix_free(A)
+    monkeypatch.setattr(limits_mod, "MATRIX_FREE_MIN_FEATURES", 4)
+    assert data_mod.MATRIX_FREE_MIN_FEATURES == 4 and backend_of(A).matrix_free(A)
+    monkeypatch.setattr(data_mod, "MATRIX_FREE_MIN_FEATURES", 5)  # the documented name sets the one setting
+    assert limits_mod.MATRIX_FREE_MIN_FEATURES == 5 and not backend_of(A).matrix_free(A)
+    da = pytest.importorskip("dask.array")
+    D = da.from_array(np.ones((3, 5)), chunks=(2, 5))
+    assert not backend_of(D).matrix_free(D)
+    monkeypatch.setattr(data_mod, "MATRIX_FREE_MIN_FEATURES", 4)
+    assert backend_of(D).matrix_free(D) and backend_of(A).matrix_free(A)

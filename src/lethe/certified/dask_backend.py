@@ -28,7 +28,7 @@ import dask.array as da
 import numpy as np
 from scipy.linalg import eigvalsh
 
-from lethe.certified._limits import matrix_free_min_features
+from lethe.certified import _limits
 from lethe.certified.bounds import EPS, gamma_k
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
 from lethe.losses import Loss
@@ -354,7 +354,7 @@ class DaskBackend:
         return max(min(n, max(rows) + len(rows) - 1), 1)
 
     def matrix_free(self, X: da.Array) -> bool:
-        return int(X.shape[1]) > matrix_free_min_features()
+        return int(X.shape[1]) > _limits.MATRIX_FREE_MIN_FEATURES
 
     def to_float32(self, X: da.Array) -> da.Array:
         return X.astype(np.float32)
