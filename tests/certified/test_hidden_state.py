@@ -110,3 +110,25 @@ def test_the_matrix_free_threshold_is_one_plain_setting_every_backend_reads(monk
     assert not backend_of(D).matrix_free(D)
     monkeypatch.setattr(data_mod, "MATRIX_FREE_MIN_FEATURES", 4)
     assert backend_of(D).matrix_free(D) and backend_of(A).matrix_free(A)
+
+
+def test_solvers_key_the_cache_through_its_public_advance():
+    """``NewtonCache.advance`` is the public call the solvers make after a step (mutation check: the old private
+    ``_advance`` fails it); the source of no solver module reaches for the private name."""
+    from pathlib import Path
+
+    import lethe.certified as certified_pkg
+
+    from .test_alg2_owner import _fitted_cache
+
+    _mech, cache, state, X, _y = _fitted_cache()
+    n = X.shape[0]
+    active = np.ones(n, dtype=bool)
+    cache.advance(X, state.w, active)
+    assert cache.synced_count(X, state.w, active) == n
+    keep = active.copy()
+    keep[[1, 5]] = False
+    cache.advance(X, state.w, keep, removed=np.array([1, 5]))
+    assert cache.synced_count(X, state.w, keep) == n - 2 and cache.synced_count(X, state.w, active) is None
+    callers = [p.name for p in Path(certified_pkg.__file__).parent.glob("*.py") if "._advance(" in p.read_text()]
+    assert callers == []
