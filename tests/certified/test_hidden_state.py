@@ -132,3 +132,53 @@ def test_solvers_key_the_cache_through_its_public_advance():
     assert cache.synced_count(X, state.w, keep) == n - 2 and cache.synced_count(X, state.w, active) is None
     callers = [p.name for p in Path(certified_pkg.__file__).parent.glob("*.py") if "._advance(" in p.read_text()]
     assert callers == []
+
+
+class _Thing:
+    pass
+
+
+def test_a_new_object_at_a_recycled_address_is_not_served_the_old_ones_memo():
+    """The Dask backend's per-array memo (stats pass, last Newton pass) serves an entry only to the very object it
+    was kept for: an object created where a dead one lived (same ``id``) gets nothing, and a dead object's entry is
+    dropped with it. (The old id()-keyed dicts checked the weak reference the same way; this pins the contract.)"""
+    pytest.importorskip("dask.array")
+    import gc
+
+    from lethe.certified.dask_backend import _ArrayMemo
+
+    memo = _ArrayMemo()
+    a = _Thing()
+    memo.put(a, "stats of a")
+    assert memo.get(a) == "stats of a" and memo.get(_Thing()) is None
+    old = id(a)
+    del a
+    gc.collect()
+    assert len(memo) == 0
+    keep = []
+    for _ in range(1000):  # CPython hands the freed block to the next object of the same size, usually at once
+        b = _Thing()
+        if id(b) == old:
+            break
+        keep.append(b)
+    assert id(b) == old  # the case under test did occur
+    assert memo.get(b) is None
+    memo.put(b, "stats of b")
+    assert memo.get(b) == "stats of b"
+
+
+def test_dask_stats_follow_the_array_object_not_its_address():
+    da = pytest.importorskip("dask.array")
+    import gc
+
+    import dask
+
+    from lethe.certified.dask_backend import DASK
+
+    with dask.config.set(scheduler="synchronous"):
+        for k in range(1, 6):
+            X = np.full((6, 2), float(k))
+            A = da.from_array(X, chunks=(3, 2))
+            assert DASK.stats(A)["frobenius_sq"] == pytest.approx(float(np.sum(X * X)))
+            del A
+            gc.collect()
