@@ -143,20 +143,19 @@ def test_a_new_object_at_a_recycled_address_is_not_served_the_old_ones_memo():
     was kept for: an object created where a dead one lived (same ``id``) gets nothing, and a dead object's entry is
     dropped with it. (The old id()-keyed dicts checked the weak reference the same way; this pins the contract.)"""
     pytest.importorskip("dask.array")
-    import gc
-
     from lethe.certified.dask_backend import _ArrayMemo
 
     memo = _ArrayMemo()
     a = _Thing()
     memo.put(a, "stats of a")
     assert memo.get(a) == "stats of a" and memo.get(_Thing()) is None
-    old = id(a)
-    del a
-    gc.collect()
-    assert len(memo) == 0
     keep = []
-    for _ in range(1000):  # CPython hands the freed block to the next object of the same size, usually at once
+    for _ in range(1000):  # CPython hands a freed block to the next object of the same size, usually at once
+        a = _Thing()
+        memo.put(a, "stats of a")
+        old = id(a)
+        del a  # no cycle: freed here, its entry dropped by its reference's callback
+        assert len(memo) == 0
         b = _Thing()
         if id(b) == old:
             break
