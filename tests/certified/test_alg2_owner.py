@@ -235,6 +235,6 @@ def test_advancing_the_mask_twice_for_one_removal_counts_it_once() -> None:
         keep[idx] = False
         assert cache.matches_removal(X, state.w, keep, idx, "anchor") is not None
         for _ in range(int(rng.integers(1, 3))):
-            cache._advance(X, state.w, keep, removed=idx)
+            cache.advance(X, state.w, keep, removed=idx)
         active = keep
         assert cache.synced_count(X, state.w, active) == int(np.count_nonzero(active))

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lethe.certified.adapter import CertifiedRemovalAdapter
-from lethe.certified.dask_backend import matrix_free_min_features
 from lethe.certified.data import MATRIX_FREE_MIN_FEATURES
 from lethe.certified.estimators import CertifiedLinearRegression, CertifiedLogisticRegression
 from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
@@ -49,7 +48,7 @@ def test_the_rule_reads_only_the_backend_and_the_width() -> None:
     assert resolve_solver("auto", sp.csr_matrix((4, MATRIX_FREE_MIN_FEATURES + 1))) == "pcg"
     narrow = da.zeros((40, 8), chunks=(10, 8))
     assert resolve_solver("auto", narrow) == "anchor"
-    wide_dask = da.zeros((4, matrix_free_min_features() + 1), chunks=(2, -1))
+    wide_dask = da.zeros((4, MATRIX_FREE_MIN_FEATURES + 1), chunks=(2, -1))
     assert resolve_solver("auto", wide_dask) == "pcg"
     for s in SOLVERS:  # an explicit choice is kept as is
         assert resolve_solver(s, np.zeros((3, 5))) == s

@@ -1,31 +1,14 @@
-"""The feature count above which a backend forms no d × d matrix (``matrix_free``), as a small registry.
+"""The feature count above which a backend forms no d × d matrix (``matrix_free``): one plain setting.
 
-:mod:`lethe.certified.data` owns the setting (its ``MATRIX_FREE_MIN_FEATURES``, read at every call so that it can be
-changed at run time) and registers a reader here when it is imported; the Dask backend, which
-:mod:`lethe.certified.data` imports lazily, reads it here instead of importing :mod:`lethe.certified.data` (no
-import cycle). Before the registration the default applies, the same value.
+Every backend reads :data:`MATRIX_FREE_MIN_FEATURES` here at each call, so a change at run time applies to all of
+them: :mod:`lethe.certified.data` (whose ``MATRIX_FREE_MIN_FEATURES`` reads and sets this same value) and the Dask
+backend, which :mod:`lethe.certified.data` imports lazily and which therefore cannot import it back (no import
+cycle).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 DEFAULT_MATRIX_FREE_MIN_FEATURES = 2048
 
-
-def _default() -> int:
-    return DEFAULT_MATRIX_FREE_MIN_FEATURES
-
-
-_source: Callable[[], int] = _default
-
-
-def register_matrix_free_min_features(source: Callable[[], int]) -> None:
-    """Make ``source()`` the threshold every backend reads (called by :mod:`lethe.certified.data`)."""
-    global _source
-    _source = source
-
-
-def matrix_free_min_features() -> int:
-    """The current threshold: data with more features than this is handled matrix-free."""
-    return int(_source())
+#: Above this many features, non-dense backends use matrix-free solvers (no d × d matrix is formed).
+MATRIX_FREE_MIN_FEATURES = DEFAULT_MATRIX_FREE_MIN_FEATURES

@@ -192,7 +192,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
                     + 1.01 * U * vnorm(h))
 
-    cache._advance(X, w_new, keep, removed=idx if synced else None)
+    cache.advance(X, w_new, keep, removed=idx if synced else None)
     cache.removals_since_refresh += 1
     if cfg.refresh == "auto" and loss.gamma != 0.0 and cfg.budget > 0.0:
         # rent-or-buy: the budget spent on the anchor mismatch, priced at one retraining per budget ε′

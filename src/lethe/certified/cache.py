@@ -340,7 +340,7 @@ class NewtonCache:
         ``owned=True``: the caller owns ``active`` and keeps it read-only except while it changes it together with
         the cache (:meth:`lethe.certified.mechanism.CertifiedRemoval.remove` with ``clear_active``: the estimators'
         ``active_``). The O(n) comparison is then skipped when ``active`` is the very array the cache was last
-        advanced with (:meth:`_advance` copies it, or clears the same rows of the copy: their contents were equal
+        advanced with (:meth:`advance` copies it, or clears the same rows of the copy: their contents were equal
         then) and it is read-only now, so nothing can have written to it since without first making it writable
         again on purpose (NumPy refuses ``active[i] = ...`` on it). A writable array, another array or a copy is
         compared in full, as without ``owned``."""
@@ -400,11 +400,13 @@ class NewtonCache:
         self.txn = txn
         return txn
 
-    def _advance(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, *,
-                 removed: np.ndarray | None = None) -> None:
-        """Key the cache to (X, w, ``active``). ``removed``: the caller checked (:meth:`matches_removal`) that the
-        cache's mask was ``active`` ∪ ``removed`` at the start of its step and has not changed it since: the mask is
-        then updated in O(m) instead of copied (idempotent: rows already cleared are not counted twice)."""
+    def advance(self, X: DataMatrix, w: np.ndarray, active: np.ndarray, *,
+                removed: np.ndarray | None = None) -> None:
+        """Key the cache to (X, w, ``active``): what a solver calls once its step has brought the cached quantities
+        to the new model (the solvers of :mod:`lethe.certified.onepass`, ``exact``, ``anchor``, ``newton``).
+        ``removed``: the caller checked (:meth:`matches_removal`) that the cache's mask was ``active`` ∪ ``removed``
+        at the start of its step and has not changed it since: the mask is then updated in O(m) instead of copied
+        (idempotent: rows already cleared are not counted twice)."""
         self._xref = weakref.ref(X)
         self._advanced_with = weakref.ref(active) if isinstance(active, np.ndarray) else None
         mask = self._mask

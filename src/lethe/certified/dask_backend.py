@@ -28,7 +28,7 @@ import dask.array as da
 import numpy as np
 from scipy.linalg import eigvalsh
 
-from lethe.certified._limits import matrix_free_min_features
+from lethe.certified import _limits
 from lethe.certified.bounds import EPS, gamma_k
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
 from lethe.losses import Loss
@@ -96,16 +96,45 @@ def _tree_sum(parts: list[Any], add: Any = np.add) -> Any:
     return parts[0]
 
 
+class _ArrayMemo:
+    """Values kept per array object while it lives. A Dask array is unhashable and its ``==`` is elementwise, so
+    neither a dict nor a ``weakref.WeakKeyDictionary`` can key it by itself: each entry holds a weak reference to its
+    array and is served only for that very object (``ref() is X``; a new array at a recycled address gets nothing),
+    and is dropped when its array dies (by its own reference's callback only, never an entry that replaced it)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def get(self, X: Any) -> Any:
+        entry = self._entries.get(id(X))
+        return entry[1] if entry is not None and entry[0]() is X else None
+
+    def put(self, X: Any, value: Any) -> None:
+        key, entries = id(X), self._entries
+
+        def drop(ref: weakref.ref[Any]) -> None:
+            if key in entries and entries[key][0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(X, drop), value)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 #: Results of the stats pass (row norms, ‖X‖_F², the Gram matrix fl(XᵀX)) per Dask array object, kept while the
 #: array lives: a Dask array's chunks are fixed by its graph, so these stay exact for it until its store is written
 #: through :meth:`DaskBackend.zero_rows` (which clears them all).
-_STATS: dict[int, tuple[weakref.ref[da.Array], dict[str, Any]]] = {}
+_STATS = _ArrayMemo()
 
 
 #: The last :meth:`DaskBackend.newton_pass` per array: (w, z = fl(Xw), s = ℓ''(z) as the tasks computed it, fl(Xᵀ
 #: diag(s) X)). ``matvec(X, w)`` and ``gram(X, s)`` with exactly that w / those s (compared bit for bit) return them
 #: instead of passing over the data again: they are the values those operations compute (the same per-chunk kernels).
-_NEWTON: dict[int, tuple[weakref.ref[da.Array], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
+_NEWTON = _ArrayMemo()
 
 
 def forget_cached_passes() -> None:
@@ -116,18 +145,17 @@ def forget_cached_passes() -> None:
 
 
 def _newton_of(X: da.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    entry = _NEWTON.get(id(X))
-    return entry[1] if entry is not None and entry[0]() is X else None
+    got: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = _NEWTON.get(X)
+    return got
 
 
 def _stats_of(X: da.Array) -> dict[str, Any] | None:
-    entry = _STATS.get(id(X))
-    return entry[1] if entry is not None and entry[0]() is X else None
+    got: dict[str, Any] | None = _STATS.get(X)
+    return got
 
 
 def _keep_stats(X: da.Array, stats: dict[str, Any]) -> None:
-    key = id(X)
-    _STATS[key] = (weakref.ref(X, lambda _r: _STATS.pop(key, None)), stats)
+    _STATS.put(X, stats)
 
 
 def zarr_source(X: da.Array) -> Any:
@@ -222,9 +250,7 @@ class DaskBackend:
         except Exception:  # scattered labels lost with a restarted worker: send them with the tasks instead
             _SCATTERED.clear()
             (head, H), zs, ss = run(_split(y, X.chunks[0]))
-        key = id(X)
-        _NEWTON[key] = (weakref.ref(X, lambda _r: _NEWTON.pop(key, None)),
-                        (np.array(w, dtype=np.float64, copy=True), np.concatenate(zs), np.concatenate(ss), H))
+        _NEWTON.put(X, (np.array(w, dtype=np.float64, copy=True), np.concatenate(zs), np.concatenate(ss), H))
         H = np.triu(H) + np.triu(H, 1).T
         return float(head[0]), np.asarray(head[2:], dtype=np.float64), H, float(head[1])
 
@@ -354,7 +380,7 @@ class DaskBackend:
         return max(min(n, max(rows) + len(rows) - 1), 1)
 
     def matrix_free(self, X: da.Array) -> bool:
-        return int(X.shape[1]) > matrix_free_min_features()
+        return int(X.shape[1]) > _limits.MATRIX_FREE_MIN_FEATURES
 
     def to_float32(self, X: da.Array) -> da.Array:
         return X.astype(np.float32)

@@ -35,6 +35,8 @@ The single-precision passes of the ``onepass`` solver (:mod:`lethe.certified.sin
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -42,7 +44,7 @@ import scipy.sparse as sp
 from scipy.linalg.blas import dsyrk
 
 from lethe._validation import canonical_csr, check_finite_matrix
-from lethe.certified._limits import DEFAULT_MATRIX_FREE_MIN_FEATURES, register_matrix_free_min_features
+from lethe.certified import _limits
 from lethe.certified.bounds import spectral_norm_upper_bound
 from lethe.certified.spectral import collatz_wielandt_bound, frobenius_bound
 from lethe.losses import Loss
@@ -50,8 +52,10 @@ from lethe.losses import Loss
 #: Any data matrix a backend accepts (numpy.ndarray, scipy.sparse CSR matrix or array, dask.array.Array).
 DataMatrix = Any
 
-#: Above this many features, non-dense backends use matrix-free solvers (no d × d matrix is formed).
-MATRIX_FREE_MIN_FEATURES = DEFAULT_MATRIX_FREE_MIN_FEATURES
+#: Above this many features, non-dense backends use matrix-free solvers (no d × d matrix is formed). Reads and sets
+#: the one setting :data:`lethe.certified._limits.MATRIX_FREE_MIN_FEATURES` that every backend reads at each call
+#: (``lethe.certified.data.MATRIX_FREE_MIN_FEATURES = 4096`` changes it for all of them, the Dask backend included).
+MATRIX_FREE_MIN_FEATURES: int
 
 
 #: Work space of the dense weighted Gram matrix: rows are scaled and accumulated in blocks of this many bytes.
@@ -245,7 +249,7 @@ class SparseBackend:
         return max(int(np.max(counts, initial=0)), 1)
 
     def matrix_free(self, X: sp.csr_matrix) -> bool:
-        return int(X.shape[1]) > MATRIX_FREE_MIN_FEATURES
+        return int(X.shape[1]) > _limits.MATRIX_FREE_MIN_FEATURES
 
     def loss_pass(self, X: sp.csr_matrix, y: np.ndarray, w: np.ndarray, loss: Loss) -> tuple[float, np.ndarray]:
         return _loss_pass(self, X, y, w, loss)
@@ -298,11 +302,20 @@ def is_dense(X: DataMatrix) -> bool:
     return isinstance(X, np.ndarray)
 
 
-def _matrix_free_min_features() -> int:
-    return MATRIX_FREE_MIN_FEATURES  # read at each call: a changed setting applies to every backend
+class _DataModule(types.ModuleType):
+    """This module, whose ``MATRIX_FREE_MIN_FEATURES`` is the setting in :mod:`lethe.certified._limits` (read and
+    set there, so that the Dask backend, which cannot import this module, sees every change)."""
+
+    @property
+    def MATRIX_FREE_MIN_FEATURES(self) -> int:  # noqa: N802 (the setting's public name)
+        return _limits.MATRIX_FREE_MIN_FEATURES
+
+    @MATRIX_FREE_MIN_FEATURES.setter
+    def MATRIX_FREE_MIN_FEATURES(self, value: int) -> None:  # noqa: N802
+        _limits.MATRIX_FREE_MIN_FEATURES = value
 
 
-register_matrix_free_min_features(_matrix_free_min_features)
+sys.modules[__name__].__class__ = _DataModule
 
 __all__ = ["DENSE", "MATRIX_FREE_MIN_FEATURES", "SPARSE", "DataBackend", "DataMatrix", "DenseBackend",
            "SparseBackend", "backend_of", "check_data_matrix", "collatz_wielandt_bound", "frobenius_bound", "is_dense"]

@@ -71,8 +71,19 @@ from lethe.model_origin import reports_model_origin
 
 _NO_Y = object()
 _PARAM_NAMES: dict[type, list[str]] = {}
-#: id(model) -> the index array its running ``remove`` validated (set and cleared under the model's lock).
-_CHECKED_ROWS: dict[int, np.ndarray] = {}
+
+
+class _CheckedRows(np.ndarray):
+    """The rows :meth:`CertifiedLinearBase.remove` validated, handed to :meth:`~CertifiedLinearBase.remove_rows` (a
+    hook subclasses override with the signature ``remove_rows(idx)``) as the argument itself: a view whose
+    ``model`` is the model they were validated for, set only for the duration of that ``remove`` call, and whose
+    ``states`` is the fitted state (``states_``, a new list at every fit, removal and addition) they were validated
+    against. Any other array — derived from it (views do not inherit either), kept for a later call, given by
+    another caller, or given back after the model changed (an override that removes rows itself) — is validated
+    again."""
+
+    model: Any = None
+    states: Any = None
 
 
 @reports_model_origin
@@ -285,15 +296,15 @@ class CertifiedLinearBase(CertifiedModelFiles, CertifiedAddition, SerialisedMode
         al. 2020, Alg. 2 with |B_j| = 1), call it once per row.
         """
         resume(self)  # an interrupted call's rollback completed first (under the lock: remove is serialised)
-        idx = self._check_remove_indices(indices, keys)
-        # remove_rows (under this call's lock) does not validate them again. Kept outside the instance's __dict__:
-        # readers that take no lock (scikit-learn's check_is_fitted iterates vars(model) in predict) must never
-        # see it change size mid-iteration
-        _CHECKED_ROWS[id(self)] = idx
+        # remove_rows (under this call's lock) does not validate them again: they are passed as a _CheckedRows view
+        # bound to this model for this call (nothing is parked in the instance's __dict__: readers that take no
+        # lock, scikit-learn's check_is_fitted in predict, iterate vars(model) and must never see it change size)
+        checked = self._check_remove_indices(indices, keys).view(_CheckedRows)
+        checked.model, checked.states = self, self.states_
         try:
-            cert = self.remove_rows(idx)
+            cert = self.remove_rows(checked)
         finally:
-            _CHECKED_ROWS.pop(id(self), None)
+            checked.model = checked.states = None
         self._certificate = cert
         return cert
 
@@ -315,7 +326,9 @@ class CertifiedLinearBase(CertifiedModelFiles, CertifiedAddition, SerialisedMode
         with instance_lock(self):
             resume(self)  # an interrupted call's rollback completed first (nothing else is trusted before it)
             rng = self._rng if random_state is None else check_random_state(random_state)
-            if idx is not _CHECKED_ROWS.get(id(self)):  # the very array :meth:`remove` validated, or validate
+            if isinstance(idx, _CheckedRows) and idx.model is self and idx.states is self.states_:  # see the class
+                idx = idx.view(np.ndarray)
+            else:
                 idx = self._check_remove_indices(idx)
             return self._remove_checked(idx, rng)
 

@@ -249,7 +249,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         z_new = z + a
         cache.z = z_new
         cache.eta = eta + zeta + 1.01 * U * float(np.max(np.abs(z_new), initial=0.0))
-        cache._advance(X, w_new, keep)
+        cache.advance(X, w_new, keep)
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
     return StepResult(solver=cfg.solver, w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,
                       remainder_bound=rem, mismatch_bound=0.0, worst_case=worst, iterations=it, refreshed=refreshed,

@@ -105,7 +105,7 @@ def prime_cache(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         cache.carry_e = np.zeros(d)
         cache.carry_err = 0.0
         cache.carry_bound = float(state.residual_bound)
-    cache._advance(X, state.w, active)
+    cache.advance(X, state.w, active)
 
 
 #: The names tests/certified import from this module (the solvers' helpers were private before the internal API).

@@ -249,7 +249,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
         z = z + a  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
         cache.z = z
         cache.eta = eta + zeta + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0)))
-    cache._advance(X, w_new, keep)
+    cache.advance(X, w_new, keep)
     cache.removals_since_refresh += 1
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
     return StepResult(solver=cfg.solver, w_new=w_new, step_bound=step, solve_error=e_step, error_allowance=err_step,
