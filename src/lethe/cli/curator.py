@@ -24,6 +24,7 @@ from lethe.cli import evidence
 from lethe.cli.curator_common import guard as _guard
 from lethe.cli.curator_common import open_curator as _curator
 from lethe.cli.curator_common import print_json as _print
+from lethe.families import DEFAULT_MECHANISM
 
 DEFAULT_DATA_DIR = "./lethe-data"
 
@@ -449,7 +450,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("train", parents=[common], help="train a model on a dataset and publish version 1")
     p.add_argument("dataset")
     p.add_argument("model", help="a new model name")
-    p.add_argument("--mechanism", default="certified-removal")
+    p.add_argument("--mechanism", default=DEFAULT_MECHANISM, help="the unlearning family")
     p.add_argument("--loss", choices=("logistic", "squared"))
     p.add_argument("--lam", type=float)
     p.add_argument("--sigma", type=float)

@@ -75,10 +75,14 @@ def withdrawn_refusal(model: str) -> WithdrawnModelError:
 
 def unreleased_refusal(model: str, mechanism: str) -> UnreleasedModelError:
     """The refusal a model-reader gets for a model whose certificates cover one published version."""
+    from lethe.families import Capability, families
+
+    private = [m for f in families() if Capability.PRIVATE_RELEASES in f.capabilities for m in f.mechanisms]
     return UnreleasedModelError(
         f"Model {model!r} is not served to model-readers: its mechanism {mechanism!r} certifies one published "
         f"version, and {UNRELEASED_WARNING} (docs/release_privacy.md). Two ways out: train the model with "
-        f"--mechanism released-logistic (private releases, for the whole sequence), or have an operator opt in "
+        f"--mechanism {' or '.join(private) or '(none installed)'} (private releases, for the whole sequence), or have "
+        f"an operator opt in "
         f"explicitly at training (lethe train ... --serve-unreleased, or lethe model retrain {model} "
         f"--serve-unreleased).")
 
