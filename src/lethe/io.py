@@ -178,8 +178,9 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int, fsync: bool = True
     before any byte is written, fsynced (unless ``fsync=False``), then renamed over ``path`` — so readers see the
     old file or the new one, never a part, and every write is a new inode. On any failure the temporary is removed
     and ``path`` is untouched."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=path.parent)
-    try:
+    tmp = None
+    try:  # the temporary is created inside the try: an exception right after its creation still removes it
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=path.parent)
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -188,7 +189,7 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int, fsync: bool = True
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise
 

@@ -16,7 +16,6 @@ one are answered alike.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any
 
@@ -76,8 +75,10 @@ class _Missing:
         self.key = key
 
 
+# one get and one store, each atomic under the GIL (a WeakKeyDictionary's dead-key callback tolerates a concurrent
+# store): no process-wide lock, which an exception raised as its ``with`` block ends (a KeyboardInterrupt, a tracer's
+# fault on the ``with`` line) could leave held, stalling every later removal by key in the process (issue 35)
 _MAPS: weakref.WeakKeyDictionary[Any, KeyMap] = weakref.WeakKeyDictionary()
-_MAPS_LOCK = threading.Lock()
 
 
 def key_rows(owner: Any, keys: Any, record_keys: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, Any]:
@@ -93,13 +94,11 @@ def key_rows(owner: Any, keys: Any, record_keys: np.ndarray, active: np.ndarray)
     ks = ks.reshape(1) if ks.ndim == 0 else ks
     if owner is None:  # no model to keep the map with: one for this call
         return _resolve(KeyMap(record_keys, active), ks, record_keys, active)
-    with _MAPS_LOCK:
-        old = _MAPS.get(owner)
-    # built or extended outside the lock (calls on one model are serialised by the model's own lock)
+    old = _MAPS.get(owner)
+    # built or extended here: calls on one model are serialised by the model's own lock
     km = KeyMap(record_keys, active) if old is None else old.current(record_keys, active)
     if km is not old:
-        with _MAPS_LOCK:
-            _MAPS[owner] = km
+        _MAPS[owner] = km
     return _resolve(km, ks, record_keys, active)
 
 

@@ -92,8 +92,9 @@ def create_key_file(path: Path) -> str:
     """Create the key file ``path`` with a new random key (hexadecimal text), atomically, unless it exists; return
     the text of the key file that exists afterwards (this process's or the one another process created first)."""
     _private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=".model-key-", dir=path.parent)  # created 0600
-    try:
+    tmp = None
+    try:  # the temporary is created inside the try: an exception right after its creation still removes it
+        fd, tmp = tempfile.mkstemp(prefix=".model-key-", dir=path.parent)  # created 0600
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_bytes(NEW_KEY_BYTES).hex() + "\n")
             f.flush()
@@ -101,7 +102,8 @@ def create_key_file(path: Path) -> str:
         with contextlib.suppress(FileExistsError):  # another process created it first: use that one
             os.link(tmp, path)  # atomic, never replaces: the first key wins
     finally:
-        os.unlink(tmp)
+        if tmp is not None:
+            os.unlink(tmp)
     text = read_key_file(path)
     if text is None:
         raise KeyFileError(f"The model key file {path} could not be created.")
@@ -160,15 +162,16 @@ def record_counts(stream: str, counts: Mapping[str, int]) -> None:
         cur = data.setdefault(stream, {})
         for k, v in counts.items():
             cur[k] = max(int(v), cur.get(k, 0))
-        fd, tmp = tempfile.mkstemp(prefix=".counts-", dir=path.parent)  # created 0600
-        try:
+        tmp = None
+        try:  # created inside the try: an exception right after its creation still removes it
+            fd, tmp = tempfile.mkstemp(prefix=".counts-", dir=path.parent)  # created 0600
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps({"streams": data}, sort_keys=True))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
-            if os.path.exists(tmp):
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
             raise
 

@@ -319,18 +319,29 @@ class NNUnlearningCertificate(_RemovalCertificate):
 
 @contextlib.contextmanager
 def _restored_on_failure(model: nn.Module) -> Iterator[None]:
-    """Put ``model`` in eval mode for an unlearning run; if anything fails, restore its parameters and mode."""
+    """Put ``model`` in eval mode for an unlearning run, with gradients on; if anything fails, restore its parameters
+    and mode. The thread's grad mode is set back to the caller's in every case.
+
+    The run differentiates, so it turns grad mode on itself: a caller's ``torch.no_grad()`` — or one that an
+    interrupt left set, since an exception raised as a ``with torch.no_grad():`` block ends can skip its
+    ``__exit__`` (a ``KeyboardInterrupt`` entering it, a tracer's fault on the ``with`` line) — must not fail the
+    run, and a failed run must not leave the thread without gradients (issue 35: a retry then failed in autograd).
+    """
     backup = [p.detach().clone() for p in model.parameters()]
     was_training = model.training
+    grad_was = torch.is_grad_enabled()
     try:
         model.eval()
+        torch.set_grad_enabled(True)
         yield
     except BaseException:
-        with torch.no_grad():
-            for p, saved in zip(model.parameters(), backup, strict=True):
-                p.copy_(saved)
+        torch.set_grad_enabled(False)
+        for p, saved in zip(model.parameters(), backup, strict=True):
+            p.copy_(saved)
         model.train(was_training)
         raise
+    finally:
+        torch.set_grad_enabled(grad_was)
 
 
 @dataclass
