@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lethe._validation import check_unit_rows, normalize_rows, row_norms
 from lethe.certified.estimators import CertifiedLogisticRegression
+from lethe.preprocessing import check_unit_rows, normalize_rows, row_norms
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
