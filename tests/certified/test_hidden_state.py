@@ -46,8 +46,8 @@ def test_remove_validates_once_and_the_hook_gets_the_rows(monkeypatch):
 
     model = Hooked(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     calls = []
-    orig = model._check_remove_indices
-    monkeypatch.setattr(model, "_check_remove_indices", lambda *a: calls.append(a) or orig(*a))
+    orig = logistic_mod.removal_rows  # the one validation of removal rows (lethe.estimator_data), counted
+    monkeypatch.setattr(logistic_mod, "removal_rows", lambda *a, **k: calls.append(a) or orig(*a, **k))
     cert = model.remove([4, 2])
     assert seen == [[4, 2]] and len(calls) == 1 and cert.removed_indices == (4, 2)
     assert type(model.remove_rows(np.array([7]))).__name__ == "Certificate" and len(calls) == 2  # direct: checked
