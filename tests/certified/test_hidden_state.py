@@ -136,8 +136,8 @@ def test_solvers_key_the_cache_through_its_public_advance():
 
 def test_no_module_calls_a_private_method_of_the_cache():
     """The solvers mark the cache stale and fold rows into its matrix through public methods (``invalidate``,
-    ``fold_rows``), as they key it through ``advance`` (mutation check: the old ``cache._mark_dirty()`` in onepass,
-    exact and anchor and ``cache._fold_rows`` in anchor_system fail it)."""
+    ``fold_rows``), as they key it through ``advance`` (mutation check: the old private calls ``_mark_dirty()`` in
+    onepass, exact and anchor and ``_fold_rows`` in anchor_system fail it)."""
     import re
     from pathlib import Path
 
@@ -171,25 +171,25 @@ def test_scattered_labels_follow_the_client_object_not_its_address(monkeypatch):
     pytest.importorskip("distributed")
     import distributed
 
-    from lethe.certified import dask_backend
+    from lethe.certified.dask_backend import _vector_parts as vector_parts  # the unit under test
 
     current: list[_FakeClient] = []
     monkeypatch.setattr(distributed, "get_client", lambda: current[0])
     y, chunks = np.arange(6, dtype=np.float64), (3, 3)
-    current.append(_FakeClient())
-    first = dask_backend._vector_parts(y, chunks)
-    assert dask_backend._vector_parts(y, chunks) is first and current[0].scatters == 1  # reused while it lives
     keep = []
     for _ in range(1000):  # CPython hands a freed block to the next object of the same size, usually at once
+        current.append(_FakeClient())
+        first = vector_parts(y, chunks)
+        assert vector_parts(y, chunks) is first and current[0].scatters == 1  # reused while the client lives
         old = id(current[0])
-        current.clear()  # the old client dies here
+        current.clear()  # the client dies here (its futures with it)
         current.append(_FakeClient())
         if id(current[0]) == old:
             break
-        keep.append(current[0])
+        keep.append(current.pop())  # not at the old address: kept alive, try again
     assert id(current[0]) == old  # the case under test did occur
     assert current[0].scatters == 0
-    dask_backend._vector_parts(y, chunks)
+    vector_parts(y, chunks)
     assert current[0].scatters == 1  # scattered to the new client, not served the dead one's futures
 
 
