@@ -264,7 +264,8 @@ def test_concurrent_noisy_gd_removals_form_one_history():
     np.testing.assert_array_equal(clf.coef_.ravel()[: X.shape[1]], clf.curator_.theta.ravel()[: X.shape[1]])
 
 
-def test_concurrent_pnsgd_removals_form_one_history():
+def test_concurrent_pnsgd_removals_form_one_history(tmp_path):
+    from lethe.io import load_npz
     from lethe.noisygd.pnsgd import PNSGDLogisticRegression
 
     X, y = _unit_rows(300, 4, seed=11)
@@ -272,8 +273,10 @@ def test_concurrent_pnsgd_removals_form_one_history():
     requests = [[3 * t + j] for t in range(4) for j in range(3)]
     certs = _run_threads([lambda rows=rows: clf.remove(rows) for rows in requests])
     assert sorted(c.request for c in certs) == list(range(1, len(requests) + 1))
-    assert int(clf._gone.sum()) == len(requests) == len(clf._removed) == len(clf._phase_steps)
-    gone = np.flatnonzero(~np.any(clf._X, axis=1))  # every removed row replaced by the zero record, none restored
+    # the model's state as its file holds it (the rows, which are gone, the request history)
+    arrays, meta = load_npz(clf.save(tmp_path / "m.npz", key=b"k" * 32), key=b"k" * 32)
+    assert int(arrays["gone"].sum()) == len(requests) == len(meta["removed"]) == len(meta["phase_steps"])
+    gone = np.flatnonzero(~np.any(arrays["X"], axis=1))  # every removed row replaced by the zero record, none restored
     np.testing.assert_array_equal(gone, np.sort(np.concatenate(requests)))
 
 

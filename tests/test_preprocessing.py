@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lethe._validation import check_unit_rows, normalize_rows, row_norms
 from lethe.certified.estimators import CertifiedLogisticRegression
+from lethe.preprocessing import check_unit_rows, normalize_rows, row_norms
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 
@@ -66,8 +66,9 @@ def test_intercept_rows_stay_in_the_unit_ball(seed, d, scale):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(20, d))
     X = normalize_rows(X * 1e3) * np.r_[1.0, rng.uniform(0, scale, size=19)][:, None]  # row 0 on the sphere
-    clf = CertifiedLogisticRegression(fit_intercept=True)
-    Xa = clf._validate_X(X, reset=True, params=clf._current_params())
+    y = np.arange(20) % 2  # two classes
+    clf = CertifiedLogisticRegression(fit_intercept=True, random_state=0).fit(X, y)
+    Xa = clf.X_  # the training rows as the model holds them: the intercept column appended
     assert Xa.shape == (20, d + 1)
     assert np.all(_exact_norms(Xa) <= 1.0 + 1e-15)
 

@@ -33,10 +33,45 @@ def _model(**kw):
     return ReleasedLogisticRegression(**params)
 
 
-def _centre_residual(m):
-    """‖∇L_0(w̃; D′)‖ of the secret centre on the rows still present (b = 0)."""
-    keep = m._active
-    return exact_residual(m._mech, m._state, m._X[keep], m._Y[keep])
+def _centre_residual(m, X, y):
+    """‖∇L_0(w̃; D′)‖ of the secret centre on the rows still present (b = 0): the caller's unit rows (no intercept
+    column, no normalisation: what the model holds), labels y ∈ {0, 1} as ±1."""
+    keep = m.active_
+    return exact_residual(m.mechanism_, m.state_, X[keep], np.where(y[keep] == 1, 1.0, -1.0))
+
+
+def _held(m):
+    """Every numpy array reachable from the model's attributes (its held rows, labels and keys among them)."""
+    seen: set[int] = set()
+    out: list[np.ndarray] = []
+
+    def walk(obj, depth):
+        if id(obj) in seen or depth > 6:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            out.append(obj)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                walk(v, depth + 1)
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                walk(v, depth + 1)
+        elif hasattr(obj, "__dict__") and type(obj).__module__.startswith("lethe"):
+            walk(vars(obj), depth + 1)
+
+    walk(m, 0)
+    return out
+
+
+def _holds_row(m, row):
+    """Whether the model still holds the feature vector ``row`` (its float64 bytes) in any array."""
+    blob = b"".join(np.ascontiguousarray(a).tobytes() for a in _held(m) if a.dtype == np.float64)
+    return np.ascontiguousarray(row, dtype=np.float64).tobytes() in blob
+
+
+def _holds_key(m, key):
+    return any(key in set(a.ravel().tolist()) for a in _held(m) if a.dtype.kind in "UO")
 
 
 def test_fit_publishes_release_zero_with_the_calibrated_noise():
@@ -57,8 +92,11 @@ def test_fit_publishes_release_zero_with_the_calibrated_noise():
     assert m.privacy_spent() == {"epsilon": cert.epsilon, "delta": 1e-5, "releases": 1, "horizon": 20}
     assert set(cert.to_dict()) >= {"observer", "epsilon", "delta", "sigma", "sensitivity", "horizon", "theorems"}
     # the centre is the UNPERTURBED minimiser to the certified residual
-    assert not np.any(m._state.b)
-    assert _centre_residual(m) <= m._state.residual_bound <= 0.01
+    assert not np.any(m.state_.b)
+    with pytest.raises(ValueError):
+        m.active_[0] = False  # a read-only copy
+    assert m.active_.all() and m.active_.shape == (len(y),)
+    assert _centre_residual(m, X, y) <= m.state_.residual_bound <= 0.01
 
 
 def test_remove_publishes_every_cadence_and_keeps_the_centre_certified():
@@ -68,10 +106,11 @@ def test_remove_publishes_every_cadence_and_keeps_the_centre_certified():
     assert [o.published for o in out] == [False, False, True, False]
     assert m.certificate_ is out[-1] and out[0].version == 0
     assert out[2].version == 1 and len(m.releases_) == 2 and out[2] == m.releases_[1].certificate
-    assert m.n_removed_ == 5 and int(np.count_nonzero(m._active)) == len(y) - 5
-    assert _centre_residual(m) <= m._state.residual_bound <= 0.01
-    # the removed rows are gone from memory (features, target, key)
-    assert not np.any(m._X[[0, 1, 2, 10, 11]]) and "id10" not in set(m._keys.tolist())
+    assert m.n_removed_ == 5 and int(np.count_nonzero(m.active_)) == len(y) - 5
+    assert _centre_residual(m, X, y) <= m.state_.residual_bound <= 0.01
+    # the removed rows are gone from memory (features, key); the others are held
+    assert not any(_holds_row(m, X[i]) for i in [0, 1, 2, 10, 11]) and _holds_row(m, X[3])
+    assert not _holds_key(m, "id10") and _holds_key(m, "id12")
     with pytest.raises(ValueError, match="not a record") as err:
         m.remove(keys=["id10"])
     assert "id10" not in str(err.value)  # a key is never echoed
@@ -84,12 +123,12 @@ def test_horizon_refusal_changes_nothing():
     m.remove([1])
     assert m.privacy_spent()["releases"] == 3
     assert m.privacy_spent()["epsilon"] == pytest.approx(1.0, rel=1e-8)
-    before = (m._active.copy(), m._state, len(m.releases_), m._accountant, m.n_removed_)
+    before = (m.active_, m.state_, len(m.releases_), m.accountant_, m.n_removed_)
     with pytest.raises(BudgetExceededError, match="horizon of 3 releases is spent"):
         m.remove([2])
-    assert np.array_equal(m._active, before[0]) and m._state is before[1]
-    assert len(m.releases_) == before[2] and m._accountant == before[3] and m.n_removed_ == before[4]
-    assert np.any(m._X[2])
+    assert np.array_equal(m.active_, before[0]) and m.state_ is before[1]
+    assert len(m.releases_) == before[2] and m.accountant_ == before[3] and m.n_removed_ == before[4]
+    assert _holds_row(m, X[2])
 
 
 def test_n_floor_refusal_changes_nothing():
@@ -99,7 +138,7 @@ def test_n_floor_refusal_changes_nothing():
     m.remove([0, 1, 2])
     with pytest.raises(ValueError, match="fewer than n_floor = 395"):
         m.remove([3, 4, 5])
-    assert int(np.count_nonzero(m._active)) == 397 and len(m.releases_) == 2
+    assert int(np.count_nonzero(m.active_)) == 397 and len(m.releases_) == 2
     with pytest.raises(ValueError, match="fewer than n_floor"):
         _model(n_floor=401).fit(X, y)
 
@@ -117,7 +156,7 @@ def test_predictions_use_only_the_latest_release():
     np.testing.assert_array_equal(m.coef_, rel.coef[None, :])
     assert m.intercept_[0] == rel.intercept
     # the released weights are not the secret centre, and no public attribute holds the centre
-    centre = m._state.w
+    centre = m.state_.w
     assert not np.allclose(np.append(rel.coef, rel.intercept) * np.sqrt(2), centre)
     for name in dir(m):
         if name.startswith("_"):
@@ -140,9 +179,9 @@ def test_each_release_draws_fresh_noise():
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     y = np.where(X[:, 0] > 0, 1, 0)
     m = ReleasedLogisticRegression(lam=1e-2, horizon=4, random_state=3).fit(X, y)
-    w0 = m._state.w.copy()
+    w0 = m.state_.w.copy()
     m.remove([7])
-    diff = (m.releases_[1].coef - m.releases_[0].coef) - (m._state.w - w0)
+    diff = (m.releases_[1].coef - m.releases_[0].coef) - (m.state_.w - w0)
     ratio = float(diff @ diff) / (2 * m.sigma_**2 * 200)
     assert abs(ratio - 1.0) < 5 * np.sqrt(2 / 200)
 
@@ -163,7 +202,7 @@ def test_save_load_continues_the_stream(tmp_path):
     np.testing.assert_array_equal(m2.predict(X), m.predict(X))
     cert = m2.remove([3])  # completes the pending cadence
     assert cert.published and cert.version == 2 and m2.release_.version == 2
-    assert _centre_residual(m2) <= 0.01
+    assert _centre_residual(m2, X, y) <= 0.01
     m2.remove([4])
     m2.remove([5])
     with pytest.raises(BudgetExceededError):
@@ -254,11 +293,11 @@ def test_neighbouring_centres_are_within_the_sensitivity(fit_intercept):
     with_z = ReleasedLogisticRegression(**params).fit(X, y)
     without = ReleasedLogisticRegression(**params).fit(X[1:], y[1:])
     assert with_z.sensitivity_ == without.sensitivity_
-    gaps = [float(np.linalg.norm(with_z._state.w - without._state.w))]
+    gaps = [float(np.linalg.norm(with_z.state_.w - without.state_.w))]
     for k in range(1, 7):  # remove the same other record in both worlds (positions shift by one in the second)
         with_z.remove([k * 10])
         without.remove([k * 10 - 1])
-        gaps.append(float(np.linalg.norm(with_z._state.w - without._state.w)))
+        gaps.append(float(np.linalg.norm(with_z.state_.w - without.state_.w)))
     assert max(gaps) <= with_z.sensitivity_
     assert max(gaps) > 0.05 * with_z.sensitivity_  # the target matters: the check is not vacuous
 
@@ -311,10 +350,10 @@ def test_concurrent_removals_are_serialised():
     for t in threads:
         t.join()
     assert not errors
-    assert m.n_removed_ == 96 and int(np.count_nonzero(~m._active)) == 96
-    assert m._state.n == int(np.count_nonzero(m._active))
+    assert m.n_removed_ == 96 and int(np.count_nonzero(~m.active_)) == 96
+    assert m.state_.n == int(np.count_nonzero(m.active_))
     assert [r.version for r in m.releases_] == list(range(97))
-    assert _centre_residual(m) <= m._state.residual_bound <= 0.01
+    assert _centre_residual(m, X, y) <= m.state_.residual_bound <= 0.01
 
 
 def _edit(path, tmp_path, **changes):

@@ -309,7 +309,9 @@ def test_default_key_is_drawn_and_secret():
     assert a.key_.hex() not in repr(a)
     c = ShardedClassifier(LogisticRegression(), key=KEY)
     assert "<secret>" in repr(c) and KEY.decode() not in repr(c)
-    for text in (c._repr_html_inner(), *c._repr_mimebundle_().values()):
+    bundle = c._repr_mimebundle_()  # the IPython display protocol (text/plain and the HTML diagram)
+    assert set(bundle) == {"text/plain", "text/html"}
+    for text in bundle.values():
         assert KEY.decode() not in text and KEY.hex() not in text and "secret" in text
 
 

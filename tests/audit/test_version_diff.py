@@ -245,10 +245,10 @@ def _released_sequence_hits(X: np.ndarray, y: np.ndarray, trials: int,
     N = X.shape[0]
     hits = raw_hits = 0
     for r in rng.permutation(N)[:trials]:
-        old, centre_old = m.release_.coef.copy(), m._state.w.copy()
+        old, centre_old = m.release_.coef.copy(), m.state_.w.copy()
         cert = m.remove([int(r)])
         assert cert.published and cert.version == len(m.releases_) - 1
-        new, centre_new = m.release_.coef, m._state.w
+        new, centre_new = m.release_.coef, m.state_.w
         n_old = N - len(m.releases_) + 2
         hits += single_deletion_guess(diff_geometry(X, y, old, LAM, n=n_old), old, new) == r
         raw_hits += single_deletion_guess(diff_geometry(X, y, centre_old, LAM, n=n_old), centre_old, centre_new) == r

@@ -156,7 +156,7 @@ def test_a_batch_reads_the_removed_rows_once_and_keeps_the_queue():
     queued = cache.pend_k
     assert queued > 0
     calls = {"take": 0, "rows": []}
-    take, fold = DenseBackend.take, NewtonCache._fold_rows
+    take, fold = DenseBackend.take, NewtonCache.fold_rows
 
     def counting_take(self, X_, rows):
         calls["take"] += 1
@@ -166,12 +166,12 @@ def test_a_batch_reads_the_removed_rows_once_and_keeps_the_queue():
         calls["rows"].append(Z.shape[0])
         return fold(self, Z, S)
 
-    DenseBackend.take, NewtonCache._fold_rows = counting_take, recording_fold
+    DenseBackend.take, NewtonCache.fold_rows = counting_take, recording_fold
     try:
         idx = np.arange(100, 140)
         state, cert = mech.remove(state, X, y, idx, active=active, cache=cache)
     finally:
-        DenseBackend.take, NewtonCache._fold_rows = take, fold
+        DenseBackend.take, NewtonCache.fold_rows = take, fold
     assert not cert.retrained and cert.refreshed == ""
     assert calls == {"take": 1, "rows": [40]}
     assert cache.pend_k == queued

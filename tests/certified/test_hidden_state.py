@@ -46,8 +46,8 @@ def test_remove_validates_once_and_the_hook_gets_the_rows(monkeypatch):
 
     model = Hooked(lam=1e-2, sigma=1.0, random_state=0).fit(X, y)
     calls = []
-    orig = model._check_remove_indices
-    monkeypatch.setattr(model, "_check_remove_indices", lambda *a: calls.append(a) or orig(*a))
+    orig = logistic_mod.removal_rows  # the one validation of removal rows (lethe.estimator_data), counted
+    monkeypatch.setattr(logistic_mod, "removal_rows", lambda *a, **k: calls.append(a) or orig(*a, **k))
     cert = model.remove([4, 2])
     assert seen == [[4, 2]] and len(calls) == 1 and cert.removed_indices == (4, 2)
     assert type(model.remove_rows(np.array([7]))).__name__ == "Certificate" and len(calls) == 2  # direct: checked
@@ -134,8 +134,63 @@ def test_solvers_key_the_cache_through_its_public_advance():
     assert callers == []
 
 
+def test_no_module_calls_a_private_method_of_the_cache():
+    """The solvers mark the cache stale and fold rows into its matrix through public methods (``invalidate``,
+    ``fold_rows``), as they key it through ``advance`` (mutation check: the old private calls ``_mark_dirty()`` in
+    onepass, exact and anchor and ``_fold_rows`` in anchor_system fail it)."""
+    import re
+    from pathlib import Path
+
+    import lethe
+
+    root = Path(lethe.__file__).parent
+    pokes = [f"{p.relative_to(root)}: {m.group(0)}" for p in sorted(root.rglob("*.py")) if p.name != "cache.py"
+             for m in re.finditer(r"\bcache\._[a-z]\w*", p.read_text())]
+    assert pokes == []
+
+
 class _Thing:
     pass
+
+
+class _FakeClient:
+    """Stands in for a ``distributed.Client``: counts the scatters."""
+
+    def __init__(self) -> None:
+        self.scatters = 0
+
+    def scatter(self, parts):
+        self.scatters += 1
+        return [("future", self.scatters, k) for k in range(len(parts))]
+
+
+def test_scattered_labels_follow_the_client_object_not_its_address(monkeypatch):
+    """Labels scattered to a cluster are reused for the same client object only: a client created where a dead one
+    lived (same ``id``) scatters again instead of being handed the dead client's futures (mutation check: the old
+    dict keyed by ``id(client)`` serves them)."""
+    pytest.importorskip("distributed")
+    import distributed
+
+    from lethe.certified.dask_backend import _vector_parts as vector_parts  # the unit under test
+
+    current: list[_FakeClient] = []
+    monkeypatch.setattr(distributed, "get_client", lambda: current[0])
+    y, chunks = np.arange(6, dtype=np.float64), (3, 3)
+    keep = []
+    for _ in range(1000):  # CPython hands a freed block to the next object of the same size, usually at once
+        current.append(_FakeClient())
+        first = vector_parts(y, chunks)
+        assert vector_parts(y, chunks) is first and current[0].scatters == 1  # reused while the client lives
+        old = id(current[0])
+        current.clear()  # the client dies here (its futures with it)
+        current.append(_FakeClient())
+        if id(current[0]) == old:
+            break
+        keep.append(current.pop())  # not at the old address: kept alive, try again
+    assert id(current[0]) == old  # the case under test did occur
+    assert current[0].scatters == 0
+    vector_parts(y, chunks)
+    assert current[0].scatters == 1  # scattered to the new client, not served the dead one's futures
 
 
 def test_a_new_object_at_a_recycled_address_is_not_served_the_old_ones_memo():

@@ -90,7 +90,7 @@ def _csr_rows(seed: int, n: int, d: int) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_row_rules_on_csr_match_the_dense_rule(seed):
-    from lethe._validation import check_unit_rows, normalize_rows, row_norms
+    from lethe.preprocessing import check_unit_rows, normalize_rows, row_norms
 
     X = _csr_rows(seed, 40, 7)
     A = sp.csr_matrix(X)

@@ -264,7 +264,7 @@ def test_the_adapter_and_the_library_give_the_same_model():
     y01 = (y == "yes").astype(int)
     artifact, _ = adapter.train(X, y01, np.random.default_rng(0), keys=ids)
     after, cert = adapter.remove(artifact, X, y01, np.array([4, 9]), np.random.default_rng(1))
-    library = copy.deepcopy(adapter._model(artifact, X, y01))
+    library = copy.deepcopy(adapter.model(artifact, X, y01))
     library.remove(indices=[4, 9])
     assert cert["guarantee"] == "exact" and cert["n_removed"] == 2
     assert np.array_equal(adapter.predict(after, X), library.predict(X))

@@ -142,7 +142,7 @@ def _check_invariants(c: Curator, acknowledged: list[str]) -> tuple[int, int]:
         ids, X, y = c.datasets.current_data(s, 1, 10)
     adapter = get_adapter("certified-removal", PARAMS)
     assert isinstance(adapter, CertifiedRemovalAdapter)
-    state = adapter._state(art)
+    state = adapter.states(art)[0]
     true_residual = exact_residual(adapter.mechanism, state, X, np.where(y == 1.0, 1.0, -1.0))
     assert true_residual <= state.residual_bound, (true_residual, state.residual_bound)
     return done, pending

@@ -107,7 +107,7 @@ def _flow(tmp_path: Path, data: Data, monkeypatch: pytest.MonkeyPatch, caplog: p
         _ids, X, y = c.datasets.current_data(s, m.dataset_id, data.X.shape[1])
     assert set(c.artifacts.all_files()) == files
     adapter = CertifiedRemovalAdapter(dict(PARAMS))
-    (state,) = adapter._states(c.artifacts.load(v.artifact, v.sha256))
+    (state,) = adapter.states(c.artifacts.load(v.artifact, v.sha256))
     truth = exact_residual(adapter.mechanism, state, np.asarray(X), np.where(y == 1.0, 1.0, -1.0))
     assert truth <= state.residual_bound
     # the last attempt failed: its warm state was dropped (rebuilt from the published version by the next batch)

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from lethe.curator import Curator
+from lethe.curator import Curator, Settings
+from lethe.curator.adapters import get_adapter
 from lethe.curator.api import create_app
 
-from .conftest import snapshot
+from .conftest import PARAMS, snapshot
 
 VOLATILE = {"id", "submitted_at", "processed_at"}  # fresh per request, whatever the key
 
@@ -93,10 +94,21 @@ def test_pending_under_another_owner_is_answered_like_a_present_key(curator: Cur
     assert curator.status()["requests"]["pending"] == 0
 
 
-def test_a_follower_fails_with_the_request_it_follows(curator: Curator, api: Any) -> None:
+def test_a_follower_fails_with_the_request_it_follows(curator: Curator, api: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     taken = api("alice", "POST", "/v1/deletions", json={"dataset": "people", "key": "user-0004"}).json()
     follower = api("bob", "POST", "/v1/deletions", json={"dataset": "people", "key": "user-0004"}).json()
-    curator.batches._fail_batch("b", "people", [taken["id"]], "RuntimeError: x", final=True)
+    adapter_cls = type(get_adapter("certified-removal", PARAMS))
+
+    def boom(self: object, *a: object, **k: object) -> None:
+        raise RuntimeError("x")
+
+    monkeypatch.setattr(adapter_cls, "remove", boom)
+    monkeypatch.setattr(adapter_cls, "remove_warm", boom)  # the path the worker takes for a warm model
+    curator.settings = Settings(batch_size=4, max_attempts=1)  # the mechanism's first failure is final
+    assert [r.status for r in curator.process_pending(force=True)] == ["failed"]
+    monkeypatch.undo()
+    assert api("alice", "GET", f"/v1/deletions/{taken['id']}").json()["status"] == "failed"
     got = api("bob", "GET", f"/v1/deletions/{follower['id']}").json()
     assert got["status"] == "failed" and got["outcome"] is None
     # the key is still held: a new submission (by either) is a fresh pending request

@@ -5,6 +5,7 @@ restored Noisy-GD curator's database or counters (its adapter uses :meth:`NoisyG
 from __future__ import annotations
 
 import ast
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,8 @@ def test_no_curator_module_writes_another_objects_private_attributes() -> None:
     assert offenders == {}
 
 
-def _curator(seed: int = 0) -> tuple[NoisyGDCurator, CuratorConfig, np.ndarray, np.ndarray]:
+def _curator(seed: int = 0, random_state: np.random.Generator | None = None,
+             ) -> tuple[NoisyGDCurator, CuratorConfig, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(120, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
@@ -50,7 +52,7 @@ def _curator(seed: int = 0) -> tuple[NoisyGDCurator, CuratorConfig, np.ndarray, 
     s = convex_schedule(lipschitz=1.0, smoothness=0.25, lam=0.1, n=120, d=3, r=1, q=2.0, epsilon_dp=1.0,
                         epsilon_dd=0.5)
     config = CuratorConfig.from_convex_schedule(s)
-    cur = NoisyGDCurator(LogisticModel(3), config, random_state=seed)
+    cur = NoisyGDCurator(LogisticModel(3), config, random_state=seed if random_state is None else random_state)
     cur.learn(Database(X, y))
     return cur, config, X, y
 
@@ -58,13 +60,13 @@ def _curator(seed: int = 0) -> tuple[NoisyGDCurator, CuratorConfig, np.ndarray, 
 def test_resume_continues_the_run_exactly() -> None:
     """A curator resumed from (database, θ, counters) with the same generator takes the same next edit: the same
     θ and the same certificate as the original curator."""
-    cur, config, X, y = _curator()
+    gen = np.random.default_rng(0)  # the original's generator (a Generator is used as is, shared)
+    cur, config, X, y = _curator(random_state=gen)
     cur.unlearn(EditRequest.deletion([4], n_features=3))
     db = cur.database
     resumed = NoisyGDCurator.resume(LogisticModel(3), config, db.X.copy(), db.y.copy(), cur.theta.copy(),
                                     step=cur.step, total_steps=config.k_learn + cur.step * config.k_unlearn,
-                                    random_state=np.random.default_rng(7))
-    cur._rng = np.random.default_rng(7)  # the original continues from the same generator (test set-up only)
+                                    random_state=copy.deepcopy(gen))  # the generator where the original's is
     a = cur.unlearn(EditRequest.deletion([9], n_features=3))
     b = resumed.unlearn(EditRequest.deletion([9], n_features=3))
     assert np.array_equal(cur.theta, resumed.theta)

@@ -66,7 +66,7 @@ def test_deletions_equal_a_fresh_fit_on_the_remaining_records(tmp_path: Path, da
     c.train("people", "sh", mechanism="sharded", params=params, random_state=3)
     art1, adapter = _published(c, "sh")
     X0, y0, keys0 = _remaining(c, data)
-    full = adapter._model(art1, X0, y0)
+    full = adapter.model(art1, X0, y0)
     # version 1 is the fit from scratch with its key and seeds, partitioned by the key digests
     assert np.array_equal(full.predict_proba(data.X),
                           _fresh(estimator(), art1, X0, y0, keys0, params["n_shards"]).predict_proba(data.X))
@@ -79,7 +79,7 @@ def test_deletions_equal_a_fresh_fit_on_the_remaining_records(tmp_path: Path, da
     art, _ = _published(c, "sh")
     X, y, keys = _remaining(c, data)
     assert X.shape[0] == 196 and art.meta["n"] == 196
-    model = adapter._model(art, X, y)
+    model = adapter.model(art, X, y)
     fresh = _fresh(estimator(), art, X, y, keys, params["n_shards"])
     # bit for bit: every probability of every row, and the service's predictions
     assert np.array_equal(model.predict_proba(data.X), fresh.predict_proba(data.X))
@@ -100,7 +100,7 @@ def test_removal_retrains_only_the_affected_shards_and_the_artifact_forgets(tmp_
     c.train("people", "sh", mechanism="sharded", params=HGB, random_state=0)
     art1, adapter = _published(c, "sh")
     X0, y0, _ = _remaining(c, data)
-    m1 = adapter._model(art1, X0, y0)
+    m1 = adapter.model(art1, X0, y0)
     with c.store.read() as s:
         ds_id = s.scalar(select(Model.dataset_id))
     digest = c.key_digest(ds_id, "user-0007")
@@ -109,7 +109,7 @@ def test_removal_retrains_only_the_affected_shards_and_the_artifact_forgets(tmp_
     c.process_pending(force=True)
     art2, _ = _published(c, "sh")
     X, y, _ = _remaining(c, data)
-    m2 = adapter._model(art2, X, y)
+    m2 = adapter.model(art2, X, y)
     # one shard fit for the removal (4 at training), and only the record's shard changed
     assert (art1.meta["state"]["n_shard_fits"], art2.meta["state"]["n_shard_fits"]) == (4, 5)
     for s in range(4):
@@ -218,7 +218,7 @@ def test_http_deletion_on_a_sharded_model(tmp_path: Path, data: Data) -> None:
     art, adapter = _published(c2, "sh")
     X, y, keys = _remaining(c2, data)
     fresh = _fresh(HistGradientBoostingClassifier(max_iter=15, early_stopping=False), art, X, y, keys, 4)
-    assert np.array_equal(adapter._model(art, X, y).predict_proba(data.X), fresh.predict_proba(data.X))
+    assert np.array_equal(adapter.model(art, X, y).predict_proba(data.X), fresh.predict_proba(data.X))
     assert np.array_equal(np.asarray(pred["predictions"]), fresh.predict(data.X[:4]).astype(float))
     c2.close()
 

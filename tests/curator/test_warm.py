@@ -29,7 +29,7 @@ def _published_state(c: Curator, model: str = "clf") -> tuple[CertifiedRemovalAd
         v = s.get(ModelVersion, m.current_version_id)
         params = dict(m.params)
     adapter = CertifiedRemovalAdapter(params)
-    return adapter, adapter._states(c.artifacts.load(v.artifact, v.sha256)), v
+    return adapter, adapter.states(c.artifacts.load(v.artifact, v.sha256)), v
 
 
 def _forget(c: Curator, keys: list[str]) -> list[dict]:

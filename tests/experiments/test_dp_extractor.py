@@ -98,7 +98,7 @@ def test_dp_sgd_epsilon_within_target_and_noise_follows_epsilon(mnist_small):
 
 def test_run_composes_theorem5_from_the_certificates(mnist_small, tmp_path, monkeypatch):
     monkeypatch.setattr(dp_extractor, "load_mnist10", lambda st, data_dir, seed: mnist_small)
-    from lethe.experiments._common import QUICK
+    from lethe.experiments import QUICK
 
     st = dict(dp_extractor.SETTINGS["quick"]) | {"sigmas": (1.0, 100.0, 1e4), "eps_dp": (3.0,)}
     res = dp_extractor.run(QUICK, tmp_path, seed=0, show_progress=False, settings=st)

@@ -110,7 +110,7 @@ def test_run_end_to_end(embedded, tmp_path, monkeypatch):
     import lethe.datasets.sst as sst
 
     monkeypatch.setattr(sst, "load_sst", lambda data_dir=None: (sents[::2], y[::2], sents[1::2], y[1::2]))
-    from lethe.experiments._common import QUICK
+    from lethe.experiments import QUICK
 
     st = {"n_train": None, "n_test": None, "lambdas": (1e-2,), "sigmas": (0.1, 10.0), "cap": 10, "modes": ("paper",),
           "timing_removals": 2}

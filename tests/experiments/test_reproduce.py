@@ -207,14 +207,12 @@ def test_update_merges_parts_and_their_deviations(quick_run, tmp_path, capsys):
 
 
 def test_update_refuses_another_profile_or_seed(tmp_path, capsys):
-    from lethe.experiments._common import write_json
-
-    write_json(tmp_path / "results.json", {"profile": reproduce.PROFILES["full"].to_dict(), "seed": 0,
-                                          "parts": ["guo"]})
+    (tmp_path / "results.json").write_text(json.dumps({"profile": reproduce.PROFILES["full"].to_dict(), "seed": 0,
+                                                       "parts": ["guo"]}))
     assert reproduce.main(["--quick", "--out", str(tmp_path), "--parts", "noisygd", "--update"]) == 2
     assert "'full' profile" in capsys.readouterr().err
-    write_json(tmp_path / "results.json", {"profile": reproduce.PROFILES["quick"].to_dict(), "seed": 5,
-                                          "parts": ["guo"]})
+    (tmp_path / "results.json").write_text(json.dumps({"profile": reproduce.PROFILES["quick"].to_dict(), "seed": 5,
+                                                       "parts": ["guo"]}))
     assert reproduce.main(["--quick", "--out", str(tmp_path), "--parts", "noisygd", "--update", "--seed", "1"]) == 2
     assert "seed 5" in capsys.readouterr().err
     (tmp_path / "results.json").write_text("{not json", encoding="utf-8")

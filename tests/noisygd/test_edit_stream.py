@@ -104,11 +104,12 @@ def test_unlearn_runs_eq_17_from_the_current_model():
     # Same computation by hand: Noisy-GD on D∘u from Θ̂₀ with the curator's generator state.
     from lethe.noisygd.algorithm import noisy_gd
 
-    twin, _ = _curator()
+    gen = np.random.default_rng(0)  # the twin's generator (a Generator is used as is, shared)
+    twin, _ = _curator(seed=gen)
     twin.learn(Database(X, y))
     D1 = Database(X, y).apply(u)
     res = noisy_gd(lambda t: LogisticModel(3).mean_gradient(t, D1.X, D1.y), theta0, s.k_unlearn, eta=s.eta,
-                   sigma2=s.sigma2, lam=s.lam, n_records=60, random_state=twin._rng)
+                   sigma2=s.sigma2, lam=s.lam, n_records=60, random_state=gen)
     np.testing.assert_array_equal(res.theta, cur.theta)
     np.testing.assert_array_equal(cur.database.X, D1.X)
 

@@ -62,7 +62,7 @@ def test_estimator_certifies_every_request_with_minimal_epochs():
         dist = pnsgd_start_distance(removed=removed, phase_steps=phases, z_b=zb, c=c, radius=100.0)
         assert cert.request == k and math.isclose(cert.distance, dist)
         assert cert.epsilon_certified <= 1.0
-        eps_less = pnsgd_unlearning_epsilon(distance=dist, c=c, sigma=clf._noise, steps=(cert.epochs - 1) * E,
+        eps_less = pnsgd_unlearning_epsilon(distance=dist, c=c, sigma=clf.plan_.noise_std, steps=(cert.epochs - 1) * E,
                                             delta=1e-5)
         assert cert.epochs == 0 or eps_less > 1.0  # one epoch fewer would not certify
         phases.append(cert.steps)

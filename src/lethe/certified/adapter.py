@@ -148,7 +148,9 @@ class CertifiedRemovalAdapter(MechanismAdapter):
 
     # -- state <-> artifact ---------------------------------------------------------------------------------------
     @staticmethod
-    def _states(artifact: Artifact) -> list[ModelState]:
+    def states(artifact: Artifact) -> list[ModelState]:
+        """The model states a version holds (one per binary model; one-vs-all: one per class), read from its
+        artifact (both file formats)."""
         m, a = artifact.meta, artifact.arrays
         if "states" not in m:  # format of lethe <= 0.x: one binary model, its state's fields in the metadata
             x_norm = m["x_norm_bound"]
@@ -165,10 +167,6 @@ class CertifiedRemovalAdapter(MechanismAdapter):
                                   removals_since_training=int(s["removals_since_training"]),
                                   retrainings=int(s["retrainings"]), train_iterations=int(s["train_iterations"])))
         return out
-
-    def _state(self, artifact: Artifact) -> ModelState:
-        """The state of a binary model (the first binary model of a one-vs-all one)."""
-        return self._states(artifact)[0]
 
     def _artifact(self, est: Any, n: int) -> Artifact:
         states = est.states_
@@ -215,7 +213,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
         are primed from the state (one pass over the data, as ``fit`` does); certificates rest on the state's
         accumulated bound β, which the artifact carries.
         """
-        states = self._states(artifact)
+        states = self.states(artifact)
         classes = artifact.meta.get("classes")
         active = np.asarray(active, dtype=bool)
         n_full = X.shape[0]
@@ -287,7 +285,7 @@ class CertifiedRemovalAdapter(MechanismAdapter):
     def summary(self, artifact: Artifact) -> dict[str, Any]:
         m = artifact.meta
         mech = self.mechanism
-        states = self._states(artifact)
+        states = self.states(artifact)
         beta = self._joint([st.residual_bound for st in states])
         exact = mech.noise == "none"
         out = {

@@ -64,7 +64,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     # in sync with (w, rows before): the cache's own mask is compared with keep ∪ idx (one word-wise O(n)
     # comparison) and its row count gives n′; the mask of the rows before is formed only when it is needed
     n_synced = None if _reanchor else cache.matches_removal(X, w, keep, idx, "anchor")
-    cache._mark_dirty()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
+    cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
     n_new = n_synced if n_synced is not None else int(np.count_nonzero(keep))
     before: list[np.ndarray] = []
 
@@ -117,7 +117,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
             passes += 2.0
     elif cache.iter_cost >= cm.cholesky(d):
         refreshed = cache.refactorize()
-    cache._mark_dirty()
+    cache.invalidate()
     assert cache.w_anchor is not None
     rho = max_row_norm(cfg, X, cache)
     x_norm = x_norm_upper(state, n_rows, rho)

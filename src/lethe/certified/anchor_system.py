@@ -166,7 +166,7 @@ def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, 
         Z = np.multiply(XR, np.sqrt(s_b)[:, None], out=XR)
         if track:
             S = _sum_sq_upper(Z)  # ≥ Σ‖z̃ⱼ‖² (one dot product over the m d entries)
-            cache._fold_rows(Z, S)
+            cache.fold_rows(Z, S)
         else:
             # pcg/refine: M is only a preconditioner and initial guess (the solve error is measured). In double
             # precision (i15 used single): a model whose cache was primed at training and one primed after loading

@@ -291,11 +291,11 @@ class NewtonCache:
         k = self.pend_k
         if k == 0 or self.M is None or self.pend_Z is None:
             return
-        self._fold_rows(self.pend_Z[:k], self.pend_S)
+        self.fold_rows(self.pend_Z[:k], self.pend_S)
         # the next rows are queued in a new array: a transaction's snapshot keeps these (:meth:`begin`)
         self.pend_Z, self.pend_k, self.pend_S = np.empty_like(self.pend_Z), 0, 0.0
 
-    def _fold_rows(self, Z: np.ndarray, S: float) -> None:
+    def fold_rows(self, Z: np.ndarray, S: float) -> None:
         """M ← M − ZᵀZ for the k × d rows Z (z̃ = fl(√ŝ) x, S ≥ Σ‖z̃‖²) by one ``dsyrk``, ε_M grown as in
         :meth:`fold_pending` (the bound holds for any k)."""
         assert self.M is not None
@@ -386,7 +386,9 @@ class NewtonCache:
         compare the O(n) mask again. Consumed by that call (or cleared by any other, and by :meth:`reset`)."""
         self._vouched = (keep, idx, int(n_keep))
 
-    def _mark_dirty(self) -> None:
+    def invalidate(self) -> None:
+        """Unkey the cache: until the next :meth:`advance` it matches no model (a solver calls this before it
+        changes anything, so a step that does not finish leaves a cache that matches nothing)."""
         self._key = None
 
     def begin(self, idx: np.ndarray) -> CacheTransaction:

@@ -174,7 +174,10 @@ def zarr_source(X: da.Array) -> Any:
     return src
 
 
-_SCATTERED: dict[tuple[int, bytes, tuple[int, ...]], list[Any]] = {}
+#: Label chunks scattered to a ``dask.distributed`` cluster, per client object while it lives (served only for that
+#: very client, never for a new one at a recycled address): {(BLAKE2 digest of the labels, row chunks): futures}, at
+#: most four label vectors per client.
+_SCATTERED = _ArrayMemo()
 
 
 def _vector_parts(vec: np.ndarray, chunks: tuple[int, ...]) -> list[Any]:
@@ -188,13 +191,17 @@ def _vector_parts(vec: np.ndarray, chunks: tuple[int, ...]) -> list[Any]:
     except (ImportError, ValueError):
         return _split(vec, chunks)
     vec = np.ascontiguousarray(vec, dtype=np.float64)
-    key = (id(client), hashlib.blake2b(vec.view(np.uint8).data, digest_size=16).digest(), tuple(chunks))
-    got = _SCATTERED.get(key)
+    key = (hashlib.blake2b(vec.view(np.uint8).data, digest_size=16).digest(), tuple(chunks))
+    held: dict[tuple[bytes, tuple[int, ...]], list[Any]] | None = _SCATTERED.get(client)
+    if held is None:
+        held = {}
+        _SCATTERED.put(client, held)
+    got = held.get(key)
     if got is None:
-        if len(_SCATTERED) >= 4:
-            _SCATTERED.pop(next(iter(_SCATTERED)))
+        if len(held) >= 4:
+            held.pop(next(iter(held)))
         got = client.scatter(_split(vec, chunks))
-        _SCATTERED[key] = got
+        held[key] = got
     return got
 
 

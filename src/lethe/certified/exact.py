@@ -75,7 +75,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     active_before[idx] = True
     synced = cache is not None and cache.matches(X, w, active_before, "exact") and cache.z is not None
     if cache is not None:
-        cache._mark_dirty()  # before anything is changed: a step that does not finish leaves a cache matching nothing
+        cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache matching nothing
     if synced:
         assert cache is not None and cache.z is not None
         z, eta = cache.z, cache.eta
@@ -89,7 +89,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
             cache.M = None  # the downdated anchor system is only trusted in sync; F stays as a preconditioner
             cache.s_hat = None
     if cache is not None:
-        cache._mark_dirty()
+        cache.invalidate()
     # tight accounting: solve H v = Δ − ē, correcting the carried measured error ē (docs/tighter_bounds.md §4)
     e_old, eps_old, S_old = carry_start(cfg, state, cache, synced, d)
     rhs = Delta if e_old is None else Delta - e_old

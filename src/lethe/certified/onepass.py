@@ -112,7 +112,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     synced = (cache.matches(X, w, active_before, "onepass") and cache.X32 is not None and cache.P is not None
               and cache.z is not None and cache.M is not None
               and (cache.shared is None or cache.shared.usable_for_step(cache.X32, active_before, idx)))
-    cache._mark_dirty()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
+    cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
     if not synced:
         cache.reset()
         prime_onepass(cfg, w, X, y, active_before, cache, removing=idx)
@@ -124,7 +124,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
         passes += d / 4.0
     elif cache.iter_cost >= cm.cholesky(d):
         refreshed = cache.refactorize()
-    cache._mark_dirty()
+    cache.invalidate()
     X32, P, z, eta = cache.X32, cache.P, cache.z, cache.eta
     assert X32 is not None and P is not None and z is not None
 

@@ -277,6 +277,15 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         return self._mech
 
     @property
+    def active_(self) -> np.ndarray:
+        """Which of the fitted rows are still held (a read-only copy of the n-row mask; False once removed), as
+        ``active_`` of the other families."""
+        check_is_fitted(self, "releases_")
+        out = self._active.copy()
+        out.flags.writeable = False
+        return out
+
+    @property
     def release_(self) -> Release:
         """The latest release."""
         check_is_fitted(self, "releases_")

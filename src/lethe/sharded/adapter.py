@@ -197,7 +197,7 @@ class ShardedAdapter(MechanismAdapter):
         meta = {**m["state"], "key_hex": bytes(a["hash_key"]).hex()}
         return arrays, meta
 
-    def _model(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, *, lazy: bool = False) -> Any:
+    def model(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, *, lazy: bool = False) -> Any:
         """The sharded model of a version, over its training data (X, y) — checked to be the data it was trained
         on — with the invariant checks of :meth:`lethe.sharded.ShardedClassifier.load`. ``lazy``: the shards stay
         bytes (a removal rebuilds only the shards it retrains and carries the others over byte for byte)."""
@@ -238,7 +238,7 @@ class ShardedAdapter(MechanismAdapter):
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         """Remove rows ``indices`` of (X, y) — the data of ``artifact`` — retraining only the shards that held them.
         ``rng`` is not used: an exact removal draws nothing (the seeds are the version's)."""
-        model = self._model(artifact, X, y, lazy=True)
+        model = self.model(artifact, X, y, lazy=True)
         idx = np.asarray(indices, dtype=np.int64)
         cert = model.remove(indices=idx)
         keep = np.ones(X.shape[0], dtype=bool)
