@@ -30,6 +30,7 @@ import os
 import secrets
 import stat
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -38,6 +39,8 @@ KEY_ENV = "LETHE_MODEL_KEY"
 KEY_FILE_ENV = "LETHE_MODEL_KEY_FILE"
 #: Bytes of a key lethe creates.
 NEW_KEY_BYTES = 32
+#: seconds a save or load waits for the release counts file's lock before it refuses with a KeyFileError
+COUNTS_LOCK_WAIT = 30.0
 COUNTS_SUFFIX = ".counts"
 
 
@@ -139,14 +142,28 @@ def _locked_counts() -> Iterator[Path]:
     path = counts_path()
     _private_dir(path.parent)
     lock = path.with_name(path.name + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    # a file object, not a bare descriptor: one that a fault leaves unclosed (raised at the ``close`` line itself)
+    # is closed, and its lock released, when the object is collected, instead of holding the lock until exit
+    fh = open(lock, "a+b", opener=lambda p, flags: os.open(p, flags, 0o600))  # noqa: SIM115 - closed in finally
+    fd = fh.fileno()
     try:
         import fcntl
 
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + COUNTS_LOCK_WAIT
+        while True:  # a bounded wait: a lock never released (a holder stopped) is an error that names it, not a hang
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise KeyFileError(
+                        f"The release counts file's lock {lock} has been held for {COUNTS_LOCK_WAIT:g} s: another "
+                        "process is recording counts, or an interrupted save that is still referenced holds it. "
+                        "Nothing was written; try again (the lock is released when its holder exits).") from None
+                time.sleep(0.01)
         yield path
     finally:
-        os.close(fd)  # releases the lock
+        fh.close()  # releases the lock
 
 
 def recorded_counts(stream: str) -> dict[str, int]:

@@ -11,6 +11,7 @@ counts and outcomes per family.
 
 from __future__ import annotations
 
+import gc
 import linecache
 import os
 import shutil
@@ -22,9 +23,11 @@ import pytest
 from ._factories import FACTORIES
 from .test_exceptions_families import EXTRA, Fault, _run, _state
 
-# the release (n = 4000 rows in its factory) and sharded models are not listed yet: their runs did not finish within
-# the time this round had (not a known failure); every other registered estimator is
-PATHS = sorted(p for p in FACTORIES if not p.startswith(("lethe.release:", "lethe.sharded:")))
+# every registered estimator but the release: a fault raised as the release counters' lock block ends (the tracer's
+# line event at the ``with`` line, which skips ``__exit__``) leaves that lock held for as long as the fault's
+# traceback is referenced; the next save then refuses after model_keys.COUNTS_LOCK_WAIT with a KeyFileError naming
+# the lock (it used to wait forever). Not yet listed: each such point costs that wait.
+PATHS = sorted(p for p in FACTORIES if not p.startswith("lethe.release:"))
 # the lines that remove a temporary after a failure: a fault raised AT one of them skips that removal (no cleanup
 # survives a fault inside itself), leaving an owner-only temporary beside the target — counted apart, allowed only
 # there (lethe.io.write_bytes_atomic, lethe.model_keys)
@@ -83,6 +86,16 @@ def test_an_exception_at_any_line_of_save_leaves_the_file_as_it_was_or_written(p
             out_dir.mkdir()
             target.write_bytes(old)
 
+    def loads(p: Path) -> bool:
+        try:
+            cls.load(p)
+        except Exception:  # noqa: BLE001 - a release file behind its stream's counters is refused by design
+            return False
+        return True
+
+    reset()
+    # whether the old file loads before the save (a release stream's file behind its recorded counters does not)
+    old_loads = loads(target) if old is not None else None
     reset()
     err, lines = _run(lambda: m.save(target), None)
     assert err is None and lines and target.exists()
@@ -92,13 +105,17 @@ def test_an_exception_at_any_line_of_save_leaves_the_file_as_it_was_or_written(p
         reset()
         err, _ = _run(lambda: m.save(target), at)
         assert isinstance(err, Fault), at
+        # handled and dropped, as a caller does: a context manager whose exit the fault skipped (it landed as its
+        # ``with`` block ended) is finalised with the traceback that holds it, releasing what it held (a file lock)
+        err = err.with_traceback(None)
+        gc.collect()
         where = lines[at - 1]
         assert _state(m) == state, f"{path}: a fault at {where} changed the model"
         now = target.read_bytes() if target.exists() else None
         if now == old:
             outcomes["as it was"] += 1
-            if old is not None:  # the old file still loads (its counters were not raised past it)
-                cls.load(target)
+            if old is not None:  # the old file loads as it did before the save (its counters not raised past it)
+                assert loads(target) == old_loads, f"{path}: a fault at {where} changed whether the old file loads"
         else:
             outcomes["written"] += 1
             assert now is not None
