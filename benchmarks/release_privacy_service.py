@@ -29,10 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,61 +38,12 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    return env
+sys.path.insert(0, str(REPO / "benchmarks"))
+from bench_service import lethe, start_server, stop  # noqa: E402 - the server helpers every service benchmark uses
 
 
 def _lethe(data_dir: Path, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "lethe.cli", *args, "--data-dir", str(data_dir)], check=True,
-                         capture_output=True, text=True, env=_env())
-    return out.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(data_dir: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """``lethe serve`` on a free loopback port; waits (bounded, 60 s) until /healthz answers."""
-    import httpx
-
-    port = _free_port()
-    log = open(data_dir / "logs" / "bench-privacy-server.log", "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "lethe.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--data-dir", str(data_dir), "--batch-size", "1", "--poll-interval", "0.05",
-                             "--log-level", "warning"], stdout=log, stderr=subprocess.STDOUT, env=_env())
-    log.close()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited (log: {data_dir / 'logs' / 'bench-privacy-server.log'})")
-        try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                return url, proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    _stop(proc)
-    raise RuntimeError("the server did not start")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to our server's PID, then SIGKILL after 60 s."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    return lethe(data_dir, None, *args)
 
 
 def _budget_for(streams: int, epsilon: float, delta: float, horizon: int, budget_delta: float) -> float:
@@ -163,7 +110,7 @@ def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: i
         seen: list[list[np.ndarray]] = [[] for _ in range(K)]
         reader_versions: list[list[int]] = [[] for _ in range(K)]
         classes: Any = None
-        url, proc = _start(data_dir)
+        url, proc = start_server(data_dir, None, batch_size=1)
         try:
             with httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {requester}"}) as req, \
                     httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {reader}"}) as rd, \
@@ -197,7 +144,7 @@ def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: i
                 status.raise_for_status()
                 life = status.json()["privacy"][name]
         finally:
-            _stop(proc)
+            stop(proc)
         served = time.perf_counter() - t0 - trained
         ledger = json.loads(_lethe(data_dir, "budget", "--dataset", name))
     # the attack, on what the model-reader saw
