@@ -74,6 +74,10 @@ class FamilyWords:
     retrained : the same when it retrained.
     observer : whom the guarantee covers, in plain words.
     not_covered : what the guarantee does not cover, in plain words.
+    guarantee : the family's own "Guarantee" sentence, when its certificates state a guarantee that is not an
+        (ε, δ) pair (e.g. Rényi deletion privacy): a :meth:`str.format` template over the certificate's fields
+        (``"… order q = {q} with ε_dd = {epsilon_dd} …"``). ``None``: the front end states the (ε, δ) of the
+        certificate in its generic words. A template naming a field the certificate lacks falls back to those.
     """
 
     title: str
@@ -81,6 +85,7 @@ class FamilyWords:
     retrained: str
     observer: str
     not_covered: str
+    guarantee: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,7 +245,9 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             observer="Anyone who sees the model after the deletion, including requesters who saw earlier "
                      "releases as stated in the certificate, cannot tell whether the record was used, beyond the "
                      "stated Rényi ε.",
-            not_covered="Guarantees are Rényi: convert to (ε, δ) for the δ you choose."),
+            not_covered="Guarantees are Rényi: convert to (ε, δ) for the δ you choose.",
+            guarantee="Deletion privacy of Rényi order q = {q} with ε_dd = {epsilon_dd}: the published model is "
+                      "statistically close to one trained without the record, as if it had never been collected."),
         paper="Chourasia & Shah (2023), Forget Unlearning, Thm 4.3 and 5.1",
         withheld=frozenset({"gradient_evaluations"})),  # a cost figure, not a guarantee
     Family(

@@ -98,6 +98,31 @@ def test_the_console_words_are_true_of_the_family(family):
         assert family.words.observer in text
 
 
+@pytest.mark.parametrize("family", families(), ids=lambda f: f.name)
+def test_the_guarantee_sentence_comes_from_the_family(family):
+    """A family whose guarantee is not an (ε, δ) pair states it in its own words (``FamilyWords.guarantee``, filled
+    with the certificate's fields); the console never picks a family's sentence by sniffing a field's name."""
+    pytest.importorskip("jinja2")
+    import string
+
+    from lethe.curator.console.certificate import explain
+
+    template = family.words.guarantee
+    fields = [f for _, f, _, _ in string.Formatter().parse(template or "") if f]
+    cert = {f: 0.25 for f in fields} | {"retrained": False}
+    view = {"id": "c1", "kind": "removal", "model": "m", "mechanism": family.mechanisms[0], "old_version": 1,
+            "new_version": 2, "certificate": cert}
+    guarantee = [s for t, s in explain(view, operator=True).sentences if t == "Guarantee"]
+    if template is None:
+        assert not any("Rényi" in s for s in guarantee), (family.name, guarantee)
+    else:
+        assert guarantee == [template.format_map({f: "0.25" for f in fields})], (family.name, guarantee)
+    # another family's field in the certificate does not borrow that family's words
+    view["certificate"] = {"epsilon_dd": 0.5, "q": 2.0, "retrained": False}
+    text = " ".join(s for t, s in explain(view, operator=True).sentences if t == "Guarantee")
+    assert ("Rényi" in text) == ("Rényi" in (template or "")), (family.name, text)
+
+
 @pytest.mark.parametrize(("family", "path"), ESTIMATORS, ids=IDS)
 def test_remove_returns_a_certificate_by_position_and_by_key(family, path):
     est, X, y, ids = _fit(path)

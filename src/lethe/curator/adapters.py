@@ -25,8 +25,7 @@ the registry of families (:mod:`lethe.families`; :func:`register_adapter` for on
 builds one from its name and JSON parameters.
 
 This module holds the interface and what every adapter shares; each family's adapter lives in its family's package
-(:mod:`lethe.certified.adapter`, :mod:`lethe.release.adapter`, :mod:`lethe.sharded.adapter`,
-:mod:`lethe.noisygd.adapter`, :mod:`lethe.nn.adapter`), beside its mechanism and estimator.
+(the registry's :attr:`lethe.families.Family.adapter`), beside its mechanism and estimator.
 """
 
 from __future__ import annotations
@@ -196,8 +195,8 @@ class Adapters:
 
     Parameters
     ----------
-    clock : seconds since the epoch (default :func:`time.time`): the time of a ``released-logistic`` model's release 0
-        and of its ``cadence_seconds`` rule; tests pass a fake clock.
+    clock : seconds since the epoch (default :func:`time.time`): the time of a scheduled family's release 0
+        and of its time rule; tests pass a fake clock.
     """
 
     clock: Callable[[], float] = time.time

@@ -400,7 +400,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
         # collection no longer traverses them — with SciPy, SQLAlchemy and FastAPI loaded that took 0.1-0.2 s, during
         # which the event loop answered nobody (the submissions' p99). What the first requests would import lazily
         # (the modules of the mechanisms the store's models use, through a model check) is imported first; not those
-        # of mechanisms no model uses (noisy-finetune's torch alone is ≈ 180 MB of the server's memory)
+        # of mechanisms no model uses (a network family's torch alone is ≈ 180 MB of the server's memory)
         with contextlib.suppress(Exception):
             for name in curator.mechanisms_in_use():
                 get_adapter(name)
@@ -567,7 +567,7 @@ def create_app(curator: Curator, *, run_worker: bool | str = True, max_body_byte
 
     @app.post("/v1/models/{model}/predict", response_model=PredictOut, responses=ERRORS, tags=["models"])
     def predict(model: Name, body: PredictIn, p: Reader) -> Any:
-        """Predictions of the model's published version: served from released models only (``released-logistic``),
+        """Predictions of the model's published version: served from models with private releases only,
         or from a model an operator opted in at training (``--serve-unreleased``); else 403 naming the ways out."""
         return json_safe(curator.predict(model, body.features, records=body.records, texts=body.texts, principal=p))
 

@@ -4,9 +4,8 @@ and plans score on.
 **The attack comes from the family.** Each family names its audit in the registry
 (:attr:`lethe.families.Family.audit`, a dotted path); :func:`audit_registered_model` resolves it and passes an
 :class:`AuditRequest`. This module names no mechanism: the audits themselves live beside their families' adapters
-(``lethe.certified.audit``: loss-threshold membership against the (ε, δ) bound; ``lethe.sharded.audit``: prediction diff
-against the retrained twin; ``lethe.release.audit``: version diff on the published sequence against the rate the
-certificate allows). Every one answers passed, inconclusive or failed and states its power; a family that declares
+(each family's ``audit`` entry in :data:`lethe.families.BUILTIN_FAMILIES` says which test it runs and against
+what bound). Every one answers passed, inconclusive or failed and states its power; a family that declares
 no audit is refused by name.
 
 **What an audit needs, and why the curator cannot supply half of it.** An audit asks whether what was published

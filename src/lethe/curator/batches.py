@@ -166,8 +166,8 @@ class BatchProcessor:
         return results
 
     def publish_due_releases(self) -> list[BatchResult]:
-        """Publish the releases a mechanism's schedule makes due without a new batch (the time rule of
-        ``released-logistic``: ``cadence_seconds`` since the last release with a removal step pending), one
+        """Publish the releases a mechanism's schedule makes due without a new batch (a
+        scheduled family's time rule, e.g. a number of seconds since the last release with a removal step pending), one
         version each (:meth:`VersionPublisher.publish_release`). Called under the processing lock, after the due
         batches, on every tick of the worker. Reads each model's published summary (public numbers); opens an
         artifact only for a model whose release is due. A failure is logged and leaves the model as it was; the

@@ -18,7 +18,8 @@ record ids, the active-row mask, publication before erasure — is the data plan
   :func:`erase_rows` overwrites each removed row's 8·d bytes *in place* in its chunk file (``pwrite`` of zeros,
   fsync) — as :meth:`~lethe.curator.dataplane.MatrixStore.erase_rows` does for the fixed-width file: O(d) per
   record, the chunk is not rewritten elsewhere.
-* **Limits.** Mechanisms that keep no warm state (``noisy-gd``) gather the present rows into memory, as for the
+* **Limits.** Mechanisms that keep no warm state (no :attr:`~lethe.families.Capability.WARM`) gather the present rows
+  into memory, as for the
   fixed-width plane; training a new model after removals copies the present rows once into a temporary Zarr store
   (the estimator's own copy, :func:`lethe.certified.dask_backend.own_zarr_copy`), deleted after training.
 """

@@ -22,7 +22,8 @@ probe and the pending purge are read at each scrape (each is cached or a stat).
 
 Names, documentation strings, buckets and values are those of the earlier per-scrape computation
 (:func:`lethe.curator.api.render_metrics` of :meth:`lethe.curator.views.ReadViews.metrics`; tests compare them), plus,
-per released model (``released-logistic``): ``lethe_model_stream_epsilon_spent``, ``lethe_model_stream_epsilon``,
+per model of a family with private releases (:attr:`lethe.families.Capability.PRIVATE_RELEASES`):
+``lethe_model_stream_epsilon_spent``, ``lethe_model_stream_epsilon``,
 ``lethe_model_pending_removals`` and ``lethe_model_last_release_timestamp_seconds``.
 """
 

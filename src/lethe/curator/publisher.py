@@ -137,7 +137,8 @@ class VersionPublisher:
 
     def publish_release(self, item: NewVersion, batch_id: str) -> tuple[int, int]:
         """Publish, in one transaction, a version that a mechanism released on its schedule without a new removal
-        (the time cadence of ``released-logistic``): the version, its certificate (kind ``release``: the version's
+        (a family with :attr:`~lethe.families.Capability.RELEASE_SCHEDULE` and a time cadence): the version, its
+        certificate (kind ``release``: the version's
         own, like a training's; no request is attached) and a ``release`` ledger event with the version's public
         facts. Returns (version number, version id). Refuses (nothing written) if the model moved since
         ``item.old`` was read."""

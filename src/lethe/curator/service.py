@@ -80,7 +80,7 @@ class Curator:
     database_url : SQLAlchemy URL; default ``sqlite:///<data_dir>/lethe.db``.
     settings : :class:`Settings`.
     clock : seconds since the epoch (default :func:`time.time`), for mechanisms that publish on a schedule
-        (``released-logistic``'s ``cadence_seconds``); tests pass a fake clock.
+        (families with :attr:`~lethe.families.Capability.RELEASE_SCHEDULE`); tests pass a fake clock.
 
     Components (collaborators injected, each with its own public API): ``directory`` (:class:`DataDirectory`),
     ``adapters`` (:class:`~lethe.curator.adapters.Adapters`, on ``clock``), ``tokens``, ``datasets``, ``models``
@@ -244,10 +244,11 @@ class Curator:
         ``heldout``: another registered dataset with the same features (a test file registered with the same
         schema); the result reports version 1's accuracy on it (``heldout``), and the console records and plots
         every later version's. A dataset registered with a schema gets the tabular defaults
-        (the adapter's ``tabular_defaults``: an intercept for certified removal) where ``params`` do not say otherwise.
+        (the adapter's ``tabular_defaults``, e.g. an intercept) where ``params`` do not say otherwise.
 
         ``serve_unreleased``: the operator's explicit opt-in to serve model-readers the predictions and weights of a
-        model whose certificates cover ONE published version (every mechanism but ``released-logistic``): an
+        model whose certificates cover ONE published version (every family without
+        :attr:`~lethe.families.Capability.PRIVATE_RELEASES`): an
         observer of consecutive versions can identify deleted records (docs/release_privacy.md). Stored with the
         model, recorded in the ledger's ``train`` event, shown in the console. Refused for a mechanism whose
         releases are served anyway.
@@ -359,7 +360,8 @@ class Curator:
         dataset raw ``texts`` (embedded by its recorded embedder).
 
         Served to a non-admin ``principal`` (a model-reader) only from a model whose guarantee covers an observer of
-        every published release (``released-logistic``), or one an operator opted in at training
+        every published release (:attr:`~lethe.families.Capability.PRIVATE_RELEASES`), or one an operator opted in at
+        training
         (``serve_unreleased``); otherwise :class:`~lethe.curator.errors.UnreleasedModelError`
         (:meth:`Serving.check_served`)."""
         return self.serving.predict(model, features, records=records, texts=texts, operator=principal.is_admin)

@@ -32,7 +32,7 @@ UNRELEASED_WARNING = "an observer of consecutive versions can identify deleted r
 
 def covers_releases(summary: dict[str, Any]) -> bool:
     """Whether a version's guarantee covers an observer of every published release (its mechanism says so in the
-    version's summary: ``observer``, :data:`lethe.curator.public.OBSERVER_RELEASES`; ``released-logistic``)."""
+    version's summary: ``observer``, :data:`lethe.curator.public.OBSERVER_RELEASES`)"""
     return summary.get("observer") == OBSERVER_RELEASES
 
 
@@ -228,7 +228,7 @@ class Serving:
         ``operator=False`` (a model-reader): refused for a model that is not served (:meth:`check_served`)."""
         art, info = self.load_published(model)
         self.check_served(info, operator=operator)
-        # arrays a mechanism needs to predict but does not publish (e.g. a sharded model's shards)
+        # arrays a mechanism needs to predict but does not publish (the adapter's ``unpublished_arrays``)
         unpublished = get_adapter(info["mechanism"], info["params"]).unpublished_arrays
         return {"model": info["model"], "version": info["version" if operator else "reader_version"],
                 "mechanism": info["mechanism"],

@@ -2,7 +2,7 @@
 
 ``lethe dataset add NAME FILE --text-column COL --label LABEL --key KEY [--embedder minilm]`` reads a CSV or Parquet
 file, embeds every row's text with the declared embedder and registers the embeddings as the dataset's features
-(d = 384 for MiniLM); a certified head (any linear mechanism: ``certified-removal``, ``released-logistic``) is then
+(d = 384 for MiniLM); a certified head (any registered linear family) is then
 trained on them like on any dataset, and a removal costs what the head's does (Guo et al. 2020, §4.2: a public
 feature extractor, trained on no private row, leaves the certificate of the head intact).
 

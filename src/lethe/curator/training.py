@@ -350,7 +350,8 @@ def _serving_payload(summary: dict[str, Any], serve_unreleased: bool) -> dict[st
 
 def _record_keys(s: Any, dataset_id: int, ids: Any) -> list[str]:
     """The record keys (the keyed digests the records table holds) of records ``ids``, in that order: for mechanisms
-    that partition by record key (``uses_record_keys``, e.g. ``sharded``). Read in the snapshot ``ids`` came from."""
+    that partition by record key (:attr:`~lethe.families.Capability.RECORD_KEYS`). Read in the snapshot ``ids`` came
+    from."""
     by_id = dict(s.execute(select(Record.id, Record.key).where(Record.dataset_id == dataset_id)).all())
     return [by_id[int(i)] for i in ids]
 

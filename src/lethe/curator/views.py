@@ -254,7 +254,7 @@ class ReadViews:
     # -- operators' views ---------------------------------------------------------------------------------------------
     def mechanisms_in_use(self) -> tuple[str, ...]:
         """The mechanisms of the store's models, sorted: what a server or a worker imports before it serves (a
-        mechanism nobody uses — e.g. ``noisy-finetune``, which needs torch, ≈ 180 MB — is imported when a model of
+        mechanism nobody uses — e.g. one that needs torch, ≈ 180 MB — is imported when a model of
         it is first used)."""
         with self.store.read() as s:
             return tuple(s.scalars(select(db.Model.mechanism).distinct().order_by(db.Model.mechanism)))

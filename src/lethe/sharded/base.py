@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
+from lethe._locking import LOCK_ATTR, instance_lock
 from lethe._rng import RandomState, check_random_state
 from lethe._validation import store_init_args
 from lethe.estimator_data import check_keys as _check_keys
@@ -76,7 +77,7 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
                 "computes the shard of every record key and links a changed shard to a person), and a fitted model "
                 "also holds the training rows. Use model.save(path) and load(path) (no pickle, owner-only file).")
         state = super().__getstate__()
-        state.pop("_lock", None)
+        state.pop(LOCK_ATTR, None)
         return state
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
@@ -84,7 +85,7 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
         new = type(self).__new__(type(self))
         memo[id(self)] = new
         for k, v in self.__dict__.items():
-            if k != "_lock":
+            if k != LOCK_ATTR:
                 new.__dict__[k] = copy.deepcopy(v, memo)
         return new
 
@@ -93,7 +94,7 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
         if self.__dict__.get("key") is None:
             return self
         masked = type(self).__new__(type(self))
-        masked.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+        masked.__dict__.update({k: v for k, v in self.__dict__.items() if k != LOCK_ATTR})
         masked.key = "<secret>"  # type: ignore[assignment]
         return masked
 
@@ -108,10 +109,8 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
 
     @property
     def _mutex(self) -> threading.RLock:
-        lock = self.__dict__.get("_lock")
-        if lock is None:
-            lock = self.__dict__.setdefault("_lock", threading.RLock())
-        return lock
+        """The model's re-entrant lock: the one every lethe model uses (:func:`lethe._locking.instance_lock`)."""
+        return instance_lock(self)
 
     # -- parameters ----------------------------------------------------------------------------------------------
     def _prototype(self) -> Any:
@@ -184,7 +183,7 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
             if is_classifier(self):
                 new["classes_"] = np.unique(y)
             staged = type(self).__new__(type(self))
-            staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+            staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != LOCK_ATTR})
             staged.__dict__.update(new)
             estimators, checkpoints = [], []
             for s in range(n_shards):
@@ -299,7 +298,7 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
             if not np.any(active):
                 raise ValueError("remove would leave no training record; refit instead.")
             staged = type(self).__new__(type(self))
-            staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+            staged.__dict__.update({k: v for k, v in self.__dict__.items() if k != LOCK_ATTR})
             restart: dict[int, int] = {}
             classes: np.ndarray | None = getattr(self, "classes_", None)
             if classes is not None and not np.array_equal(np.unique(self.y_[active]), classes):
@@ -417,7 +416,7 @@ class ShardedBase(MetaEstimatorMixin, BaseEstimator):
         depend on the record keys only, and the relative order of the remaining rows is kept)."""
         self._check_full("compacted")
         new = type(self).__new__(type(self))
-        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_lock"})
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != LOCK_ATTR})
         act = self.active_
         for name, _ in self._ERASED:
             new.__dict__[name] = getattr(self, name)[act]

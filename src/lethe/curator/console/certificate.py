@@ -1,7 +1,7 @@
 """A certificate in words a non-specialist can read, from a fixed list of public fields.
 
 Only the fields named in :data:`PUBLIC_FIELDS` are ever shown: a certificate dict may carry fields that identify
-records (row positions such as ``removed_indices``, a Noisy-GD edit's replaced rows) and those are never read here.
+records (row positions such as ``removed_indices``, an edit's replaced rows) and those are never read here.
 """
 
 from __future__ import annotations
@@ -160,6 +160,7 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
         ex.headline = (f"Model “{model}” no longer contains the record: a new version replaced the one that held "
                        f"it, which was destroyed.{batch}")
     eps, delta = c.get("epsilon"), c.get("delta")
+    words = _words(cert_view.get("mechanism"))
     theorem = c.get("theorem") or c.get("guarantee")
     if released and eps is not None:
         ex.sentences.append(("Guarantee", (
@@ -172,11 +173,8 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
                 f"Over every release of every model trained on this dataset so far, a record held throughout is "
                 f"covered at ε = {num(c.get('lifetime_epsilon'))} (δ = {num(c.get('lifetime_delta'))}); the "
                 f"operator's lifetime budget is ε = {num(c.get('lifetime_budget'))}.")))
-    elif "epsilon_dd" in c:  # Noisy-GD (Chourasia & Shah 2023)
-        ex.sentences.append(("Guarantee", (
-            f"Deletion privacy of Rényi order q = {num(c.get('q'))} with ε_dd = {num(c.get('epsilon_dd'))}: the "
-            "published model is statistically close to one trained without the record, as if it had never been "
-            "collected.")))
+    elif (own := _own_guarantee(words, c)) is not None:  # the family states its guarantee in its own words
+        ex.sentences.append(("Guarantee", own))
     elif eps is not None:
         exact = float(eps) == 0.0 and not delta
         if exact:
@@ -209,7 +207,6 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
                 f"This removal used {used_now} of the model's removal budget; {used_total} is used in all since "
                 f"the last training and {left} remains.")))
     ex.retrained = bool(retrained) if retrained is not None else None
-    words = _words(cert_view.get("mechanism"))
     if retrained is True:
         ex.sentences.append(("Retraining", words.retrained if words else _GENERIC_RETRAINED))
     elif retrained is False or (retrained is None and words is not None):
@@ -222,6 +219,17 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
 
 _GENERIC_RETRAINED = "Yes. The model was trained again on the remaining records."
 _GENERIC_UPDATED = "No. The model was updated by its unlearning mechanism (see the proof)."
+
+
+def _own_guarantee(words: FamilyWords | None, c: dict[str, Any]) -> str | None:
+    """The family's own guarantee sentence (:attr:`FamilyWords.guarantee`) filled with the certificate's shown
+    fields, or None (no template, or it names a field this certificate does not show)."""
+    if words is None or not words.guarantee:
+        return None
+    try:
+        return words.guarantee.format_map({k: num(v) for k, v in c.items()})
+    except (KeyError, IndexError, ValueError):
+        return None
 
 
 def _words(mechanism: Any) -> FamilyWords | None:
