@@ -28,3 +28,23 @@ def test_lethe_itself_never_imports_the_old_path():
             "assert 'lethe.estimators' not in sys.modules, 'lethe.estimators was imported'\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("old", ["lethe.curator", "lethe.curator.adapters"])
+def test_a_family_adapter_at_its_old_curator_path_warns_and_is_the_family_one(old):
+    """Before issue 34 the built-in adapters were exported by ``lethe.curator`` and defined in
+    ``lethe.curator.adapters``; asked for there, each is found through the registry, with a DeprecationWarning naming
+    its family's package (the curator names no family itself)."""
+    pytest.importorskip("sqlalchemy")
+    from lethe.families import families
+
+    mod = importlib.import_module(old)
+    adapters = [f for f in families() if f.adapter is not None]
+    assert adapters
+    for fam in adapters:
+        name = fam.adapter.rpartition(":")[2]
+        with pytest.warns(DeprecationWarning, match=fam.adapter.partition(":")[0].replace(".", r"\.")):
+            cls = getattr(mod, name)
+        assert cls is fam.adapter_class(), name
+    with pytest.raises(AttributeError, match="NoSuchAdapter"):
+        _ = mod.NoSuchAdapter

@@ -37,7 +37,6 @@ REEXPORTED = [
     ("lethe.noisygd", "CuratorConfig", "lethe.noisygd.config"),
     ("lethe.noisygd", "NonAdaptiveRequester", "lethe.noisygd.requesters"),
     # the families' service adapters, moved from lethe.curator into their packages (internal paths: no warning)
-    ("lethe.curator", "CertifiedRemovalAdapter", "lethe.certified.adapter"),
     ("lethe.curator.adapters_release", "ReleasedLogisticAdapter", "lethe.release.adapter"),
     ("lethe.curator.adapters_release", "release_noise", "lethe.release.adapter"),
     ("lethe.curator.adapters_release", "check_released_logistic", "lethe.release.adapter"),

@@ -98,6 +98,28 @@ def test_the_console_words_are_true_of_the_family(family):
         assert family.words.observer in text
 
 
+def test_the_generic_curator_and_console_name_no_family():
+    """The curator, its API and the console (migrations and the deprecated adapter-path shims aside) never name a
+    built-in family or mechanism, not even in a docstring: they ask the registry (issue 34: 0 names)."""
+    import re
+    from pathlib import Path
+
+    import lethe.curator
+
+    root = Path(lethe.curator.__file__).parent
+    names = {n for f in BUILTIN_FAMILIES for n in (f.name, *f.mechanisms)}
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in sorted(names)) + r")(?![\w-])", re.I)
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".html", ".js", ".css")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "migrations" or rel.parts[0].startswith("adapters_"):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if m := pattern.search(line):
+                found.append(f"{rel}:{i}: {m.group(0)}")
+    assert not found, found
+
+
 @pytest.mark.parametrize("family", families(), ids=lambda f: f.name)
 def test_the_guarantee_sentence_comes_from_the_family(family):
     """A family whose guarantee is not an (ε, δ) pair states it in its own words (``FamilyWords.guarantee``, filled

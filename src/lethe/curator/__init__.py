@@ -9,7 +9,7 @@ imported here. Needs the ``service`` extra (SQLAlchemy, FastAPI, uvicorn, pandas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lethe.curator.adapters import MechanismAdapter, available_mechanisms, get_adapter, register_adapter
 from lethe.curator.artifacts import Artifact, ArtifactError, ArtifactStore
@@ -26,23 +26,18 @@ from lethe.curator.service import Curator
 from lethe.curator.settings import Principal, Settings
 from lethe.curator.worker import BackgroundWorker, run_worker
 
-if TYPE_CHECKING:
-    from lethe.certified.adapter import CertifiedRemovalAdapter
-
 
 def __getattr__(name: str) -> Any:
-    """``CertifiedRemovalAdapter`` lives in its family's package (:mod:`lethe.certified.adapter`, issue 34) and is
-    imported when asked for: the service imports a family's adapter only when one of its models is in use."""
-    if name == "CertifiedRemovalAdapter":
-        from lethe.certified.adapter import CertifiedRemovalAdapter
+    """A family's service adapter asked for here (where one was exported before issue 34 moved each adapter into its
+    family's package) is found through the registry, with a DeprecationWarning (:func:`adapters.moved_adapter`)."""
+    from lethe.curator.adapters import moved_adapter
 
-        return CertifiedRemovalAdapter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return moved_adapter(__name__, name)
 
 
 __all__ = [
     "Artifact", "ArtifactError", "ArtifactStore", "BackgroundWorker", "BatchResult", "BusyError",
-    "CertifiedRemovalAdapter", "ConflictError", "Curator", "CuratorError", "InvalidInputError", "MechanismAdapter",
+    "ConflictError", "Curator", "CuratorError", "InvalidInputError", "MechanismAdapter",
     "NotFoundError", "PermissionDeniedError", "Principal", "Settings", "available_mechanisms", "get_adapter",
     "register_adapter", "run_worker",
 ]

@@ -31,6 +31,7 @@ This module holds the interface and what every adapter shares; each family's ada
 from __future__ import annotations
 
 import time
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -219,5 +220,27 @@ def tabular_defaults(mechanism: str) -> dict[str, Any]:
     return dict(cls.tabular_defaults) if cls is not None else {}
 
 
+def moved_adapter(module: str, name: str) -> Any:
+    """A family's service adapter class asked for by its class name at an old path (``module``, e.g.
+    ``lethe.curator.adapters``, where the built-in adapters lived before issue 34 moved each into its family's
+    package): found through the registry (:attr:`lethe.families.Family.adapter`), imported, and returned with a
+    :class:`DeprecationWarning` naming its package. Old paths keep working for one release.
+
+    Raises :class:`AttributeError` (what ``module.__getattr__`` must raise) for a name no family's adapter has."""
+    from lethe.families import families
+
+    for fam in families():
+        if fam.adapter is not None and fam.adapter.rpartition(":")[2] == name:
+            path = fam.adapter.partition(":")[0]
+            warnings.warn(f"{module}.{name} moved to {path}.{name} (the {fam.name!r} family's package); the old "
+                          "path will be removed in the next release.", DeprecationWarning, stacklevel=3)
+            return fam.adapter_class()
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+
+def __getattr__(name: str) -> Any:
+    return moved_adapter(__name__, name)
+
+
 __all__ = ["Adapters", "MechanismAdapter", "WarmModel", "tabular_defaults", "available_mechanisms", "get_adapter",
-           "register_adapter"]
+           "moved_adapter", "register_adapter"]

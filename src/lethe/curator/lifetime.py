@@ -1,7 +1,7 @@
 """The privacy ledger of each dataset: every release of every model trained on its records, composed exactly
 (issue 36).
 
-A record held throughout a deployment meets every release of every ``released-logistic`` stream trained on its
+A record held throughout a deployment meets every release of every private-release stream trained on its
 dataset: several models, retrains (each a new stream), horizon renewals. The store keeps one row per stream
 (:class:`lethe.curator.store.PrivacyStream`: μ₁ of one release, its horizon, the releases published) and the
 dataset's lifetime budget (:class:`lethe.curator.store.PrivacyBudget`). The lifetime ε at the budget's δ is the
@@ -18,9 +18,10 @@ the old stream at the releases it published, so its unused horizon is given back
 
 What counts, and what does not (docs/release_privacy.md §8):
 
-* every release of a ``released-logistic`` model (training, removal steps that publish, the clock or time rule);
+* every release of a model with private releases (:attr:`lethe.families.Capability.PRIVATE_RELEASES`): training,
+  removal steps that publish, the clock or time rule;
 * exports (``lethe model export``, ``GET /v1/models/{m}``) and predictions are post-processing of releases: free;
-* models whose certificates cover ONE published version (certified removal, Noisy-GD, noisy fine-tuning, sharded)
+* models whose certificates cover ONE published version (every other family)
   are served to operators only, who hold the data: they publish nothing to model-readers and are not in the
   composition. A model served by the operator's opt-in (``--serve-unreleased``) has no membership guarantee for
   the sequence at all; it is listed as ``uncovered`` beside the lifetime ε, which does not cover it.
@@ -79,7 +80,7 @@ class ReleaseCountError(RuntimeError):
 
 
 def stream_mu(params: dict[str, Any]) -> float:
-    """μ₁ of one release of a ``released-logistic`` stream, bounded from its parameters (ε, δ, T)."""
+    """μ₁ of one release of a private-release stream, bounded from its parameters (ε, δ, T)."""
     return float(_math().stream_release_mu(float(params["epsilon"]), float(params["delta"]), int(params["horizon"])))
 
 

@@ -46,7 +46,7 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
     "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule",
     "schedule_reveals", "withdrawn", "noise_source",
-    # sharded models: the partition's size (a public parameter)
+    # a partition's size (a public parameter)
     "n_shards",
     # the dataset's privacy ledger (issue 36): every release of every model on its records, composed
     "lifetime_epsilon", "lifetime_epsilon_committed", "lifetime_delta", "lifetime_budget",
@@ -65,8 +65,8 @@ REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
 })
 
 #: Who a certificate's guarantee covers (issue 26): the certificates of the mechanisms that bound what ONE version
-#: reveals (certified removal, Noisy-GD, noisy fine-tuning: a diff of consecutive versions can identify the removed
-#: records) say "one published version"; released models (``released-logistic``) say "every published release".
+#: reveals (a diff of consecutive versions can identify the removed records) say "one published version"; models
+#: with private releases (:attr:`lethe.families.Capability.PRIVATE_RELEASES`) say "every published release".
 OBSERVER_ONE_VERSION = "one published version"
 OBSERVER_RELEASES = "every published release"
 

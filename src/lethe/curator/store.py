@@ -265,7 +265,7 @@ class Token(Base):
 
 # -- the privacy ledger per dataset (issue 36; schema 7, lethe.curator.lifetime) -------------------------------------
 class PrivacyStream(Base):
-    """One release stream of a model trained on a dataset's records: a ``released-logistic`` training (or retraining)
+    """One release stream of a model trained on a dataset's records: a private-release training (or retraining)
     and its releases. Kept when the model is dropped or retrained (then ``open`` is false and ``releases`` final): a
     record held throughout met every release of every stream. ``mu`` is μ₁ of one release (Δ/σ ≤ 1/(√T σ_BW(ε, δ))),
     ``releases`` the count published — the service's count, which an artifact's may not fall behind (a rollback)."""

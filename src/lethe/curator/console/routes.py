@@ -293,7 +293,8 @@ def console_router(curator: Curator, *, http_status: Callable[[CuratorError], in
                 m["versions"] = vs
                 m["holdout"] = assigned.get(m["id"])
                 m["charts"] = _model_charts(m, vs)
-        return render(request, "models.html", sess=sess, models=ms, datasets=dsets, title="Models")
+        return render(request, "models.html", sess=sess, models=ms, datasets=dsets, title="Models",
+                      released=_private_release_mechanisms())
 
     @post("/models/{name}/holdout")
     async def holdout_post(request: Request, name: str) -> Response:
@@ -471,3 +472,12 @@ def mount_console(app: FastAPI, curator: Curator, *, http_status: Callable[[Cura
 
 
 __all__ = ["console_router", "mount_console"]
+
+
+def _private_release_mechanisms() -> str:
+    """The mechanisms whose every release is private (the registry's families with
+    :attr:`~lethe.families.Capability.PRIVATE_RELEASES`), for the models page's "train with …" hint."""
+    from lethe.families import Capability, families
+
+    names = [m for f in families() if f.has(Capability.PRIVATE_RELEASES) for m in f.mechanisms]
+    return " or ".join(f"--mechanism {m}" for m in names) or "a mechanism with private releases"
