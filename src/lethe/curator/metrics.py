@@ -42,6 +42,7 @@ from lethe.curator import store as db
 from lethe.curator.public import SHOWN_STATUS
 from lethe.curator.settings import REQUEST_STATUSES
 from lethe.curator.store import Store, as_utc
+from lethe.families import Capability, family_of_mechanism
 
 PUBLICATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 24 * 3600.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -82,6 +83,14 @@ REQUEST_EVENTS = ("request_submitted", "request_done", "request_failed")
 MODEL_EVENTS = ("train", "retrain", "remove", "release", "version_published", "model_dropped", "version_destroyed")
 #: syncs during which an id skipped by the ledger range (a transaction not yet committed) is looked up again
 GAP_SYNCS = 100
+
+
+def _private_releases(mechanism: str) -> bool:
+    """Whether ``mechanism``'s family declares private releases (its stream gauges apply)."""
+    try:
+        return family_of_mechanism(mechanism).has(Capability.PRIVATE_RELEASES)
+    except ValueError:  # a mechanism no registered family runs any more: no stream gauges
+        return False
 
 
 def _number(v: Any) -> bool:
@@ -221,7 +230,7 @@ class CuratorMetrics:
             b, r = summary.get("budget"), summary.get("residual_bound")
             if isinstance(b, int | float) and isinstance(r, int | float) and b > 0 and math.isfinite(b):
                 self.used.labels(m.name).set(float(r) / float(b))
-            if summary.get("horizon") is not None and summary.get("releases") is not None:  # a released model
+            if _private_releases(m.mechanism):  # the family declares it, no summary key is sniffed
                 summary.update(lifetime.summary_fields(s, m.dataset_id))
                 for name, (_doc, key) in PER_RELEASED_MODEL.items():
                     if _number(summary.get(key)):
