@@ -15,7 +15,8 @@ can read or write, or that belongs to another user, is refused (as ``ssh`` refus
 :func:`lethe.io.check_counts`). Beside the key file,
 ``<key file>.counts`` (owner-only JSON) maps the random id of each saved release stream
 (:class:`lethe.release.ReleasedLogisticRegression`) to the highest counts it was saved or loaded with (releases
-published, records removed). A file whose counts are behind is refused at load: an older copy, even an authentic
+published, records removed), updated under an exclusive ``flock`` on ``<key file>.counts.lock`` that no exception
+leaves held (:func:`record_counts`). A file whose counts are behind is refused at load: an older copy, even an authentic
 one, would restart the ledger from an earlier point and publish releases the accountant already counted. Limits:
 the counters live on this machine, under this key location; a copy of the file loaded on another machine, or under
 another key location, or after the counts file was deleted, is checked against nothing (the service keeps its
