@@ -1,11 +1,12 @@
 """No lock or descriptor is left behind by an exception at any executed line (issue 35): the release counters' file
-lock (:func:`lethe.model_keys.record_counts`), a model's own lock (:func:`lethe._locking.serialised`) and the
-temporary file of an atomic write (:func:`lethe.io.write_bytes_atomic`).
+lock (:func:`lethe.model_keys.record_counts`), a model's own lock (:func:`lethe._locking.serialised`, and a certified
+model's ``remove_rows`` and ``resync``) and the temporary file of an atomic write (:func:`lethe.io.write_bytes_atomic`).
 
 The faults are those of ``test_exceptions_families.py`` (its tracer raises at the k-th executed line of lethe's code,
-for every k). The tracebacks of the counts faults are all kept alive while the next calls run, as a caller that logs
-or stores the exception does: the lock must not depend on the traceback being dropped (it did: a fault as the lock's
-block ended, or at its ``close`` line, kept the lock held by the traceback's frames, and the next call waited
+for every k; for a certified removal, every line of the modules that take and release the lock, plus a sample). The
+tracebacks of the counts faults are all kept alive while the next calls run, as a caller that logs or stores the
+exception does: the lock must not depend on the traceback being dropped (it did: a fault as the lock's block ended,
+or at its ``close`` line, kept the lock held by the traceback's frames, and the next call waited
 ``COUNTS_LOCK_WAIT`` and refused). Racing writers, in threads and in processes, never lose an update to the counts
 file (a lost update lowers a count, which would let a rolled-back release file load).
 """
@@ -19,6 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import lethe.model_keys as model_keys
@@ -147,19 +149,58 @@ def test_a_fault_at_any_line_of_a_serialised_call_leaves_the_models_lock_free():
     for at in range(1, len(lines) + 1):
         err, _ = _run(lambda: m.step(1), at)
         assert isinstance(err, Fault), at
-        free: list[bool] = []
-
-        def other(free: list[bool] = free) -> None:
-            lock = instance_lock(m)
-            free.append(lock.acquire(blocking=False))
-            if free[-1]:
-                lock.release()
-
-        t = threading.Thread(target=other)
-        t.start()
-        t.join()
-        assert free == [True], f"a fault at {lines[at - 1]} left the model's lock held"
+        assert _lock_is_free(m), f"a fault at {lines[at - 1]} left the model's lock held"
     print(len(lines), "lines executed;", len(lines), "faults, lock free after each")
+
+
+def _lock_is_free(model: object) -> bool:
+    """Whether another thread can take ``model``'s lock at once (never waits)."""
+    free: list[bool] = []
+
+    def other() -> None:
+        lock = instance_lock(model)
+        free.append(lock.acquire(blocking=False))
+        if free[-1]:
+            lock.release()
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    return free == [True]
+
+
+@pytest.mark.parametrize("call", ["remove_rows", "resync"])
+def test_a_fault_at_any_line_of_a_certified_removal_leaves_the_models_lock_free(call):
+    """``remove_rows`` and ``resync`` took the lock in a ``with`` block of their own, ending after the removal
+    returned: a fault there left it held (as in ``serialised``)."""
+    from lethe.certified.estimators import CertifiedLogisticRegression
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 4))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = (X[:, 0] > 0).astype(int)
+
+    def fresh() -> CertifiedLogisticRegression:
+        m = CertifiedLogisticRegression(lam=1e-2, sigma=0.5, random_state=0).fit(X, y)
+        m.resync()  # the lock exists
+        return m
+
+    def run(m: CertifiedLogisticRegression) -> object:
+        return m.remove_rows(np.array([3])) if call == "remove_rows" else m.resync()
+
+    first = fresh()
+    err, lines = _run(lambda: run(first), None)
+    assert err is None and lines
+    # every line of the two modules that take and release the lock (each block's exit included), and an even sample
+    # of the rest (a fault deeper in the removal leaves through the same lines)
+    points = sorted({k for k, (f, _) in enumerate(lines, 1) if f.endswith(("_locking.py", "estimators_logistic.py"))}
+                    | set(np.linspace(1, len(lines), 40, dtype=int).tolist()))
+    for at in points:
+        m = fresh()
+        err, _ = _run(lambda m=m: run(m), at)
+        assert isinstance(err, Fault), at
+        assert _lock_is_free(m), f"a fault at {lines[at - 1]} left the model's lock held"
+    print(call, len(lines), "lines executed;", len(points), "faults, lock free after each")
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd (Linux)")
