@@ -44,8 +44,11 @@ def serialised(method: F) -> F:
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with instance_lock(self):
-            return method(self, *args, **kwargs)
+        # One line on purpose: Python reports a line event (where a tracer, or a timeout handler using one, can
+        # raise) only when execution moves to another line. On two lines the block's exit, which releases the lock,
+        # is reported on the ``with`` line again after ``method`` returned, and an exception raised there skipped the
+        # release: the model's lock stayed held, and every later call from another thread waited forever.
+        with instance_lock(self): return method(self, *args, **kwargs)  # noqa: E701
 
     return wrapper  # type: ignore[return-value]
 

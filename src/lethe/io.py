@@ -178,17 +178,20 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int, fsync: bool = True
     before any byte is written, fsynced (unless ``fsync=False``), then renamed over ``path`` — so readers see the
     old file or the new one, never a part, and every write is a new inode. On any failure the temporary is removed
     and ``path`` is untouched."""
-    tmp = None
+    tmp = f = None
     try:  # the temporary is created inside the try: an exception right after its creation still removes it
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=path.parent)
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
+        f = os.fdopen(fd, "wb")  # the descriptor owned by a file object from here (closed if collected)
+        with f:
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
+        if f is None and tmp is not None:  # not yet handed to a file object: nothing else would close it
+            os.close(fd)
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         raise

@@ -15,7 +15,8 @@ can read or write, or that belongs to another user, is refused (as ``ssh`` refus
 :func:`lethe.io.check_counts`). Beside the key file,
 ``<key file>.counts`` (owner-only JSON) maps the random id of each saved release stream
 (:class:`lethe.release.ReleasedLogisticRegression`) to the highest counts it was saved or loaded with (releases
-published, records removed). A file whose counts are behind is refused at load: an older copy, even an authentic
+published, records removed), updated under an exclusive ``flock`` on ``<key file>.counts.lock`` that no exception
+leaves held (:func:`record_counts`). A file whose counts are behind is refused at load: an older copy, even an authentic
 one, would restart the ledger from an earlier point and publish releases the accountant already counted. Limits:
 the counters live on this machine, under this key location; a copy of the file loaded on another machine, or under
 another key location, or after the counts file was deleted, is checked against nothing (the service keeps its
@@ -25,13 +26,14 @@ count in its store instead).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import secrets
 import stat
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 #: The environment variables of the model key: the key in hexadecimal, or the path of a file holding it.
@@ -74,13 +76,13 @@ def _check_private(st: os.stat_result, path: Path, what: str, *, readable_by_oth
 def read_key_file(path: Path) -> str | None:
     """The text of the key file ``path`` (None if it does not exist), after checking that only its owner, this user,
     can read or write it (:class:`KeyFileError` otherwise; symbolic links are followed, the file itself is checked)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:  # opened and wrapped on one line: no line runs while the descriptor is bare (a fault there leaked it)
+        f = os.fdopen(os.open(path, os.O_RDONLY), "r")
     except FileNotFoundError:
         return None
     except OSError as e:
         raise KeyFileError(f"The model key file {path} cannot be read: {e.strerror}.") from None
-    with os.fdopen(fd, "r") as f:
+    with f:
         _check_private(os.fstat(f.fileno()), path, "model key file")
         return f.read()
 
@@ -95,15 +97,20 @@ def create_key_file(path: Path) -> str:
     """Create the key file ``path`` with a new random key (hexadecimal text), atomically, unless it exists; return
     the text of the key file that exists afterwards (this process's or the one another process created first)."""
     _private_dir(path.parent)
-    tmp = None
+    tmp = f = None
     try:  # the temporary is created inside the try: an exception right after its creation still removes it
         fd, tmp = tempfile.mkstemp(prefix=".model-key-", dir=path.parent)  # created 0600
-        with os.fdopen(fd, "w") as f:
+        f = os.fdopen(fd, "w")  # the descriptor owned by a file object from here (closed if collected)
+        with f:
             f.write(secrets.token_bytes(NEW_KEY_BYTES).hex() + "\n")
             f.flush()
             os.fsync(f.fileno())
         with contextlib.suppress(FileExistsError):  # another process created it first: use that one
             os.link(tmp, path)  # atomic, never replaces: the first key wins
+    except BaseException:
+        if f is None and tmp is not None:  # not yet handed to a file object: nothing else would close it
+            os.close(fd)
+        raise
     finally:
         if tmp is not None:
             os.unlink(tmp)
@@ -121,11 +128,11 @@ def counts_path() -> Path:
 
 
 def _read_counts(path: Path) -> dict[str, dict[str, int]]:
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:  # opened and wrapped on one line (see read_key_file)
+        f = os.fdopen(os.open(path, os.O_RDONLY), "r")
     except FileNotFoundError:
         return {}
-    with os.fdopen(fd, "r") as f:
+    with f:
         _check_private(os.fstat(f.fileno()), path, "release counts file", readable_by_others=True)
         text = f.read()
     try:
@@ -137,33 +144,36 @@ def _read_counts(path: Path) -> dict[str, dict[str, int]]:
                            "(restore it, or delete it to forget every counter).") from None
 
 
-@contextlib.contextmanager
-def _locked_counts() -> Iterator[Path]:
-    path = counts_path()
-    _private_dir(path.parent)
-    lock = path.with_name(path.name + ".lock")
-    # a file object, not a bare descriptor: one that a fault leaves unclosed (raised at the ``close`` line itself)
-    # is closed, and its lock released, when the object is collected, instead of holding the lock until exit
-    fh = open(lock, "a+b", opener=lambda p, flags: os.open(p, flags, 0o600))  # noqa: SIM115 - closed in finally
-    fd = fh.fileno()
-    try:
-        import fcntl
+def _owner_only(name: str, flags: int) -> int:
+    return os.open(name, flags, 0o600)
 
+
+def _take_counts_lock(lock: Path) -> io.FileIO:
+    """Open the lock file ``lock`` and take its exclusive ``flock`` (waiting at most :data:`COUNTS_LOCK_WAIT`, then
+    :class:`KeyFileError` naming it); return the open file, which holds the lock until it is closed or collected.
+
+    The lock is taken on the line that returns the file, so no line of this function runs while it holds the lock
+    (a tracer's line event, or an exception raised there, comes before it or after the return): whatever escapes
+    from here leaves the lock free. Another process, and another thread of this one (each opens its own file, and
+    ``flock`` locks of two open files exclude each other), waits for it."""
+    import fcntl
+
+    fh = open(lock, "a+b", buffering=0, opener=_owner_only)  # noqa: SIM115 - the caller's ``with`` closes it
+    try:
         deadline = time.monotonic() + COUNTS_LOCK_WAIT
         while True:  # a bounded wait: a lock never released (a holder stopped) is an error that names it, not a hang
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                return fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB) or fh  # type: ignore[func-returns-value]
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise KeyFileError(
-                        f"The release counts file's lock {lock} has been held for {COUNTS_LOCK_WAIT:g} s: another "
-                        "process is recording counts, or an interrupted save that is still referenced holds it. "
-                        "Nothing was written; try again (the lock is released when its holder exits).") from None
-                time.sleep(0.01)
-        yield path
-    finally:
-        fh.close()  # releases the lock
+                        f"The release counts file's lock {lock} has been held for {COUNTS_LOCK_WAIT:g} s by another "
+                        "process or thread recording counts. Nothing was written; try again (the lock is released "
+                        "when its holder finishes or exits).") from None
+            time.sleep(0.01)
+    except BaseException:  # an interrupt right after the lock was taken, inside the flock line: release it here
+        fh.close()
+        raise
 
 
 def recorded_counts(stream: str) -> dict[str, int]:
@@ -174,20 +184,29 @@ def recorded_counts(stream: str) -> dict[str, int]:
 def record_counts(stream: str, counts: Mapping[str, int]) -> None:
     """Raise the recorded counts of ``stream`` to at least ``counts`` (never lower them), under a file lock, written
     atomically to the owner-only counts file."""
-    with _locked_counts() as path:
+    path = counts_path()
+    _private_dir(path.parent)
+    # The open lock file is bound to no name (no ``as``): it lives only on this frame's value stack, which Python
+    # empties when an exception leaves the frame. So an exception at ANY line here (even one raised as the block
+    # ends, which skips ``__exit__``) closes the file and releases the lock as it propagates, however long its
+    # traceback (which keeps the frame's named locals, not its stack) is kept; a name would keep the lock held.
+    with _take_counts_lock(path.with_name(path.name + ".lock")):
         data = _read_counts(path)
         cur = data.setdefault(stream, {})
         for k, v in counts.items():
             cur[k] = max(int(v), cur.get(k, 0))
-        tmp = None
+        tmp = f = None
         try:  # created inside the try: an exception right after its creation still removes it
             fd, tmp = tempfile.mkstemp(prefix=".counts-", dir=path.parent)  # created 0600
-            with os.fdopen(fd, "w") as f:
+            f = os.fdopen(fd, "w")  # the descriptor owned by a file object from here (closed if collected)
+            with f:
                 f.write(json.dumps({"streams": data}, sort_keys=True))
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
+            if f is None and tmp is not None:  # not yet handed to a file object: nothing else would close it
+                os.close(fd)
             if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
             raise

@@ -42,7 +42,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._locking import SerialisedModel, instance_lock, serialised
+from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.data import check_data_matrix
@@ -274,12 +274,12 @@ class CertifiedLinearBase(CertifiedModelFiles, CertifiedAddition, SerialisedMode
         undo.finish()  # after the commit: a CSR matrix's explicit zeros dropped, the record forgotten
         return cert
 
+    @serialised
     def resync(self) -> Any:
         """Complete what a failed or interrupted ``remove``/``add`` left unfinished: write back the rows of a Dask
         model's store that a failed removal had erased (:class:`lethe.certified.transaction.ResyncRequiredError`
         until the storage works again). Every ``remove``/``add`` does this first; returns self."""
-        with instance_lock(self):
-            resume(self)
+        resume(self)
         return self
 
     @serialised
@@ -314,23 +314,24 @@ class CertifiedLinearBase(CertifiedModelFiles, CertifiedAddition, SerialisedMode
         ``fit_certificates_``): the :class:`lethe.protocols.Unlearner` protocol's latest certificate."""
         return self.__dict__.get("_certificate")
 
+    @serialised
     def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
         """Remove the training rows ``idx`` (positions, validated here as :meth:`remove` validates them) and return
         the certificate. ``random_state``: the randomness of a retraining's fresh b for this call (default: the
         model's own generator).
 
         The removal path other front ends call (e.g. a service that maps its own keys to rows and draws fresh
-        entropy for every operation). Under the model's lock, taken here rather than by :func:`serialised` (the
-        same lock; one call less on the path of every deletion). Atomic as :meth:`remove` is: an exception anywhere
-        in the call leaves the model as it was, or — once committed — with the removal done in full."""
-        with instance_lock(self):
-            resume(self)  # an interrupted call's rollback completed first (nothing else is trusted before it)
-            rng = self._rng if random_state is None else check_random_state(random_state)
-            if isinstance(idx, _CheckedRows) and idx.model is self and idx.states is self.states_:  # see the class
-                idx = idx.view(np.ndarray)
-            else:
-                idx = self._check_remove_indices(idx)
-            return self._remove_checked(idx, rng)
+        entropy for every operation). Under the model's lock (:func:`serialised`: a ``with`` block ending here
+        after the removal returned was a line where an exception skipped the lock's release). Atomic as
+        :meth:`remove` is: an exception anywhere in the call leaves the model as it was, or — once committed — with
+        the removal done in full."""
+        resume(self)  # an interrupted call's rollback completed first (nothing else is trusted before it)
+        rng = self._rng if random_state is None else check_random_state(random_state)
+        if isinstance(idx, _CheckedRows) and idx.model is self and idx.states is self.states_:  # see the class
+            idx = idx.view(np.ndarray)
+        else:
+            idx = self._check_remove_indices(idx)
+        return self._remove_checked(idx, rng)
 
     def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Any:
         """Remove the validated rows ``idx`` (under the lock) and return the certificate."""
