@@ -38,8 +38,9 @@ from lethe.privacy.gaussian import analytic_gaussian_epsilon
 from lethe.privacy.release import ReleaseAccountant, ReleaseCertificate
 from lethe.privacy.tree import TreeReleaseAccountant, tree_squared_sensitivity
 
-__all__ = ["NOISE_MECHANISMS", "TREE_GUARANTEE", "TREE_THEOREMS", "TreeReleaseCertificate", "TreeStreamAccountant",
-           "accountant_from_dict", "certificate_from_dict", "stream_accountant"]
+__all__ = ["NOISE_MECHANISMS", "TREE_ARRAYS", "TREE_GUARANTEE", "TREE_THEOREMS", "TreeReleaseCertificate",
+           "TreeStreamAccountant", "accountant_from_dict", "certificate_from_dict", "restore_tree", "stream_accountant",
+           "tree_certificate_fields"]
 
 #: The values of ``noise_mechanism``.
 NOISE_MECHANISMS = ("fresh", "tree", "auto")
@@ -263,3 +264,28 @@ def stream_accountant(noise_mechanism: str, *, epsilon: float, delta: float, hor
     if noise_mechanism == "tree" or tree.sigma < fresh.sigma:
         return tree
     return fresh
+
+
+def tree_certificate_fields(acc: TreeStreamAccountant, version: int) -> dict[str, Any]:
+    """The tree's figures and premises a certificate of release ``version`` states (the service's certificates
+    and summaries; the library's :class:`TreeReleaseCertificate` carries the same): this release's noise std
+    (``sigma``), μ of the horizon and of the releases so far, σ₀, the node σ, the worst release's std, the
+    premises."""
+    t = acc.tree
+    return {"noise_mechanism": "tree", "sigma": acc.release_std(version), "mu": acc.mu,
+            "mu_spent": acc.mu_spent(), "sigma_first": t.sigma_first, "sigma_node": t.sigma,
+            "worst_release_std": acc.sigma, "gram_cap": float(acc.gram_cap),
+            "rows_per_release": int(acc.rows_per_release), "guarantee": TREE_GUARANTEE}
+
+
+def restore_tree(acc: TreeStreamAccountant, arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
+    """The stream's :class:`~lethe.privacy.tree.TreeRelease` from a stored state (checked; later releases draw
+    the operating system's CSPRNG)."""
+    from lethe.privacy.tree import TreeRelease
+
+    if not isinstance(meta, Mapping):
+        raise ValueError("a tree stream's state must hold the tree's record.")
+    return TreeRelease.from_state(acc.tree, dict(arrays), dict(meta))
+
+
+TREE_ARRAYS = ("tree_first", "tree_nodes", "tree_centres")
