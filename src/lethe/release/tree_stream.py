@@ -40,7 +40,7 @@ from lethe.privacy.tree import TreeReleaseAccountant, tree_squared_sensitivity
 
 __all__ = ["NOISE_MECHANISMS", "TREE_ARRAYS", "TREE_GUARANTEE", "TREE_THEOREMS", "TreeReleaseCertificate",
            "TreeStreamAccountant", "accountant_from_dict", "certificate_from_dict", "restore_tree", "stream_accountant",
-           "tree_certificate_fields"]
+           "row_count_gram_cap", "tree_certificate_fields"]
 
 #: The values of ``noise_mechanism``.
 NOISE_MECHANISMS = ("fresh", "tree", "auto")
@@ -289,3 +289,19 @@ def restore_tree(acc: TreeStreamAccountant, arrays: Mapping[str, Any], meta: Map
 
 
 TREE_ARRAYS = ("tree_first", "tree_nodes", "tree_centres")
+
+
+def row_count_gram_cap(n_floor: int) -> float:
+    """A Gram cap that holds for EVERY data set whose ``auto_n_floor`` is ``n_floor``, so it is as public as
+    ``n_floor``: rows of norm ≤ ρ = 1 + 1e-9 give λ_max(XᵀX) ≤ tr(XᵀX) = Σ‖xᵢ‖² ≤ n ρ², and
+    :func:`~lethe.privacy.release.auto_n_floor` (n) = m implies n ≤ 1.2 m + 2 (its 4 significant bits of 15n/16:
+    15n/16 < 9m/8 + 1). Loose — the tree rarely beats fresh noise with it — but never a premise that can fail.
+
+    Examples
+    --------
+    >>> from lethe.privacy.release import auto_n_floor
+    >>> all(row_count_gram_cap(auto_n_floor(n)) >= n for n in range(1, 5000))
+    True
+    """
+    m = check_nonnegative_int("n_floor", n_floor)
+    return (1.2 * m + 2.0) * (1.0 + 3e-9)
