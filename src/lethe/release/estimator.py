@@ -14,6 +14,10 @@ Predictions (``coef_``, ``decision_function``, ``predict``, ``predict_proba``) u
 centre w̃ and the remaining rows are secret: no public attribute holds them, the model refuses ``copy``,
 ``deepcopy`` and ``pickle`` once fitted, and ``save`` writes them owner-only without pickle (:mod:`lethe.io`).
 This front end holds no math: it calls the mechanism, the bound, the calibration and the accountant.
+
+Opt-in (issue 39): ``noise_mechanism="tree"`` publishes through tree aggregation over the removal stream instead of
+fresh noise (:mod:`lethe.release.tree_stream`, docs/release_drift.md §7), and ``"auto"`` chooses between the two from
+the public parameters.
 """
 
 from __future__ import annotations

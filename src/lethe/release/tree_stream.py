@@ -56,8 +56,8 @@ TREE_THEOREMS = (
     "lethe.certified.bounds.release_sensitivity)",
     "drift bound on the target's influence over K removed rows under the Gram cap (docs/release_drift.md §2; "
     "lethe.privacy.drift.drift_bound)",
-    "tree aggregation with Honaker's refinement; each node a Gaussian mechanism (Dwork et al. 2010; Chan, Shi & "
-    "Song 2011; Honaker 2015; lethe.privacy.tree)",
+    "tree aggregation with Honaker's refinement (TPDP workshop, 2015); each node a Gaussian mechanism (Dwork et al. "
+    "2010; Chan et al. 2011; lethe.privacy.tree)",
     "adaptive composition of Gaussian mechanisms into mu-GDP, mu^2 = Delta^2/sigma_0^2 + max_tau sum s^2/sigma^2 "
     "(Dong, Roth & Su 2019, Cor. 3.3); (epsilon, delta) by Balle & Wang 2018, Thm 8",
     "post-processing (releases and predictions are functions of the noisy nodes)",
