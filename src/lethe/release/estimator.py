@@ -313,6 +313,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
 
     def _publish_tree(self, accountant: TreeStreamAccountant, seeded: bool) -> Release:
         """The tree's release: published on a copy of the tree, kept (with the accountant) only at the end."""
+        assert self._tree is not None  # a tree stream holds its tree from fit (or load)
         tree = self._tree.copy()
         version = len(self.releases_)
         w = tree.publish(self._state.w)

@@ -278,7 +278,7 @@ def tree_certificate_fields(acc: TreeStreamAccountant, version: int) -> dict[str
             "rows_per_release": int(acc.rows_per_release), "guarantee": TREE_GUARANTEE}
 
 
-def restore_tree(acc: TreeStreamAccountant, arrays: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
+def restore_tree(acc: TreeStreamAccountant, arrays: Mapping[str, Any], meta: Any) -> Any:
     """The stream's :class:`~lethe.privacy.tree.TreeRelease` from a stored state (checked; later releases draw
     the operating system's CSPRNG)."""
     from lethe.privacy.tree import TreeRelease
