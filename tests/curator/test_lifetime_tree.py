@@ -114,3 +114,26 @@ def test_the_service_refuses_a_batch_past_rows_per_release_and_a_tree_state_edit
         fresh = ReleasedLogisticAdapter(ReleasedLogisticAdapter.check_params(FRESH))
         fa, _ = fresh.train(X, y, np.random.default_rng(0))
         check_released_logistic(fa.meta, fa.arrays, X.shape[1], {**params, "epsilon": 0.5, "horizon": 4})
+
+
+def test_the_service_chooses_as_the_library(data: Data) -> None:
+    """``noise_mechanism="auto"`` in the service: the adapter trains through the library's estimator, and its artifact
+    check recomputes the same choice from the parameters (a ledger of the other mechanism is refused)."""
+    from lethe.release import ReleasedLogisticRegression
+    from lethe.release.adapter import ReleasedLogisticAdapter, check_released_logistic
+
+    X, y = data.X, data.y
+    chosen = set()
+    for lam, horizon in ((1.0, 64), (0.05, 4)):  # the tree wins, then fresh noise does
+        params = ReleasedLogisticAdapter.check_params({**TREE, "lam": lam, "horizon": horizon,
+                                                      "noise_mechanism": "auto"})
+        art, cert = ReleasedLogisticAdapter(params).train(X, y, np.random.default_rng(0))
+        lib = ReleasedLogisticRegression(lam=lam, horizon=horizon, epsilon=0.7, noise_mechanism="auto",
+                                         gram_cap=200.0).fit(X, y)
+        assert ReleasedLogisticAdapter(params).summary(art)["noise_mechanism"] == lib.noise_mechanism_
+        check_released_logistic(art.meta, art.arrays, X.shape[1], params)
+        with pytest.raises(ArtifactError, match="is not the one its parameters give"):
+            other = "fresh" if lib.noise_mechanism_ == "tree" else "tree"
+            check_released_logistic(art.meta, art.arrays, X.shape[1], {**params, "noise_mechanism": other})
+        chosen.add(lib.noise_mechanism_)
+    assert chosen == {"tree", "fresh"}
