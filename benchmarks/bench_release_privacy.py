@@ -41,6 +41,12 @@ of each version before the single-deletion ranking (their centres are the same m
 √K). Its rate is printed beside the rate one stream's certificate allows and the rate the **lifetime** guarantee
 allows (μ = √(Σ μ_s²), the composition of :mod:`lethe.privacy.lifetime` the curator's ledger reports).
 
+**Tree-aggregated noise** (issue 39; ``--noise tree``): the released sequences use
+``ReleasedLogisticRegression(noise_mechanism="tree")`` with ``gram_cap`` = λ_max(XᵀX) of the training rows + 1 (taken as
+public, as ``bench_release_frontier.py`` does) and ``rows_per_release`` = the rows of one step; the μ-GDP rate is that
+of the tree's own accountant (the certificate's ``mu_spent``). The unprotected sequences do not depend on the noise and
+are skipped. Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_release_privacy.py --noise tree --datasets adult``.
+
 **Through the service** (``--service``; :mod:`release_privacy_service`): Adult registered with its declared schema
 (``lethe dataset add --schema examples/adult_schema.yaml``), K = ``--streams`` released models on it (default 10),
 ``--deletions`` deletions posted over HTTP by a requester, every published release of every model downloaded over
@@ -88,6 +94,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vs_sklearn import synthetic  # noqa: E402
 
 EPSILON, DELTA = 1.0, 1e-5
+#: the released sequences' noise (``--noise``): "fresh" (the default) or "tree"
+NOISE = {"noise_mechanism": "fresh"}
 LAMBDAS = {"mnist": 1e-2, "adult": 1e-2, "synth": 1e-3}
 ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
                  "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week", "native_country",
@@ -157,10 +165,26 @@ def unprotected_run(X: np.ndarray, y: np.ndarray, lam: float, batches: list[np.n
     return run
 
 
+def noise_params(X: np.ndarray, batches: list[np.ndarray]) -> dict[str, Any]:
+    """The estimator's noise parameters for ``--noise`` (module docstring)."""
+    if NOISE["noise_mechanism"] == "fresh":
+        return {}
+    from lethe.privacy.drift import gram_lambda_max
+
+    return {"noise_mechanism": "tree", "gram_cap": gram_lambda_max(X) + 1.0,
+            "rows_per_release": max(int(b.size) for b in batches)}
+
+
+def sequence_mu(cert: Any) -> float:
+    """μ-GDP of the sequence published so far: the tree's accountant's, or √k Δ/σ for fresh noise."""
+    mu = getattr(cert, "mu_spent", None)
+    return float(mu) if mu is not None else math.sqrt(cert.releases) / cert.noise_multiplier
+
+
 def released_run(X: np.ndarray, y: np.ndarray, lam: float, batches: list[np.ndarray], seed: int
                  ) -> tuple[Run, Any]:
     m = ReleasedLogisticRegression(lam=lam, epsilon=EPSILON, delta=DELTA, horizon=len(batches) + 1,
-                                   random_state=seed).fit(X, y)
+                                   random_state=seed, **noise_params(X, batches)).fit(X, y)
     for b in batches:
         if not m.remove(b).published:
             raise RuntimeError("cadence 1: every removal must publish a release")
@@ -228,7 +252,7 @@ def lifetime_view(name: str, data: tuple[np.ndarray, ...], deletions: int, strea
     for i in range(streams):
         run, cert = released_run(X, y, lam, singles, seed + 1000 + i)
         runs.append(run)
-        mus.append(math.sqrt(cert.releases) / cert.noise_multiplier)
+        mus.append(sequence_mu(cert))
     avg = Run([np.mean([r.versions[t] for r in runs], axis=0) for t in range(len(runs[0].versions))], singles)
     h, n = attack_single(avg, X, y, lam, refresh)
     mu_life = math.sqrt(sum(m * m for m in mus))
@@ -260,7 +284,7 @@ def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int,
     batches = [order[i:i + k] for i in range(0, deletions - deletions % k, k)]
     lines, acc = [], []
     t0 = time.perf_counter()
-    for seq in ("unprotected", "released"):
+    for seq in ("unprotected", "released") if NOISE["noise_mechanism"] == "fresh" else ("released",):
         if seq == "unprotected":
             srun = unprotected_run(X, y, lam, singles, seed)
             brun = unprotected_run(X, y, lam, batches, seed)
@@ -269,10 +293,11 @@ def run_dataset(name: str, data: tuple[np.ndarray, ...], deletions: int, k: int,
             srun, cert = released_run(X, y, lam, singles, seed)
             brun, bcert = released_run(X, y, lam, batches, seed + 1)
             eps, delta = cert.epsilon, cert.delta
-            mu = math.sqrt(cert.releases) / cert.noise_multiplier  # μ-GDP of the whole sequence
+            mu = sequence_mu(cert)  # μ-GDP of the whole sequence
             assert bcert.epsilon <= EPSILON + 1e-9
             accs = [accuracy(v, 0.0, Xt, yt) for v in srun.versions]
-            acc.append(f"| {name} | released (σ = {cert.sigma:.3g}, Δ = {cert.sensitivity:.3g}) | {accs[0]:.2%} | "
+            kind = "released (σ" if NOISE["noise_mechanism"] == "fresh" else "released, tree noise (last release's σ"
+            acc.append(f"| {name} | {kind} = {cert.sigma:.3g}, Δ = {cert.sensitivity:.3g}) | {accs[0]:.2%} | "
                        f"{accs[-1]:.2%} | {statistics.median(accs):.2%} | {min(accs):.2%} |")
         if seq == "unprotected":
             accs = [accuracy(srun.versions[0], 0.0, Xt, yt), accuracy(srun.versions[-1], 0.0, Xt, yt)]
@@ -312,15 +337,17 @@ def service_view(name: str, streams: int, deletions: int, refresh: int, seed: in
         schema = Path(__file__).resolve().parents[1] / "examples" / "adult_schema.yaml"
         train, _test = load_adult()
         res = run(train, schema, name="adult", streams=streams, deletions=deletions, lam=LAMBDAS["adult"],
-                  epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed)
+                  epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed, noise=NOISE["noise_mechanism"])
         what = "Adult, declared schema"
     else:
         X, y, _Xt, _yt = load_mnist_binary(3, 8)
         frame = pd.DataFrame(X, columns=[f"p{j}" for j in range(X.shape[1])]).assign(digit=np.where(y > 0, 3, 8))
         res = run(frame, None, name="mnist", streams=streams, deletions=deletions, lam=LAMBDAS["mnist"],
-                  epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed, label="digit", label_classes=[3, 8])
+                  epsilon=EPSILON, delta=DELTA, refresh=refresh, seed=seed, label="digit", label_classes=[3, 8],
+                  noise=NOISE["noise_mechanism"])
         what = "MNIST 3 vs 8, --label-classes 3,8"
-    print(f"Through the service: {res['streams']} released models on one dataset ({what}), "
+    print(f"Through the service ({NOISE['noise_mechanism']} noise): {res['streams']} released models on one dataset "
+          f"({what}), "
           f"{res['deletions']} deletions over HTTP, {res['releases_seen']} releases downloaded by a model-reader; "
           f"lifetime budget set to {res['lifetime_budget']:g}; train {res['seconds_train']:.0f} s, served "
           f"{res['seconds_served']:.0f} s, {res['seconds_total']:.0f} s in all; seed {seed}\n")
@@ -343,9 +370,12 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=0, help="the lifetime view: K released streams on the same data, "
                                                             "attacked together (0: skip; docstring)")
     ap.add_argument("--lifetime-only", action="store_true", help="only the lifetime view (needs --streams)")
+    ap.add_argument("--noise", choices=("fresh", "tree"), default="fresh",
+                    help="the released sequences' noise (tree: docstring; the unprotected sequences are skipped)")
     ap.add_argument("--service", action="store_true", help="the lifetime view through the service (Adult, declared "
                                                            "schema; --streams models, --deletions over HTTP)")
     args = ap.parse_args()
+    NOISE["noise_mechanism"] = args.noise
     if args.service:
         for name in [n for n in args.datasets.split(",") if n in ("adult", "mnist")] or ["adult"]:
             service_view(name, args.streams or 10, args.deletions or (20 if args.quick else 100), args.refresh,

@@ -57,13 +57,14 @@ def _budget_for(streams: int, epsilon: float, delta: float, horizon: int, budget
 def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: int = 10, deletions: int = 50,
         lam: float = 1e-2, epsilon: float = 1.0, delta: float = 1e-5, refresh: int = 100, seed: int = 0,
         wait_seconds: float = 600.0, work: Path | None = None, label: str = "y",
-        label_classes: list[Any] | None = None) -> dict[str, Any]:
+        label_classes: list[Any] | None = None, noise: str = "fresh") -> dict[str, Any]:
     """Run the service mode (module docstring) on ``frame`` (a DataFrame with the schema's columns and label; an
     ``id`` key column is added) and return its figures.
 
     Without a schema (``schema_path=None``): every column but ``label`` is a numeric feature, registered with
     ``--label-classes`` (``label_classes``, declared) and ``--normalize rows``; the attacker applies the same fixed
-    map to the rows."""
+    map to the rows. ``noise="tree"``: the models use tree-aggregated noise (issue 39) with ``gram_cap`` = λ_max(XᵀX)
+    of the encoded rows + 1 (taken as public) and ``rows_per_release`` = 1 (one deletion per batch)."""
     import httpx
 
     from lethe.audit.version_diff import (
@@ -73,7 +74,6 @@ def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: i
         identification_rate,
         single_deletion_guess,
     )
-    from lethe.preprocessing import SchemaEncoder
     from lethe.privacy.lifetime import stream_release_mu
     from lethe.schema import load_schema
 
@@ -100,6 +100,11 @@ def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: i
         budget = _budget_for(K, epsilon, delta, T, 1e-5)
         _lethe(data_dir, "budget", "--dataset", name, "--set-epsilon", str(budget))
         params = {"lam": lam, "epsilon": epsilon, "delta": delta, "horizon": T, "cadence": 1, "schedule": "steps"}
+        if noise == "tree":
+            from lethe.privacy.drift import gram_lambda_max
+
+            params.update(noise_mechanism="tree", gram_cap=gram_lambda_max(_rows(frame, schema, label)) + 1.0,
+                          rows_per_release=1)
         for k in range(K):
             _lethe(data_dir, "train", name, f"m{k}", "--mechanism", "released-logistic",
                    *[a for p, v in params.items() for a in ("--param", f"{p}={json.dumps(v)}")])
@@ -148,11 +153,7 @@ def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: i
         served = time.perf_counter() - t0 - trained
         ledger = json.loads(_lethe(data_dir, "budget", "--dataset", name))
     # the attack, on what the model-reader saw
-    if schema is not None:
-        X = np.asarray(SchemaEncoder(schema).transform(frame), dtype=np.float64)
-    else:
-        X = frame.drop(columns=["id", label]).to_numpy(dtype=np.float64)
-        X = X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))  # --normalize rows
+    X = _rows(frame, schema, label)
     y = np.where(frame[label].astype(str).to_numpy() == str(classes[1]), 1.0, -1.0)
     versions = [np.mean([seen[k][t] for k in range(K)], axis=0) for t in range(D + 1)]
     hits, geom, at, n = 0, None, -10**9, N
@@ -175,6 +176,16 @@ def run(frame: Any, schema_path: Path | None, *, name: str = "adult", streams: i
             "allowed_one_stream": allowed_identification_rate(epsilon, delta, candidates),
             "allowed_one_stream_gdp": allowed_identification_rate_gdp(math.sqrt(T) * mu1, candidates),
             "seconds_train": trained, "seconds_served": served, "seconds_total": time.perf_counter() - t0}
+
+
+def _rows(frame: Any, schema: Any, label: str) -> np.ndarray:
+    """The rows as the service encodes them (the schema's encoder, or the numeric columns with --normalize rows)."""
+    from lethe.preprocessing import SchemaEncoder
+
+    if schema is not None:
+        return np.asarray(SchemaEncoder(schema).transform(frame), dtype=np.float64)
+    X = frame.drop(columns=["id", label]).to_numpy(dtype=np.float64)
+    return X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))  # --normalize rows
 
 
 def table(res: dict[str, Any]) -> str:

@@ -417,18 +417,29 @@ def _released(Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, yte: np.ndarray
     if np.unique(ytr).size != 2:
         return FamilyResult("released", "binary labels only", math.nan, math.nan, "-", float(epsilon),
                             "every release", every, "-", "not available: ReleasedLogisticRegression is binary")
+    from lethe.privacy.release import auto_n_floor
+    from lethe.release.tree_stream import row_count_gram_cap
+
     horizon = R + 1
+    # the noise: tree aggregation (issue 39) where its accountant gives less noise than fresh noise, judged from
+    # public parameters only ("auto") with the Gram cap every data set of this n_floor satisfies
+    gram_cap = row_count_gram_cap(auto_n_floor(Xtr.shape[0]))
     model = ReleasedLogisticRegression(epsilon=epsilon, horizon=horizon, fit_intercept=True, normalize_rows=True,
-                                       random_state=int(rng.integers(2**31))).fit(Xtr, ytr)
+                                       random_state=int(rng.integers(2**31)), noise_mechanism="auto",
+                                       gram_cap=gram_cap).fit(Xtr, ytr)
+    tree = model.noise_mechanism_ == "tree"
     acc = float(model.score(Xte, yte))
     lat = _removal_seconds(model, Xtr.shape[0], k, rng)
+    extra = f", noise_mechanism='tree', gram_cap={gram_cap!r}" if tree else ""
     code = ("from lethe.release import ReleasedLogisticRegression\n"
             f"model = ReleasedLogisticRegression(epsilon={epsilon:g}, horizon={horizon}, fit_intercept=True, "
-            f"normalize_rows=True)   # rows: {enc_code} fitted on public rows, / {scale:.4g}")
+            f"normalize_rows=True{extra})   # rows: {enc_code} fitted on public rows, / {scale:.4g}")
     if dataset is not None:
         code = (f"lethe train {dataset} MODEL --mechanism released-logistic --param horizon={horizon} "
-                f"--epsilon {epsilon:g}")
-    return FamilyResult("released", f"λ = 1e-3, horizon {horizon} releases", acc, lat,
+                f"--epsilon {epsilon:g}" + (f" --param noise_mechanism=tree --param gram_cap={gram_cap!r}"
+                                            if tree else ""))
+    return FamilyResult("released", f"λ = 1e-3, horizon {horizon} releases" + (", tree noise" if tree else ""),
+                        acc, lat,
                         f"a private release per deletion ({_secs(lat)}); the budget covers {horizon} releases",
                         float(epsilon), "every release", True, code, "covers an observer of every version",
                         estimator=_frozen_pipeline(frozen, scale, clone(model).set_params(random_state=None)))

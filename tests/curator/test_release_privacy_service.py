@@ -55,3 +55,21 @@ def test_the_service_mode_attacks_what_a_model_reader_saw_at_the_lifetime_epsilo
     assert r.trials == D and 0 <= r.hits <= D and r.low <= r.rate <= r.high
     assert r.allowed == allowed_identification_rate(res["lifetime_epsilon"], res["lifetime_delta"], n - D + 1)
     assert r.allowed > res["allowed_one_stream"]
+
+
+def test_the_service_mode_runs_tree_streams(tmp_path: Path) -> None:
+    """``noise="tree"`` (issue 39): the models publish tree-aggregated releases; a tree stream counts its whole
+    horizon's μ_T = 1/σ_BW(ε, δ) in the ledger, so K streams give √K μ_T as K whole fresh streams do."""
+    rng = np.random.default_rng(1)
+    n, K, D, eps, delta = 120, 2, 3, 1.0, 1e-5
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    frame = pd.DataFrame({"a": a, "b": b, "c": rng.choice(["red", "green", "blue"], size=n),
+                          "y": np.where(a + 0.5 * rng.normal(size=n) > 0, "yes", "no")})
+    (tmp_path / "schema.yaml").write_text(SCHEMA)
+    res = run(frame, tmp_path / "schema.yaml", name="tiny", streams=K, deletions=D, lam=0.5, epsilon=eps,
+              delta=delta, work=tmp_path, noise="tree")
+    assert res["reader_versions"] == [list(range(D + 1))] * K
+    mu = math.sqrt(K) / analytic_gaussian_sigma(eps, delta, 1.0)
+    assert res["lifetime_epsilon"] == pytest.approx(analytic_gaussian_epsilon(res["lifetime_delta"], 1.0, mu),
+                                                    rel=1e-6)
+    assert res["rate"].trials == D

@@ -75,8 +75,8 @@ def _exposure(s: Any, dataset_id: int, req: DeletionRequest | None, held: bool) 
         else:
             k, state, first_without = st.releases, "pending deletion" if req is not None else "kept", None
         live = st.open and not deleted
-        spent.append((st.mu, k))
-        committed.append((st.mu, st.horizon if live else k))
+        spent.append(lifetime.stream_pair(st, k))  # a tree stream: its whole μ once it held the record
+        committed.append(lifetime.stream_pair(st, st.horizon if live else k))
         rows.append({"model": st.model, "open": bool(st.open), "releases": st.releases, "releases_held": k,
                      "state": state, "first_release_without": first_without, "mu_per_release": st.mu})
     return {"status": "deleted" if deleted else ("pending" if req is not None else ("kept" if held else "not held")),

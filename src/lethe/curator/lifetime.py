@@ -26,6 +26,18 @@ What counts, and what does not (docs/release_privacy.md §8):
   composition. A model served by the operator's opt-in (``--serve-unreleased``) has no membership guarantee for
   the sequence at all; it is listed as ``uncovered`` beside the lifetime ε, which does not cover it.
 
+**Tree streams** (``noise_mechanism`` "tree", issue 39). A tree stream's releases share noise: its whole horizon is
+μ_T-GDP with μ_T = 1/σ_BW(ε, δ) (:class:`lethe.release.tree_stream.TreeStreamAccountant`), for a record held
+throughout or deleted at any release (the accountant maximises over the deletion time). The store keeps μ_T in
+``mu`` and marks the stream's ``mechanism`` with :data:`TREE_STREAM`; the composition counts it as ONE μ_T-GDP
+mechanism from its first release on (:func:`stream_pair`) — spent and committed alike, an upper bound on its exact
+prefix μ_k ≤ μ_T (the library's certificates state μ_k). Composing it with the other streams is sound: every
+release of every stream is a Gaussian mechanism on the record whose sensitivity bound is fixed by the public
+schedule and the pair of worlds, so the interleaved sequence is an adaptive composition of Gaussian mechanisms,
+μ-GDP with μ² the sum of their μᵢ² (Dong, Roth & Su 2019, Cor 3.3) ≤ Σ_fresh k_s μ₁,s² + Σ_tree μ_T,s². A fresh
+stream's T releases give T μ₁² = 1/σ_BW(ε, δ)² = μ_T²: a stream's whole horizon costs the same under both
+mechanisms, so :func:`check_stream` needs no change.
+
 The service's count of releases is the stream's ``releases``: a version whose artifact records fewer (an older
 artifact restored, a rolled-back file) is refused for publication (:func:`record_releases`) and shown as a fault.
 """
@@ -42,7 +54,7 @@ from lethe.curator.store import Dataset, Model, PrivacyBudget, PrivacyStream, ut
 
 __all__ = ["DEFAULT_LIFETIME_DELTA", "DEFAULT_LIFETIME_EPSILON", "LifetimeBudgetError", "ReleaseCountError",
            "check_stream", "close_stream", "dataset_ledger", "ledger_of", "open_releases", "open_stream",
-           "record_releases", "set_budget", "set_dataset_budget", "stream_mu", "summary_fields"]
+           "record_releases", "set_budget", "set_dataset_budget", "stream_mu", "stream_pair", "summary_fields"]
 
 #: The default lifetime budget of a dataset: ε = 3 at δ = 1e-5 — three times the released model's default target
 #: (ε = 1 per stream at δ = 1e-5): about 7 whole default streams, or many more retrains that stop early.
@@ -68,6 +80,18 @@ def gdp_mu(epsilon: float, delta: float) -> float:
 
 def lifetime_mu(streams: Any) -> float:
     return float(_math().lifetime_mu(streams))
+
+
+#: The suffix of a tree stream's ``mechanism`` in the store (module docstring).
+TREE_STREAM = "/tree"
+
+
+def stream_pair(row: Any, releases: int) -> tuple[float, int]:
+    """(μ, k) of a stream's ``releases`` releases for :func:`lifetime_mu`: k releases of μ₁ for fresh noise; a tree
+    stream (:data:`TREE_STREAM`) is one μ_T-GDP mechanism from its first release on (module docstring)."""
+    if str(row.mechanism).endswith(TREE_STREAM):
+        return float(row.mu), 1 if int(releases) > 0 else 0
+    return float(row.mu), int(releases)
 
 
 class LifetimeBudgetError(InvalidInputError):
@@ -100,7 +124,7 @@ def _streams(s: Any, dataset_id: int) -> list[PrivacyStream]:
 def _committed(rows: list[PrivacyStream], *, closing: int | None = None) -> list[tuple[float, int]]:
     """(μ₁, releases) per stream, open streams at their whole horizon (``closing``: a model whose open stream is
     about to close at the releases it published)."""
-    return [(r.mu, r.horizon if r.open and r.model_id != closing else r.releases) for r in rows]
+    return [stream_pair(r, r.horizon if r.open and r.model_id != closing else r.releases) for r in rows]
 
 
 def dataset_ledger(s: Any, dataset_id: int) -> dict[str, Any]:
@@ -109,7 +133,7 @@ def dataset_ledger(s: Any, dataset_id: int) -> dict[str, Any]:
     opt-in)."""
     eps_b, delta, set_ = budget(s, dataset_id)
     rows = _streams(s, dataset_id)
-    mu_spent = lifetime_mu((r.mu, r.releases) for r in rows)
+    mu_spent = lifetime_mu(stream_pair(r, r.releases) for r in rows)
     mu_comm = lifetime_mu(_committed(rows))
     uncovered = sorted(s.scalars(select(Model.name).where(Model.dataset_id == dataset_id,
                                                           Model.serve_unreleased.is_(True))))
@@ -117,7 +141,8 @@ def dataset_ledger(s: Any, dataset_id: int) -> dict[str, Any]:
             "lifetime_delta": delta, "lifetime_budget": eps_b, "lifetime_budget_set": set_,
             "lifetime_mu": mu_spent, "lifetime_releases": int(sum(r.releases for r in rows)),
             "streams": [{"model": r.model, "releases": r.releases, "horizon": r.horizon, "open": bool(r.open),
-                         "mu_per_release": r.mu} for r in rows],
+                         **({"mu_stream": r.mu, "noise_mechanism": "tree"} if str(r.mechanism).endswith(TREE_STREAM)
+                            else {"mu_per_release": r.mu})} for r in rows],
             "uncovered": uncovered}
 
 
@@ -161,8 +186,12 @@ def open_stream(s: Any, model: Model, summary: dict[str, Any], *, what: str) -> 
     committed lifetime ε would pass the dataset's budget (:func:`check_stream`)."""
     check_stream(s, model.dataset_id, model.id, model.params, what=what)
     close_stream(s, model.id)
-    s.add(PrivacyStream(dataset_id=model.dataset_id, model_id=model.id, model=model.name, mechanism=model.mechanism,
-                        mu=stream_mu(model.params), horizon=int(model.params["horizon"]),
+    mechanism, mu = model.mechanism, stream_mu(model.params)
+    if summary.get("noise_mechanism") == "tree":  # one μ_T for the whole stream (module docstring), never below
+        mechanism += TREE_STREAM                   # the accountant's own
+        mu = max(gdp_mu(float(model.params["epsilon"]), float(model.params["delta"])), float(summary["mu"]))
+    s.add(PrivacyStream(dataset_id=model.dataset_id, model_id=model.id, model=model.name, mechanism=mechanism,
+                        mu=mu, horizon=int(model.params["horizon"]),
                         releases=int(summary.get("releases") or 1), open=True, started_at=utcnow()))
     s.flush()
 

@@ -46,6 +46,9 @@ CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     # who the guarantee covers (issue 26), and released models' stream (data-independent but for the counts)
     "observer", "horizon", "cadence", "releases", "published", "horizon_spent", "cadence_seconds", "schedule",
     "schedule_reveals", "withdrawn", "noise_source",
+    # private releases with tree-aggregated noise (issue 39): public parameters and the accountant's figures
+    "noise_mechanism", "mu", "mu_spent", "sigma_first", "sigma_node", "worst_release_std", "gram_cap",
+    "rows_per_release",
     # a partition's size (a public parameter)
     "n_shards",
     # the dataset's privacy ledger (issue 36): every release of every model on its records, composed
@@ -61,6 +64,8 @@ REQUESTER_CERTIFICATE_FIELDS: frozenset[str] = frozenset({
     # whether the removal is in the published model yet (issue 36: the data subject's text follows it); under the
     # clock schedule they are the same whether or not the record was held
     "published", "horizon_spent", "withdrawn", "noise_source",
+    "noise_mechanism", "mu", "mu_spent", "sigma_first", "sigma_node", "worst_release_std", "gram_cap",
+    "rows_per_release",
     "lifetime_epsilon", "lifetime_epsilon_committed", "lifetime_delta", "lifetime_budget",
 })
 

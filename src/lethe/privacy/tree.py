@@ -129,7 +129,11 @@ def tree_squared_sensitivity(horizon: int, rows_per_release: int, lam: float, n_
 def _sensitivity(lam: float, m: int, beta: float, loss: dict[str, Any]) -> float:
     return release_sensitivity(lam, m, beta, grad_bound=loss.get("grad_bound", 1.0),
                                row_norm=loss.get("row_norm", 1.0 + 1e-9),
-                               loss_at_zero=loss.get("loss_at_zero", math.log(2.0)))
+                               loss_at_zero=loss.get("loss_at_zero", _LOG2_UP))
+
+
+#: log 2 rounded up (the logistic loss at margin 0), as the released estimator's Δ uses it
+_LOG2_UP = math.log(2.0) * (1.0 + 1e-15)
 
 
 def _worst_level_weight(leaves: int) -> float:
@@ -295,5 +299,94 @@ class TreeRelease:
             nu = ((i & -i).bit_length() - 1) if i else 62
             if i + (1 << nu) < self._t:
                 del self._centres[i]
-        return self._first + sum((self._refined[(lv, a >> lv)] for lv, a, _ in prefix_blocks(leaf)),
-                                 np.zeros_like(c))
+        return self.released(t)
+
+    def released(self, t: int) -> np.ndarray:
+        """Release t recomputed from the noisy values held (release 0 plus the refined prefix of t increments):
+        post-processing only, the same arithmetic as :meth:`publish` (used to check a stored stream)."""
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t < self._t:
+            raise ValueError(f"t must be a published release in [0, {self._t}), got {t!r}")
+        if t == 0:
+            return self._first.copy()
+        return self._first + sum((self._refined[(lv, a >> lv)] for lv, a, _ in prefix_blocks(int(t) - 1)),
+                                 np.zeros_like(self._first))
+
+    def copy(self) -> TreeRelease:
+        """An independent copy of the stream's state sharing the noise source (a transaction publishes on the copy
+        and keeps it only if the operation commits)."""
+        out = object.__new__(TreeRelease)
+        out.accountant, out.private, out._rng, out._t = self.accountant, self.private, self._rng, self._t
+        out._centres = {k: v.copy() for k, v in self._centres.items()}
+        out._refined = {k: v.copy() for k, v in self._refined.items()}
+        out._v, out._first = self._v, self._first.copy()
+        return out
+
+    def to_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(arrays, meta) of the stream's state for a file: the noisy release 0, the refined nodes (noisy, public
+        once their releases are) and the true centres later nodes still need (SECRET, like the model's centre)."""
+        d = self._first.shape[0]
+        nodes = sorted(self._refined)
+        centres = sorted(self._centres)
+        arrays = {"tree_first": self._first.copy(),
+                  "tree_nodes": (np.vstack([self._refined[k] for k in nodes]) if nodes else np.zeros((0, d))),
+                  "tree_centres": (np.vstack([self._centres[k] for k in centres]) if centres
+                                   else np.zeros((0, d)))}
+        return arrays, {"releases": self._t, "nodes": [list(k) for k in nodes], "centres": centres}
+
+    @classmethod
+    def from_state(cls, accountant: TreeReleaseAccountant, arrays: dict[str, Any], meta: dict[str, Any],
+                   random_state: Any = None) -> TreeRelease:
+        """Inverse of :meth:`to_state`, checked: the nodes and centres held are exactly those ``releases``
+        publications leave, every vector finite and of one width (``ValueError`` naming the first that fails)."""
+        out = cls(accountant, random_state=random_state)
+        t = meta.get("releases")
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= t <= accountant.horizon:
+            raise ValueError(f"the tree's releases must be an integer in [0, horizon = {accountant.horizon}]. "
+                             f"Found {t!r}.")
+        t = int(t)
+        first = np.asarray(arrays["tree_first"], dtype=np.float64)
+        nodes_a = np.asarray(arrays["tree_nodes"], dtype=np.float64)
+        centres_a = np.asarray(arrays["tree_centres"], dtype=np.float64)
+        d = first.shape[0] if first.ndim == 1 else -1
+        if t == 0:
+            if first.size or nodes_a.size or centres_a.size:
+                raise ValueError("a tree with no release must hold no values.")
+            return out
+        if first.ndim != 1 or nodes_a.ndim != 2 or centres_a.ndim != 2 or (
+                nodes_a.shape[0] and nodes_a.shape[1] != d) or (centres_a.shape[0] and centres_a.shape[1] != d):
+            raise ValueError(f"the tree's arrays must be vectors of one width; found shapes {first.shape}, "
+                             f"{nodes_a.shape}, {centres_a.shape}.")
+        if not (np.all(np.isfinite(first)) and np.all(np.isfinite(nodes_a)) and np.all(np.isfinite(centres_a))):
+            raise ValueError("the tree's values must be finite.")
+        nodes = [tuple(int(v) for v in k) for k in meta.get("nodes", [])]
+        centres = [int(v) for v in meta.get("centres", [])]
+        if sorted(nodes) != sorted(_published_nodes(t)) or len(nodes) != nodes_a.shape[0]:
+            raise ValueError(f"the tree's nodes are not those {t} releases publish.")
+        if sorted(centres) != sorted(_kept_centres(t)) or len(centres) != centres_a.shape[0]:
+            raise ValueError(f"the tree's centres are not those {t} releases keep.")
+        out._t, out._first = t, first.copy()
+        out._refined = {k: nodes_a[i].copy() for i, k in enumerate(nodes)}  # type: ignore[misc]
+        out._centres = {k: centres_a[i].copy() for i, k in enumerate(centres)}
+        return out
+
+
+def _published_nodes(releases: int) -> list[tuple[int, int]]:
+    """The (level, index) of the nodes published by ``releases`` releases (leaves: increments 1 … releases − 1)."""
+    out = []
+    for leaf in range(max(releases - 1, 0)):
+        for level in range((leaf + 1).bit_length()):
+            if (leaf + 1) % (1 << level):
+                break
+            out.append((level, (leaf + 1) // (1 << level) - 1))
+    return out
+
+
+def _kept_centres(releases: int) -> set[int]:
+    """The centres c_i still needed after ``releases`` releases: c_i starts the nodes of increments
+    i + 1 … i + 2^ν (2^ν the largest power of two dividing i; any for i = 0), needed until release i + 2^ν."""
+    kept = set()
+    for i in range(releases):
+        nu = ((i & -i).bit_length() - 1) if i else 62
+        if i + (1 << nu) >= releases:
+            kept.add(i)
+    return kept

@@ -40,6 +40,13 @@ dataset's privacy ledger (:mod:`lethe.curator.lifetime`), refused if it would pa
 Noise: every release draws its noise from the operating system's CSPRNG (:func:`release_noise`); the service
 refuses a seed for this mechanism (issue 36: a seeded stream's noise can be regenerated and subtracted).
 
+Correlated noise (issue 39, opt-in): ``noise_mechanism="tree"`` (or ``"auto"``, chosen from the public parameters
+as the library does) publishes through :class:`lethe.privacy.tree.TreeRelease`, whose state (the noisy release 0,
+the refined nodes and the few true centres later nodes need) is kept in the artifact's secret arrays
+(:data:`lethe.release.tree_stream.TREE_ARRAYS`); the ledger is :class:`lethe.release.tree_stream.TreeStreamAccountant`,
+the premises ``gram_cap`` (checked at training by the estimator) and ``rows_per_release`` (a batch that would remove
+more rows since the last release is refused, nothing changed: set it to at least ``cadence`` × the batch size).
+
 The math is the library's: :func:`lethe.certified.bounds.release_sensitivity`,
 :class:`lethe.privacy.release.ReleaseAccountant` and :class:`lethe.certified.mechanism.CertifiedRemoval`.
 """
@@ -85,7 +92,9 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     Parameters (JSON): ``lam`` (λ), ``epsilon``, ``delta`` (of the whole sequence), ``horizon`` (T, releases the
     budget covers, release 0 at training included), ``cadence`` (K: a release every K removal steps),
     ``residual_cap`` (β_cap), ``n_floor`` ("auto" or a public lower bound on the rows), ``solver``, ``tol``,
-    ``max_iter``. Rows must have ‖x‖ ≤ 1 (register the dataset with ``--normalize rows``).
+    ``max_iter``, ``noise_mechanism`` ("fresh", "tree" or "auto"), ``gram_cap``, ``rows_per_release`` (the tree's
+    premises; :class:`lethe.release.ReleasedLogisticRegression`). Rows must have ‖x‖ ≤ 1 (register the dataset with
+    ``--normalize rows``).
     """
 
     name = "released-logistic"
@@ -96,13 +105,13 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         """:func:`check_released_logistic`: the centre and the release finite, the accountant
         consistent with the parameters, the counts coherent."""
         check_released_logistic(artifact.meta, artifact.arrays, n_features, params)
-    secret_arrays = ("centre",)
+    secret_arrays = ("centre", "tree_first", "tree_nodes", "tree_centres")
     #: the service refuses ``random_state`` (``--seed``) for this mechanism: its noise is the privacy (issue 36)
     refuses_seed = True
     _DEFAULTS: ClassVar[dict[str, Any]] = {
         "lam": 1e-2, "epsilon": 1.0, "delta": 1e-5, "horizon": 1000, "cadence": 1, "residual_cap": 0.01,
         "n_floor": "auto", "solver": "auto", "tol": None, "max_iter": 2000, "cadence_seconds": None,
-        "schedule": "steps",
+        "schedule": "steps", "noise_mechanism": "fresh", "gram_cap": None, "rows_per_release": None,
     }
     #: parameters of the service's publication schedule, not of the estimator
     _SCHEDULE: ClassVar[tuple[str, ...]] = ("cadence_seconds", "schedule")
@@ -173,8 +182,17 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     def _certificate(self, acc: Any, meta: dict[str, Any], *, published: bool, n_removed: int,
                      operation: str) -> dict[str, Any]:
         from lethe.release import GUARANTEE
+        from lethe.release.tree_stream import TreeStreamAccountant, tree_certificate_fields
 
-        return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": GUARANTEE,
+        cert = self._fresh_certificate(acc, meta, published=published, n_removed=n_removed, operation=operation,
+                                       guarantee=GUARANTEE)
+        if isinstance(acc, TreeStreamAccountant):
+            cert.update(tree_certificate_fields(acc, max(int(meta["release_version"]), 0)))
+        return cert
+
+    def _fresh_certificate(self, acc: Any, meta: dict[str, Any], *, published: bool, n_removed: int,
+                           operation: str, guarantee: str) -> dict[str, Any]:
+        return {"operation": operation, "observer": OBSERVER_RELEASES, "guarantee": guarantee,
                 "theorem": "docs/release_privacy.md", "noise": "gaussian", "epsilon": acc.epsilon,
                 "delta": acc.delta, "horizon": acc.horizon, "cadence": int(self.params["cadence"]),
                 "cadence_seconds": self.params["cadence_seconds"], "schedule": self.params["schedule"],
@@ -199,15 +217,20 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "released_at": float(self.clock()),
                 "n_floor": int(est.n_floor_), "solver": est.mechanism_.solver, "horizon_spent": False,
                 "state": self._state_meta(state), "n": int(state.n), "stream": uuid.uuid4().hex}
-        artifact = Artifact(arrays={"centre": np.array(state.w, dtype=np.float64),
-                                    "w": np.array(rel.coef, dtype=np.float64)}, meta=meta)
+        arrays = {"centre": np.array(state.w, dtype=np.float64), "w": np.array(rel.coef, dtype=np.float64)}
+        if est._tree is not None:  # the tree's state (lethe.release.tree_stream); the release is its vector
+            tree_arrays, meta["tree"] = est._tree.to_state()
+            arrays.update(tree_arrays)
+            arrays["w"] = est._tree.released(0)
+            meta["rows_pending"] = 0
+        artifact = Artifact(arrays=arrays, meta=meta)
         return artifact, self._certificate(acc, meta, published=True, n_removed=0, operation="train")
 
     def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         from lethe.certified.mechanism import ModelState, NewtonCache
-        from lethe.privacy.release import ReleaseAccountant
         from lethe.release import measured_centre_residual
+        from lethe.release.tree_stream import accountant_from_dict
 
         m = artifact.meta
         X = np.ascontiguousarray(X, dtype=np.float64)
@@ -222,6 +245,13 @@ class ReleasedLogisticAdapter(MechanismAdapter):
             raise ValueError(f"Removing {idx.size} rows would leave {n - idx.size}, fewer than n_floor + 1 = "
                              f"{int(m['n_floor']) + 1}: the releases' sensitivity bound needs n_floor rows besides "
                              "any one target. Nothing was removed.")
+        acc = accountant_from_dict(m["accountant"])
+        k = getattr(acc, "rows_per_release", None)
+        rows_pending = int(m.get("rows_pending", 0)) + int(idx.size)
+        if k is not None and rows_pending > int(k):
+            raise ValueError(f"rows_per_release = {k} (the tree's premise): this batch of {idx.size} rows would make "
+                             f"{rows_pending} rows removed since the last release. Nothing was removed; use a smaller "
+                             "batch size or a larger rows_per_release (at least cadence x batch size).")
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         state = ModelState(w=centre, b=np.zeros_like(centre), **m["state"])
         mech = self._mechanism(X, solver=m["solver"])
@@ -233,23 +263,28 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                                 f"exceeds its recorded bound {state.residual_bound:.6g}: the version does not belong "
                                 "to these records; refusing to publish from it.")
         new_state, _ = mech.remove(state, X, Y, idx, cache=NewtonCache(), check_input=False)
-        acc = ReleaseAccountant.from_dict(m["accountant"])
         pending = int(m["pending"]) + 1
         now = float(self.clock())
         due = self._due(m, pending, now)
         w_pub = np.array(artifact.arrays["w"], dtype=np.float64)
         published, horizon_spent, version = False, bool(m["horizon_spent"]), int(m["release_version"])
         released_at = m.get("released_at")
+        tree_state: dict[str, Any] = {}
         if due and acc.remaining > 0:
             acc = acc.record()
-            w_pub = new_state.w + acc.sigma * release_noise(new_state.w.shape[0])
+            w_pub, tree_state = _publish(acc, artifact, new_state.w)
             published, pending, version, released_at = True, 0, version + 1, now
+            rows_pending = 0
         elif due:
             horizon_spent = True  # no release: the version keeps serving the last one (module docstring)
         meta = {**m, "accountant": acc.to_dict(), "pending": pending, "release_version": version,
                 "horizon_spent": horizon_spent, "state": self._state_meta(new_state), "n": int(new_state.n),
                 "released_at": released_at}
-        out = Artifact(arrays={"centre": np.array(new_state.w, dtype=np.float64), "w": w_pub}, meta=meta)
+        if k is not None:
+            meta["rows_pending"] = rows_pending
+        out = Artifact(arrays={**artifact.arrays, "centre": np.array(new_state.w, dtype=np.float64), "w": w_pub},
+                       meta=meta)
+        _keep_tree(out, tree_state)
         return out, self._certificate(acc, meta, published=published, n_removed=int(idx.size), operation="remove")
 
     def release_due(self, summary: dict[str, Any], now: float) -> bool:
@@ -271,22 +306,25 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         Gaussian noise, counted once in the accountant. Refused (``ValueError``, nothing changes) when no step is
         pending (under the ``"steps"`` schedule; the ``"clock"`` schedule releases with none pending) or the horizon
         is spent."""
-        from lethe.privacy.release import ReleaseAccountant
+        from lethe.release.tree_stream import accountant_from_dict
 
         m = artifact.meta
         pending = int(m["pending"])
         if pending < 1 and self.params["schedule"] != "clock":
             raise ValueError(f"A release publishes pending removal steps; pending steps must be >= 1. Found {pending}.")
-        acc = ReleaseAccountant.from_dict(m["accountant"])
+        acc = accountant_from_dict(m["accountant"])
         if acc.remaining <= 0:
             raise ValueError(f"The horizon of {acc.horizon} releases is spent; releases left must be > 0. Found "
                              f"{acc.remaining}. Nothing was released (train a new model to publish again).")
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         acc = acc.record()
-        w_pub = centre + acc.sigma * release_noise(centre.shape[0])
+        w_pub, tree_state = _publish(acc, artifact, centre)
         meta = {**m, "accountant": acc.to_dict(), "pending": 0, "release_version": int(m["release_version"]) + 1,
                 "released_at": float(self.clock())}
-        out = Artifact(arrays={"centre": centre, "w": w_pub}, meta=meta)
+        if "rows_pending" in m:
+            meta["rows_pending"] = 0
+        out = Artifact(arrays={**artifact.arrays, "centre": centre, "w": w_pub}, meta=meta)
+        _keep_tree(out, tree_state)
         return out, self._certificate(acc, meta, published=True, n_removed=0, operation="release")
 
     def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
@@ -297,10 +335,19 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         return np.where(X @ w > 0.0, classes[1], classes[0])
 
     def summary(self, artifact: Artifact) -> dict[str, Any]:
-        from lethe.privacy.release import ReleaseAccountant
+        from lethe.release.tree_stream import TreeStreamAccountant, accountant_from_dict, tree_certificate_fields
 
         m = artifact.meta
-        acc = ReleaseAccountant.from_dict(m["accountant"])
+        acc = accountant_from_dict(m["accountant"])
+        out = self._summary(acc, m)
+        out["noise_mechanism"] = "fresh"
+        if isinstance(acc, TreeStreamAccountant):  # this release's std, μ, the premises (public numbers)
+            tree = tree_certificate_fields(acc, max(int(m["release_version"]), 0))
+            tree.pop("guarantee")
+            out.update(tree)
+        return out
+
+    def _summary(self, acc: Any, m: dict[str, Any]) -> dict[str, Any]:
         return {"mechanism": self.name, "observer": OBSERVER_RELEASES, "epsilon": acc.epsilon, "delta": acc.delta,
                 "epsilon_spent": acc.epsilon_spent(), "releases": acc.releases, "horizon": acc.horizon,
                 "releases_left": acc.remaining, "cadence": int(self.params["cadence"]),
@@ -325,6 +372,26 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         g_norm, allowance = measured_centre_residual(self._mechanism(X, solver=artifact.meta["solver"]), centre, X, Y)
         return g_norm, allowance, float(artifact.meta["state"]["residual_bound"])
+
+
+def _publish(acc: Any, artifact: Artifact, centre: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """The next release of ``centre`` (``acc`` already counts it): fresh noise, or the tree's next release from the
+    artifact's tree state (then also the new state: arrays and the ``tree`` record)."""
+    from lethe.release.tree_stream import TreeStreamAccountant, restore_tree
+
+    if not isinstance(acc, TreeStreamAccountant):
+        return centre + acc.sigma * release_noise(centre.shape[0]), {}
+    tree = restore_tree(acc, artifact.arrays, artifact.meta.get("tree"))
+    w = tree.publish(centre)
+    arrays, record = tree.to_state()
+    return w, {"arrays": arrays, "tree": record}
+
+
+def _keep_tree(out: Artifact, tree_state: dict[str, Any]) -> None:
+    """Put a new tree state into the artifact being built (nothing for fresh noise or without a release)."""
+    if tree_state:
+        out.arrays.update(tree_state["arrays"])
+        out.meta["tree"] = tree_state["tree"]
 
 
 def _withdrawn(acc: Any, meta: dict[str, Any], schedule: str) -> bool:
@@ -364,5 +431,29 @@ def check_released_logistic(meta: dict[str, Any], arrays: dict[str, np.ndarray],
                             # the clock schedule lets steps pend across any number of batches (no count rule)
                             pending=None if params.get("schedule") == "clock" else meta.get("pending"),
                             horizon_spent=meta.get("horizon_spent"))
+        _check_tree_state(meta, arrays, version)
     except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactError(f"the release state is invalid: {exc}") from None
+
+
+def _check_tree_state(meta: dict[str, Any], arrays: dict[str, np.ndarray], version: int) -> None:
+    """A tree stream's state (``ValueError``): what the ledger's releases leave
+    (:meth:`lethe.privacy.tree.TreeRelease.from_state`), the published ``w`` its latest release recomputed from
+    the noisy nodes, and the rows removed since within ``rows_per_release``. Nothing for fresh noise (and a tree
+    state beside a fresh ledger is refused)."""
+    from lethe.release.tree_stream import TREE_ARRAYS, TreeStreamAccountant, accountant_from_dict, restore_tree
+
+    acc = accountant_from_dict(meta["accountant"])
+    if not isinstance(acc, TreeStreamAccountant):
+        if "tree" in meta or any(k in arrays for k in TREE_ARRAYS):
+            raise ValueError("a fresh-noise stream holds a tree's state.")
+        return
+    tree = restore_tree(acc, arrays, meta.get("tree"))
+    if tree.releases != acc.releases or version != acc.releases - 1:
+        raise ValueError(f"the tree holds {tree.releases} releases, the ledger {acc.releases}.")
+    if not np.array_equal(arrays["w"], tree.released(version)):
+        raise ValueError("the published weights are not the tree's latest release.")
+    rows = meta.get("rows_pending")
+    if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= acc.rows_per_release:
+        raise ValueError(f"rows removed since the last release must be an integer in [0, rows_per_release = "
+                         f"{acc.rows_per_release}]. Found {rows!r}.")

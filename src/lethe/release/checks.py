@@ -4,6 +4,7 @@ every release sensitivity is computed with."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -13,7 +14,7 @@ from lethe.certified.bounds import release_sensitivity
 from lethe.certified.common import measured_residual
 from lethe.certified.mechanism import CertifiedRemoval
 from lethe.losses import get_loss
-from lethe.privacy.release import ReleaseAccountant, release_sigma
+from lethe.privacy.release import release_sigma
 
 __all__ = ["LOGISTIC_AT_ZERO", "check_release_state", "measured_centre_residual"]
 
@@ -48,8 +49,10 @@ def check_release_state(params: dict[str, Any], *, accountant: Any, state: Any, 
 
     if not isinstance(accountant, dict) or not isinstance(state, dict):
         raise ValueError("the accountant and the state must be objects.")
+    from lethe.release.tree_stream import TreeStreamAccountant, accountant_from_dict, stream_accountant
+
     try:
-        acc = ReleaseAccountant.from_dict(accountant)
+        acc: Any = accountant_from_dict(accountant)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"the accountant is invalid: {exc}") from None
     for name in ("epsilon", "delta", "horizon"):
@@ -66,8 +69,19 @@ def check_release_state(params: dict[str, Any], *, accountant: Any, state: Any, 
     if acc.sensitivity != expected:
         raise ValueError(f"the accountant's sensitivity {acc.sensitivity!r} is not the one the parameters give "
                          f"({expected!r}).")
+    noise = params.get("noise_mechanism", "fresh")
+    if noise != "fresh" or isinstance(acc, TreeStreamAccountant):  # the mechanism the public parameters choose
+        k = params.get("rows_per_release")
+        chosen = stream_accountant(noise, epsilon=acc.epsilon, delta=acc.delta, horizon=acc.horizon,
+                                   sensitivity=expected, lam=float(params["lam"]), n_floor=nf, residual_cap=cap,
+                                   gram_cap=params.get("gram_cap"),
+                                   rows_per_release=int(params["cadence"] if k is None else k))
+        if type(chosen) is not type(acc) or (isinstance(acc, TreeStreamAccountant)
+                                             and dataclasses.replace(chosen, releases=acc.releases) != acc):
+            raise ValueError(f"the stream's ledger {accountant!r} is not the one its parameters give "
+                             f"({chosen.to_dict()!r}).")
     calibrated = release_sigma(acc.epsilon, acc.delta, acc.horizon, expected)
-    if not acc.sigma >= calibrated:
+    if not isinstance(acc, TreeStreamAccountant) and not acc.sigma >= calibrated:
         raise ValueError(f"the accountant's sigma {acc.sigma!r} is below the calibrated {calibrated!r} for "
                          f"{acc.horizon} releases.")
     beta = state.get("residual_bound")

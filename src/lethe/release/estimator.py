@@ -14,6 +14,10 @@ Predictions (``coef_``, ``decision_function``, ``predict``, ``predict_proba``) u
 centre w̃ and the remaining rows are secret: no public attribute holds them, the model refuses ``copy``,
 ``deepcopy`` and ``pickle`` once fitted, and ``save`` writes them owner-only without pickle (:mod:`lethe.io`).
 This front end holds no math: it calls the mechanism, the bound, the calibration and the accountant.
+
+Opt-in (issue 39): ``noise_mechanism="tree"`` publishes through tree aggregation over the removal stream instead of
+fresh noise (:mod:`lethe.release.tree_stream`, docs/release_drift.md §7), and ``"auto"`` chooses between the two from
+the public parameters.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.keymap import key_rows
 from lethe.losses import get_loss
 from lethe.model_origin import reports_model_origin, set_origin
+from lethe.privacy.drift import check_gram_cap
 from lethe.privacy.mechanisms import OSRandomSource
 from lethe.privacy.release import (
     RELEASE_OBSERVER,
@@ -55,8 +60,18 @@ from lethe.privacy.release import (
     ReleaseCertificate,
     auto_n_floor,
 )
+from lethe.privacy.tree import TreeRelease
 from lethe.release.certificate import GUARANTEE, SCHEDULE_REVEALS, SEEDED_GUARANTEE, Release
 from lethe.release.checks import LOGISTIC_AT_ZERO as _LOGISTIC_AT_ZERO
+from lethe.release.tree_stream import (
+    TREE_GUARANTEE,
+    TreeReleaseCertificate,
+    TreeStreamAccountant,
+    accountant_from_dict,
+    certificate_from_dict,
+    check_noise_params,
+    stream_accountant,
+)
 
 __all__ = ["ReleasedLogisticRegression"]
 
@@ -99,6 +114,24 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         benchmarks and NOT private — whoever knows the seed subtracts the noise — and every certificate of the stream
         says so (``private: False``, ``noise_source: "seeded"``, guarantee "NOT PRIVATE ..."); the curator refuses
         seeds for released models.
+    noise_mechanism : {"fresh", "tree", "auto"}, default="fresh"
+        How the releases' noise is drawn. ``"fresh"``: independent N(0, σ²I) per release (the calibration above).
+        ``"tree"``: tree aggregation over the removal stream (:mod:`lethe.release.tree_stream`,
+        docs/release_drift.md): correlated noise whose whole sequence is μ-GDP with μ = 1/σ_BW(ε, δ), under the
+        premises ``gram_cap`` (checked at ``fit``) and ``rows_per_release`` (enforced by ``remove``); its
+        certificates say so (:class:`~lethe.release.tree_stream.TreeReleaseCertificate`). ``"auto"``: the one
+        whose accountant gives the smaller worst-release noise standard deviation at the configured horizon —
+        computed from the public parameters only (ε, δ, horizon, λ, n_floor, residual_cap, gram_cap,
+        rows_per_release), never from the data; fresh noise when ``gram_cap`` is None. ``noise_mechanism_`` says
+        which was chosen.
+    gram_cap : float or None, default=None
+        A PUBLIC upper bound Λ on the largest eigenvalue of Σ xᵢxᵢᵀ over the rows as the model sees them (with the
+        intercept column if ``fit_intercept``); needed by the tree. ``fit`` refuses rows above it (removals only
+        shrink the Gram matrix, so one check covers the stream). Every row has ‖x‖ ≤ 1, so the number of rows is
+        always a valid (loose) cap.
+    rows_per_release : int or None, default=None
+        The tree's PUBLIC cap k on the rows removed between two releases (None: ``cadence``, one row per
+        ``remove`` call); with the tree, ``remove`` refuses a batch that would pass it (nothing changes).
 
     Attributes
     ----------
@@ -109,7 +142,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
     classes_ : ndarray of shape (2,)
     n_floor_ : int
     sigma_ : float
-        The noise of every release.
+        The noise of every release (the tree: the worst release's standard deviation over the horizon).
+    noise_mechanism_ : str
+        "fresh" or "tree": the mechanism the stream uses.
     sensitivity_ : float
         Δ.
 
@@ -140,7 +175,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
     def __init__(self, lam: float = 1e-3, epsilon: float = 1.0, delta: float = 1e-5, horizon: int = 1000,
                  cadence: int = 1, fit_intercept: bool = False, residual_cap: float = 0.01,
                  n_floor: int | str = "auto", normalize_rows: bool = False, solver: str = "auto",
-                 tol: float | None = None, max_iter: int = 2000, random_state: Any = None) -> None:
+                 tol: float | None = None, max_iter: int = 2000, random_state: Any = None,
+                 noise_mechanism: str = "fresh", gram_cap: float | None = None,
+                 rows_per_release: int | None = None) -> None:
         store_init_args(self, locals())
 
     # -- parameters -------------------------------------------------------------------------------------------------
@@ -158,6 +195,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         nf = self.n_floor
         if nf != "auto" and (isinstance(nf, bool) or not isinstance(nf, int | np.integer) or nf < 1):
             raise ValueError(f"n_floor must be 'auto' or an integer >= 1. Found {nf!r}.")
+        check_noise_params(self.noise_mechanism, self.gram_cap, self.rows_per_release)
 
     def _validate_rows(self, X: Any, y: Any = None, *, reset: bool) -> Any:
         if y is not None:
@@ -200,8 +238,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         # ℓ ≥ 0 with ℓ(0, ±1) = log 2: λ‖w*‖ ≤ √(2λ log 2) (the bound's step i); rounded up
         sensitivity = release_sensitivity(float(self.lam), n_floor, float(self.residual_cap), loss.grad_bound,
                                           loss_at_zero=_LOGISTIC_AT_ZERO)
-        accountant = ReleaseAccountant.calibrated(float(self.epsilon), float(self.delta), int(self.horizon),
-                                                  sensitivity)
+        accountant = self._stream_accountant(n_floor, sensitivity)
+        if isinstance(accountant, TreeStreamAccountant):  # the tree's premise, refused before anything is built
+            check_gram_cap(X, float(accountant.gram_cap))
         mech = CertifiedRemoval(loss="logistic", lam=float(self.lam), residual_cap=float(self.residual_cap),
                                 tol=self.tol, max_iter=int(self.max_iter), solver=self.solver, bound="tight",
                                 calibration="analytic").resolved(X)
@@ -220,6 +259,10 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self._X, self._Y, self._active, self._keys = X, Y, np.ones(n, dtype=bool), keys
         self._mech, self._state, self._cache, self._rng = mech, state, cache, rng
         self._accountant = accountant
+        self.noise_mechanism_ = "tree" if isinstance(accountant, TreeStreamAccountant) else "fresh"
+        self._tree = (TreeRelease(accountant.tree, random_state=rng if self.random_state is not None else None)
+                      if isinstance(accountant, TreeStreamAccountant) else None)
+        self._rows_pending = 0
         self._pending = 0
         self.n_removed_ = 0
         self.n_iter_ = int(state.train_iterations)  # the centre's training iterations (scikit-learn's n_iter_)
@@ -227,12 +270,23 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self._publish()
         return self
 
+    def _stream_accountant(self, n_floor: int, sensitivity: float) -> ReleaseAccountant | TreeStreamAccountant:
+        """The stream's ledger for ``noise_mechanism`` (public parameters only: :mod:`lethe.release.tree_stream`)."""
+        k = int(self.cadence) if self.rows_per_release is None else int(self.rows_per_release)
+        return stream_accountant(self.noise_mechanism, epsilon=float(self.epsilon), delta=float(self.delta),
+                                 horizon=int(self.horizon), sensitivity=sensitivity, lam=float(self.lam),
+                                 n_floor=n_floor, residual_cap=float(self.residual_cap),
+                                 gram_cap=None if self.gram_cap is None else float(self.gram_cap),
+                                 rows_per_release=k)
+
     # -- releases ---------------------------------------------------------------------------------------------------
     def _publish(self) -> Release:
         """Record one release in the accountant (refused past the horizon, nothing changed), then draw fresh noise."""
         accountant = self._accountant.record()
         seeded_rng = self.__dict__.get("_seeded_rng")
         seeded = seeded_rng is not None or bool(self.releases_ and not self.releases_[-1].certificate.private)
+        if isinstance(accountant, TreeStreamAccountant):
+            return self._publish_tree(accountant, seeded)
         d = self._state.w.shape[0]
         noise = (seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None
                  else OSRandomSource().standard_normal((d,)))
@@ -257,8 +311,38 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self.releases_.append(release)
         return release
 
+    def _publish_tree(self, accountant: TreeStreamAccountant, seeded: bool) -> Release:
+        """The tree's release: published on a copy of the tree, kept (with the accountant) only at the end."""
+        assert self._tree is not None  # a tree stream holds its tree from fit (or load)
+        tree = self._tree.copy()
+        version = len(self.releases_)
+        w = tree.publish(self._state.w)
+        if self._trained["fit_intercept"]:
+            coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
+        else:
+            coef, intercept = w, 0.0
+        coef = np.array(coef, dtype=np.float64, copy=True)
+        coef.setflags(write=False)
+        std = accountant.release_std(version)
+        t = accountant.tree
+        cert = TreeReleaseCertificate(
+            observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else TREE_GUARANTEE, version=version,
+            releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
+            delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=std,
+            sensitivity=accountant.sensitivity, noise_multiplier=std / accountant.sensitivity,
+            n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
+            cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
+            noise_source="seeded" if seeded else "os-csprng", private=not seeded,
+            mu=accountant.mu, mu_spent=accountant.mu_spent(), sigma_first=t.sigma_first, sigma_node=t.sigma,
+            worst_release_std=accountant.sigma, gram_cap=float(accountant.gram_cap),
+            rows_per_release=int(accountant.rows_per_release))
+        release = Release(version=version, coef=coef, intercept=intercept, certificate=cert)
+        self._accountant, self._tree = accountant, tree
+        self.releases_.append(release)
+        return release
+
     @property
-    def accountant_(self) -> ReleaseAccountant:
+    def accountant_(self) -> ReleaseAccountant | TreeStreamAccountant:
         """The release stream's ledger (immutable): releases published of the horizon, σ, Δ, ε spent."""
         check_is_fitted(self, "releases_")
         return self._accountant
@@ -374,6 +458,12 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
                 f"The horizon of {acc.horizon} releases is spent: a removal now could never be published within "
                 f"(epsilon, delta) = ({acc.epsilon}, {acc.delta}). Nothing was removed; fit a new model (a new "
                 "stream with its own budget) to go on.")
+        acc_k = getattr(acc, "rows_per_release", None)
+        rows_pending = int(self.__dict__.get("_rows_pending", 0))
+        if acc_k is not None and rows_pending + idx.size > acc_k:
+            raise ValueError(f"rows_per_release = {acc_k} (the tree's premise): removing {idx.size} rows would make "
+                             f"{rows_pending + idx.size} rows removed since the last release. Nothing was removed; "
+                             "remove fewer rows per release, or call release() first.")
         n_after = int(np.count_nonzero(self._active)) - idx.size
         if n_after < self.n_floor_:
             raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor = {self.n_floor_}: "
@@ -388,11 +478,16 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             set_rows(self._active, idx, False)
             undo.erase(self._X, self._Y, self._keys, idx)
             undo.save_attrs("_state", "_pending", "n_removed_", "_accountant")
+            self.__dict__.setdefault("_tree", None)
+            self.__dict__.setdefault("_rows_pending", 0)
+            undo.save_attrs("_tree", "_rows_pending")
             undo.save_list(self.releases_)
             self._state, self.n_removed_, self._pending = state, self.n_removed_ + idx.size, self._pending + 1
+            self._rows_pending = rows_pending + idx.size
             release = None
             if publishes:
                 self._pending = 0
+                self._rows_pending = 0
                 release = self._publish()  # from the new centre (recorded in the accountant, appended)
             latest = self.releases_[-1]
             cert = (latest.certificate if release is not None
@@ -426,6 +521,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
                 "released; fit a new model (a new stream with its own budget) to publish again.")
         release = self._publish()
         self._pending = 0
+        self._rows_pending = 0
         return release
 
     # -- predictions from the latest release only -------------------------------------------------------------------
@@ -482,6 +578,11 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
                                          "release_coefs": np.vstack([r.coef for r in self.releases_])}
         if self._keys is not None:
             arrays["keys"] = self._keys
+        tree = self.__dict__.get("_tree")
+        tree_meta = None
+        if tree is not None:  # the noisy nodes and the centres later nodes need (secret, as the centre is)
+            tree_arrays, tree_meta = tree.to_state()
+            arrays.update(tree_arrays)
         params = self.get_params(deep=False)
         rs = params["random_state"]
         params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
@@ -498,6 +599,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             "releases": [{"version": r.version, "intercept": r.intercept, "certificate": r.certificate.to_dict()}
                          for r in self.releases_],
         }
+        if tree_meta is not None:
+            meta["tree"] = tree_meta
+            meta["rows_pending"] = int(self._rows_pending)
         stream = self.__dict__.get("_lethe_stream")
         if stream is None or stream[0] is not self.releases_:  # a new stream since fit (or never saved)
             stream = (self.releases_, secrets.token_hex(16))
@@ -531,7 +635,15 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         est.classes_ = np.asarray(meta["classes"])
         est.n_features_in_ = int(meta["n_features_in"])
         est.n_floor_ = int(meta["n_floor"])
-        est._accountant = ReleaseAccountant.from_dict(meta["accountant"])
+        est._accountant = accountant_from_dict(meta["accountant"])
+        est.noise_mechanism_ = "tree" if isinstance(est._accountant, TreeStreamAccountant) else "fresh"
+        est._tree = None
+        est._rows_pending = 0
+        if isinstance(est._accountant, TreeStreamAccountant):  # later releases draw OS randomness, as fresh noise
+            if "tree" not in meta:
+                raise ValueError(f"{path}: a tree stream's file must hold the tree's state.")
+            est._tree = TreeRelease.from_state(est._accountant.tree, arrays, meta["tree"])
+            est._rows_pending = int(meta.get("rows_pending", -1))
         est.sigma_ = est._accountant.sigma
         est.sensitivity_ = est._accountant.sensitivity
         est._X = np.ascontiguousarray(arrays["X"], dtype=np.float64)
@@ -551,17 +663,16 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         coefs = arrays["release_coefs"]
         releases = []
         for r, coef in zip(meta["releases"], coefs, strict=True):
-            c = dict(r["certificate"])
-            c["theorems"] = tuple(c["theorems"])
             coef = np.array(coef, dtype=np.float64, copy=True)
             coef.setflags(write=False)
             releases.append(Release(version=int(r["version"]), coef=coef, intercept=float(r["intercept"]),
-                                    certificate=ReleaseCertificate(**c)))
+                                    certificate=certificate_from_dict(r["certificate"])))
         est.releases_ = releases
         if est._accountant.releases != len(releases):
             raise ValueError(f"{path}: the accountant records {est._accountant.releases} releases but the file holds "
                              f"{len(releases)}.")
         _check_release_file(est, path)
+        _check_tree_file(est, path)
         counts = {"releases": int(est._accountant.releases), "n_removed": int(est.n_removed_)}
         if opened.stream is not None:
             est.__dict__["_lethe_stream"] = (est.releases_, opened.stream)
@@ -569,6 +680,37 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
                 raise ModelFileError(f"{path}: the stream's recorded counts {opened.counts} differ from the file's "
                                      f"own {counts}: the file was edited.")
         return set_origin(est, opened.origin)
+
+
+def _check_tree_file(est: ReleasedLogisticRegression, path: str | Path) -> None:
+    """The invariants of a loaded stream's noise mechanism; ``ValueError`` naming the first that fails.
+
+    The mechanism is the one the parameters choose (:meth:`ReleasedLogisticRegression._stream_accountant`, public
+    parameters only), so an edited file cannot switch a stream to another mechanism or lower its noise. For a tree:
+    its ledger equals the one recomputed from the parameters but for the count; the tree's state is what that many
+    releases leave (:meth:`lethe.privacy.tree.TreeRelease.from_state`); every release in the file is recomputed
+    from the noisy nodes (the same arithmetic) and must match exactly; the rows removed since the last release are
+    within ``rows_per_release``."""
+    acc = est._accountant
+    expected = est._stream_accountant(int(est.n_floor_), float(acc.sensitivity))
+    if type(expected) is not type(acc) or (isinstance(acc, TreeStreamAccountant)
+                                           and dataclasses.replace(expected, releases=acc.releases) != acc):
+        raise ValueError(f"{path}: the stream's ledger {acc.to_dict()} is not the one its parameters give "
+                         f"({expected.to_dict()}): the file was edited.")
+    tree = est._tree
+    if tree is None:
+        return
+    if tree.releases != acc.releases:
+        raise ValueError(f"{path}: the tree holds {tree.releases} releases, the ledger {acc.releases}.")
+    for r in est.releases_:
+        w = tree.released(r.version)
+        coef, intercept = ((w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)) if est._trained["fit_intercept"]
+                           else (w, 0.0))
+        if not (np.array_equal(coef, r.coef) and intercept == r.intercept):
+            raise ValueError(f"{path}: release {r.version} is not the tree's: the file was edited.")
+    if not 0 <= est._rows_pending <= int(acc.rows_per_release):  # type: ignore[union-attr]
+        raise ValueError(f"{path}: rows removed since the last release must be in [0, rows_per_release]. Found "
+                         f"{est._rows_pending}.")
 
 
 def _check_release_file(est: ReleasedLogisticRegression, path: str | Path) -> None:
