@@ -136,9 +136,14 @@ def test_n_floor_refusal_changes_nothing():
     m = _model(n_floor=395, horizon=50).fit(X, y)
     assert m.n_floor_ == 395
     m.remove([0, 1, 2])
-    with pytest.raises(ValueError, match="fewer than n_floor = 395"):
+    with pytest.raises(ValueError, match=r"fewer than n_floor \+ 1 = 396"):
         m.remove([3, 4, 5])
     assert int(np.count_nonzero(m.active_)) == 397 and len(m.releases_) == 2
+    # exactly n_floor rows left would leave a held record n_floor - 1 others, below the bound's premise (as fit)
+    with pytest.raises(ValueError, match=r"would leave 395, fewer than n_floor \+ 1"):
+        m.remove([3, 4])
+    m.remove([3])
+    assert int(np.count_nonzero(m.active_)) == 396
     with pytest.raises(ValueError, match="fewer than n_floor"):
         _model(n_floor=401).fit(X, y)
 

@@ -444,7 +444,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         removals), else the latest release's figures with ``published=False`` — the removal is published by a
         later release, and until then model-readers still see a release computed with the rows. Raises
         ``BudgetExceededError`` if the removal could not be published within the horizon, ``ValueError`` if it would
-        leave fewer than ``n_floor`` rows; on any error nothing changes (an exception anywhere in the call,
+        leave fewer than ``n_floor + 1`` rows (n_floor others besides any one record still held); on any error nothing changes (an exception anywhere in the call,
         ``KeyboardInterrupt`` included, leaves the centre, its cache, the rows, the accountant and the releases as
         they were, or — once committed — the removal done in full: :mod:`lethe.certified.transaction`).
         """
@@ -465,9 +465,10 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
                              f"{rows_pending + idx.size} rows removed since the last release. Nothing was removed; "
                              "remove fewer rows per release, or call release() first.")
         n_after = int(np.count_nonzero(self._active)) - idx.size
-        if n_after < self.n_floor_:
-            raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor = {self.n_floor_}: "
-                             "the released models' sensitivity bound needs n_floor rows. Nothing was removed.")
+        if n_after <= self.n_floor_:  # as fit and the service: n_floor rows besides any one target still held
+            raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor + 1 = "
+                             f"{self.n_floor_ + 1}: the released models' sensitivity bound needs n_floor rows besides "
+                             "any one record still held. Nothing was removed.")
         # one transaction (lethe.certified.transaction): the centre's step, the erasure of the rows and the release
         # are undone together if anything raises before the commit (an error, KeyboardInterrupt, a signal handler)
         undo = begin_undo(self, idx, self._rng, [self._cache], owner="_X")
