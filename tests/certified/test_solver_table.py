@@ -173,3 +173,125 @@ if __name__ == "__main__" and "--record" in sys.argv:
     GOLDEN.write_text(json.dumps({"platform": _platform(), "cases": cases}, sort_keys=True) + "\n",
                       encoding="utf-8")
     print(f"recorded {len(cases)} cases in {GOLDEN}")
+
+
+# -- the table is the only place that names solvers; each state type is written by its own modules ---------------------
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "lethe"
+#: solver names and the state kinds (``cache.kind``) that code used to compare
+NAMES = {"cholesky", "refine", "pcg", "anchor", "onepass", "exact"}
+
+
+def name_comparisons(paths: list[Path]) -> list[str]:
+    """Every comparison (==, !=, in, not in) of an expression with a solver name or state kind given as a string
+    literal (alone or in a tuple, list or set), as ``file:line: source``. The certificate's ``refreshed`` label
+    ("anchor": the anchor system was formed again) is a label of the step, not a solver's name."""
+    import ast
+
+    out = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            if not all(isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops):
+                continue
+            if isinstance(node.left, ast.Name) and node.left.id == "refreshed":
+                continue
+            consts = []
+            for expr in [node.left, *node.comparators]:
+                elts = expr.elts if isinstance(expr, ast.Tuple | ast.List | ast.Set) else [expr]
+                consts += [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if NAMES & set(consts):
+                out.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_only_the_solver_table_compares_solver_names() -> None:
+    """No module of certified removal (nor the planner) chooses a solver by comparing its name: each asks the table
+    (``SOLVERS[name].<capability>``). Checked on the code before the table: it finds the 21 comparisons of the
+    issue (and more) there."""
+    paths = [p for p in sorted((SRC / "certified").glob("*.py")) if p.name != "solvers.py"] + [SRC / "planning.py"]
+    assert name_comparisons(paths) == []
+
+
+def test_the_name_scanner_finds_comparisons(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text('if cfg.solver == "pcg" or s in ("refine", "anchor") or cache.kind != "exact":\n    pass\n'
+                 'if refreshed != "anchor" or mode == "tight":\n    pass\n', encoding="utf-8")
+    assert len(name_comparisons([f])) == 3  # the first line's three; not the refresh label, not other strings
+    f.write_text('a = x == "pcg"\nb = y in ("refine",)\nc = z != "exact"\nd = "onepass" == w\n', encoding="utf-8")
+    assert len(name_comparisons([f])) == 4
+
+
+def _state_fields() -> dict[str, set[str]]:
+    """Field name → the modules of src/lethe/certified allowed to assign it: the module that defines the state type
+    holding it, and for the anchor system's fields those that form, downdate and fold it."""
+    from lethe.certified.anchor_system import AnchorState
+    from lethe.certified.cache import AnchorSystem
+    from lethe.certified.exact import FactorState
+    from lethe.certified.onepass import OnepassState
+
+    system = set(AnchorSystem().__dict__)
+    allowed: dict[str, set[str]] = {f: {"cache.py", "anchor_system.py", "exact.py"} for f in system}
+    for cls, modules in ((FactorState, {"exact.py"}), (AnchorState, {"anchor_system.py", "anchor.py"}),
+                         (OnepassState, {"onepass.py"})):
+        for f in set(cls().__dict__) - system:
+            allowed.setdefault(f, set()).update(modules)
+    return allowed
+
+
+def state_writes(paths: list[Path], fields: set[str]) -> dict[str, set[str]]:
+    """Field name → the modules that assign an attribute of that name of another object (``x.f = ``, ``x.f += ``,
+    tuple targets)."""
+    import ast
+
+    out: dict[str, set[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+            for t in targets:
+                for e in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                    # (``self.f = `` is an object's own method writing its own field: the state types' __init__,
+                    # SharedFloat32Data's X32)
+                    if (isinstance(e, ast.Attribute) and e.attr in fields
+                            and not (isinstance(e.value, ast.Name) and e.value.id == "self")):
+                        out.setdefault(e.attr, set()).add(path.name)
+    return out
+
+
+def test_each_solver_state_is_written_only_by_its_own_modules() -> None:
+    """``FactorState``'s fields are assigned in exact.py, ``AnchorState``'s in anchor_system.py and anchor.py,
+    ``OnepassState``'s in onepass.py, the anchor system they share in anchor_system.py (and its folds in cache.py,
+    exact.py's reset of the preconditioning system): no other module of the package writes a solver's state (the
+    old dispatcher newton.py wrote the margins and the kind of every solver)."""
+    allowed = _state_fields()
+    paths = sorted((SRC / "certified").glob("*.py")) + [SRC / "planning.py"]
+    writes = state_writes(paths, set(allowed))
+    assert {f: sorted(m - allowed[f]) for f, m in writes.items() if m - allowed[f]} == {}
+
+
+def test_the_table_and_the_cache_say_the_same() -> None:
+    """Every name the mechanism accepts is in the table (``auto`` resolved), each entry's state type is the kind its
+    step leaves on the cache, and an unknown name is refused naming the table's names."""
+    from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
+    from lethe.certified.solvers import SOLVERS, get_solver
+
+    assert list(SOLVERS) == ["cholesky", "refine", "pcg", "anchor", "onepass"]
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 4))
+    X /= 1.2 * np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    for name, spec in SOLVERS.items():
+        mech = CertifiedRemoval(lam=1e-2, sigma=1.0, solver=name)
+        assert mech.solver_spec is spec
+        cache = NewtonCache()
+        state, _ = mech.train(X, y, random_state=0, cache=cache)
+        assert isinstance(cache.state, spec.state) and spec.holds(cache) and cache.kind == spec.state.kind
+        mech.remove(state, X, y, [2], cache=cache)
+        assert isinstance(cache.state, spec.state)
+    with pytest.raises(ValueError, match=r"solver must be one of \['cholesky', 'refine', 'pcg', 'anchor', 'onepass'\]"):
+        get_solver("newton")
+    with pytest.raises(ValueError, match="resolved for the data"):
+        _ = CertifiedRemoval(solver="auto").solver_spec
