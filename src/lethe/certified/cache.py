@@ -217,19 +217,28 @@ class NewtonCache:
     removed since it was formed). After each step it is keyed to the data array, the exact new weights and the new
     active-row mask; a removal that starts from anything else (a retrained model, another mask, another array)
     rebuilds it, so a stale cache can cost time but never soundness. Use one cache per model and data set, and
-    do not modify the active rows of the data array in between. What it holds depends on the solver:
+    do not modify the active rows of the data array in between.
 
-    * ``refine``/``pcg``: the Hessian at an anchor point as a dense matrix M, downdated per removed row, and
-      ``factor`` = Cholesky factor of an earlier M (both only produce the initial guess and the preconditioner:
-      the solve error is measured against the exact Hessian); ``z`` — margins X w at the current w with their
-      error bound.
-    * ``anchor``: the anchor point w_a, the dense anchor Hessian M (upper triangle, downdated per removed row) and
-      Gram matrix X′ᵀX′ (as built: an upper bound after removals), their rounding-error bounds, curvatures ŝ at
-      w_a, the carried product G(w − w_a), and ``factor`` = the float32 inverse of an earlier M (a preconditioner
-      only: the anchor residual Mv − Δ is measured).
-    * ``onepass``: the anchor system of ``anchor`` without the Gram matrix (M enters the certificate, so its
-      rounding drift is tracked), the margins z, a float32 copy of the data (one single-precision pass per removal)
-      and the pending mismatch vector P of docs/tighter_bounds.md §5b, with their error bounds.
+    The cache itself holds what every solver shares — the settings below, the counters, the sync key with its own
+    copy of the active-row mask, the refresh policy's record (rent-or-buy) and the carried accounting of tight mode
+    — and one solver state, ``state`` (:class:`SolverState`), whose type the solver table names
+    (:data:`lethe.certified.solvers.SOLVERS`) and which only that solver's module writes; :attr:`kind` names it.
+    The state's fields that callers used to read on the cache (``M``, ``G``, ``X32``, ``factor``, …) still read
+    (and write) through it. What the state holds depends on the solver:
+
+    * ``refine``/``pcg`` (:class:`~lethe.certified.exact.FactorState`): the Hessian at an anchor point as a dense
+      matrix M, downdated per removed row, and ``factor`` = Cholesky factor of an earlier M (both only produce the
+      initial guess and the preconditioner: the solve error is measured against the exact Hessian); ``z`` —
+      margins X w at the current w with their error bound.
+    * ``cholesky`` (the same type): the margins only (it factorises the exact Hessian at every removal).
+    * ``anchor`` (:class:`~lethe.certified.anchor_system.AnchorState`): the anchor point w_a, the dense anchor
+      Hessian M (upper triangle, downdated per removed row) and Gram matrix X′ᵀX′ (as built: an upper bound after
+      removals), their rounding-error bounds, curvatures ŝ at w_a, the carried product G(w − w_a), and ``factor`` =
+      the float32 inverse of an earlier M (a preconditioner only: the anchor residual Mv − Δ is measured).
+    * ``onepass`` (:class:`~lethe.certified.onepass.OnepassState`): the anchor system of ``anchor`` without the
+      Gram matrix (M enters the certificate, so its rounding drift is tracked), the margins z, a float32 copy of
+      the data (one single-precision pass per removal) and the pending mismatch vector P of
+      docs/tighter_bounds.md §5b, with their error bounds.
 
     Parameters
     ----------

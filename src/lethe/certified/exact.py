@@ -115,19 +115,19 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
 
     active_before = keep.copy()
     active_before[idx] = True
-    st = cache.state if cache is not None else None
-    synced = (cache is not None and isinstance(st, FactorState) and cache.matches(X, w, active_before, st.kind)
-              and st.z is not None)
+    held = cache.state if cache is not None else None
+    st = held if isinstance(held, FactorState) else None  # this kind's state (None: none, or another solver's)
+    synced = cache is not None and st is not None and cache.matches(X, w, active_before, st.kind) and st.z is not None
     if cache is not None:
         cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache matching nothing
     if synced:
-        assert isinstance(st, FactorState) and st.z is not None
+        assert st is not None and st.z is not None
         z, eta = st.z, st.eta
     else:
         z, eta = compute_margins(X, w, rho)
         passes += 1
         if cache is not None:
-            if not isinstance(st, FactorState) or (st.factor is not None and st.factor[0].shape != (d, d)):
+            if st is None or (st.factor is not None and st.factor[0].shape != (d, d)):
                 cache.reset()
                 st = cache.state = FactorState()
             st.M = None  # the downdated anchor system is only trusted in sync; F stays as a preconditioner

@@ -208,7 +208,7 @@ class CertifiedRemoval:
         if self.solver in SOLVERS:  # a concrete solver already ("auto" is the only other name accepted)
             return self
         concrete = resolve_solver("auto", X) if solver is None else solver
-        check_choice("solver", concrete, SOLVERS)
+        check_choice("solver", concrete, tuple(SOLVERS))
         cached: dict[str, CertifiedRemoval] = self._resolved  # type: ignore[attr-defined]
         mech = cached.get(concrete)
         if mech is None:
