@@ -295,3 +295,24 @@ def test_the_table_and_the_cache_say_the_same() -> None:
         get_solver("newton")
     with pytest.raises(ValueError, match="resolved for the data"):
         _ = CertifiedRemoval(solver="auto").solver_spec
+
+
+def test_a_copied_cache_has_its_own_solver_state() -> None:
+    """A copy (``copy.copy``, pickle) of a cache holds its own state object, so that a field it replaces stays as it
+    was in the original (as the cache's own attributes did before the state types; mutation check: without the copy
+    of ``state`` in ``__getstate__`` the original's M is cleared)."""
+    import copy
+    import pickle
+
+    from lethe.certified.mechanism import CertifiedRemoval, NewtonCache
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(50, 4))
+    X /= 1.2 * np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    cache = NewtonCache()
+    CertifiedRemoval(lam=1e-2, sigma=1.0, solver="pcg").train(X, y, random_state=0, cache=cache)
+    for other in (copy.copy(cache), pickle.loads(pickle.dumps(cache))):
+        assert other.kind == cache.kind == "exact" and other.state is not cache.state
+        other.M = None  # what an exact step out of sync does to its own state
+        assert cache.M is not None

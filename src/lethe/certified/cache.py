@@ -11,6 +11,7 @@ refreshes with a data pass; an integer k refreshes every k removals.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import weakref
@@ -500,6 +501,9 @@ class NewtonCache:
     def __getstate__(self) -> dict[str, Any]:
         # a copied or unpickled cache is not tied to any data array: it rebuilds at its first use
         state = self.__dict__.copy()
+        # its own solver state object (its arrays shared, as the cache's own attributes' arrays are): a copy that
+        # replaces a field leaves the original's as it was
+        state["state"] = copy.copy(self.state)
         state["_xref"] = None
         state["_key"] = None
         state["_mask"] = None
