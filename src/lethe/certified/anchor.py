@@ -217,7 +217,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     h = h + gv  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
     st.h_G = h
     st.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
-                    + 1.01 * U * vnorm(h))
+                 + 1.01 * U * vnorm(h))
 
     cache.advance(X, w_new, keep, removed=idx if synced else None)
     cache.removals_since_refresh += 1
