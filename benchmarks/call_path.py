@@ -15,6 +15,7 @@ Run: ``OMP_NUM_THREADS=1 python benchmarks/call_path.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ import pandas as pd
 from fastapi.testclient import TestClient
 
 import lethe.certified.mechanism as mechanism_module
+from lethe.certified.solvers import SOLVERS
 from lethe.curator import Curator, Settings
 from lethe.curator.api import create_app
 from lethe.curator.intake import DeletionIntake
@@ -61,7 +63,8 @@ def main() -> None:
         c.train("people", "clf", params={"lam": 1e-2, "sigma": 1.0}, random_state=0)
 
         answer = DeletionIntake.answer_group_in
-        step, anchor = mechanism_module.compute_step, mechanism_module.anchor_step
+        step, anchor_spec = mechanism_module.compute_step, SOLVERS["anchor"]
+        anchor = anchor_spec.step
 
         def spy_answer(self: DeletionIntake, s: Any, group: Any) -> Any:
             chains.setdefault("the intake thread -> the submission answered",
@@ -79,7 +82,8 @@ def main() -> None:
 
         DeletionIntake.answer_group_in = spy_answer  # type: ignore[method-assign]
         mechanism_module.compute_step = spy_step
-        mechanism_module.anchor_step = spy_anchor  # the dispatch's reference (compute_step, in mechanism.py)
+        # the dispatch's reference: compute_step (mechanism.py) runs the step of the solver table's entry
+        SOLVERS["anchor"] = dataclasses.replace(anchor_spec, step=spy_anchor)
         try:
             token = c.create_token("app", scope="requester")
             with TestClient(create_app(c, run_worker="none")) as client:
@@ -90,7 +94,7 @@ def main() -> None:
         finally:
             DeletionIntake.answer_group_in = answer  # type: ignore[method-assign]
             mechanism_module.compute_step = step
-            mechanism_module.anchor_step = anchor
+            SOLVERS["anchor"] = anchor_spec
             c.close()
     for name, chain in chains.items():
         show(name, chain)

@@ -59,7 +59,7 @@ from lethe.advisor import Advice
 from lethe.advisor import advise as _advise
 from lethe.certified.cache import NewtonCache
 from lethe.certified.estimators import CertifiedLogisticRegression, joint_residual
-from lethe.certified.newton import resolve_solver
+from lethe.certified.newton import SOLVERS, resolve_solver
 from lethe.certified.noise import residual_budget
 from lethe.pipeline import step_learns_from_data
 
@@ -247,8 +247,9 @@ def _simulate(est: Any, X: np.ndarray, y: np.ndarray, rows: np.ndarray) -> float
     retraining, so σ planned on ``pcg``'s β supports the R removals under ``auto`` too."""
     est.fit(X, y)
     mech = est.mechanism_
-    if mech.solver == "anchor":
-        mech = dataclasses.replace(mech, solver="pcg")
+    spec = mech.solver_spec
+    if spec.budget_adaptive:  # anchor: simulated by its fallback, pcg (docstring)
+        mech = dataclasses.replace(mech, solver=spec.fallback)
         est.caches_ = [NewtonCache() for _ in est.caches_]
     states = list(est.states_)
     active = est.active_.copy()
@@ -448,7 +449,7 @@ def plan_sigma(X: Any, y: Any, *, n_removals: int, epsilon: float = 1.0, delta: 
             sigma = target
         else:
             sigma = _best_tried(tried, unit, R, confidence)
-    if resolve_solver(str(params.get("solver", "auto")), Xtr) == "anchor":
+    if SOLVERS[resolve_solver(str(params.get("solver", "auto")), Xtr)].budget_adaptive:
         sigma, searched = _search_adaptive(base, Xtr, ytr, draws, sigma, margin)
         it += searched
     # the check: any retraining among 2K fresh draws steps σ up (a σ whose retraining probability is 0.1 passes 20

@@ -12,7 +12,14 @@ import math
 
 import numpy as np
 
-from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, removed_rows, solve_maintained
+from lethe.certified.anchor_system import (
+    AnchorState,
+    build_anchor,
+    downdate,
+    mv_maintained,
+    removed_rows,
+    solve_maintained,
+)
 from lethe.certified.bounds import UNIT_ROUNDOFF as U
 from lethe.certified.bounds import anchor_bounds, gamma_k, vnorm, worst_case_bound
 from lethe.certified.cache import NewtonCache
@@ -49,6 +56,24 @@ def _measure(cfg: RemovalConfig, w: np.ndarray, b: np.ndarray, X: DataMatrix, y:
     return measured_residual(cfg, w, b, X, y, active)
 
 
+def prime_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray, active: np.ndarray,
+                 cache: NewtonCache, gram: np.ndarray | None = None) -> None:
+    """A fresh :class:`~lethe.certified.anchor_system.AnchorState` for the model at w on the rows ``active``: the
+    anchor system with its Gram matrix (O(n d²); ``gram``: fl(XᵀX) for exactly these rows, formed at training)."""
+    cache.state = AnchorState()
+    build_anchor(cfg, w, X, y, active, cache, with_gram=True, gram=gram)
+
+
+def synced_gram(cache: NewtonCache, X: DataMatrix, w: np.ndarray, active: np.ndarray) -> np.ndarray | None:
+    """The Gram matrix G̃ = fl(XᵀX) over all rows of dense X that an ``anchor`` cache synced to (w, ``active``) holds
+    with every row active (formed when it was primed; never downdated), else None."""
+    st = cache.state
+    if (isinstance(st, AnchorState) and st.G is not None and is_dense(X) and bool(np.all(active))
+            and cache.matches(X, w, active, st.kind)):
+        return st.G
+    return None
+
+
 def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                 idx: np.ndarray, cache: NewtonCache | None, *, _reanchor: bool = False) -> StepResult:
     """Newton-type step with the maintained anchor Hessian, certified without a pass over the data.
@@ -63,7 +88,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     cm, passes, refreshed = cache.cost_model, 0.0, ""
     # in sync with (w, rows before): the cache's own mask is compared with keep ∪ idx (one word-wise O(n)
     # comparison) and its row count gives n′; the mask of the rows before is formed only when it is needed
-    n_synced = None if _reanchor else cache.matches_removal(X, w, keep, idx, "anchor")
+    n_synced = None if _reanchor else cache.matches_removal(X, w, keep, idx, AnchorState.kind)
     cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
     n_new = n_synced if n_synced is not None else int(np.count_nonzero(keep))
     before: list[np.ndarray] = []
@@ -78,7 +103,8 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     anchor_cost = cm.hessian(n_eff, d) + cm.cholesky(d) + cm.data_pass(n_eff, d)
     # the second attempt: the first one (from a cache synced to (w, rows before)) advanced the cache; what it
     # changed — M, its queue and factor, h̃, the carried accounting — is formed again below, G̃ was not changed
-    synced = _reanchor or (n_synced is not None and cache.G is not None)
+    synced = _reanchor or (n_synced is not None and isinstance(cache.state, AnchorState)
+                           and cache.state.G is not None)
     tight = cfg.bound == "tight"
     # tight mode: the bound before this step; past ``remeasure_share`` of the budget the anchor is formed again
     # and the residual measured (docs/tighter_bounds.md §5c), instead of letting the budget force a retraining
@@ -102,7 +128,7 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     elif not synced or over or _reanchor or policy_due(cfg, cache, anchor_cost):
         if not synced:
             cache.reset()
-            cache.kind = "anchor"
+            cache.state = AnchorState()
         # a re-anchor keeps the Gram matrix (independent of w) and the carried accounting
         build_anchor(cfg, w, X, y, rows_before(), cache, with_gram=True if not synced else None)
         refreshed = "anchor"
@@ -118,7 +144,8 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     elif cache.iter_cost >= cm.cholesky(d):
         refreshed = cache.refactorize()
     cache.invalidate()
-    assert cache.w_anchor is not None
+    st = cache.state
+    assert isinstance(st, AnchorState) and st.w_anchor is not None
     rho = max_row_norm(cfg, X, cache)
     x_norm = x_norm_upper(state, n_rows, rho)
 
@@ -130,20 +157,20 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     err_rhs = err_Delta + (0.0 if e_old is None else U * vnorm(rhs))
     downdate(cache, X, idx, lam, track=True, rows=XR)
     del XR
-    G = cache.G
+    G = st.G
     assert G is not None
-    fro_G = cache.fro_G + 2.0 * cache.eps_G
+    fro_G = st.fro_G + 2.0 * st.eps_G
 
     gamma = float(loss.gamma) if cfg.bound == "paper" else float(getattr(loss, "gamma_exact", loss.gamma))
-    dw = w - cache.w_anchor
+    dw = w - st.w_anchor
     dw_norm = vnorm(dw) * (1.0 + 4 * U)
-    gq = gamma_k(d + 2) * fro_G + cache.eps_G
-    h = cache.h_G  # ≈ G̃ (w − w_a), carried from step to step (no product with G here)
+    gq = gamma_k(d + 2) * fro_G + st.eps_G
+    h = st.h_G  # ≈ G̃ (w − w_a), carried from step to step (no product with G here)
     assert h is not None
     if dw_norm > 0.0:
         # dwᵀG̃dw = dwᵀh̃ + dwᵀ(G̃dw − h̃), ‖G̃dw − h̃‖ ≤ h_err + ‖G̃‖ ‖dw − (w − w_a)‖; the dot's rounding; G̃ vs G
         c_sq = (float(dw @ h) + gamma_k(d + 2) * dw_norm * vnorm(h)
-                + dw_norm * (cache.h_err + 2 * U * fro_G * dw_norm) + cache.eps_G * dw_norm**2)
+                + dw_norm * (st.h_err + 2 * U * fro_G * dw_norm) + st.eps_G * dw_norm**2)
         c_norm = min(math.sqrt(max(c_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 2 * U * dw_norm, x_norm * dw_norm)
     else:
         c_norm = 0.0
@@ -154,11 +181,11 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
         gv = sym_mv(G, v)
         a_sq = float(v @ gv) + gq * v_ub**2
         a_norm = min(math.sqrt(max(a_sq, 0.0)) * (1.0 + 4 * U) + x_norm * 1.01 * U * w_new_norm, x_norm * v_ub)
-        mis, rem, cands = anchor_bounds(gamma=gamma, tau=cache.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
+        mis, rem, cands = anchor_bounds(gamma=gamma, tau=st.tau, x_norm=x_norm, row_norm=rho, n_rows=n_new,
                                         v_norm=v_ub, a_norm=a_norm, dw_norm=dw_norm, c_norm=c_norm, mode=cfg.bound)
         return mis, rem, v_ub, cands, gv
 
-    F = cache.factor
+    F = st.factor
     assert F is not None
     v = cho_solve(F, rhs, check_finite=False)
     q, err_q = mv_maintained(cache, v)
@@ -179,18 +206,18 @@ def anchor_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndar
     e_norm = vnorm(e)
     vn = vnorm(v)
     # after the solve: a refactorisation in it folds the queued rows and grows ε_M
-    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
+    fro_M = st.fro_M + 2.0 * st.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂ (the exact matrices only lose PSD terms)
     # ‖M̂ v_true − rhs‖ vs ‖ẽ‖: symv/subtraction rounding + ‖M̃ − M̂‖ ‖v‖ + ‖M̂‖ ‖v_true − ṽ‖ + error of rhs
     # + the queued rows' correction (mv_maintained)
-    err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
+    err = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + st.eps_M * v_ub + fro_M * 1.01 * U * wn_new
                  + err_rhs + err_q)
     acc, carried, e_norm, err_step = carry_finish(cache, e, e_old, eps_old, S_old, err, mis + rem)
     step = e_norm + err_step + mis + rem
     # h̃ ← fl(h̃ + fl(G̃v)) tracks G̃(w_new − w_a): + the symv's rounding, G̃(v − v_true) and the addition's rounding
     h = h + gv  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
-    cache.h_G = h
-    cache.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
-                    + 1.01 * U * vnorm(h))
+    st.h_G = h
+    st.h_err += (gamma_k(d + 2) * fro_G * vn + fro_G * 1.01 * U * wn_new
+                 + 1.01 * U * vnorm(h))
 
     cache.advance(X, w_new, keep, removed=idx if synced else None)
     cache.removals_since_refresh += 1

@@ -11,10 +11,36 @@ from scipy.linalg.blas import dsyr, dsyrk, ssyrk
 
 from lethe.certified.bounds import UNIT_ROUNDOFF as U
 from lethe.certified.bounds import gamma_k, vnorm
-from lethe.certified.cache import NewtonCache
+from lethe.certified.cache import AnchorSystem, NewtonCache
 from lethe.certified.common import RemovalConfig, max_row_norm
 from lethe.certified.data import DataMatrix, backend_of, is_dense
 from lethe.certified.linalg import cho_solve, dense_pcg, fro_sym_upper, precond_factor, sym_mv
+
+
+class AnchorState(AnchorSystem):
+    """The state of the ``anchor`` solver (:mod:`lethe.certified.anchor`): the anchor system plus the Gram matrix
+    G̃ = fl(X′ᵀX′) (as built: an upper bound after removals, never downdated) with its rounding bounds, and the
+    carried product h̃ ≈ G̃(w − w_a) within ``h_err`` in the 2-norm. Formed by :func:`build_anchor`, advanced by
+    :func:`lethe.certified.anchor.anchor_step`."""
+
+    kind = "anchor"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.G: np.ndarray | None = None
+        self.eps_G = math.inf
+        self.fro_G = math.inf
+        self.h_G: np.ndarray | None = None
+        self.h_err = math.inf
+
+
+def system_of(cache: NewtonCache) -> AnchorSystem:
+    """The cache's solver state as the anchor system it holds (a state is put on the cache by the solver's
+    ``prime`` before any of the functions here run)."""
+    st = cache.state
+    if not isinstance(st, AnchorSystem):
+        raise TypeError(f"The cache's solver state ({type(st).__name__}) keeps no anchor system.")
+    return st
 
 
 def _gram_single(X: np.ndarray, r: np.ndarray, block: int = 2048) -> np.ndarray:
@@ -53,7 +79,7 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     s_act = loss.d2(z if all_rows else z[active], y if all_rows else y[active])
     s_hat = np.zeros(n_rows)
     s_hat[active] = s_act
-    if with_gram is False and cfg.solver in ("refine", "pcg") and loss.gamma != 0.0 and is_dense(X):
+    if with_gram is False and cfg.solver_spec.exact_hessian and loss.gamma != 0.0 and is_dense(X):
         # M is only the preconditioner and initial guess of the exact-Hessian solvers (their solve error is
         # measured): a single-precision product (rows ‖xᵢ‖ ≤ 1, ŝ ≤ γ-bounded curvature: no overflow) at half the
         # time. Dense data only; other backends form it in double precision through the interface.
@@ -70,14 +96,16 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
     fro2 = float(np.sum(sq if all_rows else sq[active]))
     s_max = float(np.max(s_act, initial=0.0))
     gn = gamma_k(n_act + 2)
-    cache.w_anchor = np.array(w, dtype=np.float64, copy=True)
-    cache.s_hat = s_hat
-    cache.M = np.asfortranarray(M)
-    cache.fro_M = fro_sym_upper(cache.M) * (1.0 + 1e-10)
-    cache.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + cache.fro_M)
-    cache.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
-    cache.pend_k, cache.pend_S = 0, 0.0
+    st = system_of(cache)
+    st.w_anchor = np.array(w, dtype=np.float64, copy=True)
+    st.s_hat = s_hat
+    st.M = np.asfortranarray(M)
+    st.fro_M = fro_sym_upper(st.M) * (1.0 + 1e-10)
+    st.eps_M = 1.01 * (gn + 6 * U) * s_max * fro2 + 2 * U * (lam * n_act * math.sqrt(d) + st.fro_M)
+    st.tau = float(loss.gamma) * gamma_k(d + 2) * rho * vnorm(w) + 8 * U * (1.0 + s_max)
+    st.pend_k, st.pend_S = 0, 0.0
     if with_gram:
+        assert isinstance(st, AnchorState)
         if gram is not None:
             G = np.array(gram, dtype=np.float64, copy=True)
         elif all_rows:
@@ -86,14 +114,14 @@ def build_anchor(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray
             G = B.gram(X[active])
         else:
             G = B.gram(X, active.astype(np.float64))
-        cache.G = np.asfortranarray(G)
-        cache.fro_G = fro_sym_upper(cache.G) * (1.0 + 1e-10)
-        cache.eps_G = 1.01 * gn * fro2
-    elif with_gram is not None:
-        cache.G = None
-    # anchor: G̃ (w − w_a) = 0 at the anchor itself, exactly
-    cache.h_G, cache.h_err = (np.zeros(d), 0.0) if cache.G is not None else (None, math.inf)
-    cache.factor = precond_factor(cache.M)
+        st.G = np.asfortranarray(G)
+        st.fro_G = fro_sym_upper(st.G) * (1.0 + 1e-10)
+        st.eps_G = 1.01 * gn * fro2
+    elif with_gram is not None and isinstance(st, AnchorState):
+        st.G = None
+    if isinstance(st, AnchorState):  # G̃ (w − w_a) = 0 at the anchor itself, exactly
+        st.h_G, st.h_err = (np.zeros(d), 0.0) if st.G is not None else (None, math.inf)
+    st.factor = precond_factor(st.M)
     cache.refreshes += 1
     cache.excess_cost = 0.0
     cache.iter_cost = 0.0
@@ -142,15 +170,16 @@ def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, 
     from X once; a batch overwrites it with its rows z̃ⱼ (the caller must not use it afterwards).
     A batch with ``track`` folds only its own m rows: rows already queued stay queued (they are folded with the
     queue, as after a single removal; the bound on ε_M does not depend on the order of the folds, docs §7c)."""
-    assert cache.M is not None and cache.s_hat is not None
-    d = cache.M.shape[0]
+    st = system_of(cache)
+    assert st.M is not None and st.s_hat is not None
+    d = st.M.shape[0]
     if not track:
         # pcg/refine (O(nd) per step): M is downdated in a copy, so a transaction's snapshot keeps the old M
         # (:meth:`NewtonCache.begin`); with ``track`` only the diagonal is written in place (saved by the snapshot)
-        cache.M = cache.M.copy(order="K")
-    if track and (cache.pend_Z is None or cache.pend_Z.shape != (max(cache.fold_every, 1), d)):
+        st.M = st.M.copy(order="K")
+    if track and (st.pend_Z is None or st.pend_Z.shape != (max(cache.fold_every, 1), d)):
         cache.fold_pending()  # queued rows first (fold_every may have changed): the new queue starts empty
-        cache.pend_Z = np.empty((max(cache.fold_every, 1), d))
+        st.pend_Z = np.empty((max(cache.fold_every, 1), d))
     m = int(idx.size)
     if rows is not None and (rows.shape != (m, d) or rows.dtype != np.float64 or not rows.flags.c_contiguous
                              or not rows.flags.writeable):
@@ -160,7 +189,7 @@ def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, 
     if m > 1 and (not track or m >= cache.fold_every):
         # a batch (Eq. 6): one rank-m update instead of m rank-one updates or m/k queue folds (O(m d²) flops at
         # BLAS-3 speed); with ``track`` the rows already queued stay queued and ε_M grows as for a fold of m rows
-        s_b = cache.s_hat[idx]
+        s_b = st.s_hat[idx]
         # z̃ⱼ = fl(√ŝⱼ) xⱼ, the rows the queue would hold; formed in place in rows the caller handed over (or in the
         # fresh copy ``take`` made): no second m × d array
         Z = np.multiply(XR, np.sqrt(s_b)[:, None], out=XR)
@@ -171,30 +200,30 @@ def downdate(cache: NewtonCache, X: DataMatrix, idx: np.ndarray, lam: float, *, 
             # pcg/refine: M is only a preconditioner and initial guess (the solve error is measured). In double
             # precision (i15 used single): a model whose cache was primed at training and one primed after loading
             # (the service) then take the same steps to within rounding (tests/curator/test_service.py)
-            cache.M = dsyrk(-1.0, Z.T, beta=1.0, c=cache.M, trans=0, lower=0, overwrite_c=1)
-        cache.s_hat[idx] = 0.0
+            st.M = dsyrk(-1.0, Z.T, beta=1.0, c=st.M, trans=0, lower=0, overwrite_c=1)
+        st.s_hat[idx] = 0.0
         idx, XR = idx[:0], XR[:0]
-    M = cache.M
+    M = st.M
     for t, j in enumerate(idx):
-        sj = float(cache.s_hat[j])
+        sj = float(st.s_hat[j])
         if sj != 0.0:
             xj = XR[t]
             if not track:
                 M = dsyr(-sj, xj, lower=0, a=M, overwrite_a=1)
             else:
-                if cache.pend_k >= cache.fold_every:
-                    cache.M = M
+                if st.pend_k >= cache.fold_every:
+                    st.M = M
                     cache.fold_pending()
-                    M = cache.M
-                assert cache.pend_Z is not None
-                zj = np.multiply(xj, math.sqrt(sj), out=cache.pend_Z[cache.pend_k])
-                cache.pend_k += 1
-                cache.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
-        cache.s_hat[j] = 0.0
+                    M = st.M
+                assert st.pend_Z is not None
+                zj = np.multiply(xj, math.sqrt(sj), out=st.pend_Z[st.pend_k])
+                st.pend_k += 1
+                st.pend_S += float(zj @ zj) * (1.0 + gamma_k(d + 2))
+        st.s_hat[j] = 0.0
     np.einsum("ii->i", M)[...] -= lam * m  # M's diagonal as a writable view: no index arrays
     if track:
-        cache.eps_M += U * (2.0 * (cache.fro_M + 2.0 * cache.eps_M) + 2.0 * lam * m * math.sqrt(d))
-    cache.M = M
+        st.eps_M += U * (2.0 * (st.fro_M + 2.0 * st.eps_M) + 2.0 * lam * m * math.sqrt(d))
+    st.M = M
 
 
 def mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float]:
@@ -202,16 +231,17 @@ def mv_maintained(cache: NewtonCache, v: np.ndarray) -> tuple[np.ndarray, float]
     the correction against Σ ŝⱼxⱼ(xⱼᵀv) plus the subtraction's rounding (the product with the stored M̃ is bounded
     by the caller: γ_{d+2}‖M̃‖_F‖v‖ + ε_M‖v‖). Zv has entries within γ_d‖zⱼ‖‖v‖, Zᵀt within γ_k‖|Z|ᵀ|t|‖ ≤
     γ_k‖Z‖_F‖t‖, and z̃z̃ᵀ vs ŝxxᵀ within 5u ŝ‖x‖²: with S ≥ ‖Z‖_F², ≤ (γ_{d+2} + γ_{k+2} + 6u) S ‖v‖."""
-    assert cache.M is not None
-    q = sym_mv(cache.M, v)
-    k = cache.pend_k
-    if k == 0 or cache.pend_Z is None:
+    st = system_of(cache)
+    assert st.M is not None
+    q = sym_mv(st.M, v)
+    k = st.pend_k
+    if k == 0 or st.pend_Z is None:
         return q, 0.0
-    Z = cache.pend_Z[:k]
+    Z = st.pend_Z[:k]
     corr = Z.T @ (Z @ v)
     q -= corr
     d = v.shape[0]
-    err = ((gamma_k(d + 2) + gamma_k(k + 2) + 6 * U) * cache.pend_S * vnorm(v) * (1.0 + 4 * U)
+    err = ((gamma_k(d + 2) + gamma_k(k + 2) + 6 * U) * st.pend_S * vnorm(v) * (1.0 + 4 * U)
            + 1.01 * U * vnorm(q))
     return q, err
 
@@ -221,7 +251,8 @@ def solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.n
     """PCG on the maintained system M v = rhs (O(d²) per iteration, preconditioner: the cached factor) until
     ‖Mv − rhs‖ ≤ target; once, if the cap is hit, refactorise M (O(d³), no data pass) and solve again.
     Returns (v, e, iterations, "factor" if refactorised else "")."""
-    F = cache.factor
+    st = system_of(cache)
+    F = st.factor
     assert F is not None
     it, refac = 0, ""
     def mv(p: np.ndarray) -> np.ndarray:
@@ -234,7 +265,7 @@ def solve_maintained(cache: NewtonCache, rhs: np.ndarray, v: np.ndarray, e: np.n
         if vnorm(e) <= target or attempt == 1:
             break
         refac = cache.refactorize()  # stale preconditioner
-        F = cache.factor
+        F = st.factor
         assert F is not None
         v = cho_solve(F, rhs, check_finite=False)
         e = mv(v) - rhs

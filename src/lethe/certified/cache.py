@@ -11,11 +11,12 @@ refreshes with a data pass; an integer k refreshes every k removals.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.linalg import cho_factor
@@ -148,6 +149,68 @@ class SharedFloat32Data:
         self.zeroed[idx] = True
 
 
+class SolverState:
+    """What one solver keeps on a :class:`NewtonCache` between removals (``cache.state``), as optax gives every
+    transform its own state type: one subclass per kind of solver, written by that solver's module only —
+    :class:`~lethe.certified.exact.FactorState` (``cholesky``, ``refine``, ``pcg``),
+    :class:`~lethe.certified.anchor_system.AnchorState` (``anchor``) and
+    :class:`~lethe.certified.onepass.OnepassState` (``onepass``); the solver table
+    (:data:`lethe.certified.solvers.SOLVERS`) names each solver's type. A state is tied to one model state and is
+    dropped whole by :meth:`NewtonCache.reset`."""
+
+    #: The kind of state, as :attr:`NewtonCache.kind` reports it and :meth:`NewtonCache.matches` compares it.
+    kind: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self.factor: Any = None  # a factorisation (Cholesky factor, float32 inverse, Jacobi diagonal) for the solves
+
+
+class AnchorSystem(SolverState):
+    """The anchor system that every solver kind keeps today (:mod:`lethe.certified.anchor_system` forms and
+    downdates it): the Hessian M = X′ᵀ diag(ŝ) X′ + λ n′ I at an anchor point w_a as a dense matrix (upper triangle,
+    downdated per removed row), the curvatures ŝ, the rounding bounds of M̃, the rows removed but not yet folded
+    into M (rows √ŝⱼ xⱼ, S_pend ≥ Σ ŝⱼ‖xⱼ‖², folded by one rank-k update every ``fold_every`` rows) and ``factor``,
+    the preconditioner factorised from an earlier M. For ``refine``/``pcg`` M only preconditions (their solve error
+    is measured against the exact Hessian); for ``anchor`` and ``onepass`` it enters the certificate. The folds and
+    refactorisations are the cache's public methods (:meth:`NewtonCache.fold_rows`, :meth:`NewtonCache.fold_pending`,
+    :meth:`NewtonCache.refactorize`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w_anchor: np.ndarray | None = None
+        self.s_hat: np.ndarray | None = None
+        self.M: np.ndarray | None = None
+        self.eps_M = math.inf
+        self.fro_M = math.inf
+        self.tau = math.inf
+        self.pend_Z: np.ndarray | None = None
+        self.pend_k = 0
+        self.pend_S = 0.0
+
+
+class _StateField:
+    """An attribute of the cache that reads (and writes) the field of that name of its current solver state: the
+    attributes the cache had before the per-solver state types (issue 34), for code that reads them. Reads give
+    ``default`` when the state has no such field (or there is no state); a write to a missing field raises."""
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.state, self.name, self.default)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if not hasattr(obj.state, self.name):
+            raise AttributeError(f"The cache's solver state ({type(obj.state).__name__}) has no field {self.name!r}.")
+        setattr(obj.state, self.name, value)
+
+
 class NewtonCache:
     """In-memory state that makes removals fast: a factorisation, margins, or the anchor system.
 
@@ -155,19 +218,28 @@ class NewtonCache:
     removed since it was formed). After each step it is keyed to the data array, the exact new weights and the new
     active-row mask; a removal that starts from anything else (a retrained model, another mask, another array)
     rebuilds it, so a stale cache can cost time but never soundness. Use one cache per model and data set, and
-    do not modify the active rows of the data array in between. What it holds depends on the solver:
+    do not modify the active rows of the data array in between.
 
-    * ``refine``/``pcg``: the Hessian at an anchor point as a dense matrix M, downdated per removed row, and
-      ``factor`` = Cholesky factor of an earlier M (both only produce the initial guess and the preconditioner:
-      the solve error is measured against the exact Hessian); ``z`` — margins X w at the current w with their
-      error bound.
-    * ``anchor``: the anchor point w_a, the dense anchor Hessian M (upper triangle, downdated per removed row) and
-      Gram matrix X′ᵀX′ (as built: an upper bound after removals), their rounding-error bounds, curvatures ŝ at
-      w_a, the carried product G(w − w_a), and ``factor`` = the float32 inverse of an earlier M (a preconditioner
-      only: the anchor residual Mv − Δ is measured).
-    * ``onepass``: the anchor system of ``anchor`` without the Gram matrix (M enters the certificate, so its
-      rounding drift is tracked), the margins z, a float32 copy of the data (one single-precision pass per removal)
-      and the pending mismatch vector P of docs/tighter_bounds.md §5b, with their error bounds.
+    The cache itself holds what every solver shares — the settings below, the counters, the sync key with its own
+    copy of the active-row mask, the refresh policy's record (rent-or-buy) and the carried accounting of tight mode
+    — and one solver state, ``state`` (:class:`SolverState`), whose type the solver table names
+    (:data:`lethe.certified.solvers.SOLVERS`) and which only that solver's module writes; :attr:`kind` names it.
+    The state's fields that callers used to read on the cache (``M``, ``G``, ``X32``, ``factor``, …) still read
+    (and write) through it. What the state holds depends on the solver:
+
+    * ``refine``/``pcg`` (:class:`~lethe.certified.exact.FactorState`): the Hessian at an anchor point as a dense
+      matrix M, downdated per removed row, and ``factor`` = Cholesky factor of an earlier M (both only produce the
+      initial guess and the preconditioner: the solve error is measured against the exact Hessian); ``z`` —
+      margins X w at the current w with their error bound.
+    * ``cholesky`` (the same type): the margins only (it factorises the exact Hessian at every removal).
+    * ``anchor`` (:class:`~lethe.certified.anchor_system.AnchorState`): the anchor point w_a, the dense anchor
+      Hessian M (upper triangle, downdated per removed row) and Gram matrix X′ᵀX′ (as built: an upper bound after
+      removals), their rounding-error bounds, curvatures ŝ at w_a, the carried product G(w − w_a), and ``factor`` =
+      the float32 inverse of an earlier M (a preconditioner only: the anchor residual Mv − Δ is measured).
+    * ``onepass`` (:class:`~lethe.certified.onepass.OnepassState`): the anchor system of ``anchor`` without the
+      Gram matrix (M enters the certificate, so its rounding drift is tracked), the margins z, a float32 copy of
+      the data (one single-precision pass per removal) and the pending mismatch vector P of
+      docs/tighter_bounds.md §5b, with their error bounds.
 
     Parameters
     ----------
@@ -204,10 +276,27 @@ class NewtonCache:
         the same rows (one-vs-all), instead of one copy per cache.
     """
 
+    # the fields of the current solver state that code reads through the cache (see :class:`_StateField`)
+    factor = _StateField(None)
+    w_anchor = _StateField(None)
+    s_hat = _StateField(None)
+    M = _StateField(None)
+    eps_M = _StateField(math.inf)
+    fro_M = _StateField(math.inf)
+    pend_k = _StateField(0)
+    G = _StateField(None)
+    h_G = _StateField(None)
+    h_err = _StateField(math.inf)
+    X32 = _StateField(None)
+    P = _StateField(None)
+    since_flush = _StateField(0)
+    flushes = _StateField(0)
+
     def __init__(self, rtol: float = 1e-12, budget_share: float = 1e-2, max_sweeps: int = 4, *,
                  carry_share: float = 1e-2, cost_model: CostModel | None = None, flush_every: int = 16,
                  flush_share: float = 2e-2, margins_every: int = 4, fold_every: int = 32,
                  remeasure_share: float = 0.7, shared: SharedFloat32Data | None = None) -> None:
+        # the refresh policy and the solvers' stopping rules (read by the solvers, never written)
         self.rtol = rtol
         self.budget_share = budget_share
         self.max_sweeps = max_sweeps
@@ -217,12 +306,12 @@ class NewtonCache:
         self.margins_every = margins_every
         self.fold_every = fold_every
         self.remeasure_share = remeasure_share
+        self.cost_model = cost_model if cost_model is not None else CostModel()
+        # counters (kept across resets)
         self.remeasures = 0  # anchor: residuals measured at re-anchors
         self.reanchor_retries = 0  # anchor: steps taken again from a fresh anchor instead of retraining (§5d)
-        self.cost_model = cost_model if cost_model is not None else CostModel()
-        self.factor: tuple[np.ndarray, bool | None] | None = None
         self.refreshes = 0  # factorisations formed from the data (Hessian builds, anchor builds)
-        self.refactorizations = 0  # anchor: refactorisations of the maintained M (no data pass)
+        self.refactorizations = 0  # refactorisations of the maintained M (no data pass)
         self.sweeps_total = 0
         self.buf: WorkBuffers | None = None  # work space, not state: kept across resets
         self.shared = shared  # onepass: a float32 copy of the data shared with other caches (kept across resets)
@@ -230,7 +319,8 @@ class NewtonCache:
         self._clear_state()
 
     def _clear_state(self) -> None:
-        self.kind: str | None = None
+        # the solver's own state (:class:`SolverState`): None until a solver primes the cache
+        self.state: SolverState | None = None
         self._key: tuple[Any, ...] | None = None
         self._xref: weakref.ref[Any] | None = None
         self._mask: np.ndarray | None = None  # a copy of the active-row mask the cache was advanced to
@@ -238,85 +328,72 @@ class NewtonCache:
         self._vouched: tuple[np.ndarray, np.ndarray, int] | None = None  # see :meth:`vouch_removal`
         # the mask array the cache was last advanced with, by weak reference (see :meth:`synced_count`'s ``owned``)
         self._advanced_with: weakref.ref[np.ndarray] | None = None
-        self.z: np.ndarray | None = None
-        self.eta = math.inf
         self.row_norm_max: float | None = None
+        # the refresh policy's record since the last refresh (rent-or-buy, module docstring)
         self.excess_cost = 0.0
         self.iter_cost = 0.0
         self.last_remainder = 0.0
+        self.removals_since_refresh = 0
         # tight accounting (docs/tighter_bounds.md §4): ‖u‖ ≤ carry_bound + ‖carry_e‖ + carry_err, where carry_e is
         # the measured sum of solve errors since the last sync and carry_bound the bounded parts (incl. β at sync)
         self.carry_e: np.ndarray | None = None
         self.carry_err = 0.0
         self.carry_bound = math.nan
-        self.removals_since_refresh = 0
-        # anchor
-        self.w_anchor: np.ndarray | None = None
-        self.s_hat: np.ndarray | None = None
-        self.M: np.ndarray | None = None
-        self.G: np.ndarray | None = None
-        self.eps_M = math.inf
-        self.eps_G = math.inf
-        self.fro_M = math.inf
-        self.fro_G = math.inf
-        self.tau = math.inf
-        self.h_G: np.ndarray | None = None  # anchor: ≈ G̃ (w − w_a), within h_err in the 2-norm
-        self.h_err = math.inf
-        # onepass: float32 copy of the data, pending mismatch vector P (ē = carry_e + X′ᵀP) and its error bound
-        self.X32: np.ndarray | None = None
-        self.col_groups: np.ndarray | None = None  # onepass: X32 keeps one column per group of identical columns
-        self.P: np.ndarray | None = None
-        self.p_err = 0.0
-        self.since_flush = 0
-        self.flushes = 0
-        self.z_ref: np.ndarray | None = None  # onepass: margins at w_ref in double precision, error eta_ref
-        self.w_ref: np.ndarray | None = None
-        self.eta_ref = math.inf
-        # anchor, onepass: rows removed from M but not yet subtracted from the stored matrix (rows √ŝⱼ xⱼ), and
-        # S_pend ≥ Σ ŝⱼ‖xⱼ‖² over them; folded into M by one rank-k update every ``fold_every`` rows
-        self.pend_Z: np.ndarray | None = None
-        self.pend_k = 0
-        self.pend_S = 0.0
+
+    @property
+    def kind(self) -> str | None:
+        """The kind of solver state the cache holds (``"exact"``, ``"anchor"``, ``"onepass"``), None before a solver
+        primes it."""
+        return self.state.kind if self.state is not None else None
+
+    def _system(self) -> AnchorSystem:
+        st = self.state
+        if not isinstance(st, AnchorSystem):
+            raise TypeError(f"The cache's solver state ({type(st).__name__}) keeps no anchor system.")
+        return st
 
     def refresh(self, H: np.ndarray) -> None:
         """Factorise a new Hessian (used as preconditioner)."""
-        self.factor = cho_factor(H, check_finite=False)
+        self._system().factor = cho_factor(H, check_finite=False)
         self.refreshes += 1
 
     def fold_pending(self) -> None:
-        """Subtract the pending rows from the stored M: M ← M − ZᵀZ by one BLAS rank-k update (``dsyrk``), with
-        ε_M grown by its rounding: per entry ≤ γ_{k+1}(|Mᵢⱼ| + Σ|z_{ri} z_{rj}|), in Frobenius norm
+        """Subtract the pending rows from the stored M of the anchor system: M ← M − ZᵀZ by one BLAS rank-k update
+        (``dsyrk``), with ε_M grown by its rounding: per entry ≤ γ_{k+1}(|Mᵢⱼ| + Σ|z_{ri} z_{rj}|), in Frobenius norm
         ≤ γ_{k+1}(‖M̃‖_F + Σ‖z_r‖²); the rows z̃ = fl(√ŝ) x differ from the exact √ŝ x by ≤ 2u relatively, so
         z̃z̃ᵀ from ŝxxᵀ by ≤ 5u ŝ‖x‖² (S_pend covers Σ‖z̃‖²)."""
-        k = self.pend_k
-        if k == 0 or self.M is None or self.pend_Z is None:
+        st = self._system()
+        k = st.pend_k
+        if k == 0 or st.M is None or st.pend_Z is None:
             return
-        self.fold_rows(self.pend_Z[:k], self.pend_S)
+        self.fold_rows(st.pend_Z[:k], st.pend_S)
         # the next rows are queued in a new array: a transaction's snapshot keeps these (:meth:`begin`)
-        self.pend_Z, self.pend_k, self.pend_S = np.empty_like(self.pend_Z), 0, 0.0
+        st.pend_Z, st.pend_k, st.pend_S = np.empty_like(st.pend_Z), 0, 0.0
 
     def fold_rows(self, Z: np.ndarray, S: float) -> None:
         """M ← M − ZᵀZ for the k × d rows Z (z̃ = fl(√ŝ) x, S ≥ Σ‖z̃‖²) by one ``dsyrk``, ε_M grown as in
         :meth:`fold_pending` (the bound holds for any k)."""
-        assert self.M is not None
+        st = self._system()
+        assert st.M is not None
         k = Z.shape[0]
         # Zᵀ is a Fortran-contiguous d × k view of C-contiguous rows: C ← C − (Zᵀ)(Zᵀ)ᵀ without copying the rows;
         # into a new matrix (once per ``fold_every`` rows): a transaction's snapshot (:meth:`begin`) keeps the old M
-        self.M = dsyrk(-1.0, Z.T, beta=1.0, c=self.M, trans=0, lower=0, overwrite_c=0)
-        self.eps_M += gamma_k(k + 1) * (self.fro_M + 2.0 * self.eps_M + S) + 5 * U * S
+        st.M = dsyrk(-1.0, Z.T, beta=1.0, c=st.M, trans=0, lower=0, overwrite_c=0)
+        st.eps_M += gamma_k(k + 1) * (st.fro_M + 2.0 * st.eps_M + S) + 5 * U * S
 
     def refactorize(self) -> str:
         """Refactorise the maintained matrix M (O(d³), no data pass) into the preconditioner; returns "factor"."""
-        assert self.M is not None
+        st = self._system()
+        assert st.M is not None
         self.fold_pending()
-        self.factor = precond_factor(self.M)
+        st.factor = precond_factor(st.M)
         self.refactorizations += 1
         self.iter_cost = 0.0
         return "factor"
 
     def reset(self) -> None:
-        """Forget everything tied to a model state (after retraining or on misuse). Counters are kept."""
-        self.factor = None
+        """Forget everything tied to a model state (after retraining or on misuse): the solver state whole, the sync
+        key, the refresh policy's record and the carried accounting. Counters are kept."""
         self._clear_state()
 
     def _synced_mask(self, X: DataMatrix, w: np.ndarray, kind: str | None) -> np.ndarray | None:
@@ -424,6 +501,9 @@ class NewtonCache:
     def __getstate__(self) -> dict[str, Any]:
         # a copied or unpickled cache is not tied to any data array: it rebuilds at its first use
         state = self.__dict__.copy()
+        # its own solver state object (its arrays shared, as the cache's own attributes' arrays are): a copy that
+        # replaces a field leaves the original's as it was
+        state["state"] = copy.copy(self.state)
         state["_xref"] = None
         state["_key"] = None
         state["_mask"] = None
@@ -437,12 +517,13 @@ class NewtonCache:
 class CacheTransaction:
     """A snapshot of a :class:`NewtonCache` before a removal step (:meth:`NewtonCache.begin`).
 
-    The steps replace most of the cache's arrays by new ones (so the snapshot's references keep the old ones) and
-    change a few in place on the removed rows only; those rows are saved here: the mask's and the curvatures' ŝ
-    entries, the pending mismatch P and the single-precision copy (``onepass``; a shared copy's rows and its
-    record of zeroed rows), and M's diagonal (the λ m I downdate). :meth:`rollback` writes the saved rows back
-    and then the attributes, the sync key last (until then the cache matches nothing and would be rebuilt): it is
-    idempotent, so a rollback that was itself interrupted can be run again.
+    The steps replace most of the cache's and its solver state's arrays by new ones (so the snapshot's references
+    keep the old ones) and change a few in place on the removed rows only; those rows are saved here: the mask's and
+    the curvatures' ŝ entries, the pending mismatch P and the single-precision copy (``onepass``; a shared copy's
+    rows and its record of zeroed rows), and M's diagonal (the λ m I downdate). :meth:`rollback` writes the saved
+    rows back and then the attributes of the state and of the cache, the sync key last (until then the cache
+    matches nothing and would be rebuilt): it is idempotent, so a rollback that was itself interrupted can be run
+    again.
     """
 
     # the saved rows (class defaults: none saved)
@@ -459,7 +540,11 @@ class CacheTransaction:
         self.idx = idx
         a = self.attrs = cache.__dict__.copy()
         a["txn"] = None
-        mask, s_hat, P, X32, shared, M = a["_mask"], a["s_hat"], a["P"], a["X32"], a["shared"], a["M"]
+        st = a["state"]
+        sa: dict[str, Any] = st.__dict__.copy() if st is not None else {}
+        self.state_attrs = sa
+        mask, shared = a["_mask"], a["shared"]
+        s_hat, P, X32, M = sa.get("s_hat"), sa.get("P"), sa.get("X32"), sa.get("M")
         try:  # (fancy indexing copies; an array of another length belongs to no data set of these rows: not saved)
             self.mask_rows = mask[idx] if mask is not None else None
             self.s_hat_rows = s_hat[idx] if s_hat is not None else None
@@ -475,20 +560,23 @@ class CacheTransaction:
 
     def rollback(self) -> None:
         """Put the cache back as it was at :meth:`NewtonCache.begin` (idempotent)."""
-        cache, a, idx = self.cache, self.attrs, self.idx
+        cache, a, sa, idx = self.cache, self.attrs, self.state_attrs, self.idx
         cache._key = None  # matches nothing while it is restored
-        for name, rows in (("_mask", self.mask_rows), ("s_hat", self.s_hat_rows), ("P", self.p_rows),
-                           ("X32", self.x32_rows)):
-            if rows is not None and a.get(name) is not None:
-                a[name][idx] = rows
+        for saved, name, rows in ((a, "_mask", self.mask_rows), (sa, "s_hat", self.s_hat_rows),
+                                  (sa, "P", self.p_rows), (sa, "X32", self.x32_rows)):
+            if rows is not None and saved.get(name) is not None:
+                saved[name][idx] = rows
         shared = a.get("shared")
         if self.shared_rows is not None and shared is not None:
-            saved, x_rows, z_rows = self.shared_rows
-            saved["X32"][idx] = x_rows  # the arrays the rows were saved from
-            saved["zeroed"][idx] = z_rows
-            shared.__dict__.update(saved)
-        if self.m_diag is not None and a.get("M") is not None:
-            np.einsum("ii->i", a["M"])[...] = self.m_diag
+            saved_shared, x_rows, z_rows = self.shared_rows
+            saved_shared["X32"][idx] = x_rows  # the arrays the rows were saved from
+            saved_shared["zeroed"][idx] = z_rows
+            shared.__dict__.update(saved_shared)
+        if self.m_diag is not None and sa.get("M") is not None:
+            np.einsum("ii->i", sa["M"])[...] = self.m_diag
+        st = a.get("state")
+        if st is not None:
+            st.__dict__.update(sa)
         cache.__dict__.update({k: v for k, v in a.items() if k != "_key"})
         cache._key = a["_key"]
 

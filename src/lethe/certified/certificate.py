@@ -12,6 +12,7 @@ from typing import Any
 
 from lethe.certified.common import StepResult
 from lethe.certified.noise import epsilon_spent
+from lethe.certified.solvers import SOLVERS
 from lethe.certified.state import ModelState
 
 
@@ -132,11 +133,8 @@ def bound_description(bound: str, solver: str) -> str:
         text = "data-dependent: Cor. 1/Cor. 2 + solve error (Guo et al. 2020)"
     else:
         text = "tight: min of proven remainder bounds + solve error (docs/tighter_bounds.md)"
-    if solver == "anchor":
-        text += " + anchor mismatch bound (no data pass)"
-    elif solver == "onepass":
-        text += " + exact anchor mismatch from one single-precision pass"
-    return text
+    spec = SOLVERS.get(solver)
+    return text + (spec.certificate_text if spec is not None else "")
 
 
 def certify(cfg: Any, operation: str, state: ModelState, *, step: float, retrained: bool,

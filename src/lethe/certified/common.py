@@ -38,6 +38,18 @@ from lethe.certified.state import ModelState
 from lethe.losses import LogisticLoss, Loss
 
 
+class SolverTraits(Protocol):
+    """What a solver module reads of its own entry in the solver table (:class:`lethe.certified.solvers.Solver`,
+    which satisfies it): the solvers sit below the table and never import it."""
+
+    @property
+    def exact_hessian(self) -> bool: ...
+    @property
+    def reuses_factorisation(self) -> bool: ...
+    @property
+    def conjugate(self) -> bool: ...
+
+
 class RemovalConfig(Protocol):
     """What a solver reads from the mechanism's configuration (:class:`~lethe.certified.mechanism.CertifiedRemoval`
     satisfies it): solvers sit below the mechanism and never import it."""
@@ -48,6 +60,8 @@ class RemovalConfig(Protocol):
     def lam(self) -> float: ...
     @property
     def solver(self) -> str: ...
+    @property
+    def solver_spec(self) -> SolverTraits: ...
     @property
     def bound(self) -> str: ...
     @property

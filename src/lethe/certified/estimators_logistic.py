@@ -49,10 +49,11 @@ from lethe.certified.data import check_data_matrix
 from lethe.certified.estimators_add import CertifiedAddition
 from lethe.certified.estimators_files import CertifiedModelFiles
 from lethe.certified.mechanism import Certificate, CertifiedRemoval, ModelState, NewtonCache, check_row_norms
-from lethe.certified.newton import new_caches, resolve_solver
+from lethe.certified.newton import SOLVERS, new_caches, resolve_solver
 from lethe.certified.noise import epsilon_spent
 from lethe.certified.one_vs_all import MulticlassCertificate, OneVsAllRemoval
 from lethe.certified.rows import INTERCEPT_SCALE, owned_mask, set_rows
+from lethe.certified.solvers import PAPER_SOLVER
 from lethe.certified.transaction import Undo, resume
 from lethe.certified.transaction import begin as begin_undo
 from lethe.estimator_data import (
@@ -382,9 +383,9 @@ def _paper_solver(params: dict[str, Any], X: Any) -> str | None:
     Cholesky solve of the Newton system (Guo et al. 2020, Alg. 1), so the model removes as many rows before retraining
     as the paper's code does; None (the usual rule) otherwise, or where ``auto`` would not keep a d × d matrix."""
     paper = params.get("bound") == "paper" and params.get("calibration") == "paper"
-    if params.get("solver") != "auto" or not paper or resolve_solver("auto", X) != "anchor":
+    if params.get("solver") != "auto" or not paper or not SOLVERS[resolve_solver("auto", X)].keeps_dense_matrices:
         return None
-    return "cholesky"
+    return PAPER_SOLVER
 
 
 @reports_model_origin

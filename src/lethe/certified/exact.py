@@ -21,7 +21,7 @@ from lethe.certified import objective as obj
 from lethe.certified.anchor_system import build_anchor, downdate
 from lethe.certified.bounds import UNIT_ROUNDOFF as U
 from lethe.certified.bounds import gamma_k, vnorm, worst_case_bound
-from lethe.certified.cache import CostModel, NewtonCache, work_buffers
+from lethe.certified.cache import AnchorSystem, CostModel, NewtonCache, work_buffers
 from lethe.certified.common import (
     RemovalConfig,
     StepResult,
@@ -39,6 +39,47 @@ from lethe.certified.linalg import MATRIX_FREE_MAX_ITER, cho_solve, dense_pcg, j
 from lethe.certified.state import ModelState
 
 
+class FactorState(AnchorSystem):
+    """The state of the exact-Hessian solvers (``cholesky``, ``refine``, ``pcg``): the margins z = X w at the
+    current w with their error bound η, and — ``refine``/``pcg`` on data that may keep d × d matrices — the anchor
+    system at an anchor point as preconditioner and initial guess (``factor`` = Cholesky factor of an earlier M; on
+    matrix-free data the Jacobi diagonal of an earlier Hessian). Written by this module (and the anchor system's by
+    :mod:`lethe.certified.anchor_system`)."""
+
+    kind = "exact"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.z: np.ndarray | None = None
+        self.eta = math.inf
+
+
+def prime_exact(cfg: RemovalConfig, w: np.ndarray, X: DataMatrix, y: np.ndarray, active: np.ndarray,
+                cache: NewtonCache, gram: np.ndarray | None = None) -> None:
+    """A fresh :class:`FactorState` for the model at w on the rows ``active``: the margins, and for a solver that
+    reuses its factorisation on data that may keep d × d matrices the anchor system (the Hessian at w, also when
+    training left one formed at an earlier point: a cache primed after training and one primed after loading the
+    model are then the same, so a service's removals reproduce the estimator's bounds). ``gram`` is not used."""
+    rho = max_row_norm(cfg, X, cache)
+    st = cache.state = FactorState()
+    st.z, st.eta = compute_margins(X, w, rho)
+    if cfg.solver_spec.reuses_factorisation and not backend_of(X).matrix_free(X):
+        build_anchor(cfg, w, X, y, active, cache, with_gram=False, margins=st.z)
+
+
+def precondition_training(cfg: RemovalConfig, w_c: np.ndarray, X: DataMatrix, y: np.ndarray,
+                          cache: NewtonCache) -> tuple[np.ndarray, bool | None]:
+    """The factorised anchor system at w_c on all rows of X, formed in a reset cache (a fresh :class:`FactorState`):
+    the preconditioner of the last training iterations (chord steps); the removals' is formed again at the final w
+    when the cache is primed."""
+    cache.reset()
+    st = cache.state = FactorState()
+    build_anchor(cfg, w_c, X, y, np.ones(X.shape[0], dtype=bool), cache, with_gram=False)
+    F: tuple[np.ndarray, bool | None] = st.factor
+    assert F is not None
+    return F
+
+
 def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                        idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
     """Newton step with the exact Hessian at w: measured solve error + remainder bound (module docstring).
@@ -54,6 +95,7 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     it never depends on the preconditioner.
     """
     loss, lam = cfg.loss_, cfg.lam
+    spec = cfg.solver_spec
     n_rows, d = X.shape
     B = backend_of(X)
     matrix_free = B.matrix_free(X)
@@ -73,21 +115,23 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
 
     active_before = keep.copy()
     active_before[idx] = True
-    synced = cache is not None and cache.matches(X, w, active_before, "exact") and cache.z is not None
+    held = cache.state if cache is not None else None
+    st = held if isinstance(held, FactorState) else None  # this kind's state (None: none, or another solver's)
+    synced = cache is not None and st is not None and cache.matches(X, w, active_before, st.kind) and st.z is not None
     if cache is not None:
         cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache matching nothing
     if synced:
-        assert cache is not None and cache.z is not None
-        z, eta = cache.z, cache.eta
+        assert st is not None and st.z is not None
+        z, eta = st.z, st.eta
     else:
         z, eta = compute_margins(X, w, rho)
         passes += 1
         if cache is not None:
-            if cache.kind != "exact" or (cache.factor is not None and cache.factor[0].shape != (d, d)):
+            if st is None or (st.factor is not None and st.factor[0].shape != (d, d)):
                 cache.reset()
-            cache.kind = "exact"
-            cache.M = None  # the downdated anchor system is only trusted in sync; F stays as a preconditioner
-            cache.s_hat = None
+                st = cache.state = FactorState()
+            st.M = None  # the downdated anchor system is only trusted in sync; F stays as a preconditioner
+            st.s_hat = None
     if cache is not None:
         cache.invalidate()
     # tight accounting: solve H v = Δ − ē, correcting the carried measured error ē (docs/tighter_bounds.md §4)
@@ -124,31 +168,31 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     refresh_cost = cm.hessian(n_new, d) + cm.cholesky(d)
     fresh = False
     if matrix_free:
-        if cache is not None and cache.factor is not None and cache.factor[0].shape == (d,):
-            F = cache.factor  # the Jacobi diagonal of an earlier Hessian: still a preconditioner
+        if st is not None and st.factor is not None and st.factor[0].shape == (d,):
+            F = st.factor  # the Jacobi diagonal of an earlier Hessian: still a preconditioner
         else:
             F = jacobi_preconditioner(B.diag_gram(X, s) + lam_n)
             passes += 1
-            if cache is not None:
-                cache.factor = F
+            if cache is not None and st is not None:
+                st.factor = F
                 cache.refreshes += 1
-    elif cfg.solver == "cholesky" or cache is None:
+    elif not spec.reuses_factorisation or cache is None or st is None:
         F = cho_factor(obj.hessian(w, X, y, loss, lam, mask=keep), check_finite=False)
         passes += d / 4.0
         fresh = True
     else:
-        if cache.factor is None or policy_due(cfg, cache, refresh_cost):
+        if st.factor is None or policy_due(cfg, cache, refresh_cost):
             build_anchor(cfg, w, X, y, keep, cache, with_gram=False)  # the exact Hessian on D′ at w
             refreshed = "hessian"
             passes += d / 4.0
             fresh = True
-        elif cache.M is not None:
+        elif st.M is not None:
             downdate(cache, X, idx, lam, track=False)
             if cache.iter_cost >= cm.cholesky(d):  # stale factor: refactorise the maintained M (no data pass)
                 refreshed = cache.refactorize()
-        assert cache.factor is not None
-        F = cache.factor
-    max_it = 0 if cfg.solver == "cholesky" or cache is None else cache.max_sweeps
+        assert st.factor is not None
+        F = st.factor
+    max_it = 0 if not spec.reuses_factorisation or cache is None else cache.max_sweeps
     if matrix_free:
         max_it = MATRIX_FREE_MAX_ITER
     rtol = cache.rtol if cache is not None else 1e-12
@@ -156,10 +200,10 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
 
     carry_target = (cache.carry_share * cfg.budget) if (cache is not None and e_old is not None) else 0.0
     v = cho_solve(F, rhs, check_finite=False)
-    if not fresh and cache is not None and cache.M is not None:
-        e_M = sym_mv(cache.M, v) - rhs
+    if not fresh and cache is not None and st is not None and st.M is not None:
+        e_M = sym_mv(st.M, v) - rhs
         tol_in = max(rtol * delta_norm, 0.1 * max(share * cache.last_remainder, carry_target))
-        M = cache.M
+        M = st.M
         v, _, k_in = dense_pcg(lambda p: sym_mv(M, p), F, rhs, v, e_M, tol_in, 4 * cache.max_sweeps)
         cache.iter_cost += k_in * 2 * cm.dense_op(d)
 
@@ -189,13 +233,13 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
             r = -e
             zc = cho_solve(F, r, check_finite=False)
             rz = float(r @ zc)
-            if cfg.solver == "pcg":
+            if spec.conjugate:
                 p = zc if it == 0 else zc + (rz / rz_old) * p
             else:
                 p = zc
             rz_old = rz
             ap, qp, errp = hvp(p)
-            alpha = rz / float(p @ qp) if cfg.solver == "pcg" else 1.0
+            alpha = rz / float(p @ qp) if spec.conjugate else 1.0
             if not math.isfinite(alpha):
                 break
             v = v + alpha * p
@@ -218,9 +262,9 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
 
     v, a, e, err_e, w_new, wn_new, zeta, rem_c, it, target = solve_from(v, max_it)
     passes += 2 + 2 * it
-    if cache is not None and matrix_free and vnorm(e) > target and cfg.refresh != "never":
+    if cache is not None and st is not None and matrix_free and vnorm(e) > target and cfg.refresh != "never":
         # a fresh Jacobi diagonal at w for the next removals (this step's bound already covers its error)
-        cache.factor = jacobi_preconditioner(B.diag_gram(X, s) + lam_n)
+        st.factor = jacobi_preconditioner(B.diag_gram(X, s) + lam_n)
         cache.refreshes += 1
         passes += 1
     elif (cache is not None and not fresh and not matrix_free and vnorm(e) > target and cfg.refresh != "never"):
@@ -228,15 +272,15 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
         build_anchor(cfg, w, X, y, keep, cache, with_gram=False)
         refreshed = "hessian"
         passes += d / 4.0
-        assert cache.factor is not None
-        F = cache.factor
+        assert st is not None and st.factor is not None
+        F = st.factor
         v, a, e, err_e, w_new, wn_new, zeta, rem_c, it2, target = solve_from(cho_solve(F, rhs, check_finite=False), 0)
         passes += 2
         it += it2
     rem, cands = rem_c
     if cache is not None:
         cache.sweeps_total += it
-        if cfg.solver != "cholesky":
+        if spec.reuses_factorisation:
             cache.removals_since_refresh += 1
             cache.excess_cost += it * 2 * cm.data_pass(n_rows, d)
         cache.last_remainder = rem
@@ -245,10 +289,10 @@ def exact_hessian_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: 
     acc, carried, e_norm, err_step = carry_finish(cache, e, e_old, eps_old, S_old, err_e, rem)
     step = rem + e_norm + err_step
 
-    if cache is not None:  # advance the margins to w_new: X′w_new = z + a up to the tracked error
+    if cache is not None and st is not None:  # advance the margins to w_new: X′w_new = z + a up to the tracked error
         z_new = z + a
-        cache.z = z_new
-        cache.eta = eta + zeta + 1.01 * U * float(np.max(np.abs(z_new), initial=0.0))
+        st.z = z_new
+        st.eta = eta + zeta + 1.01 * U * float(np.max(np.abs(z_new), initial=0.0))
         cache.advance(X, w_new, keep)
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
     return StepResult(solver=cfg.solver, w_new=w_new, step_bound=step, solve_error=e_norm, error_allowance=err_step,

@@ -36,6 +36,7 @@ from lethe._validation import (
 )
 from lethe.certified import objective as obj
 from lethe.certified._threads import blas_threads
+from lethe.certified.anchor import synced_gram
 from lethe.certified.bounds import (
     UNDERFLOW_ERROR,
     gamma_k,
@@ -45,22 +46,20 @@ from lethe.certified.bounds import (
 from lethe.certified.certificate import Certificate, certify
 from lethe.certified.common import gradient_allowance, mask_before, measured_residual
 from lethe.certified.data import DataMatrix, backend_of, check_data_matrix, is_dense
+from lethe.certified.exact import precondition_training
 from lethe.certified.newton import (
     BOUNDS,
     SOLVERS,
     NewtonCache,
     StepResult,
-    anchor_step,
-    build_anchor,
     check_solver_supports,
-    exact_hessian_step,
-    onepass_step,
     prime_cache,
     resolve_solver,
 )
 from lethe.certified.newton import cho_solve as newton_solve
 from lethe.certified.noise import CALIBRATIONS, NOISES, residual_budget, sample_perturbation
 from lethe.certified.rows import check_indices, check_row_norms, set_rows
+from lethe.certified.solvers import Solver, get_solver
 from lethe.certified.state import ModelState
 from lethe.certified.training import Evaluation, minimise
 from lethe.losses import Loss, get_loss
@@ -206,16 +205,17 @@ class CertifiedRemoval:
         looser than ``pcg``'s measured, per-sample terms — large ‖w‖, small λn) is taken again by ``pcg`` from the
         same state before any retraining, and the model stays on ``pcg`` until it is retrained (its cache then
         holds ``pcg``'s state). Each step's certificate is that of the solver that took it, which it names."""
-        if self.solver != "auto":
+        if self.solver in SOLVERS:  # a concrete solver already ("auto" is the only other name accepted)
             return self
         concrete = resolve_solver("auto", X) if solver is None else solver
-        check_choice("solver", concrete, SOLVERS)
+        check_choice("solver", concrete, tuple(SOLVERS))
         cached: dict[str, CertifiedRemoval] = self._resolved  # type: ignore[attr-defined]
         mech = cached.get(concrete)
         if mech is None:
             mech = cached[concrete] = replace(self, solver=concrete)
-            if concrete == "anchor":
-                object.__setattr__(mech, "_fallback", replace(self, solver="pcg"))
+            fallback = SOLVERS[concrete].fallback
+            if fallback is not None:
+                object.__setattr__(mech, "_fallback", replace(self, solver=fallback))
         return mech
 
     @property
@@ -223,6 +223,13 @@ class CertifiedRemoval:
         """The mechanism a step that this one cannot certify within the budget is taken again with (``pcg`` for
         the ``anchor`` that ``solver="auto"`` resolved to), or None."""
         return self._fallback  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def solver_spec(self) -> Solver:
+        """The solver table's entry for this mechanism's solver (:data:`lethe.certified.solvers.SOLVERS`);
+        ``ValueError`` for ``solver="auto"``, which names no solver until it is resolved for the data
+        (:meth:`resolved`)."""
+        return get_solver(self.solver)
 
     @property
     def loss_(self) -> Loss:
@@ -391,7 +398,7 @@ class CertifiedRemoval:
         alt = mech.fallback
         if alt is None or cache is None:
             return mech._step_own(state, X, y, keep, idx, cache)
-        if cache.kind == "exact":  # this model fell back to pcg: it stays there until it is retrained
+        if alt.solver_spec.holds(cache):  # this model fell back: it stays there until it is retrained
             return alt._step_own(state, X, y, keep, idx, cache)
         new, r = mech._step_own(state, X, y, keep, idx, cache)
         if mech.noise == "none" or new.residual_bound <= (mech.budget if limit is None else limit):
@@ -414,7 +421,7 @@ class CertifiedRemoval:
                   cache: NewtonCache | None) -> tuple[ModelState, StepResult]:
         """:meth:`propose` with this (concrete) mechanism's own solver."""
         with blas_threads():
-            if cache is not None and cache.kind is None and self.solver in ("refine", "pcg", "anchor"):
+            if cache is not None and cache.state is None and self.solver_spec.primed_lazily:
                 # a cache never primed (training deferred it, or it was reset): primed now exactly as ``prime``
                 # primes it after training or loading, so a service and the estimator take the same steps
                 # (``onepass`` steps build their anchor system themselves when out of sync, sharing one float32
@@ -452,9 +459,9 @@ class CertifiedRemoval:
         n_rows, d = X.shape
         if d > n_rows or B.matrix_free(X):
             return state
-        if (cache is not None and active is not None and cache.kind == "anchor" and cache.G is not None
-                and is_dense(X) and bool(np.all(active)) and cache.matches(X, state.w, active, "anchor")):
-            x_norm = B.spectral_norm_bound(X, gram=cache.G)
+        gram = synced_gram(cache, X, state.w, active) if cache is not None and active is not None else None
+        if gram is not None:
+            x_norm = B.spectral_norm_bound(X, gram=gram)
         else:
             x_norm = spectral_norm_upper_bound_single(X) if is_dense(X) else B.spectral_norm_bound(X)
         return ModelState(w=state.w, b=state.b, n=state.n, residual_bound=state.residual_bound, x_norm_bound=x_norm,
@@ -571,15 +578,13 @@ class CertifiedRemoval:
 
 def compute_step(cfg: CertifiedRemoval, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
                  idx: np.ndarray, cache: NewtonCache | None) -> StepResult:
-    """The removal step of ``cfg.solver`` (:mod:`lethe.certified.anchor`, :mod:`~lethe.certified.onepass` or
-    :mod:`~lethe.certified.exact`). On an exception the cache is reset (its in-place updates may be half done)."""
-    check_solver_supports(cfg.solver, X)
+    """The removal step of ``cfg.solver``: its entry's ``step`` in the solver table (:mod:`lethe.certified.solvers`:
+    :mod:`~lethe.certified.anchor`, :mod:`~lethe.certified.onepass` or :mod:`~lethe.certified.exact`). On an exception
+    the cache is reset (its in-place updates may be half done)."""
+    spec = cfg.solver_spec
+    spec.check_supports(X)
     try:
-        if cfg.solver == "anchor":
-            return anchor_step(cfg, state, X, y, keep, idx, cache)
-        if cfg.solver == "onepass":
-            return onepass_step(cfg, state, X, y, keep, idx, cache)
-        return exact_hessian_step(cfg, state, X, y, keep, idx, cache)
+        return spec.step(cfg, state, X, y, keep, idx, cache)
     except BaseException:
         if cache is not None:
             cache.reset()
@@ -599,27 +604,32 @@ def _train_state(cfg: CertifiedRemoval, X: DataMatrix, y: np.ndarray, rng: np.ra
     B = backend_of(X)
     # the chord steps need the cache's factorised anchor system: formed for pcg/refine on in-memory data that is
     # not matrix-free (dense, or sparse with few features); chunked and matrix-free data train by L-BFGS alone
-    if (cache is not None and cfg.solver in ("refine", "pcg") and cfg.loss_.gamma != 0.0
+    spec = cfg.solver_spec
+    formed: list[bool] = []  # whether the chord steps formed an anchor system in the cache
+    if (cache is not None and spec.preconditions_training and cfg.loss_.gamma != 0.0
             and B.name in ("dense", "sparse") and not B.matrix_free(X)):
 
         def precondition(w_c: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
             # the pcg/refine cache's anchor system at w_c: it preconditions the last training iterations;
             # prime_cache then forms it again at the final w (the removals' preconditioner, as after a reload)
             assert cache is not None
-            cache.reset()
-            build_anchor(cfg, w_c, X, y, np.ones(n, dtype=bool), cache, with_gram=False)
-            F = cache.factor
-            assert F is not None
+            formed.append(True)
+            F = precondition_training(cfg, w_c, X, y, cache)
             return lambda r: newton_solve(F, r)
 
-    w, iterations, ev = minimise(cfg, X, y, b, precondition=precondition)
-    beta = cfg.residual_with_allowance(w, X, y, ev)
-    del ev
-    if not cfg.within_budget(beta):
-        raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {cfg.budget:.3g}; "
-                           "lower tol.")
+    try:
+        w, iterations, ev = minimise(cfg, X, y, b, precondition=precondition)
+        beta = cfg.residual_with_allowance(w, X, y, ev)
+        del ev
+        if not cfg.within_budget(beta):
+            raise RuntimeError(f"The training residual {beta:.3g} exceeds the removal budget {cfg.budget:.3g}; "
+                               "lower tol.")
+    except BaseException:
+        if formed and cache is not None:
+            cache.reset()  # the chord steps' anchor system is no model's: the cache holds no solver state
+        raise
     gram = None
-    if cache is not None and cfg.solver == "anchor" and d <= n and not B.matrix_free(X):
+    if cache is not None and spec.gram_at_training and d <= n and not B.matrix_free(X):
         gram = B.gram(X)  # fl(XᵀX), shared by ‖X‖₂ and the anchor's Gram matrix
     if defer_setup and (x_norm is None or not math.isfinite(x_norm)):
         x_norm = math.nan  # formed by the first removal (:meth:`_with_x_norm`)

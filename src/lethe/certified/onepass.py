@@ -13,7 +13,7 @@ import numpy as np
 from lethe.certified.anchor_system import build_anchor, downdate, mv_maintained, solve_maintained
 from lethe.certified.bounds import UNIT_ROUNDOFF as U
 from lethe.certified.bounds import evaluation_slack, gamma_k, vnorm, worst_case_bound
-from lethe.certified.cache import NewtonCache, work_buffers
+from lethe.certified.cache import AnchorSystem, NewtonCache, work_buffers
 from lethe.certified.common import (
     RemovalConfig,
     StepResult,
@@ -33,47 +33,79 @@ from lethe.certified.single import column_groups, representatives, single_pass_m
 from lethe.certified.state import ModelState
 
 
+class OnepassState(AnchorSystem):
+    """The state of the ``onepass`` solver: the anchor system (tracked M: it enters the certificate), the margins z
+    at the current w (error η) and at a reference point w_ref (double precision, error η_ref), the float32 copy of
+    the data (one column per group of identical columns; possibly shared, :class:`SharedFloat32Data`), the pending
+    mismatch vector P of docs/tighter_bounds.md §5b with its error bound, and the flush counters. Written by this
+    module (and the anchor system's by :mod:`lethe.certified.anchor_system`)."""
+
+    kind = "onepass"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.z: np.ndarray | None = None
+        self.eta = math.inf
+        self.X32: np.ndarray | None = None
+        self.col_groups: np.ndarray | None = None
+        self.P: np.ndarray | None = None
+        self.p_err = 0.0
+        self.since_flush = 0
+        self.flushes = 0
+        self.z_ref: np.ndarray | None = None
+        self.w_ref: np.ndarray | None = None
+        self.eta_ref = math.inf
+
+
+def _state(cache: NewtonCache) -> OnepassState:
+    st = cache.state
+    assert isinstance(st, OnepassState)
+    return st
+
+
 def _flush(cache: NewtonCache, X: DataMatrix, w: np.ndarray, x_norm: float, rho: float, *, margins: bool) -> None:
     """Apply the pending mismatch: ē = E + X′ᵀP becomes E ← fl(E + q̃), q̃ ≈ X′ᵀP from one single-precision pass
     (:func:`single_pass_transpose`, its error added to the carried error bound), P ← 0; and recompute the margins
     at w: with ``margins`` as z = fl(X w) (one double-precision pass, error the dot-product bound; also the new
     reference point), else as z_ref + X32 (w − w_ref) from the last reference (one single-precision pass)."""
-    assert cache.P is not None and cache.carry_e is not None and cache.X32 is not None
-    P = cache.P
+    st = _state(cache)
+    assert st.P is not None and cache.carry_e is not None and st.X32 is not None
+    P = st.P
     if float(np.max(np.abs(P), initial=0.0)) > 0.0:
         # P is zero outside the active rows, and so are the removed rows of X32
-        q, q_err = single_pass_transpose(cache.X32, P, rho, groups=cache.col_groups)
+        q, q_err = single_pass_transpose(st.X32, P, rho, groups=st.col_groups)
         E = cache.carry_e + q
-        cache.carry_err += (x_norm * cache.p_err + q_err
+        cache.carry_err += (x_norm * st.p_err + q_err
                             + 2 * U * (vnorm(E) + vnorm(q)))
         cache.carry_e = E
-    cache.P = np.zeros_like(P)  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
-    cache.p_err = 0.0
-    if margins or cache.z_ref is None or cache.w_ref is None:
-        cache.z, cache.eta = compute_margins(X, w, rho)
-        cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), w.copy(), cache.eta
+    st.P = np.zeros_like(P)  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
+    st.p_err = 0.0
+    if margins or st.z_ref is None or st.w_ref is None:
+        st.z, st.eta = compute_margins(X, w, rho)
+        st.z_ref, st.w_ref, st.eta_ref = st.z.copy(), w.copy(), st.eta
     else:
         # re-base: z = z_ref + X32 (w − w_ref), one single-precision pass whose error grows with ‖w − w_ref‖
         # instead of with the sum of the steps' ‖v‖ (fl(w − w_ref) is within u|w − w_ref| of the exact difference)
-        dw = w - cache.w_ref
-        a, zeta32 = single_pass_margins(cache.X32, dw, rho, groups=cache.col_groups)
-        z = np.add(cache.z_ref, a, out=a)
-        cache.z = z
-        cache.eta = (cache.eta_ref + zeta32 + 1.01 * U * rho * vnorm(dw)
-                     + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0))))
-    cache.since_flush = 0
-    cache.flushes += 1
+        dw = w - st.w_ref
+        a, zeta32 = single_pass_margins(st.X32, dw, rho, groups=st.col_groups)
+        z = np.add(st.z_ref, a, out=a)
+        st.z = z
+        st.eta = (st.eta_ref + zeta32 + 1.01 * U * rho * vnorm(dw)
+                  + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0))))
+    st.since_flush = 0
+    st.flushes += 1
 
 
 def prime_onepass(cfg: RemovalConfig, w: np.ndarray, X: np.ndarray, y: np.ndarray, active: np.ndarray,
-                   cache: NewtonCache, removing: np.ndarray | None = None) -> None:
+                   cache: NewtonCache, gram: np.ndarray | None = None, *, removing: np.ndarray | None = None) -> None:
     """Anchor system at w (tracked M), margins, float32 copy of the active rows, empty pending vector. With a shared
-    copy, rows of ``removing`` (the step about to run) may already be zeroed in it by another model."""
+    copy, rows of ``removing`` (the step about to run) may already be zeroed in it by another model. ``gram`` is not
+    used (no Gram matrix)."""
     rho = max_row_norm(cfg, X, cache)
-    cache.kind = "onepass"
-    cache.z, cache.eta = compute_margins(X, w, rho)
-    build_anchor(cfg, w, X, y, active, cache, with_gram=False, margins=cache.z)
-    cache.z_ref, cache.w_ref, cache.eta_ref = cache.z.copy(), np.array(w, dtype=np.float64), cache.eta
+    st = cache.state = OnepassState()
+    st.z, st.eta = compute_margins(X, w, rho)
+    build_anchor(cfg, w, X, y, active, cache, with_gram=False, margins=st.z)
+    st.z_ref, st.w_ref, st.eta_ref = st.z.copy(), np.array(w, dtype=np.float64), st.eta
     found = cache.shared.lookup(X, active, removing) if cache.shared is not None else None
     if found is not None:
         X32, groups = found
@@ -83,11 +115,11 @@ def prime_onepass(cfg: RemovalConfig, w: np.ndarray, X: np.ndarray, y: np.ndarra
         X32[~active] = 0.0
         if cache.shared is not None:
             cache.shared.store(X, X32, groups, active)
-    cache.X32 = X32
-    cache.col_groups = groups
-    cache.P = np.zeros(X.shape[0])
-    cache.p_err = 0.0
-    cache.since_flush = 0
+    st.X32 = X32
+    st.col_groups = groups
+    st.P = np.zeros(X.shape[0])
+    st.p_err = 0.0
+    st.since_flush = 0
 
 
 def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.ndarray, keep: np.ndarray,
@@ -109,9 +141,10 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     rho = max_row_norm(cfg, X, cache)
     x_norm = x_norm_upper(state, n_rows, rho)
     refresh_cost = cm.hessian(n_rows, d) + cm.cholesky(d)
-    synced = (cache.matches(X, w, active_before, "onepass") and cache.X32 is not None and cache.P is not None
-              and cache.z is not None and cache.M is not None
-              and (cache.shared is None or cache.shared.usable_for_step(cache.X32, active_before, idx)))
+    old = cache.state
+    synced = (isinstance(old, OnepassState) and cache.matches(X, w, active_before, old.kind)
+              and old.X32 is not None and old.P is not None and old.z is not None and old.M is not None
+              and (cache.shared is None or cache.shared.usable_for_step(old.X32, active_before, idx)))
     cache.invalidate()  # before anything is changed: a step that does not finish leaves a cache that matches nothing
     if not synced:
         cache.reset()
@@ -125,7 +158,8 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     elif cache.iter_cost >= cm.cholesky(d):
         refreshed = cache.refactorize()
     cache.invalidate()
-    X32, P, z, eta = cache.X32, cache.P, cache.z, cache.eta
+    st = _state(cache)
+    X32, P, z, eta = st.X32, st.P, st.z, st.eta
     assert X32 is not None and P is not None and z is not None
 
     Delta, err_Delta = removed_gradient(cfg, w, backend_of(X).take(X, idx), y[idx], rho)
@@ -138,7 +172,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
         if np.any(PR != 0.0):
             fold = backend_of(X).take(X, idx).T @ PR
             e_old = e_old + fold
-            eps_old += (rho * math.sqrt(m) * cache.p_err + gamma_k(m + 2) * rho * float(np.sum(np.abs(PR)))
+            eps_old += (rho * math.sqrt(m) * st.p_err + gamma_k(m + 2) * rho * float(np.sum(np.abs(PR)))
                         + 2 * U * (vnorm(e_old) + vnorm(fold)))
             cache.carry_e, cache.carry_err = e_old, eps_old
         P[idx] = 0.0
@@ -151,7 +185,7 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     downdate(cache, X, idx, lam, track=True)
 
     # -- v from the anchor system (O(d²))
-    F = cache.factor
+    F = st.factor
     assert F is not None
     target = max(cache.rtol * delta_norm, cache.budget_share * cache.last_remainder)
     if e_old is not None:
@@ -168,23 +202,23 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     vn = vnorm(v)
     v_ub = vn + 1.01 * U * wn_new  # ≥ ‖v_true‖, v_true = w_new − w exactly
     e_norm = vnorm(e)
-    fro_M = cache.fro_M + 2.0 * cache.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂, after any fold in the solve
-    err_e = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + cache.eps_M * v_ub + fro_M * 1.01 * U * wn_new
+    fro_M = st.fro_M + 2.0 * st.eps_M  # ≥ ‖M̃‖_F and ≥ ‖M̂‖₂, after any fold in the solve
+    err_e = 2.0 * (U * e_norm + gamma_k(d + 2) * fro_M * vn + st.eps_M * v_ub + fro_M * 1.01 * U * wn_new
                    + err_rhs + err_q)
 
     # -- the single-precision pass: margins of the step
     buf = work_buffers(cache, n_rows)
-    a, zeta32 = single_pass_margins(X32, v, rho, buf, cache.col_groups)
+    a, zeta32 = single_pass_margins(X32, v, rho, buf, st.col_groups)
     passes += 0.5
     zeta = 2.0 * (zeta32 + 1.01 * U * rho * wn_new)  # max |ãᵢ − xᵢᵀ v_true| on the rows of D′
     # -- exact mismatch g = δ ⊙ a on D′ (δᵢ = ℓ''(zᵢ) − ŝᵢ; ŝ is zero on removed rows, s̃ masked to D′); ã is
     # exactly 0 on removed rows (their float32 rows are zero)
-    assert cache.s_hat is not None
+    assert st.s_hat is not None
     delta_c = local_curvature(loss, z, y, buf.f[4])
     delta_c *= keep
     s_max = float(np.max(delta_c, initial=0.0))
     tau_s = float(loss.gamma) * eta + 8 * U * (1.0 + s_max)  # |s̃ᵢ − ℓ''(xᵢᵀw)|
-    delta_c -= cache.s_hat
+    delta_c -= st.s_hat
     g = np.multiply(delta_c, a, out=buf.f[5])
     g_norm = vnorm(g)
     d_norm = vnorm(delta_c)
@@ -206,36 +240,36 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
     z_fresh = False  # whether the margins were recomputed at w_new in this step
     if e_old is None:  # paper accounting: the step's mismatch is charged at once
         acc, carried, e_step, err_step = None, 0.0, e_norm, err_e
-        cache.since_flush += 1
-        if cache.since_flush >= cache.flush_every:  # refresh the margins (their error grows by ζ per step)
-            cache.z, cache.eta = compute_margins(X, w_new, rho)
-            cache.since_flush = 0
+        st.since_flush += 1
+        if st.since_flush >= cache.flush_every:  # refresh the margins (their error grows by ζ per step)
+            st.z, st.eta = compute_margins(X, w_new, rho)
+            st.since_flush = 0
             z_fresh = True
             passes += 1.0
     else:
         P = P + g  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
-        cache.P = P
+        st.P = P
         p_norm = vnorm(P)
-        cache.p_err += g_err + U * p_norm
+        st.p_err += g_err + U * p_norm
         e_delta = e - e_old  # M̂′v − Δ as computed
         e_step = vnorm(e_delta)
         err_step = err_e + 2 * U * e_step
         cache.carry_e = e
         cache.carry_err = eps_old + err_e
         cache.carry_bound = S_old + rem
-        cache.since_flush += 1
+        st.since_flush += 1
 
         def accumulated(p_norm: float) -> tuple[float, float]:
             assert cache.carry_e is not None
-            pend = x_norm * (p_norm + cache.p_err)
+            pend = x_norm * (p_norm + st.p_err)
             return ((cache.carry_bound + vnorm(cache.carry_e) + cache.carry_err + pend)
                     * evaluation_slack(n_rows)), pend
 
         acc, pend = accumulated(p_norm)
         over = cfg.noise != "none" and acc > cfg.budget
-        if over or cache.since_flush >= cache.flush_every or pend > cache.flush_share * cfg.budget:
-            forced = over or (cache.since_flush < cache.flush_every)
-            full = cache.flushes % cache.margins_every == cache.margins_every - 1
+        if over or st.since_flush >= cache.flush_every or pend > cache.flush_share * cfg.budget:
+            forced = over or (st.since_flush < cache.flush_every)
+            full = st.flushes % cache.margins_every == cache.margins_every - 1
             _flush(cache, X, w_new, x_norm, rho, margins=full)
             z_fresh = True
             passes += 1.5 if full else 1.0  # single-precision passes count ½
@@ -247,8 +281,8 @@ def onepass_step(cfg: RemovalConfig, state: ModelState, X: DataMatrix, y: np.nda
 
     if not z_fresh:  # advance the margins to w_new (unless just refreshed): z + ã, with the tracked error
         z = z + a  # a new vector: a transaction's snapshot keeps the old one (NewtonCache.begin)
-        cache.z = z
-        cache.eta = eta + zeta + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0)))
+        st.z = z
+        st.eta = eta + zeta + 1.01 * U * float(max(np.max(z, initial=0.0), -np.min(z, initial=0.0)))
     cache.advance(X, w_new, keep)
     cache.removals_since_refresh += 1
     worst = worst_case_bound(loss.gamma, loss.grad_bound, lam, n_new, m)
