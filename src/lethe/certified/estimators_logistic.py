@@ -42,7 +42,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lethe._locking import SerialisedModel, serialised
+from lethe._locking import SerialisedModel, instance_lock, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.data import check_data_matrix
@@ -315,24 +315,28 @@ class CertifiedLinearBase(CertifiedModelFiles, CertifiedAddition, SerialisedMode
         ``fit_certificates_``): the :class:`lethe.protocols.Unlearner` protocol's latest certificate."""
         return self.__dict__.get("_certificate")
 
-    @serialised
     def remove_rows(self, idx: np.ndarray, *, random_state: Any = None) -> Any:
         """Remove the training rows ``idx`` (positions, validated here as :meth:`remove` validates them) and return
         the certificate. ``random_state``: the randomness of a retraining's fresh b for this call (default: the
         model's own generator).
 
         The removal path other front ends call (e.g. a service that maps its own keys to rows and draws fresh
-        entropy for every operation). Under the model's lock (:func:`serialised`: a ``with`` block ending here
-        after the removal returned was a line where an exception skipped the lock's release). Atomic as
-        :meth:`remove` is: an exception anywhere in the call leaves the model as it was, or — once committed — with
-        the removal done in full."""
-        resume(self)  # an interrupted call's rollback completed first (nothing else is trusted before it)
+        entropy for every operation). Under the model's lock, taken on one line (as :func:`serialised` does: a
+        ``with`` block ending on a later line reports a line event after the removal returned, where an exception
+        skipped the lock's release), without a decorator's frame on the deletion's path. Atomic as :meth:`remove`
+        is: an exception anywhere in the call leaves the model as it was, or — once committed — with the removal
+        done in full."""
+        with instance_lock(self): return self._remove_checked(*self._removal_args(idx, random_state))  # noqa: E701
+
+    def _removal_args(self, idx: np.ndarray, random_state: Any) -> tuple[np.ndarray, np.random.Generator]:
+        """Under the lock, before the removal: an interrupted call's rollback completed first (nothing else is
+        trusted before it), the call's generator, and the rows validated (or taken as validated, see
+        :class:`_CheckedRows`)."""
+        resume(self)
         rng = self._rng if random_state is None else check_random_state(random_state)
         if isinstance(idx, _CheckedRows) and idx.model is self and idx.states is self.states_:  # see the class
-            idx = idx.view(np.ndarray)
-        else:
-            idx = self._check_remove_indices(idx)
-        return self._remove_checked(idx, rng)
+            return idx.view(np.ndarray), rng
+        return self._check_remove_indices(idx), rng
 
     def _remove_checked(self, idx: np.ndarray, rng: np.random.Generator) -> Any:
         """Remove the validated rows ``idx`` (under the lock) and return the certificate."""

@@ -444,7 +444,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         removals), else the latest release's figures with ``published=False`` — the removal is published by a
         later release, and until then model-readers still see a release computed with the rows. Raises
         ``BudgetExceededError`` if the removal could not be published within the horizon, ``ValueError`` if it would
-        leave fewer than ``n_floor + 1`` rows (n_floor others besides any one record still held); on any error nothing changes (an exception anywhere in the call,
+        leave fewer than ``n_floor + 1`` rows (n_floor others besides any one record still held); on any error
+        nothing changes (an exception anywhere in the call,
         ``KeyboardInterrupt`` included, leaves the centre, its cache, the rows, the accountant and the releases as
         they were, or — once committed — the removal done in full: :mod:`lethe.certified.transaction`).
         """
