@@ -77,6 +77,7 @@ from lethe._validation import check_nonnegative, check_nonnegative_int, check_po
 
 __all__ = [
     "LOGISTIC_CURVATURE",
+    "LOGISTIC_SELF_CONCORDANCE",
     "LOGISTIC_THIRD",
     "centre_error",
     "check_gram_cap",
@@ -88,6 +89,8 @@ __all__ = [
 LOGISTIC_CURVATURE = 0.25
 #: sup |ℓ'''| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3) (σ = 1/2 − 1/(2√3)).
 LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
+#: κ with |ℓ'''| ≤ κ ℓ'' for the logistic loss (labels ±1): ℓ''' = ℓ''·(1 − 2σ) up to sign, |1 − 2σ| ≤ 1.
+LOGISTIC_SELF_CONCORDANCE = 1.0
 
 
 def _g(lam: float, grad_bound: float, row_norm: float, loss_at_zero: float | None) -> float:
@@ -99,11 +102,12 @@ def _g(lam: float, grad_bound: float, row_norm: float, loss_at_zero: float | Non
 
 def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *, grad_bound: float = 1.0,
                 row_norm: float = 1.0 + 1e-9, curvature: float = LOGISTIC_CURVATURE,
-                third: float = LOGISTIC_THIRD, loss_at_zero: float | None = math.log(2.0)) -> float:
-    """D(K) = K G/(λm)² [2(c₂ρ² + λ) + γρΛG/(λm)]: the drift of the exact difference over K removed rows.
+                third: float = LOGISTIC_THIRD, loss_at_zero: float | None = math.log(2.0),
+                self_concordance: float | None = LOGISTIC_SELF_CONCORDANCE) -> float:
+    """D(K) = K G/(λm)² [2(c₂ρ² + λ) + ρG·min(κ/4, γΛ/(λm))]: the drift of the exact difference over K removed rows.
 
     Bounds ‖d*(S_a) − d*(S_b)‖ for S_b = S_a minus K rows, |S_b| ≥ m = ``n_floor``, and
-    Λ = ``gram_cap`` ≥ λ_max(Σ_{S_a ∪ z} xxᵀ) (module docstring: statement and proof).
+    Λ = ``gram_cap`` ≥ λ_max(Σ_{S_a ∪ z} xxᵀ) (module docstring: statement and proof, steps (iii) and (iii′)).
 
     Parameters
     ----------
@@ -119,6 +123,11 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
         C ≥ sup|ℓ'|, ρ ≥ sup‖x‖, c₂ ≥ sup ℓ'', γ ≥ sup|ℓ'''| (defaults: the logistic loss, ρ = 1 + 1e-9).
     loss_at_zero : float or None, default=log 2
         An upper bound on ℓ(0, y) for a loss ℓ ≥ 0; None uses a = Cρ.
+    self_concordance : float or None, default=1 (the logistic loss)
+        κ ≥ 0 with |ℓ'''(m, y)| ≤ κ ℓ''(m, y) at every margin m and label y (generalised self-concordance; the
+        logistic loss with labels ±1: κ = 1). Like the other loss constants it defaults to the logistic loss: pass
+        the loss's own κ, or None for a loss without one — then only the Λ form γΛ/(λm) of step (iii) is used
+        (the bound as it was before step (iii′), reproduced exactly).
 
     Returns
     -------
@@ -131,6 +140,8 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
     0.0
     >>> round(drift_bound(2, 1e-2, 1000, 100.0) / drift_bound(1, 1e-2, 1000, 100.0), 12)
     2.0
+    >>> drift_bound(1, 1e-2, 1000, 5000.0) < drift_bound(1, 1e-2, 1000, 5000.0, self_concordance=None)
+    True
     """
     K = check_nonnegative_int("rows_removed", rows_removed)
     lam_ = check_positive("lam", lam)
@@ -140,9 +151,14 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
     rho = check_positive("row_norm", row_norm)
     c2 = check_nonnegative("curvature", curvature)
     gamma = check_nonnegative("third", third)
+    sc = None if self_concordance is None else check_nonnegative("self_concordance", self_concordance)
     G = _g(lam_, C, rho, None if loss_at_zero is None else check_nonnegative("loss_at_zero", loss_at_zero))
     kappa = 1.0 / (lam_ * m)
-    return K * G * kappa**2 * (2.0 * (c2 * rho**2 + lam_) + gamma * rho * big_lambda * G * kappa)
+    if sc is None or gamma * big_lambda * kappa <= 0.25 * sc:  # step (iii), the Λ form (the float expression as before)
+        third_term = gamma * rho * big_lambda * G * kappa
+    else:  # step (iii′), generalised self-concordance: free of Λ
+        third_term = 0.25 * sc * rho * G
+    return K * G * kappa**2 * (2.0 * (c2 * rho**2 + lam_) + third_term)
 
 
 def centre_error(lam: float, n_floor: int, residual: float) -> float:
