@@ -12,15 +12,19 @@ computes such bounds; the release mechanism and its accountant are in :mod:`leth
 
 Setting (that of :func:`lethe.certified.bounds.release_sensitivity`):
 L_0(w; D) = Σ_{i∈D} ℓ(wᵀxᵢ, yᵢ) + (λ|D|/2)‖w‖², ℓ(·, y) convex and three times differentiable with
-|ℓ'| ≤ C, 0 ≤ ℓ'' ≤ c₂ and |ℓ'''| ≤ γ (logistic loss: C = 1, c₂ = 1/4, γ = 1/(6√3) ≈ 0.0962, ℓ(0) = log 2);
-rows ‖xᵢ‖ ≤ ρ (an intercept is a constant column inside the unit ball, regularised like the weights, as in
-``fit_intercept``; an *unregularised* intercept is not covered). G = Cρ + a with a = min(Cρ, √(2λℓ(0))).
+|ℓ'| ≤ C, 0 ≤ ℓ'' ≤ c₂ and |ℓ'''| ≤ γ (logistic loss: C = 1, c₂ = 1/4, γ = 1/(6√3) ≈ 0.0962, ℓ(0) = log 2),
+and optionally generalised self-concordant, |ℓ'''| ≤ κℓ'' at every margin (logistic loss, labels ±1:
+ℓ''' = ℓ''·(1 − 2σ) up to sign, so κ = 1; κ = ∞ when not assumed); rows ‖xᵢ‖ ≤ ρ (an intercept is a constant
+column inside the unit ball, regularised like the weights, as in ``fit_intercept``; an *unregularised* intercept
+is not covered). G = Cρ + a with a = min(Cρ, √(2λℓ(0))).
 
 **Theorem (drift of the exact difference).** Let S_b ⊆ S_a (R = S_a \\ S_b, |R| = K rows removed between the two
 releases), |S_b| ≥ m ≥ 1, and Λ ≥ λ_max(Σ_{i∈S_a∪{z}} xᵢxᵢᵀ). With w* the exact minimisers and
 d*(S) = w*(S ∪ {z}) − w*(S):
 
-    ‖d*(S_a) − d*(S_b)‖ ≤ D(K) = K G/(λm)² · [ 2(c₂ρ² + λ) + γ ρ Λ G/(λm) ].
+    ‖d*(S_a) − d*(S_b)‖ ≤ D(K) = K G/(λm)² · [ 2(c₂ρ² + λ) + ρ G · min(κ/4, γΛ/(λm)) ].
+
+(Without κ, min(κ/4, γΛ/(λm)) = γΛ/(λm): the bound D(K) = K G/(λm)² [2(c₂ρ² + λ) + γρΛG/(λm)] of step (iii).)
 
 *Proof.* For s, t ∈ [0, 1] let F(w; s, t) = L_0(w; S_b) + t·g_R(w) + s·h_z(w), g_R(w) = Σ_{i∈R} ℓᵢ(w) + (λK/2)‖w‖²,
 h_z(w) = ℓ_z(w) + (λ/2)‖w‖², and w(s, t) its minimiser. Then w(0,0) = w*(S_b), w(1,0) = w*(S_b ∪ z),
@@ -38,8 +42,19 @@ Hessian A(s, t) ⪰ λm I, and λ‖w(s,t)‖ ≤ a: optimality Σ cᵢℓ'ᵢx�
     ∂A/∂t = ∇²g_R(w) + Σ_i cᵢ ℓ'''ᵢ (xᵢᵀ ∂w/∂t) xᵢxᵢᵀ   (sum over S_b ∪ R ∪ {z} with their weights cᵢ ≤ 1).
 
 (iii) ‖∇²g_R‖ ≤ K(c₂ρ² + λ), ‖∇²h_z‖ ≤ c₂ρ² + λ, and −γρ‖v‖ Σ xᵢxᵢᵀ ⪯ Σ cᵢℓ'''ᵢ(xᵢᵀv)xᵢxᵢᵀ ⪯ γρ‖v‖ Σ xᵢxᵢᵀ,
-so the last term has norm ≤ γρΛ‖∂w/∂t‖. Putting the norms together:
-‖∂²w/∂t∂s‖ ≤ (1/(λm))² G [K(c₂ρ² + λ) + γρΛ KG/(λm)] + (1/(λm))(c₂ρ² + λ) KG/(λm) = D(K). ∎
+so the last term has norm ≤ γρΛ‖∂w/∂t‖. With v = ∂w/∂t and u = A⁻¹∇h_z (‖u‖ ≤ G/(λm)) the third-derivative
+part of the integrand, T = A⁻¹ r with r = Σ cᵢℓ'''ᵢ(xᵢᵀv)(xᵢᵀu)xᵢ, has ‖T‖ ≤ γρΛ KG²/(λm)³. Putting the norms
+together: ‖∂²w/∂t∂s‖ ≤ (1/(λm))² G K(c₂ρ² + λ) + ‖T‖ + (1/(λm))(c₂ρ² + λ) KG/(λm).
+(iii′) A second bound on ‖T‖, free of Λ, when |ℓ'''| ≤ κℓ''. For ‖y‖ = 1, yᵀr = Σ cᵢℓ'''ᵢ(xᵢᵀv)(xᵢᵀu)(xᵢᵀy), so
+(cᵢ ≥ 0, |xᵢᵀy| ≤ ρ, then Cauchy–Schwarz with the weights cᵢℓ''ᵢ ≥ 0)
+
+    ‖r‖ ≤ ρκ Σ cᵢℓ''ᵢ|xᵢᵀv||xᵢᵀu| ≤ ρκ √(Σ cᵢℓ''ᵢ(xᵢᵀv)²) · √(Σ cᵢℓ''ᵢ(xᵢᵀu)²).
+
+Since A = Σ cᵢℓ''ᵢxᵢxᵢᵀ + λN·I, Σ cᵢℓ''ᵢ(xᵢᵀv)² = vᵀ(A − λN I)v = ∇g_Rᵀ(A⁻¹ − λN A⁻²)∇g_R, and the eigenvalues
+(μ − λN)/μ² of A⁻¹ − λN A⁻² (μ ≥ λN an eigenvalue of A) are at most 1/(4λN) (at μ = 2λN); so that sum is
+≤ (KG)²/(4λN), and likewise Σ cᵢℓ''ᵢ(xᵢᵀu)² ≤ G²/(4λN). Hence ‖r‖ ≤ ρκ KG²/(4λm) and ‖T‖ ≤ ‖A⁻¹‖‖r‖ ≤
+ρκ KG²/(4(λm)²). Both bounds hold at every point of the square, so ‖T‖ ≤ ρKG²/(λm)² · min(κ/4, γΛ/(λm)), and
+‖∂²w/∂t∂s‖ ≤ D(K). ∎
 
 **Corollary (block sensitivity of the approximate centres).** ‖w̃(D) − w*(D)‖ ≤ β/(λ|D|) ≤ β/(λm) by strong
 convexity, so each d̃ is within 2β/(λm) of d*, and with Δ = :func:`~lethe.certified.bounds.release_sensitivity`
@@ -54,11 +69,12 @@ These hold for every pair of hidden histories (Newton iterates, re-solves, retra
 only the residual of each centre: the mixture argument of docs/release_privacy.md §2 carries over.
 
 **What the bound is in numbers.** Relative to Δ ≈ G/(λm), the per-row drift is D(1)/Δ = [2(c₂ + λ) +
-γΛG/(λm)]/(λm). With isotropic rows Λ ≈ n/d; with rows that share a direction (MNIST's pixels, Adult's
-one-hot and constant columns) Λ is a sizeable fraction of n and the γ term dominates: the docs' rough estimate
-(0.03–0.08 Δ per row at 10⁶ rows, λ = 10⁻³, Λ ≈ n) is what the theorem gives there too. Measured drifts
-(tests/privacy/test_drift.py) are orders of magnitude smaller: the bound takes every |xᵢᵀ∂w/∂t| at its maximum
-ρ‖∂w/∂t‖, ℓ''' at its maximum, and A at its smallest eigenvalue λm.
+G·min(κ/4, γΛ/(λm))]/(λm) (ρ = 1). With isotropic rows Λ ≈ n/d and γΛ/(λm) is usually below κ/4; with rows that
+share a direction (MNIST's pixels, Adult's one-hot and constant columns) Λ is a sizeable fraction of n, the Λ form
+would dominate (the docs' old rough estimate, 0.03–0.09 Δ per row) and step (iii′) caps it at κ/4: MNIST 3 vs 8
+(λ = 10⁻²) 0.086 → 0.0074, Adult 0.022 → 0.0027 (docs/release_drift.md §2). Measured drifts
+(tests/privacy/test_drift.py) are still 1–2 orders of magnitude smaller: the bound takes A at its smallest
+eigenvalue λm and the curvature of the removed rows and of the target at c₂ together with the gradients at G.
 
 **Premises the caller must publish.** m is the public floor ``n_floor`` (as for Δ), Λ a public cap ``gram_cap``
 on λ_max of the Gram matrix of the rows *with* the target: the guarantee covers every history whose other records
@@ -77,6 +93,7 @@ from lethe._validation import check_nonnegative, check_nonnegative_int, check_po
 
 __all__ = [
     "LOGISTIC_CURVATURE",
+    "LOGISTIC_SELF_CONCORDANCE",
     "LOGISTIC_THIRD",
     "centre_error",
     "check_gram_cap",
@@ -88,6 +105,8 @@ __all__ = [
 LOGISTIC_CURVATURE = 0.25
 #: sup |ℓ'''| of the logistic loss: σ(1−σ)(1−2σ) peaks at 1/(6√3) (σ = 1/2 − 1/(2√3)).
 LOGISTIC_THIRD = 1.0 / (6.0 * math.sqrt(3.0))
+#: κ with |ℓ'''| ≤ κ ℓ'' for the logistic loss (labels ±1): ℓ''' = ℓ''·(1 − 2σ) up to sign, |1 − 2σ| ≤ 1.
+LOGISTIC_SELF_CONCORDANCE = 1.0
 
 
 def _g(lam: float, grad_bound: float, row_norm: float, loss_at_zero: float | None) -> float:
@@ -99,11 +118,12 @@ def _g(lam: float, grad_bound: float, row_norm: float, loss_at_zero: float | Non
 
 def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *, grad_bound: float = 1.0,
                 row_norm: float = 1.0 + 1e-9, curvature: float = LOGISTIC_CURVATURE,
-                third: float = LOGISTIC_THIRD, loss_at_zero: float | None = math.log(2.0)) -> float:
-    """D(K) = K G/(λm)² [2(c₂ρ² + λ) + γρΛG/(λm)]: the drift of the exact difference over K removed rows.
+                third: float = LOGISTIC_THIRD, loss_at_zero: float | None = math.log(2.0),
+                self_concordance: float | None = LOGISTIC_SELF_CONCORDANCE) -> float:
+    """D(K) = K G/(λm)² [2(c₂ρ² + λ) + ρG·min(κ/4, γΛ/(λm))]: the drift of the exact difference over K removed rows.
 
     Bounds ‖d*(S_a) − d*(S_b)‖ for S_b = S_a minus K rows, |S_b| ≥ m = ``n_floor``, and
-    Λ = ``gram_cap`` ≥ λ_max(Σ_{S_a ∪ z} xxᵀ) (module docstring: statement and proof).
+    Λ = ``gram_cap`` ≥ λ_max(Σ_{S_a ∪ z} xxᵀ) (module docstring: statement and proof, steps (iii) and (iii′)).
 
     Parameters
     ----------
@@ -119,6 +139,11 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
         C ≥ sup|ℓ'|, ρ ≥ sup‖x‖, c₂ ≥ sup ℓ'', γ ≥ sup|ℓ'''| (defaults: the logistic loss, ρ = 1 + 1e-9).
     loss_at_zero : float or None, default=log 2
         An upper bound on ℓ(0, y) for a loss ℓ ≥ 0; None uses a = Cρ.
+    self_concordance : float or None, default=1 (the logistic loss)
+        κ ≥ 0 with |ℓ'''(m, y)| ≤ κ ℓ''(m, y) at every margin m and label y (generalised self-concordance; the
+        logistic loss with labels ±1: κ = 1). Like the other loss constants it defaults to the logistic loss: pass
+        the loss's own κ, or None for a loss without one — then only the Λ form γΛ/(λm) of step (iii) is used
+        (the bound as it was before step (iii′), reproduced exactly).
 
     Returns
     -------
@@ -131,6 +156,8 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
     0.0
     >>> round(drift_bound(2, 1e-2, 1000, 100.0) / drift_bound(1, 1e-2, 1000, 100.0), 12)
     2.0
+    >>> drift_bound(1, 1e-2, 1000, 5000.0) < drift_bound(1, 1e-2, 1000, 5000.0, self_concordance=None)
+    True
     """
     K = check_nonnegative_int("rows_removed", rows_removed)
     lam_ = check_positive("lam", lam)
@@ -140,9 +167,14 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
     rho = check_positive("row_norm", row_norm)
     c2 = check_nonnegative("curvature", curvature)
     gamma = check_nonnegative("third", third)
+    sc = None if self_concordance is None else check_nonnegative("self_concordance", self_concordance)
     G = _g(lam_, C, rho, None if loss_at_zero is None else check_nonnegative("loss_at_zero", loss_at_zero))
     kappa = 1.0 / (lam_ * m)
-    return K * G * kappa**2 * (2.0 * (c2 * rho**2 + lam_) + gamma * rho * big_lambda * G * kappa)
+    if sc is None or gamma * big_lambda * kappa <= 0.25 * sc:  # step (iii), the Λ form (the float expression as before)
+        third_term = gamma * rho * big_lambda * G * kappa
+    else:  # step (iii′), generalised self-concordance: free of Λ
+        third_term = 0.25 * sc * rho * G
+    return K * G * kappa**2 * (2.0 * (c2 * rho**2 + lam_) + third_term)
 
 
 def centre_error(lam: float, n_floor: int, residual: float) -> float:
