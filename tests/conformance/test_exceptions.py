@@ -202,7 +202,8 @@ def _cases() -> list[Case]:
         return m
 
     def make_release() -> Any:
-        m = ReleasedLogisticRegression(lam=1e-2, epsilon=1.0, horizon=50, cadence=2, random_state=0).fit(Xl, yl)
+        m = ReleasedLogisticRegression(lam=1e-2, epsilon=1.0, horizon=50, cadence=2, random_state=0,
+                                       n_floor=50).fit(Xl, yl)
         m.remove([3])
         m.remove([7])
         return m
