@@ -61,6 +61,7 @@ from lethe.privacy.tree import TreeRelease
 from lethe.release.certificate import GUARANTEE, SCHEDULE_REVEALS, SEEDED_GUARANTEE, Release
 from lethe.release.checks import LOGISTIC_AT_ZERO as _LOGISTIC_AT_ZERO
 from lethe.release.model_file import load_stream, save_stream
+from lethe.release.stream_state import restore_stream, stream_state
 from lethe.release.tree_stream import (
     TREE_GUARANTEE,
     TreeReleaseCertificate,
@@ -69,7 +70,14 @@ from lethe.release.tree_stream import (
     stream_accountant,
 )
 
-__all__ = ["ReleasedLogisticRegression"]
+__all__ = ["ReleasedLogisticRegression", "release_noise"]
+
+
+def release_noise(d: int) -> np.ndarray:
+    """d standard normal variates from the operating system's CSPRNG (:class:`lethe.privacy.mechanisms.OSRandomSource`:
+    no state, no seed): the noise of every unseeded fresh-noise release, the library's and the service's (the service
+    refuses seeds for this family: a seed would let whoever knows it subtract the noise)."""
+    return OSRandomSource().standard_normal((int(d),))
 
 
 @reports_model_origin
@@ -143,6 +151,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         "fresh" or "tree": the mechanism the stream uses.
     sensitivity_ : float
         Δ.
+    horizon_spent_ : bool
+        A release was due when none was left (``remove(at_horizon="withhold")``; False with the default refusal).
 
     Examples
     --------
@@ -261,6 +271,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self._rows_pending = 0
         self._pending = 0
         self.n_removed_ = 0
+        self.horizon_spent_ = False  # a due release withheld at the horizon (remove(at_horizon="withhold"))
         self.n_iter_ = int(state.train_iterations)  # the centre's training iterations (scikit-learn's n_iter_)
         self.releases_: list[Release] = []
         self._publish()
@@ -284,8 +295,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         if isinstance(accountant, TreeStreamAccountant):
             return self._publish_tree(accountant, seeded)
         d = self._state.w.shape[0]
-        noise = (seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None
-                 else OSRandomSource().standard_normal((d,)))
+        noise = seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None else release_noise(d)
         w = self._state.w + accountant.sigma * noise
         if self._trained["fit_intercept"]:
             coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
@@ -293,16 +303,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             coef, intercept = w, 0.0
         coef = np.array(coef, dtype=np.float64, copy=True)
         coef.setflags(write=False)
-        cert = ReleaseCertificate(
-            observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else GUARANTEE,
-            version=len(self.releases_),
-            releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
-            delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
-            sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
-            n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
-            cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
-            noise_source="seeded" if seeded else "os-csprng", private=not seeded)
-        release = Release(version=len(self.releases_), coef=coef, intercept=intercept, certificate=cert)
+        version = accountant.releases - 1  # len(releases_) when fitted or loaded (a restored stream holds its last)
+        cert = self._release_certificate(accountant, version, seeded)
+        release = Release(version=version, coef=coef, intercept=intercept, certificate=cert)
         self._accountant = accountant
         self.releases_.append(release)
         return release
@@ -311,7 +314,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         """The tree's release: published on a copy of the tree, kept (with the accountant) only at the end."""
         assert self._tree is not None  # a tree stream holds its tree from fit (or load)
         tree = self._tree.copy()
-        version = len(self.releases_)
+        version = accountant.releases - 1
         w = tree.publish(self._state.w)
         if self._trained["fit_intercept"]:
             coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
@@ -319,9 +322,27 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             coef, intercept = w, 0.0
         coef = np.array(coef, dtype=np.float64, copy=True)
         coef.setflags(write=False)
+        release = Release(version=version, coef=coef, intercept=intercept,
+                          certificate=self._release_certificate(accountant, version, seeded))
+        self._accountant, self._tree = accountant, tree
+        self.releases_.append(release)
+        return release
+
+    def _release_certificate(self, accountant: ReleaseAccountant | TreeStreamAccountant, version: int,
+                             seeded: bool) -> ReleaseCertificate:
+        """The certificate of release ``version``, published with ``accountant`` (which counts it)."""
+        if not isinstance(accountant, TreeStreamAccountant):
+            return ReleaseCertificate(
+                observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else GUARANTEE, version=version,
+                releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
+                delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
+                sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
+                n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
+                cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
+                noise_source="seeded" if seeded else "os-csprng", private=not seeded)
         std = accountant.release_std(version)
         t = accountant.tree
-        cert = TreeReleaseCertificate(
+        return TreeReleaseCertificate(
             observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else TREE_GUARANTEE, version=version,
             releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
             delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=std,
@@ -332,10 +353,6 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             mu=accountant.mu, mu_spent=accountant.mu_spent(), sigma_first=t.sigma_first, sigma_node=t.sigma,
             worst_release_std=accountant.sigma, gram_cap=float(accountant.gram_cap),
             rows_per_release=int(accountant.rows_per_release))
-        release = Release(version=version, coef=coef, intercept=intercept, certificate=cert)
-        self._accountant, self._tree = accountant, tree
-        self.releases_.append(release)
-        return release
 
     @property
     def accountant_(self) -> ReleaseAccountant | TreeStreamAccountant:
@@ -432,7 +449,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         return idx.astype(np.int64)
 
     @serialised
-    def remove(self, indices: Any = None, *, keys: Any = None) -> ReleaseCertificate:
+    def remove(self, indices: Any = None, *, keys: Any = None, publish: bool | None = None,
+               at_horizon: str = "refuse") -> ReleaseCertificate:
         """Remove training rows (ORIGINAL positions in ``fit``'s X, or record keys) as one batch.
 
         Returns the certificate of the removal (:class:`lethe.protocols.Certificate`, also ``certificate_``): the
@@ -444,13 +462,32 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the centre, its
         cache, the rows, the accountant and the releases as they were, or — once committed — the removal done in
         full: :mod:`lethe.certified.transaction`).
+
+        ``publish``: None (the default) follows ``cadence``; True publishes a release with this removal, False
+        leaves it pending (a caller with its own schedule — the service's time rule and clock schedule — decides).
+        ``at_horizon``: what a removal does once no release is left. ``"refuse"`` (the default, as above).
+        ``"withhold"`` (the curator service's choice, documented there and in docs/release_privacy.md §4): the removal
+        is carried out on the secret centre and no release is drawn; the certificate says ``published=False`` and,
+        if a release was due, ``horizon_spent_`` becomes True. The latest release was computed with the removed rows,
+        so whoever serves it must withdraw it (the service does); fit a new model to publish again. The n_floor and
+        ``rows_per_release`` rules apply either way.
         """
         check_is_fitted(self, "releases_")
+        if at_horizon not in ("refuse", "withhold"):
+            raise ValueError(f"at_horizon must be 'refuse' or 'withhold'. Found {at_horizon!r}.")
+        if publish is not None and not isinstance(publish, bool):
+            raise TypeError(f"publish must be None, True or False. Found {type(publish).__name__}.")
+        if self._X.shape[0] == 0:  # a fitted stream holds more than n_floor >= 1 rows
+            raise ValueError("This stream was restored without its records (restore(state) with X=None: it can only "
+                             "publish); restore it with X and y to remove records.")
         resume(self)  # an interrupted call's rollback completed first
         idx = self._rows(indices, keys)
         acc = self._accountant
-        publishes = self._pending + 1 >= int(self.cadence)
-        if acc.remaining == 0:
+        publishes = self._pending + 1 >= int(self.cadence) if publish is None else publish
+        withheld = False
+        if acc.remaining == 0 and at_horizon == "withhold":
+            withheld, publishes = publishes, False  # a due release that can never be drawn
+        elif acc.remaining == 0:
             raise BudgetExceededError(
                 f"The horizon of {acc.horizon} releases is spent: a removal now could never be published within "
                 f"(epsilon, delta) = ({acc.epsilon}, {acc.delta}). Nothing was removed; fit a new model (a new "
@@ -460,7 +497,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         if acc_k is not None and rows_pending + idx.size > acc_k:
             raise ValueError(f"rows_per_release = {acc_k} (the tree's premise): removing {idx.size} rows would make "
                              f"{rows_pending + idx.size} rows removed since the last release. Nothing was removed; "
-                             "remove fewer rows per release, or call release() first.")
+                             "remove fewer rows per release (or call release() first), or use a larger "
+                             "rows_per_release (at least cadence x the rows of a removal).")
         n_after = int(np.count_nonzero(self._active)) - idx.size
         if n_after <= self.n_floor_:  # as fit and the service: n_floor rows besides any one target still held
             raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor + 1 = "
@@ -478,10 +516,12 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             undo.save_attrs("_state", "_pending", "n_removed_", "_accountant")
             self.__dict__.setdefault("_tree", None)
             self.__dict__.setdefault("_rows_pending", 0)
-            undo.save_attrs("_tree", "_rows_pending")
+            self.__dict__.setdefault("horizon_spent_", False)
+            undo.save_attrs("_tree", "_rows_pending", "horizon_spent_")
             undo.save_list(self.releases_)
             self._state, self.n_removed_, self._pending = state, self.n_removed_ + idx.size, self._pending + 1
             self._rows_pending = rows_pending + idx.size
+            self.horizon_spent_ = bool(self.horizon_spent_ or withheld)
             release = None
             if publishes:
                 self._pending = 0
@@ -586,3 +626,26 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         from the saved rows — a centre farther from the minimiser than β_cap would break the sensitivity bound
         every release rests on, so such a file is refused."""
         return load_stream(cls, path, key=key, trust_unauthenticated=trust_unauthenticated)
+
+    @classmethod
+    def restore(cls, params: dict[str, Any], state: dict[str, Any], X: Any = None, y: Any = None, *,
+                classes: Any) -> ReleasedLogisticRegression:
+        """A fitted stream from its state as the curator service keeps it (:meth:`stream_state`) and the records
+        (X, y) it is for — the service's adapter restores every version this way and calls :meth:`remove` and
+        :meth:`release` (:mod:`lethe.release.stream_state`).
+
+        ``params``: the constructor's parameters (``random_state`` must be None: later releases draw the operating
+        system's CSPRNG); ``classes``: the 2 labels seen at training (``classes_``). The state is checked as a
+        loaded file is (:func:`lethe.release.model_file.check_release_file`: the sensitivity recomputed from the
+        parameters, β ≤ β_cap, the centre's residual re-measured from X; :func:`~lethe.release.model_file.
+        check_tree_file`), ``ValueError`` naming the first rule that fails. Without X and y the stream can only
+        publish (``release``; ``remove`` refuses). A restored stream holds only its latest release in ``releases_``,
+        so ``save`` refuses it."""
+        return restore_stream(cls, params, state, X, y, classes=classes)
+
+    @serialised
+    def stream_state(self) -> dict[str, Any]:
+        """The SECRET state :meth:`restore` takes: the centre and its state, the accountant, n_floor, the solver, the
+        pending removals, ``horizon_spent``, the latest release and the tree's state (None for fresh noise)."""
+        check_is_fitted(self, "releases_")
+        return stream_state(self)

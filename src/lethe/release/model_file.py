@@ -41,6 +41,10 @@ def save_stream(est: Any, path: str | Path, *, key: bytes | str | None = None) -
     ``Any`` as this module is imported by the estimator's)."""
     check_is_fitted(est, "releases_")
     resume(est)  # an interrupted call's rollback completed first: never a half-restored state in a file
+    if len(est.releases_) != est._accountant.releases:
+        raise ValueError(f"This stream holds {len(est.releases_)} of its {est._accountant.releases} releases (restored "
+                         "from a service's state: the service keeps the others); a model file must hold every "
+                         "release. Save it through the service.")
     st = est._state
     arrays: dict[str, np.ndarray] = {"X": est._X, "Y": est._Y, "active": est._active, "w": st.w,
                                      "release_coefs": np.vstack([r.coef for r in est.releases_])}
@@ -67,6 +71,8 @@ def save_stream(est: Any, path: str | Path, *, key: bytes | str | None = None) -
         "releases": [{"version": r.version, "intercept": r.intercept, "certificate": r.certificate.to_dict()}
                      for r in est.releases_],
     }
+    if est.__dict__.get("horizon_spent_"):  # written only once set: files of refusing streams are unchanged
+        meta["horizon_spent"] = True
     if tree_meta is not None:
         meta["tree"] = tree_meta
         meta["rows_pending"] = int(est._rows_pending)
@@ -118,6 +124,7 @@ def load_stream(cls: Any, path: str | Path, *, key: bytes | str | None = None,
     est._rng = check_random_state(None)
     est._pending = int(meta["pending"])
     est.n_removed_ = int(meta["n_removed"])
+    est.horizon_spent_ = meta.get("horizon_spent", False) is True
     coefs = arrays["release_coefs"]
     releases = []
     for r, coef in zip(meta["releases"], coefs, strict=True):
