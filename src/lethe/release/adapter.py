@@ -225,7 +225,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         artifact = Artifact(arrays=arrays, meta=meta)
         return artifact, self._certificate(acc, meta, published=True, n_removed=0, operation="train")
 
-    def restore(self, artifact: Artifact, X: np.ndarray | None = None,
+    def stream(self, artifact: Artifact, X: np.ndarray | None = None,
                 y: np.ndarray | None = None) -> Any:
         """The version's stream as the library's estimator (:meth:`lethe.release.ReleasedLogisticRegression.restore`),
         over the records (X, y) it is for — or, without them, a stream that can only publish. A state that fails the
@@ -268,7 +268,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
     def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         """Remove the rows ``indices`` of the current records (X, y) as one removal step, through the library's
-        :meth:`~lethe.release.ReleasedLogisticRegression.remove` on the restored stream (:meth:`restore`): n_floor,
+        :meth:`~lethe.release.ReleasedLogisticRegression.remove` on the restored stream (:meth:`stream`): n_floor,
         ``rows_per_release``, the horizon, the centre's Newton step, the noise and the tree are the library's.
         The service's schedule decides whether the step publishes (``publish=``: the count rule, the time rule, or
         never under the clock schedule) and, at the horizon, withholds (``at_horizon="withhold"``: module
@@ -282,7 +282,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
             raise ValueError(f"indices must be distinct rows of the {n} current records.")
         if n != int(m["state"]["n"]):
             raise ValueError(f"The model holds {m['state']['n']} records; the data given has {n}.")
-        est = self.restore(artifact, X, y)
+        est = self.stream(artifact, X, y)
         now = float(self.clock())
         est.remove(idx, publish=self._due(m, int(m["pending"]) + 1, now), at_horizon="withhold")
         out = self._artifact(artifact, est, now)
@@ -313,7 +313,7 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         pending = int(m["pending"])
         if pending < 1 and self.params["schedule"] != "clock":
             raise ValueError(f"A release publishes pending removal steps; pending steps must be >= 1. Found {pending}.")
-        est = self.restore(artifact)  # publish-only: a release needs no records
+        est = self.stream(artifact)  # publish-only: a release needs no records
         est.release()  # the library's: BudgetExceededError (a ValueError) past the horizon, nothing changed
         out = self._artifact(artifact, est, float(self.clock()))
         return out, self._certificate(est.accountant_, out.meta, published=True, n_removed=0, operation="release")
