@@ -70,7 +70,8 @@ def test_the_service_and_the_library_decide_alike_at_the_horizon_and_at_n_floor(
 
 
 def test_a_fault_in_the_estimators_removal_fails_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mutation check: the service's removal and release are the estimator's (a fault injected there surfaces)."""
+    """Mutation check: the service's removal and release are the estimator's public ``remove`` and ``release`` (a
+    fault injected there surfaces in the service's call)."""
     X, y = _data()
     adapter = get_adapter("released-logistic", {"lam": 1e-2, "horizon": 5, "cadence": 2, "n_floor": 100})
     art, _ = adapter.train(X, y, np.random.default_rng(0))
@@ -83,14 +84,12 @@ def test_a_fault_in_the_estimators_removal_fails_the_service(monkeypatch: pytest
     def boom(*_a: Any, **_k: Any) -> Any:
         raise Sentinel
 
-    with monkeypatch.context() as mp:
-        mp.setattr(ReleasedLogisticRegression, "_rows", boom)
-        with pytest.raises(Sentinel):
-            adapter.remove(art, X, y, np.array([0]), np.random.default_rng(0))
-    with monkeypatch.context() as mp:
-        mp.setattr(ReleasedLogisticRegression, "_publish", boom)
-        with pytest.raises(Sentinel):
-            adapter.release(art1, np.random.default_rng(0))
+    for method, call in (("remove", lambda: adapter.remove(art, X, y, np.array([0]), np.random.default_rng(0))),
+                         ("release", lambda: adapter.release(art1, np.random.default_rng(0)))):
+        with monkeypatch.context() as mp:
+            mp.setattr(ReleasedLogisticRegression, method, boom)
+            with pytest.raises(Sentinel):
+                call()
     art2, cert2 = adapter.release(art1, np.random.default_rng(0))
     assert cert2["published"] and art2.meta["release_version"] == 1 and art2.meta["pending"] == 0
 
@@ -135,7 +134,7 @@ def test_a_restored_stream_holding_only_its_last_release_is_not_saved(tmp_path: 
     assert not list(tmp_path.iterdir())
 
 
-def test_the_removal_options_are_checked() -> None:
+def test_the_removal_options_are_checked(tmp_path: Any) -> None:
     X, y = _data()
     lib = ReleasedLogisticRegression(lam=1e-2, horizon=2, n_floor=100).fit(X, y)
     with pytest.raises(ValueError, match="at_horizon must be 'refuse' or 'withhold'"):
@@ -149,3 +148,4 @@ def test_the_removal_options_are_checked() -> None:
     assert lib.horizon_spent_ is False
     cert = lib.remove([2], at_horizon="withhold")
     assert cert.published is False and lib.horizon_spent_ is True and lib.n_removed_ == 3
+    assert ReleasedLogisticRegression.load(lib.save(tmp_path / "m.npz")).horizon_spent_ is True  # kept in the file
