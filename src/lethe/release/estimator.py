@@ -466,7 +466,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         ``publish``: None (the default) follows ``cadence``; True publishes a release with this removal, False
         leaves it pending (a caller with its own schedule — the service's time rule and clock schedule — decides).
         ``at_horizon``: what a removal does once no release is left. ``"refuse"`` (the default, as above).
-        ``"withhold"`` (the curator service's choice, documented there and in docs/release_privacy.md §4): the removal
+        ``"withhold"`` (the curator service's choice, documented there and in docs/release_privacy.md §3): the removal
         is carried out on the secret centre and no release is drawn; the certificate says ``published=False`` and,
         if a release was due, ``horizon_spent_`` becomes True. The latest release was computed with the removed rows,
         so whoever serves it must withdraw it (the service does); fit a new model to publish again. The n_floor and
