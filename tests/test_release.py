@@ -414,7 +414,7 @@ def test_edited_files_are_refused(tmp_path, edit):
 
 def test_a_centre_edit_is_caught_only_by_the_re_measure(tmp_path, monkeypatch):
     """Mutation check: without the residual re-measure, a moved centre loads."""
-    import lethe.release.estimator as rel_mod
+    import lethe.release.model_file as rel_mod
 
     X, y = _data(n=800)
     m = _model(horizon=5).fit(X, y)

@@ -179,7 +179,7 @@ def test_an_honest_released_model_is_within_its_rate_and_its_centre_forgot(tmp_p
 
 def test_releases_without_fresh_noise_fail_the_version_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Faked noise: every release draws the same noise (a fixed seed), which cancels between releases."""
-    import lethe.release.adapter as adapters_release
+    import lethe.release.estimator as adapters_release  # the noise draw the service publishes with
 
     monkeypatch.setattr(adapters_release, "release_noise", lambda d: np.random.default_rng(0).standard_normal(d))
     c, deleted, files = _released(tmp_path)

@@ -146,7 +146,7 @@ def test_version_diff_identifies_deletions_on_certified_removal_not_on_releases(
     assert cert["observer"] == "every published release" and cert["published"] is True
     # mutation check: the same releases with noise that does not refresh (one seed for every release) — the diff
     # cancels it and the attack identifies the deletions again
-    import lethe.release.adapter as adapters_release
+    import lethe.release.estimator as adapters_release  # the noise draw the service publishes with
 
     monkeypatch.setattr(adapters_release, "release_noise", lambda d: np.random.default_rng(0).standard_normal(d))
     stale = streams("released-logistic", RELEASED)

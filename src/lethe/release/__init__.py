@@ -2,7 +2,8 @@
 
 * :mod:`lethe.release.estimator` — :class:`ReleasedLogisticRegression`, the scikit-learn estimator;
 * :mod:`lethe.release.certificate` — :class:`Release` and the sentences its certificate states;
-* :mod:`lethe.release.checks` — the invariants of a stored release stream and the re-measure of its centre.
+* :mod:`lethe.release.checks` — the invariants of a stored release stream and the re-measure of its centre;
+* :mod:`lethe.release.model_file` — the estimator's ``save``/``load`` and the checks a loaded file must pass.
 
 The public names are re-exported here (``from lethe.release import ReleasedLogisticRegression``).
 """

@@ -28,16 +28,18 @@ the service injects its own, tests a fake one).
 The accountant (releases used of the horizon, ε spent at δ) is kept in the artifact's metadata, so it is durable
 with the model, and copied into the version's summary (console, ``/metrics``, ``lethe budget``).
 
-Horizon spent (documented alternative to a refusal that would leave the record in the data): the removal is still
-carried out on the secret centre, but no release is drawn and the certificate says ``published: false,
-horizon_spent: true``. The last release was computed with the removed record, so the version is **withdrawn**
-(``withdrawn: true`` in its summary and certificate): model-readers are refused its weights and predictions
+Horizon spent (documented alternative to a refusal that would leave the record in the data; the estimator's
+``remove(at_horizon="withhold")``): the removal is still carried out on the secret centre, but no release is drawn
+and the certificate says ``published: false, horizon_spent: true``. The last release was computed with the removed
+record, so the version is **withdrawn** (``withdrawn: true`` in its summary and certificate): model-readers are
+refused its weights and predictions
 (:meth:`lethe.curator.serving.Serving.check_served`), operators see a fault in ``lethe status`` and the health page
 (:meth:`lethe.curator.serving.Serving.verify_models`), and the data subject's text says the published model still
 held the record until it was withdrawn. To publish again, retrain: a new stream, composed with the old one's in the
 dataset's privacy ledger (:mod:`lethe.curator.lifetime`), refused if it would pass the dataset's lifetime budget.
 
-Noise: every release draws its noise from the operating system's CSPRNG (:func:`release_noise`); the service
+Noise: every release draws its noise from the operating system's CSPRNG (:func:`release_noise`, the estimator's
+own draw: the adapter publishes through the estimator); the service
 refuses a seed for this mechanism (issue 36: a seeded stream's noise can be regenerated and subtracted).
 
 Correlated noise (issue 39, opt-in): ``noise_mechanism="tree"`` (or ``"auto"``, chosen from the public parameters
@@ -47,8 +49,13 @@ the refined nodes and the few true centres later nodes need) is kept in the arti
 the premises ``gram_cap`` (checked at training by the estimator) and ``rows_per_release`` (a batch that would remove
 more rows since the last release is refused, nothing changed: set it to at least ``cadence`` × the batch size).
 
-The math is the library's: :func:`lethe.certified.bounds.release_sensitivity`,
-:class:`lethe.privacy.release.ReleaseAccountant` and :class:`lethe.certified.mechanism.CertifiedRemoval`.
+The decisions are the library's, by the same code: every removal and release restores the version's stream as
+:class:`lethe.release.ReleasedLogisticRegression` (:meth:`~lethe.release.ReleasedLogisticRegression.restore`: the
+state checked as a loaded file is, the centre re-measured from the records) and calls its ``remove`` (n_floor,
+``rows_per_release``, the horizon, the Newton step, the noise, the tree) or ``release``; the service passes only what
+its schedule decides (``publish=``: the count rule, the time rule, or never under ``"clock"``) and
+``at_horizon="withhold"``. The artifact's layout, certificates and summaries are the service's, read from the
+estimator's state (:meth:`~lethe.release.ReleasedLogisticRegression.stream_state`).
 """
 
 from __future__ import annotations
@@ -64,18 +71,10 @@ import numpy as np
 from lethe.curator.adapters import MechanismAdapter
 from lethe.curator.artifacts import Artifact, ArtifactError, finite_array
 from lethe.curator.public import OBSERVER_RELEASES
+from lethe.release.estimator import release_noise  # the one noise draw of every release (re-exported here)
 
 __all__ = ["SCHEDULE_REVEALS", "ReleasedLogisticAdapter", "check_released_logistic", "release_noise"]
 
-
-def release_noise(d: int) -> np.ndarray:
-    """d standard normal variates from the operating system's CSPRNG (:class:`lethe.privacy.mechanisms.OSRandomSource`:
-    no state, no seed): the noise of every release the service publishes. The service's ``random_state`` is never
-    used for it (a seed would let whoever knows it subtract the noise; the service refuses seeds for this
-    mechanism, :attr:`ReleasedLogisticAdapter.refuses_seed`)."""
-    from lethe.privacy.mechanisms import OSRandomSource
-
-    return OSRandomSource().standard_normal((int(d),))
 
 #: What each schedule's release times (and the release number a model-reader is told) reveal, in plain words, carried
 #: by every certificate and summary of a released model (docs/release_privacy.md §3).
@@ -218,74 +217,78 @@ class ReleasedLogisticAdapter(MechanismAdapter):
                 "n_floor": int(est.n_floor_), "solver": est.mechanism_.solver, "horizon_spent": False,
                 "state": self._state_meta(state), "n": int(state.n), "stream": uuid.uuid4().hex}
         arrays = {"centre": np.array(state.w, dtype=np.float64), "w": np.array(rel.coef, dtype=np.float64)}
-        if est._tree is not None:  # the tree's state (lethe.release.tree_stream); the release is its vector
-            tree_arrays, meta["tree"] = est._tree.to_state()
+        tree = est.stream_state()["tree"]
+        if tree is not None:  # the tree's state (lethe.release.tree_stream); the release is its vector
+            tree_arrays, meta["tree"] = tree
             arrays.update(tree_arrays)
-            arrays["w"] = est._tree.released(0)
             meta["rows_pending"] = 0
         artifact = Artifact(arrays=arrays, meta=meta)
         return artifact, self._certificate(acc, meta, published=True, n_removed=0, operation="train")
 
+    def stream(self, artifact: Artifact, X: np.ndarray | None = None,
+                y: np.ndarray | None = None) -> Any:
+        """The version's stream as the library's estimator (:meth:`lethe.release.ReleasedLogisticRegression.restore`),
+        over the records (X, y) it is for — or, without them, a stream that can only publish. A state that fails the
+        estimator's checks (e.g. a centre whose residual, re-measured from the records, exceeds its recorded bound:
+        the version does not belong to these records) is refused with :class:`ArtifactError`."""
+        from lethe.release import ReleasedLogisticRegression
+
+        m, a = artifact.meta, artifact.arrays
+        state = {"centre": a["centre"], "state": m["state"], "accountant": m["accountant"], "n_floor": m["n_floor"],
+                 "solver": m["solver"], "pending": m["pending"], "rows_pending": m.get("rows_pending", 0),
+                 "horizon_spent": m["horizon_spent"], "release": {"version": m["release_version"], "coef": a["w"]},
+                 "tree": (a, m["tree"]) if "tree" in m else None}
+        try:
+            return ReleasedLogisticRegression.restore(self._estimator_params(self.params), state, X, y,
+                                                      classes=m["classes"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError(f"{exc}: the version does not belong to these records; refusing to publish from "
+                                "it.") from None
+
+    def _artifact(self, artifact: Artifact, est: Any, now: float) -> Artifact:
+        """The version after a call of the estimator: its state (:meth:`ReleasedLogisticRegression.stream_state`)
+        in the artifact's layout; the published ``w`` and the tree's state change only with a release."""
+        st = est.stream_state()
+        m = artifact.meta
+        published = st["release"]["version"] != int(m["release_version"])
+        meta = {**m, "accountant": st["accountant"], "pending": st["pending"],
+                "release_version": st["release"]["version"], "horizon_spent": st["horizon_spent"],
+                "state": st["state"], "n": st["state"]["n"],
+                "released_at": now if published else m.get("released_at")}
+        arrays = {**artifact.arrays, "centre": st["centre"]}
+        if published:
+            arrays["w"] = st["release"]["coef"]
+        if st["tree"] is not None:
+            meta["rows_pending"] = st["rows_pending"]
+            if published:
+                arrays.update(st["tree"][0])
+                meta["tree"] = st["tree"][1]
+        return Artifact(arrays=arrays, meta=meta)
+
     def remove(self, artifact: Artifact, X: np.ndarray, y: np.ndarray, indices: np.ndarray,
                rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
-        from lethe.certified.mechanism import ModelState, NewtonCache
-        from lethe.release import measured_centre_residual
-        from lethe.release.tree_stream import accountant_from_dict
-
+        """Remove the rows ``indices`` of the current records (X, y) as one removal step, through the library's
+        :meth:`~lethe.release.ReleasedLogisticRegression.remove` on the restored stream (:meth:`stream`): n_floor,
+        ``rows_per_release``, the horizon, the centre's Newton step, the noise and the tree are the library's.
+        The service's schedule decides whether the step publishes (``publish=``: the count rule, the time rule, or
+        never under the clock schedule) and, at the horizon, withholds (``at_horizon="withhold"``: module
+        docstring)."""
         m = artifact.meta
         X = np.ascontiguousarray(X, dtype=np.float64)
-        Y = self._signs(y, m["classes"])
+        self._signs(y, m["classes"])  # a new label is the caller's error, before the state is checked
         idx = np.asarray(indices, dtype=np.int64)
         n = X.shape[0]
         if idx.size == 0 or np.unique(idx).size != idx.size or idx.min() < 0 or idx.max() >= n:
             raise ValueError(f"indices must be distinct rows of the {n} current records.")
         if n != int(m["state"]["n"]):
             raise ValueError(f"The model holds {m['state']['n']} records; the data given has {n}.")
-        if n - idx.size <= int(m["n_floor"]):
-            raise ValueError(f"Removing {idx.size} rows would leave {n - idx.size}, fewer than n_floor + 1 = "
-                             f"{int(m['n_floor']) + 1}: the releases' sensitivity bound needs n_floor rows besides "
-                             "any one target. Nothing was removed.")
-        acc = accountant_from_dict(m["accountant"])
-        k = getattr(acc, "rows_per_release", None)
-        rows_pending = int(m.get("rows_pending", 0)) + int(idx.size)
-        if k is not None and rows_pending > int(k):
-            raise ValueError(f"rows_per_release = {k} (the tree's premise): this batch of {idx.size} rows would make "
-                             f"{rows_pending} rows removed since the last release. Nothing was removed; use a smaller "
-                             "batch size or a larger rows_per_release (at least cadence x batch size).")
-        centre = np.array(artifact.arrays["centre"], dtype=np.float64)
-        state = ModelState(w=centre, b=np.zeros_like(centre), **m["state"])
-        mech = self._mechanism(X, solver=m["solver"])
-        # the centre's residual re-measured on the data it is for: a stored β that is certainly not an upper bound
-        # (‖g̃‖ − a > β) would void the sensitivity every release rests on (lethe.release.check_release_state)
-        g_norm, allowance = measured_centre_residual(mech, centre, X, Y)
-        if g_norm - allowance > state.residual_bound:
-            raise ArtifactError(f"the centre's residual re-measured from the data, {g_norm:.6g} (± {allowance:.3g}), "
-                                f"exceeds its recorded bound {state.residual_bound:.6g}: the version does not belong "
-                                "to these records; refusing to publish from it.")
-        new_state, _ = mech.remove(state, X, Y, idx, cache=NewtonCache(), check_input=False)
-        pending = int(m["pending"]) + 1
+        est = self.stream(artifact, X, y)
         now = float(self.clock())
-        due = self._due(m, pending, now)
-        w_pub = np.array(artifact.arrays["w"], dtype=np.float64)
-        published, horizon_spent, version = False, bool(m["horizon_spent"]), int(m["release_version"])
-        released_at = m.get("released_at")
-        tree_state: dict[str, Any] = {}
-        if due and acc.remaining > 0:
-            acc = acc.record()
-            w_pub, tree_state = _publish(acc, artifact, new_state.w)
-            published, pending, version, released_at = True, 0, version + 1, now
-            rows_pending = 0
-        elif due:
-            horizon_spent = True  # no release: the version keeps serving the last one (module docstring)
-        meta = {**m, "accountant": acc.to_dict(), "pending": pending, "release_version": version,
-                "horizon_spent": horizon_spent, "state": self._state_meta(new_state), "n": int(new_state.n),
-                "released_at": released_at}
-        if k is not None:
-            meta["rows_pending"] = rows_pending
-        out = Artifact(arrays={**artifact.arrays, "centre": np.array(new_state.w, dtype=np.float64), "w": w_pub},
-                       meta=meta)
-        _keep_tree(out, tree_state)
-        return out, self._certificate(acc, meta, published=published, n_removed=int(idx.size), operation="remove")
+        est.remove(idx, publish=self._due(m, int(m["pending"]) + 1, now), at_horizon="withhold")
+        out = self._artifact(artifact, est, now)
+        acc = est.accountant_
+        return out, self._certificate(acc, out.meta, published=out.meta["release_version"] != m["release_version"],
+                                      n_removed=int(idx.size), operation="remove")
 
     def release_due(self, summary: dict[str, Any], now: float) -> bool:
         """Whether the time rule makes a release due now, read from a published version's summary (public numbers:
@@ -306,26 +309,14 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         Gaussian noise, counted once in the accountant. Refused (``ValueError``, nothing changes) when no step is
         pending (under the ``"steps"`` schedule; the ``"clock"`` schedule releases with none pending) or the horizon
         is spent."""
-        from lethe.release.tree_stream import accountant_from_dict
-
         m = artifact.meta
         pending = int(m["pending"])
         if pending < 1 and self.params["schedule"] != "clock":
             raise ValueError(f"A release publishes pending removal steps; pending steps must be >= 1. Found {pending}.")
-        acc = accountant_from_dict(m["accountant"])
-        if acc.remaining <= 0:
-            raise ValueError(f"The horizon of {acc.horizon} releases is spent; releases left must be > 0. Found "
-                             f"{acc.remaining}. Nothing was released (train a new model to publish again).")
-        centre = np.array(artifact.arrays["centre"], dtype=np.float64)
-        acc = acc.record()
-        w_pub, tree_state = _publish(acc, artifact, centre)
-        meta = {**m, "accountant": acc.to_dict(), "pending": 0, "release_version": int(m["release_version"]) + 1,
-                "released_at": float(self.clock())}
-        if "rows_pending" in m:
-            meta["rows_pending"] = 0
-        out = Artifact(arrays={**artifact.arrays, "centre": centre, "w": w_pub}, meta=meta)
-        _keep_tree(out, tree_state)
-        return out, self._certificate(acc, meta, published=True, n_removed=0, operation="release")
+        est = self.stream(artifact)  # publish-only: a release needs no records
+        est.release()  # the library's: BudgetExceededError (a ValueError) past the horizon, nothing changed
+        out = self._artifact(artifact, est, float(self.clock()))
+        return out, self._certificate(est.accountant_, out.meta, published=True, n_removed=0, operation="release")
 
     def predict(self, artifact: Artifact, X: np.ndarray) -> np.ndarray:
         w = artifact.arrays["w"]  # the release only; never the centre
@@ -372,26 +363,6 @@ class ReleasedLogisticAdapter(MechanismAdapter):
         centre = np.array(artifact.arrays["centre"], dtype=np.float64)
         g_norm, allowance = measured_centre_residual(self._mechanism(X, solver=artifact.meta["solver"]), centre, X, Y)
         return g_norm, allowance, float(artifact.meta["state"]["residual_bound"])
-
-
-def _publish(acc: Any, artifact: Artifact, centre: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
-    """The next release of ``centre`` (``acc`` already counts it): fresh noise, or the tree's next release from the
-    artifact's tree state (then also the new state: arrays and the ``tree`` record)."""
-    from lethe.release.tree_stream import TreeStreamAccountant, restore_tree
-
-    if not isinstance(acc, TreeStreamAccountant):
-        return centre + acc.sigma * release_noise(centre.shape[0]), {}
-    tree = restore_tree(acc, artifact.arrays, artifact.meta.get("tree"))
-    w = tree.publish(centre)
-    arrays, record = tree.to_state()
-    return w, {"arrays": arrays, "tree": record}
-
-
-def _keep_tree(out: Artifact, tree_state: dict[str, Any]) -> None:
-    """Put a new tree state into the artifact being built (nothing for fresh noise or without a release)."""
-    if tree_state:
-        out.arrays.update(tree_state["arrays"])
-        out.meta["tree"] = tree_state["tree"]
 
 
 def _withdrawn(acc: Any, meta: dict[str, Any], schedule: str) -> bool:

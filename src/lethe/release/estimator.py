@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,6 @@ from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
 from lethe.certified.bounds import release_sensitivity
-from lethe.certified.common import measured_residual
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
 from lethe.certified.rows import (
     INTERCEPT_SCALE,  # features and constant column scaled by 1/√2 (fit_intercept)
@@ -48,10 +46,9 @@ from lethe.certified.transaction import begin as begin_undo
 from lethe.certified.transaction import resume
 from lethe.estimator_data import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
-from lethe.io import ModelFileError, open_model_file, save_model_file
 from lethe.keymap import key_rows
 from lethe.losses import get_loss
-from lethe.model_origin import reports_model_origin, set_origin
+from lethe.model_origin import reports_model_origin
 from lethe.privacy.drift import check_gram_cap
 from lethe.privacy.mechanisms import OSRandomSource
 from lethe.privacy.release import (
@@ -63,17 +60,24 @@ from lethe.privacy.release import (
 from lethe.privacy.tree import TreeRelease
 from lethe.release.certificate import GUARANTEE, SCHEDULE_REVEALS, SEEDED_GUARANTEE, Release
 from lethe.release.checks import LOGISTIC_AT_ZERO as _LOGISTIC_AT_ZERO
+from lethe.release.model_file import load_stream, save_stream
+from lethe.release.stream_state import restore_stream, stream_state
 from lethe.release.tree_stream import (
     TREE_GUARANTEE,
     TreeReleaseCertificate,
     TreeStreamAccountant,
-    accountant_from_dict,
-    certificate_from_dict,
     check_noise_params,
     stream_accountant,
 )
 
-__all__ = ["ReleasedLogisticRegression"]
+__all__ = ["ReleasedLogisticRegression", "release_noise"]
+
+
+def release_noise(d: int) -> np.ndarray:
+    """d standard normal variates from the operating system's CSPRNG (:class:`lethe.privacy.mechanisms.OSRandomSource`:
+    no state, no seed): the noise of every unseeded fresh-noise release, the library's and the service's (the service
+    refuses seeds for this family: a seed would let whoever knows it subtract the noise)."""
+    return OSRandomSource().standard_normal((int(d),))
 
 
 @reports_model_origin
@@ -147,6 +151,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         "fresh" or "tree": the mechanism the stream uses.
     sensitivity_ : float
         Δ.
+    horizon_spent_ : bool
+        A release was due when none was left (``remove(at_horizon="withhold")``; False with the default refusal).
 
     Examples
     --------
@@ -265,6 +271,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         self._rows_pending = 0
         self._pending = 0
         self.n_removed_ = 0
+        self.horizon_spent_ = False  # a due release withheld at the horizon (remove(at_horizon="withhold"))
         self.n_iter_ = int(state.train_iterations)  # the centre's training iterations (scikit-learn's n_iter_)
         self.releases_: list[Release] = []
         self._publish()
@@ -288,8 +295,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         if isinstance(accountant, TreeStreamAccountant):
             return self._publish_tree(accountant, seeded)
         d = self._state.w.shape[0]
-        noise = (seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None
-                 else OSRandomSource().standard_normal((d,)))
+        noise = seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None else release_noise(d)
         w = self._state.w + accountant.sigma * noise
         if self._trained["fit_intercept"]:
             coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
@@ -297,16 +303,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             coef, intercept = w, 0.0
         coef = np.array(coef, dtype=np.float64, copy=True)
         coef.setflags(write=False)
-        cert = ReleaseCertificate(
-            observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else GUARANTEE,
-            version=len(self.releases_),
-            releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
-            delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
-            sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
-            n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
-            cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
-            noise_source="seeded" if seeded else "os-csprng", private=not seeded)
-        release = Release(version=len(self.releases_), coef=coef, intercept=intercept, certificate=cert)
+        version = accountant.releases - 1  # len(releases_) when fitted or loaded (a restored stream holds its last)
+        cert = self._release_certificate(accountant, version, seeded)
+        release = Release(version=version, coef=coef, intercept=intercept, certificate=cert)
         self._accountant = accountant
         self.releases_.append(release)
         return release
@@ -315,7 +314,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         """The tree's release: published on a copy of the tree, kept (with the accountant) only at the end."""
         assert self._tree is not None  # a tree stream holds its tree from fit (or load)
         tree = self._tree.copy()
-        version = len(self.releases_)
+        version = accountant.releases - 1
         w = tree.publish(self._state.w)
         if self._trained["fit_intercept"]:
             coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
@@ -323,9 +322,27 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             coef, intercept = w, 0.0
         coef = np.array(coef, dtype=np.float64, copy=True)
         coef.setflags(write=False)
+        release = Release(version=version, coef=coef, intercept=intercept,
+                          certificate=self._release_certificate(accountant, version, seeded))
+        self._accountant, self._tree = accountant, tree
+        self.releases_.append(release)
+        return release
+
+    def _release_certificate(self, accountant: ReleaseAccountant | TreeStreamAccountant, version: int,
+                             seeded: bool) -> ReleaseCertificate:
+        """The certificate of release ``version``, published with ``accountant`` (which counts it)."""
+        if not isinstance(accountant, TreeStreamAccountant):
+            return ReleaseCertificate(
+                observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else GUARANTEE, version=version,
+                releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
+                delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=accountant.sigma,
+                sensitivity=accountant.sensitivity, noise_multiplier=accountant.sigma / accountant.sensitivity,
+                n_floor=int(self.n_floor_), residual_cap=float(self.residual_cap), lam=float(self.lam),
+                cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
+                noise_source="seeded" if seeded else "os-csprng", private=not seeded)
         std = accountant.release_std(version)
         t = accountant.tree
-        cert = TreeReleaseCertificate(
+        return TreeReleaseCertificate(
             observer=RELEASE_OBSERVER, guarantee=SEEDED_GUARANTEE if seeded else TREE_GUARANTEE, version=version,
             releases=accountant.releases, horizon=accountant.horizon, epsilon=accountant.epsilon_spent(),
             delta=accountant.delta, epsilon_budget=accountant.epsilon, sigma=std,
@@ -336,10 +353,6 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             mu=accountant.mu, mu_spent=accountant.mu_spent(), sigma_first=t.sigma_first, sigma_node=t.sigma,
             worst_release_std=accountant.sigma, gram_cap=float(accountant.gram_cap),
             rows_per_release=int(accountant.rows_per_release))
-        release = Release(version=version, coef=coef, intercept=intercept, certificate=cert)
-        self._accountant, self._tree = accountant, tree
-        self.releases_.append(release)
-        return release
 
     @property
     def accountant_(self) -> ReleaseAccountant | TreeStreamAccountant:
@@ -436,7 +449,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         return idx.astype(np.int64)
 
     @serialised
-    def remove(self, indices: Any = None, *, keys: Any = None) -> ReleaseCertificate:
+    def remove(self, indices: Any = None, *, keys: Any = None, publish: bool | None = None,
+               at_horizon: str = "refuse") -> ReleaseCertificate:
         """Remove training rows (ORIGINAL positions in ``fit``'s X, or record keys) as one batch.
 
         Returns the certificate of the removal (:class:`lethe.protocols.Certificate`, also ``certificate_``): the
@@ -445,16 +459,35 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         later release, and until then model-readers still see a release computed with the rows. Raises
         ``BudgetExceededError`` if the removal could not be published within the horizon, ``ValueError`` if it would
         leave fewer than ``n_floor + 1`` rows (n_floor others besides any one record still held); on any error
-        nothing changes (an exception anywhere in the call,
-        ``KeyboardInterrupt`` included, leaves the centre, its cache, the rows, the accountant and the releases as
-        they were, or — once committed — the removal done in full: :mod:`lethe.certified.transaction`).
+        nothing changes (an exception anywhere in the call, ``KeyboardInterrupt`` included, leaves the centre, its
+        cache, the rows, the accountant and the releases as they were, or — once committed — the removal done in
+        full: :mod:`lethe.certified.transaction`).
+
+        ``publish``: None (the default) follows ``cadence``; True publishes a release with this removal, False
+        leaves it pending (a caller with its own schedule — the service's time rule and clock schedule — decides).
+        ``at_horizon``: what a removal does once no release is left. ``"refuse"`` (the default, as above).
+        ``"withhold"`` (the curator service's choice, documented there and in docs/release_privacy.md §3): the removal
+        is carried out on the secret centre and no release is drawn; the certificate says ``published=False`` and,
+        if a release was due, ``horizon_spent_`` becomes True. The latest release was computed with the removed rows,
+        so whoever serves it must withdraw it (the service does); fit a new model to publish again. The n_floor and
+        ``rows_per_release`` rules apply either way.
         """
         check_is_fitted(self, "releases_")
+        if at_horizon not in ("refuse", "withhold"):
+            raise ValueError(f"at_horizon must be 'refuse' or 'withhold'. Found {at_horizon!r}.")
+        if publish is not None and not isinstance(publish, bool):
+            raise TypeError(f"publish must be None, True or False. Found {type(publish).__name__}.")
+        if self._X.shape[0] == 0:  # a fitted stream holds more than n_floor >= 1 rows
+            raise ValueError("This stream was restored without its records (restore(state) with X=None: it can only "
+                             "publish); restore it with X and y to remove records.")
         resume(self)  # an interrupted call's rollback completed first
         idx = self._rows(indices, keys)
         acc = self._accountant
-        publishes = self._pending + 1 >= int(self.cadence)
-        if acc.remaining == 0:
+        publishes = self._pending + 1 >= int(self.cadence) if publish is None else publish
+        withheld = False
+        if acc.remaining == 0 and at_horizon == "withhold":
+            withheld, publishes = publishes, False  # a due release that can never be drawn
+        elif acc.remaining == 0:
             raise BudgetExceededError(
                 f"The horizon of {acc.horizon} releases is spent: a removal now could never be published within "
                 f"(epsilon, delta) = ({acc.epsilon}, {acc.delta}). Nothing was removed; fit a new model (a new "
@@ -464,7 +497,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         if acc_k is not None and rows_pending + idx.size > acc_k:
             raise ValueError(f"rows_per_release = {acc_k} (the tree's premise): removing {idx.size} rows would make "
                              f"{rows_pending + idx.size} rows removed since the last release. Nothing was removed; "
-                             "remove fewer rows per release, or call release() first.")
+                             "remove fewer rows per release (or call release() first), or use a larger "
+                             "rows_per_release (at least cadence x the rows of a removal).")
         n_after = int(np.count_nonzero(self._active)) - idx.size
         if n_after <= self.n_floor_:  # as fit and the service: n_floor rows besides any one target still held
             raise ValueError(f"Removing {idx.size} rows would leave {n_after}, fewer than n_floor + 1 = "
@@ -482,10 +516,12 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             undo.save_attrs("_state", "_pending", "n_removed_", "_accountant")
             self.__dict__.setdefault("_tree", None)
             self.__dict__.setdefault("_rows_pending", 0)
-            undo.save_attrs("_tree", "_rows_pending")
+            self.__dict__.setdefault("horizon_spent_", False)
+            undo.save_attrs("_tree", "_rows_pending", "horizon_spent_")
             undo.save_list(self.releases_)
             self._state, self.n_removed_, self._pending = state, self.n_removed_ + idx.size, self._pending + 1
             self._rows_pending = rows_pending + idx.size
+            self.horizon_spent_ = bool(self.horizon_spent_ or withheld)
             release = None
             if publishes:
                 self._pending = 0
@@ -573,43 +609,7 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         configured; :func:`lethe.io.save_model_file`) and records the stream's random id and its counts (releases,
         removals), which are also recorded beside the key (:mod:`lethe.model_keys`): :meth:`load` refuses an older
         file of the same stream, so a kept copy cannot restart the ledger from an earlier point on this machine."""
-        check_is_fitted(self, "releases_")
-        resume(self)  # an interrupted call's rollback completed first: never a half-restored state in a file
-        st = self._state
-        arrays: dict[str, np.ndarray] = {"X": self._X, "Y": self._Y, "active": self._active, "w": st.w,
-                                         "release_coefs": np.vstack([r.coef for r in self.releases_])}
-        if self._keys is not None:
-            arrays["keys"] = self._keys
-        tree = self.__dict__.get("_tree")
-        tree_meta = None
-        if tree is not None:  # the noisy nodes and the centres later nodes need (secret, as the centre is)
-            tree_arrays, tree_meta = tree.to_state()
-            arrays.update(tree_arrays)
-        params = self.get_params(deep=False)
-        rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, int | np.integer) and not isinstance(rs, bool) else None
-        params.update(self._trained)
-        classes = self.classes_
-        meta = {
-            "class": type(self).__name__, "params": params, "solver": self._mech.solver,
-            "classes": [c.item() if hasattr(c, "item") else c for c in classes],
-            "state": {"n": st.n, "residual_bound": st.residual_bound, "x_norm_bound": st.x_norm_bound,
-                      "removals_since_training": st.removals_since_training, "retrainings": st.retrainings,
-                      "train_iterations": st.train_iterations},
-            "accountant": self._accountant.to_dict(), "pending": self._pending, "n_removed": self.n_removed_,
-            "n_floor": self.n_floor_, "n_features_in": self.n_features_in_,
-            "releases": [{"version": r.version, "intercept": r.intercept, "certificate": r.certificate.to_dict()}
-                         for r in self.releases_],
-        }
-        if tree_meta is not None:
-            meta["tree"] = tree_meta
-            meta["rows_pending"] = int(self._rows_pending)
-        stream = self.__dict__.get("_lethe_stream")
-        if stream is None or stream[0] is not self.releases_:  # a new stream since fit (or never saved)
-            stream = (self.releases_, secrets.token_hex(16))
-            self.__dict__["_lethe_stream"] = stream
-        counts = {"releases": int(self._accountant.releases), "n_removed": int(self.n_removed_)}
-        return save_model_file(path, arrays, meta, key=key, model=self, stream=(stream[1], counts))
+        return save_stream(self, path, key=key)
 
     @classmethod
     def load(cls, path: str | Path, *, key: bytes | str | None = None,
@@ -620,144 +620,32 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         refused without a valid tag unless ``trust_unauthenticated=True``, which every later certificate then
         states; docs/estimators.md "Model files"), refused when its release stream has been saved or loaded here
         with more releases or removals (:func:`lethe.model_keys.check_counts`, trusted or not), and, always,
-        checked before anything is built from it (:func:`_check_release_file`): shapes and finiteness, the rows'
-        invariants, the accountant's σ
-        against the sensitivity recomputed from the parameters, and the centre's residual ‖∇L_0(w)‖ re-measured
+        checked before anything is built from it (:func:`lethe.release.model_file.check_release_file`): shapes
+        and finiteness, the rows' invariants, the accountant's σ against the sensitivity recomputed from the
+        parameters, and the centre's residual ‖∇L_0(w)‖ re-measured
         from the saved rows — a centre farther from the minimiser than β_cap would break the sensitivity bound
         every release rests on, so such a file is refused."""
-        opened = open_model_file(path, key=key, trust_unauthenticated=trust_unauthenticated)
-        arrays, meta = opened.arrays, opened.meta
-        if meta.get("class") != cls.__name__:
-            raise ValueError(f"{path} holds a {meta.get('class')!r}, not a {cls.__name__}.")
-        params = dict(meta["params"])
-        est = cls(**params)
-        est._check_params()
-        est._trained = {"fit_intercept": bool(params["fit_intercept"]),
-                        "normalize_rows": bool(params["normalize_rows"])}
-        est.classes_ = np.asarray(meta["classes"])
-        est.n_features_in_ = int(meta["n_features_in"])
-        est.n_floor_ = int(meta["n_floor"])
-        est._accountant = accountant_from_dict(meta["accountant"])
-        est.noise_mechanism_ = "tree" if isinstance(est._accountant, TreeStreamAccountant) else "fresh"
-        est._tree = None
-        est._rows_pending = 0
-        if isinstance(est._accountant, TreeStreamAccountant):  # later releases draw OS randomness, as fresh noise
-            if "tree" not in meta:
-                raise ValueError(f"{path}: a tree stream's file must hold the tree's state.")
-            est._tree = TreeRelease.from_state(est._accountant.tree, arrays, meta["tree"])
-            est._rows_pending = int(meta.get("rows_pending", -1))
-        est.sigma_ = est._accountant.sigma
-        est.sensitivity_ = est._accountant.sensitivity
-        est._X = np.ascontiguousarray(arrays["X"], dtype=np.float64)
-        est._Y = np.array(arrays["Y"], dtype=np.float64)
-        est._active = arrays["active"].astype(bool)
-        est._keys = arrays["keys"].copy() if "keys" in arrays else None
-        s = meta["state"]
-        est._state = ModelState(w=arrays["w"], b=np.zeros_like(arrays["w"]), **s)
-        est._mech = CertifiedRemoval(loss="logistic", lam=float(params["lam"]),
-                                     residual_cap=float(params["residual_cap"]), tol=params["tol"],
-                                     max_iter=int(params["max_iter"]), solver=params["solver"], bound="tight",
-                                     calibration="analytic").resolved(est._X, solver=meta["solver"])
-        est._cache = NewtonCache()
-        est._rng = check_random_state(None)
-        est._pending = int(meta["pending"])
-        est.n_removed_ = int(meta["n_removed"])
-        coefs = arrays["release_coefs"]
-        releases = []
-        for r, coef in zip(meta["releases"], coefs, strict=True):
-            coef = np.array(coef, dtype=np.float64, copy=True)
-            coef.setflags(write=False)
-            releases.append(Release(version=int(r["version"]), coef=coef, intercept=float(r["intercept"]),
-                                    certificate=certificate_from_dict(r["certificate"])))
-        est.releases_ = releases
-        if est._accountant.releases != len(releases):
-            raise ValueError(f"{path}: the accountant records {est._accountant.releases} releases but the file holds "
-                             f"{len(releases)}.")
-        _check_release_file(est, path)
-        _check_tree_file(est, path)
-        counts = {"releases": int(est._accountant.releases), "n_removed": int(est.n_removed_)}
-        if opened.stream is not None:
-            est.__dict__["_lethe_stream"] = (est.releases_, opened.stream)
-            if opened.counts != counts:
-                raise ModelFileError(f"{path}: the stream's recorded counts {opened.counts} differ from the file's "
-                                     f"own {counts}: the file was edited.")
-        return set_origin(est, opened.origin)
+        return load_stream(cls, path, key=key, trust_unauthenticated=trust_unauthenticated)
 
+    @classmethod
+    def restore(cls, params: dict[str, Any], state: dict[str, Any], X: Any = None, y: Any = None, *,
+                classes: Any) -> ReleasedLogisticRegression:
+        """A fitted stream from its state as the curator service keeps it (:meth:`stream_state`) and the records
+        (X, y) it is for — the service's adapter restores every version this way and calls :meth:`remove` and
+        :meth:`release` (:mod:`lethe.release.stream_state`).
 
-def _check_tree_file(est: ReleasedLogisticRegression, path: str | Path) -> None:
-    """The invariants of a loaded stream's noise mechanism; ``ValueError`` naming the first that fails.
+        ``params``: the constructor's parameters (``random_state`` must be None: later releases draw the operating
+        system's CSPRNG); ``classes``: the 2 labels seen at training (``classes_``). The state is checked as a
+        loaded file is (:func:`lethe.release.model_file.check_release_file`: the sensitivity recomputed from the
+        parameters, β ≤ β_cap, the centre's residual re-measured from X; :func:`~lethe.release.model_file.
+        check_tree_file`), ``ValueError`` naming the first rule that fails. Without X and y the stream can only
+        publish (``release``; ``remove`` refuses). A restored stream holds only its latest release in ``releases_``,
+        so ``save`` refuses it."""
+        return restore_stream(cls, params, state, X, y, classes=classes)
 
-    The mechanism is the one the parameters choose (:meth:`ReleasedLogisticRegression._stream_accountant`, public
-    parameters only), so an edited file cannot switch a stream to another mechanism or lower its noise. For a tree:
-    its ledger equals the one recomputed from the parameters but for the count; the tree's state is what that many
-    releases leave (:meth:`lethe.privacy.tree.TreeRelease.from_state`); every release in the file is recomputed
-    from the noisy nodes (the same arithmetic) and must match exactly; the rows removed since the last release are
-    within ``rows_per_release``."""
-    acc = est._accountant
-    expected = est._stream_accountant(int(est.n_floor_), float(acc.sensitivity))
-    if type(expected) is not type(acc) or (isinstance(acc, TreeStreamAccountant)
-                                           and dataclasses.replace(expected, releases=acc.releases) != acc):
-        raise ValueError(f"{path}: the stream's ledger {acc.to_dict()} is not the one its parameters give "
-                         f"({expected.to_dict()}): the file was edited.")
-    tree = est._tree
-    if tree is None:
-        return
-    if tree.releases != acc.releases:
-        raise ValueError(f"{path}: the tree holds {tree.releases} releases, the ledger {acc.releases}.")
-    for r in est.releases_:
-        w = tree.released(r.version)
-        coef, intercept = ((w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)) if est._trained["fit_intercept"]
-                           else (w, 0.0))
-        if not (np.array_equal(coef, r.coef) and intercept == r.intercept):
-            raise ValueError(f"{path}: release {r.version} is not the tree's: the file was edited.")
-    if not 0 <= est._rows_pending <= int(acc.rows_per_release):  # type: ignore[union-attr]
-        raise ValueError(f"{path}: rows removed since the last release must be in [0, rows_per_release]. Found "
-                         f"{est._rows_pending}.")
-
-
-def _check_release_file(est: ReleasedLogisticRegression, path: str | Path) -> None:
-    """The invariants of a loaded release stream; ``ValueError`` naming the first one that fails.
-
-    Structure: X (n, D) and w (D,) finite, Y (n,) in {−1, +1} on active rows, active (n,), keys (n,); removed rows
-    erased (zero features and targets); active rows in the unit ball; n of the state = active rows ≥ n_floor.
-    Privacy: the accountant's sensitivity equals :func:`release_sensitivity` recomputed from the file's public
-    parameters (λ, n_floor, β_cap), so σ cannot have been lowered through an edited sensitivity (the accountant
-    itself refuses a σ too small for its sensitivity); the state's β ≤ β_cap; and the centre's residual
-    ‖∇L_0(w; D)‖, re-measured from the saved rows with its rounding allowance a
-    (:func:`lethe.certified.common.measured_residual`), satisfies ‖g̃‖ − a ≤ β (else the recorded β is certainly
-    not an upper bound and the release noise no longer covers the centre's distance from the minimiser)."""
-    X, Y, active, st = est._X, est._Y, est._active, est._state
-    n, d = X.shape
-    if Y.shape != (n,) or active.shape != (n,) or st.w.shape != (d,):
-        raise ValueError(f"{path}: inconsistent shapes X {X.shape}, Y {Y.shape}, active {active.shape}, "
-                         f"w {st.w.shape}.")
-    if est._keys is not None and est._keys.shape != (n,):
-        raise ValueError(f"{path}: keys must have shape ({n},). Found {est._keys.shape}.")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(st.w)) and math.isfinite(st.residual_bound)):
-        raise ValueError(f"{path}: the rows, the centre and its residual bound must be finite.")
-    n_act = int(np.count_nonzero(active))
-    if st.n != n_act:
-        raise ValueError(f"{path}: the state's n = {st.n} differs from the {n_act} active rows.")
-    if n_act < est.n_floor_:
-        raise ValueError(f"{path}: {n_act} active rows, fewer than n_floor = {est.n_floor_}.")
-    if np.any(X[~active]) or np.any(Y[~active]):
-        raise ValueError(f"{path}: removed rows must be erased (zero features and targets).")
-    if not np.all(np.isin(Y[active], (-1.0, 1.0))):
-        raise ValueError(f"{path}: targets of active rows must be -1 or +1.")
-    if n_act and float(np.max(np.einsum("ij,ij->i", X[active], X[active]))) > 1.0 + 1e-9:
-        raise ValueError(f"{path}: an active row lies outside the unit ball.")
-    cap = float(est.residual_cap)
-    if not 0.0 <= st.residual_bound <= cap:
-        raise ValueError(f"{path}: the centre's residual bound {st.residual_bound!r} must lie in [0, residual_cap = "
-                         f"{cap}].")
-    loss = get_loss("logistic")
-    assert loss.grad_bound is not None
-    expected = release_sensitivity(float(est.lam), int(est.n_floor_), cap, loss.grad_bound,
-                                   loss_at_zero=_LOGISTIC_AT_ZERO)
-    if est._accountant.sensitivity != expected:
-        raise ValueError(f"{path}: the accountant's sensitivity {est._accountant.sensitivity!r} is not the one its "
-                         f"parameters give ({expected!r}): the file was edited.")
-    g, allowance = measured_residual(est._mech, st.w, st.b, X, Y, active)
-    if float(np.linalg.norm(g)) - allowance > st.residual_bound:
-        raise ValueError(f"{path}: the centre's residual, re-measured from the saved rows, exceeds its recorded bound "
-                         "(the weights or the rows were edited).")
+    @serialised
+    def stream_state(self) -> dict[str, Any]:
+        """The SECRET state :meth:`restore` takes: the centre and its state, the accountant, n_floor, the solver, the
+        pending removals, ``horizon_spent``, the latest release and the tree's state (None for fresh noise)."""
+        check_is_fitted(self, "releases_")
+        return stream_state(self)
