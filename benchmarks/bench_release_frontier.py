@@ -193,6 +193,8 @@ def main() -> None:
     ap.add_argument("--mnist", action="store_true", help="also MNIST 3 vs 8 (slow: 784² Hessians)")
     ap.add_argument("--skip", default="", help="comma-separated: synthetic, adult")
     ap.add_argument("--estimator", action="store_true", help="through ReleasedLogisticRegression (docstring)")
+    ap.add_argument("--rows", type=int, default=None, help="synthetic rows (default 10^5; 2·10^4 with --quick)")
+    ap.add_argument("--lam", type=float, default=1e-2, help="λ of the synthetic run")
     args = ap.parse_args()
     kw = dict(epsilon=args.epsilon, delta=args.delta, beta=args.beta, seed=args.seed, streams=args.streams)
     if args.estimator:
@@ -200,11 +202,11 @@ def main() -> None:
         return
     noise_ratios(args.epsilon, args.delta)
     skip = set(args.skip.split(","))
-    n = 20_000 if args.quick else 100_000
+    n = args.rows or (20_000 if args.quick else 100_000)
     if "synthetic" not in skip:
         X, y = synthetic(n + 10_000, 100)
-        run(f"synthetic {n} x 100", X[:n], y[:n], X[n:], y[n:], 1e-2, args.removals, args.cadence, int(0.99 * n),
-            **kw)
+        run(f"synthetic {n} x 100", X[:n], y[:n], X[n:], y[n:], args.lam, args.removals, args.cadence,
+            int(0.99 * n), **kw)
     if not args.quick and "adult" not in skip:
         Xa, ya, Xat, yat = load_adult()
         run("Adult", Xa, ya, Xat, yat, 1e-2, args.removals, args.cadence, int(0.9 * Xa.shape[0]), **kw)

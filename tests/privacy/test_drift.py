@@ -402,6 +402,48 @@ def test_drift_bound_holds_where_the_new_term_applies(seed: int, d: int, m: int,
     assert observed <= bound * (1 + 1e-9) + 1e-13, (observed, bound)
 
 
+def _no_cap(K: int, lam: float, m: int, gram: float) -> float:
+    """The bound without a Gram premise (``gram_cap=None``): step (iii′) alone, whatever the rows' spectrum."""
+    return drift_bound(K, lam, m, None)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31), d=st.integers(1, 4), m=st.integers(2, 40), K=st.integers(1, 5),
+       log_lam=st.floats(-4.0, 1.5), mode=st.integers(0, 3), stress=st.booleans())
+def test_the_bound_without_a_gram_cap_holds_everywhere(seed: int, d: int, m: int, K: int, log_lam: float, mode: int,
+                                                       stress: bool) -> None:
+    """``gram_cap=None`` (a tree without the Gram premise) must hold on every data set, spread-out rows included
+    (where the Λ form is the smaller one and the minimum never exercised the κ form alone)."""
+    lam = 10.0**log_lam
+    if stress:
+        X, y, xz, yz = _stress_problem(seed, min(d, 3), max(m, 3), K, mode)
+        observed, bound = _exact_drift(X, y, K, xz, yz, lam), drift_bound(K, lam, X.shape[0] - K, None)
+    else:
+        X, y, xz, yz = _random_problem(seed, d, m, K, mode)
+        observed, bound = _case(X, y, K, xz, yz, lam, _no_cap)
+    assert observed <= bound * (1 + 1e-9) + 1e-13, (observed, bound)
+
+
+@pytest.mark.parametrize("case", ADVERSARIAL)
+def test_the_bound_without_a_gram_cap_holds_on_adversarial_problems(case: tuple) -> None:
+    observed, bound = _groups(*case, bound=_no_cap)
+    assert observed <= bound * (1 + 1e-9) + 1e-13, (observed, bound)
+
+
+@pytest.mark.parametrize("case", ADVERSARIAL_T)
+def test_the_bound_without_a_gram_cap_holds_where_the_new_term_peaks(case: tuple) -> None:
+    (xa, na), (xb, nb), (xr, K), xz, lam, _s, _t = case
+    X = np.array([[xa]] * na + [[xb]] * nb + [[xr]] * K)
+    observed = _exact_drift(X, np.ones(X.shape[0]), K, np.array([xz]), 1.0, lam)
+    assert observed <= drift_bound(K, lam, na + nb, None) * (1 + 1e-9) + 1e-13
+
+
+def test_no_gram_cap_needs_the_self_concordance() -> None:
+    assert drift_bound(1, 1e-2, 1000, None) == drift_bound(1, 1e-2, 1000, 1e300)
+    with pytest.raises(ValueError, match="self_concordance"):
+        drift_bound(1, 1e-2, 1000, None, self_concordance=None)
+
+
 # ---------------------------------------------------------------------------------------------------- the tree
 def _brute_force_squared_sensitivity(T: int, k: int, lam: float, m: int, gram: float, beta: float) -> float:
     """An independent enumeration: every node of increments a … b, every deletion time τ (τ = T: held)."""

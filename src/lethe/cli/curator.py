@@ -460,7 +460,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="any mechanism parameter (value parsed as JSON), e.g. fit_intercept=true, or for "
                         "released-logistic horizon=1000, cadence=10, noise_mechanism=tree (or auto) with "
-                        "gram_cap=... and rows_per_release=... (docs/release_drift.md); repeatable")
+                        "rows_per_release=... and optionally gram_cap=... (docs/release_drift.md); repeatable")
     p.add_argument("--heldout", metavar="DATASET", help="a registered held-out dataset with the same features "
                    "(register the test file with the same --schema): report the model's accuracy on it; the console "
                    "plots it for every version")

@@ -116,7 +116,7 @@ def _g(lam: float, grad_bound: float, row_norm: float, loss_at_zero: float | Non
     return c_rho + a
 
 
-def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *, grad_bound: float = 1.0,
+def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float | None, *, grad_bound: float = 1.0,
                 row_norm: float = 1.0 + 1e-9, curvature: float = LOGISTIC_CURVATURE,
                 third: float = LOGISTIC_THIRD, loss_at_zero: float | None = math.log(2.0),
                 self_concordance: float | None = LOGISTIC_SELF_CONCORDANCE) -> float:
@@ -133,8 +133,10 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
         λ > 0.
     n_floor : int
         m ≥ 1, a public lower bound on the other records held at either release.
-    gram_cap : float
+    gram_cap : float or None
         Λ > 0, a public upper bound on the largest eigenvalue of Σ xᵢxᵢᵀ over the rows held (target included).
+        None: no such premise — the bound is step (iii′)'s alone (Λ = ∞ in the minimum), which needs
+        ``self_concordance``.
     grad_bound, row_norm, curvature, third : float
         C ≥ sup|ℓ'|, ρ ≥ sup‖x‖, c₂ ≥ sup ℓ'', γ ≥ sup|ℓ'''| (defaults: the logistic loss, ρ = 1 + 1e-9).
     loss_at_zero : float or None, default=log 2
@@ -158,11 +160,13 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
     2.0
     >>> drift_bound(1, 1e-2, 1000, 5000.0) < drift_bound(1, 1e-2, 1000, 5000.0, self_concordance=None)
     True
+    >>> drift_bound(1, 1e-2, 1000, None) == drift_bound(1, 1e-2, 1000, 1e300)
+    True
     """
     K = check_nonnegative_int("rows_removed", rows_removed)
     lam_ = check_positive("lam", lam)
     m = check_positive_int("n_floor", n_floor)
-    big_lambda = check_positive("gram_cap", gram_cap)
+    big_lambda = None if gram_cap is None else check_positive("gram_cap", gram_cap)
     C = check_nonnegative("grad_bound", grad_bound)
     rho = check_positive("row_norm", row_norm)
     c2 = check_nonnegative("curvature", curvature)
@@ -170,7 +174,12 @@ def drift_bound(rows_removed: int, lam: float, n_floor: int, gram_cap: float, *,
     sc = None if self_concordance is None else check_nonnegative("self_concordance", self_concordance)
     G = _g(lam_, C, rho, None if loss_at_zero is None else check_nonnegative("loss_at_zero", loss_at_zero))
     kappa = 1.0 / (lam_ * m)
-    if sc is None or gamma * big_lambda * kappa <= 0.25 * sc:  # step (iii), the Λ form (the float expression as before)
+    if big_lambda is None:
+        if sc is None:
+            raise ValueError("gram_cap=None (no cap on the rows' Gram matrix) needs the loss's self_concordance: "
+                             "without either the drift is not bounded. Found self_concordance=None.")
+        third_term = 0.25 * sc * rho * G  # step (iii′) alone
+    elif sc is None or gamma * big_lambda * kappa <= 0.25 * sc:  # step (iii), the Λ form (float expression as before)
         third_term = gamma * rho * big_lambda * G * kappa
     else:  # step (iii′), generalised self-concordance: free of Λ
         third_term = 0.25 * sc * rho * G

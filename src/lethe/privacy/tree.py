@@ -92,7 +92,7 @@ def honaker_level_variances(horizon: int, sigma: float) -> np.ndarray:
     return np.asarray(v)
 
 
-def tree_squared_sensitivity(horizon: int, rows_per_release: int, lam: float, n_floor: int, gram_cap: float,
+def tree_squared_sensitivity(horizon: int, rows_per_release: int, lam: float, n_floor: int, gram_cap: float | None,
                              residual: float, **loss: Any) -> float:
     """max over the target's deletion time τ ∈ {1, …, T} of Σ_nodes s[a, b]² over the increments' tree.
 
@@ -161,8 +161,9 @@ class TreeReleaseAccountant:
         T releases (release 0 after ``fit`` included).
     rows_per_release : int
         k, the public cap on rows of other records removed per release.
-    lam, n_floor, gram_cap, residual : float, int, float, float
-        λ, m, Λ and β of :mod:`lethe.privacy.drift`.
+    lam, n_floor, gram_cap, residual : float, int, float or None, float
+        λ, m, Λ and β of :mod:`lethe.privacy.drift` (``gram_cap=None``: no Gram premise, the drift bound's
+        self-concordance form alone).
     """
 
     epsilon: float
@@ -171,7 +172,7 @@ class TreeReleaseAccountant:
     rows_per_release: int
     lam: float
     n_floor: int
-    gram_cap: float
+    gram_cap: float | None
     residual: float
     sensitivity: float = field(init=False)
     squared_sensitivity: float = field(init=False)

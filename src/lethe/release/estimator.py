@@ -122,17 +122,18 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         How the releases' noise is drawn. ``"fresh"``: independent N(0, σ²I) per release (the calibration above).
         ``"tree"``: tree aggregation over the removal stream (:mod:`lethe.release.tree_stream`,
         docs/release_drift.md): correlated noise whose whole sequence is μ-GDP with μ = 1/σ_BW(ε, δ), under the
-        premises ``gram_cap`` (checked at ``fit``) and ``rows_per_release`` (enforced by ``remove``); its
+        premises ``rows_per_release`` (enforced by ``remove``) and, if given, ``gram_cap`` (checked at ``fit``); its
         certificates say so (:class:`~lethe.release.tree_stream.TreeReleaseCertificate`). ``"auto"``: the one
         whose accountant gives the smaller worst-release noise standard deviation at the configured horizon —
         computed from the public parameters only (ε, δ, horizon, λ, n_floor, residual_cap, gram_cap,
-        rows_per_release), never from the data; fresh noise when ``gram_cap`` is None. ``noise_mechanism_`` says
-        which was chosen.
+        rows_per_release), never from the data. ``noise_mechanism_`` says which was chosen.
     gram_cap : float or None, default=None
         A PUBLIC upper bound Λ on the largest eigenvalue of Σ xᵢxᵢᵀ over the rows as the model sees them (with the
-        intercept column if ``fit_intercept``); needed by the tree. ``fit`` refuses rows above it (removals only
-        shrink the Gram matrix, so one check covers the stream). Every row has ‖x‖ ≤ 1, so the number of rows is
-        always a valid (loose) cap.
+        intercept column if ``fit_intercept``), used by the tree's drift bound where it is smaller than the
+        self-concordance form (docs/release_drift.md §2, steps 3 and 3′: only when λ_max ≲ λ n_floor/(4γ), rows
+        spread over many directions). ``fit`` refuses rows above it (removals only shrink the Gram matrix, so one
+        check covers the stream). None (the default): no Gram premise; the tree uses the self-concordance form of
+        the bound alone, which holds for every data set.
     rows_per_release : int or None, default=None
         The tree's PUBLIC cap k on the rows removed between two releases (None: ``cadence``, one row per
         ``remove`` call); with the tree, ``remove`` refuses a batch that would pass it (nothing changes).
@@ -245,8 +246,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         sensitivity = release_sensitivity(float(self.lam), n_floor, float(self.residual_cap), loss.grad_bound,
                                           loss_at_zero=_LOGISTIC_AT_ZERO)
         accountant = self._stream_accountant(n_floor, sensitivity)
-        if isinstance(accountant, TreeStreamAccountant):  # the tree's premise, refused before anything is built
-            check_gram_cap(X, float(accountant.gram_cap))
+        if isinstance(accountant, TreeStreamAccountant) and accountant.gram_cap is not None:  # the tree's premise,
+            check_gram_cap(X, float(accountant.gram_cap))  # refused before anything is built (None: no Gram premise)
         mech = CertifiedRemoval(loss="logistic", lam=float(self.lam), residual_cap=float(self.residual_cap),
                                 tol=self.tol, max_iter=int(self.max_iter), solver=self.solver, bound="tight",
                                 calibration="analytic").resolved(X)
@@ -351,7 +352,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             cadence=int(self.cadence), schedule_reveals=SCHEDULE_REVEALS,
             noise_source="seeded" if seeded else "os-csprng", private=not seeded,
             mu=accountant.mu, mu_spent=accountant.mu_spent(), sigma_first=t.sigma_first, sigma_node=t.sigma,
-            worst_release_std=accountant.sigma, gram_cap=float(accountant.gram_cap),
+            worst_release_std=accountant.sigma,
+            gram_cap=None if accountant.gram_cap is None else float(accountant.gram_cap),
             rows_per_release=int(accountant.rows_per_release))
 
     @property

@@ -82,7 +82,7 @@ class TreeReleaseCertificate(ReleaseCertificate):
     worst_release_std: float = 0.0
     #: the premises: the public cap on λ_max of the held rows' Gram matrix (checked at fit), and on rows removed
     #: between two releases (enforced by remove)
-    gram_cap: float = 0.0
+    gram_cap: float | None = 0.0
     rows_per_release: int = 0
 
 
@@ -100,13 +100,14 @@ def certificate_from_dict(data: Mapping[str, Any]) -> ReleaseCertificate:
 
 @functools.lru_cache(maxsize=64)
 def _tree(epsilon: float, delta: float, horizon: int, rows_per_release: int, lam: float, n_floor: int,
-          gram_cap: float, residual_cap: float) -> tuple[TreeReleaseAccountant, float]:
+          gram_cap: float | None, residual_cap: float) -> tuple[TreeReleaseAccountant, float]:
     acc = TreeReleaseAccountant(epsilon, delta, horizon, rows_per_release, lam, n_floor, gram_cap, residual_cap)
     return acc, float(acc.release_stds().max())
 
 
 @functools.lru_cache(maxsize=4096)
-def _prefix_s2(k: int, rows_per_release: int, lam: float, n_floor: int, gram_cap: float, residual_cap: float) -> float:
+def _prefix_s2(k: int, rows_per_release: int, lam: float, n_floor: int, gram_cap: float | None,
+               residual_cap: float) -> float:
     return tree_squared_sensitivity(k, rows_per_release, lam, n_floor, gram_cap, residual_cap)
 
 
@@ -128,7 +129,7 @@ class TreeStreamAccountant:
     rows_per_release: int
     lam: float
     n_floor: int
-    gram_cap: float
+    gram_cap: float | None
     residual_cap: float
     releases: int = 0
     mechanism: str = "tree"
@@ -140,7 +141,7 @@ class TreeStreamAccountant:
         if k > self.horizon:
             raise ValueError(f"releases must be <= horizon ({self.horizon}). Found {k}.")
         tree, worst = _tree(float(self.epsilon), float(self.delta), int(self.horizon), int(self.rows_per_release),
-                            float(self.lam), int(self.n_floor), float(self.gram_cap), float(self.residual_cap))
+                            float(self.lam), int(self.n_floor), _cap(self.gram_cap), float(self.residual_cap))
         if self.sensitivity != tree.sensitivity:
             raise ValueError(f"sensitivity {self.sensitivity!r} is not the one the parameters give "
                              f"({tree.sensitivity!r}).")
@@ -151,12 +152,12 @@ class TreeStreamAccountant:
 
     @classmethod
     def calibrated(cls, epsilon: float, delta: float, horizon: int, rows_per_release: int, lam: float,
-                   n_floor: int, gram_cap: float, residual_cap: float) -> TreeStreamAccountant:
+                   n_floor: int, gram_cap: float | None, residual_cap: float) -> TreeStreamAccountant:
         """A fresh ledger (its Δ from the parameters)."""
         tree, _ = _tree(float(epsilon), float(delta), int(horizon), int(rows_per_release), float(lam),
-                        int(n_floor), float(gram_cap), float(residual_cap))
+                        int(n_floor), _cap(gram_cap), float(residual_cap))
         return cls(float(epsilon), float(delta), int(horizon), tree.sensitivity, int(rows_per_release), float(lam),
-                   int(n_floor), float(gram_cap), float(residual_cap))
+                   int(n_floor), _cap(gram_cap), float(residual_cap))
 
     @property
     def tree(self) -> TreeReleaseAccountant:
@@ -196,7 +197,7 @@ class TreeStreamAccountant:
             return 0.0
         if k == self.horizon:
             return self.mu
-        s2 = _prefix_s2(k, int(self.rows_per_release), float(self.lam), int(self.n_floor), float(self.gram_cap),
+        s2 = _prefix_s2(k, int(self.rows_per_release), float(self.lam), int(self.n_floor), _cap(self.gram_cap),
                         float(self.residual_cap))
         t = self.tree
         return math.sqrt(t.sensitivity**2 / t.sigma_first**2 + s2 / t.sigma**2)
@@ -231,6 +232,11 @@ def accountant_from_dict(data: Mapping[str, Any]) -> ReleaseAccountant | TreeStr
     return ReleaseAccountant.from_dict(data)
 
 
+def _cap(gram_cap: Any) -> float | None:
+    """The Gram cap as a float, or None (no Gram premise)."""
+    return None if gram_cap is None else float(gram_cap)
+
+
 def check_noise_params(noise_mechanism: Any, gram_cap: Any, rows_per_release: Any) -> None:
     """``ValueError`` naming the parameter, the rule and the value."""
     if noise_mechanism not in NOISE_MECHANISMS:
@@ -242,23 +248,21 @@ def check_noise_params(noise_mechanism: Any, gram_cap: Any, rows_per_release: An
                                          or not isinstance(rows_per_release, int | np.integer)
                                          or rows_per_release < 1):
         raise ValueError(f"rows_per_release must be None or an integer >= 1. Found {rows_per_release!r}.")
-    if noise_mechanism == "tree" and gram_cap is None:
-        raise ValueError("gram_cap must be a public upper bound on the largest eigenvalue of the rows' Gram matrix "
-                         "X^T X (rows as the model sees them) with noise_mechanism='tree'. Found None.")
 
 
 def stream_accountant(noise_mechanism: str, *, epsilon: float, delta: float, horizon: int, sensitivity: float,
                       lam: float, n_floor: int, residual_cap: float, gram_cap: float | None,
                       rows_per_release: int) -> ReleaseAccountant | TreeStreamAccountant:
     """The ledger of a new stream: fresh noise's, the tree's, or (``"auto"``) whichever gives the smaller worst
-    release noise standard deviation at the horizon — public parameters only (module docstring). ``"auto"``
-    without a ``gram_cap`` is fresh noise (the tree needs the published cap)."""
+    release noise standard deviation at the horizon — public parameters only (module docstring). Without a
+    ``gram_cap`` the tree's drift bound is its self-concordance form alone (:func:`lethe.privacy.drift.drift_bound`,
+    step (iii′)): no Gram premise."""
     check_noise_params(noise_mechanism, gram_cap, rows_per_release)
     fresh = ReleaseAccountant.calibrated(epsilon, delta, horizon, sensitivity)
-    if noise_mechanism == "fresh" or gram_cap is None:
+    if noise_mechanism == "fresh":
         return fresh
     tree = TreeStreamAccountant.calibrated(epsilon, delta, horizon, int(rows_per_release), lam, n_floor,
-                                           float(gram_cap), residual_cap)
+                                           _cap(gram_cap), residual_cap)
     if tree.sensitivity != sensitivity:
         raise ValueError(f"the tree's sensitivity {tree.sensitivity!r} differs from the stream's {sensitivity!r}.")
     if noise_mechanism == "tree" or tree.sigma < fresh.sigma:
@@ -274,7 +278,7 @@ def tree_certificate_fields(acc: TreeStreamAccountant, version: int) -> dict[str
     t = acc.tree
     return {"noise_mechanism": "tree", "sigma": acc.release_std(version), "mu": acc.mu,
             "mu_spent": acc.mu_spent(), "sigma_first": t.sigma_first, "sigma_node": t.sigma,
-            "worst_release_std": acc.sigma, "gram_cap": float(acc.gram_cap),
+            "worst_release_std": acc.sigma, "gram_cap": _cap(acc.gram_cap),
             "rows_per_release": int(acc.rows_per_release), "guarantee": TREE_GUARANTEE}
 
 
