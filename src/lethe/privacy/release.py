@@ -229,8 +229,33 @@ class ReleaseCertificate:
         return d
 
 
+class HorizonLedger:
+    """What every release ledger of a stream over a horizon does with its counts (fresh noise's
+    :class:`ReleaseAccountant`, the tree's :class:`lethe.release.tree_stream.TreeStreamAccountant`): a frozen
+    dataclass with ``epsilon``, ``delta``, ``horizon`` and ``releases``."""
+
+    epsilon: float
+    delta: float
+    horizon: int
+    releases: int
+
+    @property
+    def remaining(self) -> int:
+        """Releases left before the horizon."""
+        return self.horizon - self.releases
+
+    def record(self) -> Any:
+        """The ledger after one more release; ``BudgetExceededError`` past the horizon (nothing recorded)."""
+        if self.releases >= self.horizon:
+            raise BudgetExceededError(
+                f"releases would exceed the horizon: {self.releases} of {self.horizon} releases were published, and "
+                f"one more would spend more than (epsilon, delta) = ({self.epsilon}, {self.delta}). Nothing was "
+                "published.")
+        return dataclasses.replace(self, releases=self.releases + 1)  # type: ignore[type-var]
+
+
 @dataclass(frozen=True)
-class ReleaseAccountant:
+class ReleaseAccountant(HorizonLedger):
     """The ledger of a release stream: T = ``horizon`` Gaussian releases of sensitivity Δ and noise σ at (ε, δ).
 
     Immutable: :meth:`record` returns a new accountant with one more release, or raises
@@ -276,19 +301,6 @@ class ReleaseAccountant:
         return cls(float(epsilon), float(delta), int(horizon), float(sensitivity),
                    release_sigma(epsilon, delta, horizon, sensitivity))
 
-    @property
-    def remaining(self) -> int:
-        """Releases left before the horizon."""
-        return self.horizon - self.releases
-
-    def record(self) -> ReleaseAccountant:
-        """The accountant after one more release; ``BudgetExceededError`` past the horizon (nothing recorded)."""
-        if self.releases >= self.horizon:
-            raise BudgetExceededError(
-                f"releases would exceed the horizon: {self.releases} of {self.horizon} releases were published, and "
-                f"one more would spend more than (epsilon, delta) = ({self.epsilon}, {self.delta}). Nothing was "
-                "published.")
-        return dataclasses.replace(self, releases=self.releases + 1)
 
     def epsilon_spent(self) -> float:
         """ε spent at ``delta`` by the releases so far (:func:`release_epsilon_spent`)."""

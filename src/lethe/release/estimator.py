@@ -297,16 +297,9 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
             return self._publish_tree(accountant, seeded)
         d = self._state.w.shape[0]
         noise = seeded_rng.normal(0.0, 1.0, size=d) if seeded_rng is not None else release_noise(d)
-        w = self._state.w + accountant.sigma * noise
-        if self._trained["fit_intercept"]:
-            coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
-        else:
-            coef, intercept = w, 0.0
-        coef = np.array(coef, dtype=np.float64, copy=True)
-        coef.setflags(write=False)
         version = accountant.releases - 1  # len(releases_) when fitted or loaded (a restored stream holds its last)
-        cert = self._release_certificate(accountant, version, seeded)
-        release = Release(version=version, coef=coef, intercept=intercept, certificate=cert)
+        release = self._as_release(self._state.w + accountant.sigma * noise, version,
+                                   self._release_certificate(accountant, version, seeded))
         self._accountant = accountant
         self.releases_.append(release)
         return release
@@ -316,18 +309,21 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         assert self._tree is not None  # a tree stream holds its tree from fit (or load)
         tree = self._tree.copy()
         version = accountant.releases - 1
-        w = tree.publish(self._state.w)
+        release = self._as_release(tree.publish(self._state.w), version,
+                                   self._release_certificate(accountant, version, seeded))
+        self._accountant, self._tree = accountant, tree
+        self.releases_.append(release)
+        return release
+
+    def _as_release(self, w: np.ndarray, version: int, cert: ReleaseCertificate) -> Release:
+        """Release ``version`` of the released vector ``w`` (weights, then the scaled intercept if fitted)."""
         if self._trained["fit_intercept"]:
             coef, intercept = w[:-1] * INTERCEPT_SCALE, float(w[-1] * INTERCEPT_SCALE)
         else:
             coef, intercept = w, 0.0
         coef = np.array(coef, dtype=np.float64, copy=True)
         coef.setflags(write=False)
-        release = Release(version=version, coef=coef, intercept=intercept,
-                          certificate=self._release_certificate(accountant, version, seeded))
-        self._accountant, self._tree = accountant, tree
-        self.releases_.append(release)
-        return release
+        return Release(version=version, coef=coef, intercept=intercept, certificate=cert)
 
     def _release_certificate(self, accountant: ReleaseAccountant | TreeStreamAccountant, version: int,
                              seeded: bool) -> ReleaseCertificate:

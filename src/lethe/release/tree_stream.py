@@ -33,9 +33,8 @@ from typing import Any
 import numpy as np
 
 from lethe._validation import check_nonnegative_int
-from lethe.exceptions import BudgetExceededError
 from lethe.privacy.gaussian import analytic_gaussian_epsilon
-from lethe.privacy.release import ReleaseAccountant, ReleaseCertificate
+from lethe.privacy.release import HorizonLedger, ReleaseAccountant, ReleaseCertificate
 from lethe.privacy.tree import TreeReleaseAccountant, tree_squared_sensitivity
 
 __all__ = ["NOISE_MECHANISMS", "TREE_ARRAYS", "TREE_GUARANTEE", "TREE_THEOREMS", "TreeReleaseCertificate",
@@ -112,7 +111,7 @@ def _prefix_s2(k: int, rows_per_release: int, lam: float, n_floor: int, gram_cap
 
 
 @dataclass(frozen=True)
-class TreeStreamAccountant:
+class TreeStreamAccountant(HorizonLedger):
     """The ledger of a tree stream, with the interface of :class:`~lethe.privacy.release.ReleaseAccountant`
     (``record``, ``remaining``, ``epsilon_spent``, ``sigma``, ``to_dict``/``from_dict``).
 
@@ -173,20 +172,6 @@ class TreeStreamAccountant:
     def mu(self) -> float:
         """μ of the whole horizon."""
         return self.tree.mu
-
-    @property
-    def remaining(self) -> int:
-        """Releases left before the horizon."""
-        return self.horizon - self.releases
-
-    def record(self) -> TreeStreamAccountant:
-        """The ledger after one more release; ``BudgetExceededError`` past the horizon (nothing recorded)."""
-        if self.releases >= self.horizon:
-            raise BudgetExceededError(
-                f"releases would exceed the horizon: {self.releases} of {self.horizon} releases were published, and "
-                f"one more would spend more than (epsilon, delta) = ({self.epsilon}, {self.delta}). Nothing was "
-                "published.")
-        return dataclasses.replace(self, releases=self.releases + 1)
 
     def mu_spent(self, releases: int | None = None) -> float:
         """μ_k of the first k releases (module docstring; k = ``releases`` so far by default); 0 for k = 0."""
