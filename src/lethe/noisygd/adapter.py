@@ -67,16 +67,22 @@ class NoisyGDAdapter(MechanismAdapter):
         return full
 
     @staticmethod
-    def _encode(y: np.ndarray, classes: list[float] | None) -> tuple[np.ndarray, list[float]]:
+    def _encode(y: np.ndarray, classes: list[Any] | None) -> tuple[np.ndarray, list[Any]]:
+        """Labels as ±1 and the two classes as JSON values: numbers as floats, any other label (a schema dataset's
+        declared strings, e.g. Adult's "<=50K"/">50K") as strings."""
+        y = np.asarray(y)
+        numeric = y.dtype.kind in "iufb"
+        yy = y.astype(np.float64) if numeric else y.astype(str)
         if classes is None:
-            values = np.unique(y)
+            values = np.unique(yy)
             if values.size != 2:
                 raise ValueError(f"Noisy-GD logistic regression needs exactly 2 label values. Found {values.size}.")
-            classes = [float(values[0]), float(values[1])]
-        bad = ~np.isin(y, classes)
+            classes = [float(v) for v in values] if numeric else [str(v) for v in values]
+        cls = np.asarray(classes, dtype=np.float64) if numeric else np.asarray([str(c) for c in classes])
+        bad = ~np.isin(yy, cls)
         if np.any(bad):
-            raise ValueError(f"Labels must be one of {classes}. Found {float(y[np.argmax(bad)])}.")
-        return np.where(y == classes[1], 1.0, -1.0), classes
+            raise ValueError(f"Labels must be one of {classes}. Found {yy[np.argmax(bad)]!r}.")
+        return np.where(yy == cls[1], 1.0, -1.0), list(classes)
 
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         from lethe.noisygd.edit_stream import CuratorConfig, Database, NoisyGDCurator
@@ -84,7 +90,7 @@ class NoisyGDAdapter(MechanismAdapter):
         from lethe.noisygd.schedule import convex_schedule
 
         p = self.params
-        yy, classes = self._encode(np.asarray(y, dtype=np.float64), None)
+        yy, classes = self._encode(y, None)
         n, d = X.shape
         schedule = convex_schedule(lipschitz=1.0, smoothness=0.25, lam=p["lam"], n=n, d=d, r=p["r"], q=p["q"],
                                    epsilon_dp=p["epsilon_dp"], epsilon_dd=p["epsilon_dd"])
@@ -94,7 +100,7 @@ class NoisyGDAdapter(MechanismAdapter):
         return self._artifact(cur, n_dummies=0, classes=classes, last=cert), cert
 
     @staticmethod
-    def _artifact(cur: Any, *, n_dummies: int, classes: list[float], last: dict[str, Any]) -> Artifact:
+    def _artifact(cur: Any, *, n_dummies: int, classes: list[Any], last: dict[str, Any]) -> Artifact:
         meta = {"mechanism": NoisyGDAdapter.name, "model": cur.model.to_dict(), "config": cur.config.to_dict(),
                 "step": cur.step, "total_steps": cur._total_steps, "n_dummies": n_dummies, "classes": classes,
                 "n": cur.database.n - n_dummies,
@@ -108,7 +114,7 @@ class NoisyGDAdapter(MechanismAdapter):
         from lethe.noisygd.models import model_from_dict
 
         m = artifact.meta
-        yy, classes = self._encode(np.asarray(y, dtype=np.float64), m["classes"])
+        yy, classes = self._encode(y, m["classes"])
         n_dummies = int(m["n_dummies"])
         d = X.shape[1]
         idx = np.asarray(indices, dtype=np.int64)
