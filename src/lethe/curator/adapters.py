@@ -220,6 +220,30 @@ def tabular_defaults(mechanism: str) -> dict[str, Any]:
     return dict(cls.tabular_defaults) if cls is not None else {}
 
 
+def dataset_labels(y: Any) -> np.ndarray:
+    """A dataset's labels as the service stores classes in artifacts: numbers as float64, any other label (a schema
+    dataset's declared strings, e.g. Adult's "<=50K") as strings."""
+    y = np.asarray(y)
+    return y.astype(np.float64) if y.dtype.kind in "iufb" else y.astype(str)
+
+
+def label_classes(y: Any) -> list[Any]:
+    """The sorted distinct labels of ``y`` as JSON values (floats or strings, as :func:`dataset_labels`)."""
+    values = np.unique(dataset_labels(y))
+    return [float(v) for v in values] if values.dtype.kind == "f" else [str(v) for v in values]
+
+
+def label_codes(y: Any, classes: list[Any]) -> np.ndarray:
+    """Positions of ``y``'s labels in the sorted ``classes`` (``ValueError`` naming a label outside them)."""
+    yy = dataset_labels(y)
+    cls = np.asarray(classes, dtype=np.float64) if yy.dtype.kind == "f" else np.asarray([str(c) for c in classes])
+    bad = ~np.isin(yy, cls)
+    if np.any(bad):
+        raise ValueError(f"Labels must be one of the {len(classes)} classes seen at training {list(classes)}. "
+                         f"Found {yy[np.argmax(bad)]!r}.")
+    return np.searchsorted(cls, yy)
+
+
 def moved_adapter(module: str, name: str) -> Any:
     """A family's service adapter class asked for by its class name at an old path (``module``, e.g.
     ``lethe.curator.adapters``, where the built-in adapters lived before issue 34 moved each into its family's
@@ -243,4 +267,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["Adapters", "MechanismAdapter", "WarmModel", "tabular_defaults", "available_mechanisms", "get_adapter",
-           "moved_adapter", "register_adapter"]
+           "dataset_labels", "label_classes", "label_codes", "moved_adapter", "register_adapter"]

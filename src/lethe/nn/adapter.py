@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lethe.curator.adapters import MechanismAdapter
+from lethe.curator.adapters import MechanismAdapter, label_classes, label_codes
 from lethe.curator.artifacts import Artifact, ArtifactError, finite_array
 
 __all__ = ["NoisyFineTuneAdapter"]
@@ -92,13 +92,6 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         return calibrate_finetune(p["epsilon"], p["delta"], model_radius=p["model_radius"], grad_clip=p["grad_clip"],
                                   lr=p["lr"], weight_decay=p["weight_decay"], steps=p["unlearn_steps"])
 
-    @staticmethod
-    def _codes(y: np.ndarray, classes: list[float]) -> np.ndarray:
-        bad = ~np.isin(y, classes)
-        if np.any(bad):
-            raise ValueError(f"Labels must be one of the {len(classes)} classes seen at training. Found a new label.")
-        return np.searchsorted(np.asarray(classes), y)
-
     def _module(self, meta: dict[str, Any], theta: np.ndarray | None, rng: np.random.Generator) -> Any:
         from lethe.nn.models import build_module
         from lethe.nn.unlearning import load_flat_parameters
@@ -114,13 +107,12 @@ class NoisyFineTuneAdapter(MechanismAdapter):
         from lethe.nn.unlearning import flat_parameters, train
 
         p = self.params
-        y = np.asarray(y, dtype=np.float64)
-        classes = [float(c) for c in np.unique(y)]
+        classes = label_classes(y)  # numbers as floats, a schema dataset's declared strings as strings
         if len(classes) < 2:
             raise ValueError(f"noisy-finetune needs at least 2 label values. Found {len(classes)}.")
         meta = {"mechanism": self.name, "n_features": int(X.shape[1]), "classes": classes, "n": int(X.shape[0])}
         module = self._module(meta, None, rng)
-        train(module, torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(self._codes(y, classes)),
+        train(module, torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(label_codes(y, classes)),
               epochs=p["train_epochs"], lr=p["train_lr"], batch_size=p["batch_size"], random_state=rng)
         schedule = self._schedule()
         cert = {"operation": "train", "theorem": schedule.theorem, "epsilon": schedule.epsilon,
@@ -141,7 +133,7 @@ class NoisyFineTuneAdapter(MechanismAdapter):
             raise ValueError(f"indices must be distinct rows of the {X.shape[0]} current records. "
                              f"Found {idx.size} indices with duplicates or out of range.")
         keep = np.setdiff1d(np.arange(X.shape[0]), idx)
-        codes = self._codes(np.asarray(y, dtype=np.float64)[keep], m["classes"])
+        codes = label_codes(np.asarray(y)[keep], m["classes"])
         module = self._module(m, artifact.arrays["theta"], rng)
         cert = unlearn(module, torch.as_tensor(X[keep], dtype=torch.float32), torch.as_tensor(codes),
                        schedule=self._schedule(), batch_size=p["batch_size"], clipping=p["clipping"],

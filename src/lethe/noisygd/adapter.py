@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lethe.curator.adapters import MechanismAdapter
+from lethe.curator.adapters import MechanismAdapter, label_classes, label_codes
 from lethe.curator.artifacts import Artifact, ArtifactError, finite_array
 
 __all__ = ["NoisyGDAdapter"]
@@ -68,21 +68,13 @@ class NoisyGDAdapter(MechanismAdapter):
 
     @staticmethod
     def _encode(y: np.ndarray, classes: list[Any] | None) -> tuple[np.ndarray, list[Any]]:
-        """Labels as ±1 and the two classes as JSON values: numbers as floats, any other label (a schema dataset's
-        declared strings, e.g. Adult's "<=50K"/">50K") as strings."""
-        y = np.asarray(y)
-        numeric = y.dtype.kind in "iufb"
-        yy = y.astype(np.float64) if numeric else y.astype(str)
+        """Labels as ±1 and the two classes as JSON values (:func:`lethe.curator.adapters.label_classes`: a schema
+        dataset's declared strings included)."""
         if classes is None:
-            values = np.unique(yy)
-            if values.size != 2:
-                raise ValueError(f"Noisy-GD logistic regression needs exactly 2 label values. Found {values.size}.")
-            classes = [float(v) for v in values] if numeric else [str(v) for v in values]
-        cls = np.asarray(classes, dtype=np.float64) if numeric else np.asarray([str(c) for c in classes])
-        bad = ~np.isin(yy, cls)
-        if np.any(bad):
-            raise ValueError(f"Labels must be one of {classes}. Found {yy[np.argmax(bad)]!r}.")
-        return np.where(yy == cls[1], 1.0, -1.0), list(classes)
+            classes = label_classes(y)
+            if len(classes) != 2:
+                raise ValueError(f"Noisy-GD logistic regression needs exactly 2 label values. Found {len(classes)}.")
+        return np.where(label_codes(y, classes) == 1, 1.0, -1.0), list(classes)
 
     def train(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> tuple[Artifact, dict[str, Any]]:
         from lethe.noisygd.edit_stream import CuratorConfig, Database, NoisyGDCurator
