@@ -201,9 +201,9 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
         words=FamilyWords(
             title="Private releases (Gaussian releases over a horizon)",
             updated_in_place="No. The service's private copy of the model was updated to forget the record; what "
-                             "readers see is a release of it with fresh Gaussian noise, published on the release "
-                             "schedule.",
-            retrained="Yes. The model was trained again on the remaining records; its releases carry fresh noise.",
+                             "readers see is a release of it with Gaussian noise (fresh per release, or aggregated "
+                             "over a tree: the certificate's noise mechanism), published on the release schedule.",
+            retrained="Yes. The model was trained again on the remaining records; its releases carry new noise.",
             observer=_EVERY_RELEASE,
             not_covered="The release schedule itself may reveal that a deletion happened and when (see the "
                         "certificate's schedule); releases after the horizon are not published."),

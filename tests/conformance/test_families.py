@@ -95,6 +95,8 @@ def test_the_console_words_are_true_of_the_family(family):
         text = " ".join(f"{t} {s}" for t, s in explain(view).sentences)
         says_newton = "newton" in text.lower()
         assert says_newton == (family.has(Capability.NEWTON_STEP) and retrained is not True), (family.name, text)
+        # a removal budget is spoken of only to families that spend one (the page told sharded data subjects so)
+        assert ("removal budget" in text) == family.has(Capability.NEWTON_STEP), (family.name, text)
         assert family.words.observer in text
 
 

@@ -392,7 +392,8 @@ def test_explain_shows_only_public_fields() -> None:
             "epsilon": 1.0, "delta": 1e-4, "step_bound": 0.01, "residual_bound": 0.02, "budget": 0.2,
             "budget_left": 0.18, "retrained": False, "n_removed": 3, "removed_indices": [17, 4242, 99],
             "edits": [{"replacements": [{"index": 4242, "x": [0.5], "label": 1.0}]}], "key": "user-0042"}
-    view = {"id": "c1", "kind": "removal", "model": "clf", "old_version": 3, "new_version": 4, "certificate": cert}
+    view = {"id": "c1", "kind": "removal", "model": "clf", "mechanism": "certified-removal", "old_version": 3,
+            "new_version": 4, "certificate": cert}
     mine = explain(view)  # a requester's view: nothing of the batch
     text = " ".join([mine.headline, *(a + " " + b for a, b in mine.sentences), *(a + " " + b for a, b in mine.details)])
     for hidden in ("5.0 %", "90.0 %", "other record(s)", "0.02", "0.18", "records removed in this batch"):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lethe.curator.public import REQUESTER_CERTIFICATE_FIELDS
-from lethe.families import FamilyWords, family_of_mechanism
+from lethe.families import Capability, FamilyWords, family_of_mechanism
 
 # Shown in the "technical details" table, in this order, with a plain label. Nothing else is shown.
 PUBLIC_FIELDS: tuple[tuple[str, str], ...] = (
@@ -199,7 +199,7 @@ def explain(cert_view: dict[str, Any], *, operator: bool = False) -> Explained:
     retrained = c.get("retrained")
     if released:  # no removal budget: the stream's horizon and the lifetime budget are stated above
         pass
-    elif not operator and kind == "removal":
+    elif not operator and kind == "removal" and _budgeted(cert_view.get("mechanism")):
         ex.sentences.append(("Budget", "The share of the model's removal budget that a removal uses depends on "
                                        "the other records removed with it, so it is shown to the operator only."))
     elif budget is not None and c.get("step_bound") is not None:
@@ -238,6 +238,15 @@ def _own_guarantee(words: FamilyWords | None, c: dict[str, Any]) -> str | None:
         return words.guarantee.format_map({k: num(v) for k, v in c.items()})
     except (KeyError, IndexError, ValueError):
         return None
+
+
+def _budgeted(mechanism: Any) -> bool:
+    """Whether ``mechanism``'s family spends a removal budget (budgeted Newton steps, the registry's
+    :attr:`~lethe.families.Capability.NEWTON_STEP`): only then does a requester's page speak of one."""
+    try:
+        return isinstance(mechanism, str) and family_of_mechanism(mechanism).has(Capability.NEWTON_STEP)
+    except ValueError:  # a mechanism no registered family runs any more
+        return False
 
 
 def _words(mechanism: Any) -> FamilyWords | None:
