@@ -119,6 +119,9 @@ class Family:
     #: a result with ``verdict`` (passed / inconclusive / failed), ``passed``, ``to_dict()`` and a printable ``str()``
     #: that states the audit's power. The generic curator picks the attack from here, never from a name.
     audit: str | None = None
+    #: the budget a front end charts, as two fields of a version's summary: (spent, total) — the share spent is
+    #: spent/total. None: the family spends no budget across removals (the console shows no budget chart).
+    budget: tuple[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -188,6 +191,7 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             observer=_ONE_VERSION, not_covered=_VERSIONS_DIFF),
         paper="Guo et al. (2020), Certified Data Removal, Thm 3 and Alg. 2",
         audit="lethe.certified.audit:audit_certified",  # loss-threshold membership vs the (ε, δ) bound
+        budget=("residual_bound", "budget"),  # the accumulated residual bound β against ε′
         # the solver's diagnostics: timings and error terms summed in step_bound (shown), not guarantees
         withheld=frozenset({"carried_error", "error_allowance", "iterations", "mismatch_bound", "refreshed",
                             "remainder_bound", "seconds", "solve_error", "removed_indices"})),
@@ -249,7 +253,8 @@ BUILTIN_FAMILIES: tuple[Family, ...] = (
             guarantee="Deletion privacy of Rényi order q = {q} with ε_dd = {epsilon_dd}: the published model is "
                       "statistically close to one trained without the record, as if it had never been collected."),
         paper="Chourasia & Shah (2023), Forget Unlearning, Thm 4.3 and 5.1",
-        withheld=frozenset({"gradient_evaluations"})),  # a cost figure, not a guarantee
+        withheld=frozenset({"gradient_evaluations"}),  # a cost figure, not a guarantee
+        budget=("epsilon_dd", "target_epsilon_dd")),  # deletion privacy spent against its target
     Family(
         name="noisy-finetune",
         mechanisms=("noisy-finetune",),

@@ -312,12 +312,17 @@ def test_budget_chart_marks_retrainings_and_remeasurements_with_a_legend(cur: Cu
     used = [10.0, 40.0, 0.0, 30.0, 20.0]
     vs = [{"number": i + 1, "retrained": i == 2, "accuracy": None, "removed": 1,
            "summary": {"budget": 1.0, "residual_bound": u / 100.0}} for i, u in enumerate(used)]
-    ch = _model_charts({"id": 1, "name": "clf"}, vs)
+    ch = _model_charts({"id": 1, "name": "clf", "mechanism": "certified-removal"}, vs)
     svg = ch["budget"]
+    assert ch["has_budget"]
     assert "retraining at version 3" in svg and "residual re-measured at version 5" in svg
     assert "re-measured at version 4" not in svg and "retraining at version 5" not in svg
     assert "1 retraining(s)" in svg and "1 re-measurement(s)" in svg
     assert "legend-retrain" in ch["budget_legend"] and "legend-remeasure" in ch["budget_legend"]
+    # the chart follows the family's declared budget fields: none for a family without a budget (sharded), and a
+    # family's own fields are not read off another's summary
+    none = _model_charts({"id": 2, "name": "s", "mechanism": "sharded"}, vs)
+    assert not none["has_budget"] and "no budget figures" in none["budget"]
     with client(cur) as cl:
         sign_in(cl, setup.admin)
         page = cl.get("/console/models").text

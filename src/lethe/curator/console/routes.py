@@ -423,15 +423,13 @@ def _model_charts(m: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, str]
     xs = [v["number"] for v in vs]
     marks = [v["number"] for v in vs if v["retrained"]]
     uid = f"m{m['id']}"
+    fields = _budget_fields(m.get("mechanism"))  # the family declares which summary fields are its budget
     used: list[float | None] = []
     for v in vs:
         s = v["summary"]
-        b, r = s.get("budget"), s.get("residual_bound")
+        r, b = (s.get(fields[0]), s.get(fields[1])) if fields else (None, None)
         if isinstance(b, int | float) and isinstance(r, int | float) and b > 0:
             used.append(100.0 * float(r) / float(b))
-        elif isinstance(s.get("epsilon_dd"), int | float) and isinstance(s.get("target_epsilon_dd"), int | float) \
-                and s["target_epsilon_dd"] > 0:
-            used.append(100.0 * float(s["epsilon_dd"]) / float(s["target_epsilon_dd"]))
         else:
             used.append(None)
     known = [u for u in used if u is not None]
@@ -442,13 +440,15 @@ def _model_charts(m: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, str]
     acc_known = [a for a in acc if a is not None]
     n_retrain = len(marks)
     return {
+        "has_budget": fields is not None,
         "budget": chart(f"{uid}-budget", f"Budget used by model {m['name']}, by version",
                         (f"{len(xs)} versions; budget used from {known[0]:.1f} % to {known[-1]:.1f} %; "
                          f"{n_retrain} retraining(s) (back to 0 %), {len(remeasured)} re-measurement(s)")
                         if known else "no budget figures", xs, used, unit="%", y_min=0.0, y_max=100.0,
                         marks=marks, remeasured=remeasured),
         "budget_legend": legend([
-            ("line", "share of the removal budget ε′ used by the accumulated residual bound β"),
+            ("line", f"share of the budget spent ({fields[0]} over {fields[1]} of each version's certificate)"
+             if fields else "no budget"),
             ("retrain", f"retraining ({n_retrain}): the budget would have been exceeded; the model was trained "
                         "again and starts at 0 %"),
             ("remeasure", f"re-measured ({len(remeasured)}): the residual was measured afresh and is below the "
@@ -472,6 +472,17 @@ def mount_console(app: FastAPI, curator: Curator, *, http_status: Callable[[Cura
 
 
 __all__ = ["console_router", "mount_console"]
+
+
+def _budget_fields(mechanism: Any) -> tuple[str, str] | None:
+    """The (spent, total) summary fields of ``mechanism``'s family budget (:attr:`lethe.families.Family.budget`),
+    or None (no budget, or a mechanism no registered family runs any more)."""
+    from lethe.families import family_of_mechanism
+
+    try:
+        return family_of_mechanism(mechanism).budget if isinstance(mechanism, str) else None
+    except ValueError:
+        return None
 
 
 def _private_release_mechanisms() -> str:
