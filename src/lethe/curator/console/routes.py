@@ -419,7 +419,7 @@ def _fmt_payload(payload: dict[str, Any]) -> str:
     return text if len(text) <= 300 else text[:297] + "…"
 
 
-def _model_charts(m: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, str]:
+def _model_charts(m: dict[str, Any], vs: list[dict[str, Any]]) -> dict[str, Any]:
     xs = [v["number"] for v in vs]
     marks = [v["number"] for v in vs if v["retrained"]]
     uid = f"m{m['id']}"
