@@ -195,6 +195,7 @@ def main() -> None:
     ap.add_argument("--estimator", action="store_true", help="through ReleasedLogisticRegression (docstring)")
     ap.add_argument("--rows", type=int, default=None, help="synthetic rows (default 10^5; 2·10^4 with --quick)")
     ap.add_argument("--lam", type=float, default=1e-2, help="λ of the synthetic run")
+    ap.add_argument("--mnist-lam", type=float, default=1e-2, help="λ of the MNIST run")
     args = ap.parse_args()
     kw = dict(epsilon=args.epsilon, delta=args.delta, beta=args.beta, seed=args.seed, streams=args.streams)
     if args.estimator:
@@ -214,7 +215,8 @@ def main() -> None:
         from bench_release_accuracy import load_mnist38
 
         Xm, ym, Xmt, ymt = load_mnist38()
-        run("MNIST 3 vs 8", Xm, ym, Xmt, ymt, 1e-2, args.removals, args.cadence, int(0.9 * Xm.shape[0]), **kw)
+        run("MNIST 3 vs 8", Xm, ym, Xmt, ymt, args.mnist_lam, args.removals, args.cadence, int(0.9 * Xm.shape[0]),
+            **kw)
 
 
 def estimator_main(args: argparse.Namespace) -> None:
