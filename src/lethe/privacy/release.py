@@ -253,6 +253,20 @@ class HorizonLedger:
                 "published.")
         return dataclasses.replace(self, releases=self.releases + 1)  # type: ignore[type-var]
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe record (public parameters and the count only)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict`, re-validated by the ledger's constructor (a ledger with too little noise for
+        its parameters is refused); unknown fields are refused by name."""
+        keys = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - keys
+        if unknown:
+            raise ValueError(f"Unknown {cls.__name__} fields: {sorted(unknown)}.")
+        return cls(**{k: data[k] for k in keys if k in data})
+
 
 @dataclass(frozen=True)
 class ReleaseAccountant(HorizonLedger):
@@ -306,15 +320,3 @@ class ReleaseAccountant(HorizonLedger):
         """ε spent at ``delta`` by the releases so far (:func:`release_epsilon_spent`)."""
         return release_epsilon_spent(self.releases, self.sigma, self.sensitivity, self.delta)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ReleaseAccountant:
-        """Inverse of :meth:`to_dict` (re-validated: a ledger with too little noise is refused)."""
-        keys = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - keys
-        if unknown:
-            raise ValueError(f"Unknown ReleaseAccountant fields: {sorted(unknown)}.")
-        return cls(**{k: data[k] for k in keys if k in data})

@@ -16,12 +16,21 @@ from lethe.certified.mechanism import CertifiedRemoval
 from lethe.losses import get_loss
 from lethe.privacy.release import release_sigma
 
-__all__ = ["LOGISTIC_AT_ZERO", "check_release_state", "measured_centre_residual"]
+__all__ = ["LOGISTIC_AT_ZERO", "check_release_state", "measured_centre_residual", "stream_sensitivity"]
 
 
 
 #: An upper bound on the logistic loss at margin 0, log 2 (rounded up).
 LOGISTIC_AT_ZERO = math.log(2.0) * (1.0 + 1e-15)
+
+
+def stream_sensitivity(lam: float, n_floor: int, residual_cap: float) -> float:
+    """Δ of a release stream's centre from its public parameters (λ, n_floor, β_cap) and the logistic loss
+    (:func:`~lethe.certified.bounds.release_sensitivity`): what ``fit`` calibrates with and every check recomputes."""
+    loss = get_loss("logistic")
+    assert loss.grad_bound is not None
+    return release_sensitivity(float(lam), int(n_floor), float(residual_cap), loss.grad_bound,
+                               loss_at_zero=LOGISTIC_AT_ZERO)
 
 
 def check_release_state(params: dict[str, Any], *, accountant: Any, state: Any, n_floor: Any,
@@ -63,9 +72,7 @@ def check_release_state(params: dict[str, Any], *, accountant: Any, state: Any, 
     if params["n_floor"] != "auto" and nf != int(params["n_floor"]):
         raise ValueError(f"n_floor {nf} differs from the parameter {params['n_floor']!r}.")
     cap = float(params["residual_cap"])
-    loss = get_loss("logistic")
-    assert loss.grad_bound is not None
-    expected = release_sensitivity(float(params["lam"]), nf, cap, loss.grad_bound, loss_at_zero=LOGISTIC_AT_ZERO)
+    expected = stream_sensitivity(float(params["lam"]), nf, cap)
     if acc.sensitivity != expected:
         raise ValueError(f"the accountant's sensitivity {acc.sensitivity!r} is not the one the parameters give "
                          f"({expected!r}).")

@@ -36,7 +36,6 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from lethe._locking import SerialisedModel, serialised
 from lethe._rng import check_random_state
 from lethe._validation import check_unit_rows, normalize_rows, store_init_args
-from lethe.certified.bounds import release_sensitivity
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
 from lethe.certified.rows import (
     INTERCEPT_SCALE,  # features and constant column scaled by 1/√2 (fit_intercept)
@@ -47,7 +46,6 @@ from lethe.certified.transaction import resume
 from lethe.estimator_data import check_sample_ids
 from lethe.exceptions import BudgetExceededError, SecretStateError
 from lethe.keymap import key_rows
-from lethe.losses import get_loss
 from lethe.model_origin import reports_model_origin
 from lethe.privacy.drift import check_gram_cap
 from lethe.privacy.mechanisms import OSRandomSource
@@ -59,7 +57,7 @@ from lethe.privacy.release import (
 )
 from lethe.privacy.tree import TreeRelease
 from lethe.release.certificate import GUARANTEE, SCHEDULE_REVEALS, SEEDED_GUARANTEE, Release
-from lethe.release.checks import LOGISTIC_AT_ZERO as _LOGISTIC_AT_ZERO
+from lethe.release.checks import stream_sensitivity
 from lethe.release.model_file import load_stream, save_stream
 from lethe.release.stream_state import restore_stream, stream_state
 from lethe.release.tree_stream import (
@@ -240,11 +238,8 @@ class ReleasedLogisticRegression(SerialisedModel, ClassifierMixin, BaseEstimator
         if n <= n_floor:
             raise ValueError(f"X has {n} rows, fewer than n_floor + 1 = {n_floor + 1}: the sensitivity bound "
                              "assumes at least n_floor rows besides any one target, so n must exceed n_floor.")
-        loss = get_loss("logistic")
-        assert loss.grad_bound is not None
         # ℓ ≥ 0 with ℓ(0, ±1) = log 2: λ‖w*‖ ≤ √(2λ log 2) (the bound's step i); rounded up
-        sensitivity = release_sensitivity(float(self.lam), n_floor, float(self.residual_cap), loss.grad_bound,
-                                          loss_at_zero=_LOGISTIC_AT_ZERO)
+        sensitivity = stream_sensitivity(float(self.lam), n_floor, float(self.residual_cap))
         accountant = self._stream_accountant(n_floor, sensitivity)
         if isinstance(accountant, TreeStreamAccountant) and accountant.gram_cap is not None:  # the tree's premise,
             check_gram_cap(X, float(accountant.gram_cap))  # refused before anything is built (None: no Gram premise)

@@ -20,17 +20,15 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from lethe._rng import check_random_state
-from lethe.certified.bounds import release_sensitivity
 from lethe.certified.common import measured_residual
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
 from lethe.certified.rows import INTERCEPT_SCALE
 from lethe.certified.transaction import resume
 from lethe.io import ModelFileError, open_model_file, save_model_file
-from lethe.losses import get_loss
 from lethe.model_origin import set_origin
 from lethe.privacy.tree import TreeRelease
 from lethe.release.certificate import Release
-from lethe.release.checks import LOGISTIC_AT_ZERO as _LOGISTIC_AT_ZERO
+from lethe.release.checks import stream_sensitivity
 from lethe.release.tree_stream import TreeStreamAccountant, accountant_from_dict, certificate_from_dict
 
 __all__ = ["check_release_file", "check_tree_file", "load_stream", "save_stream"]
@@ -213,14 +211,17 @@ def check_release_file(est: Any, path: str | Path) -> None:
     if not 0.0 <= st.residual_bound <= cap:
         raise ValueError(f"{path}: the centre's residual bound {st.residual_bound!r} must lie in [0, residual_cap = "
                          f"{cap}].")
-    loss = get_loss("logistic")
-    assert loss.grad_bound is not None
-    expected = release_sensitivity(float(est.lam), int(est.n_floor_), cap, loss.grad_bound,
-                                   loss_at_zero=_LOGISTIC_AT_ZERO)
-    if est._accountant.sensitivity != expected:
-        raise ValueError(f"{path}: the accountant's sensitivity {est._accountant.sensitivity!r} is not the one its "
-                         f"parameters give ({expected!r}): the file was edited.")
+    check_ledger_sensitivity(est, str(path), ": the file was edited")
     g, allowance = measured_residual(est._mech, st.w, st.b, X, Y, active)
     if float(np.linalg.norm(g)) - allowance > st.residual_bound:
         raise ValueError(f"{path}: the centre's residual, re-measured from the saved rows, exceeds its recorded bound "
                          "(the weights or the rows were edited).")
+
+
+def check_ledger_sensitivity(est: Any, where: str, why: str = "") -> None:
+    """``ValueError`` unless the stream's accountant has the sensitivity its public parameters give
+    (:func:`lethe.release.checks.stream_sensitivity`): an edited file or state, whose σ would not cover Δ."""
+    expected = stream_sensitivity(float(est.lam), int(est.n_floor_), float(est.residual_cap))
+    if est._accountant.sensitivity != expected:
+        raise ValueError(f"{where}: the accountant's sensitivity {est._accountant.sensitivity!r} is not the one its "
+                         f"parameters give ({expected!r}){why}.")

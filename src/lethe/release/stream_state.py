@@ -23,12 +23,9 @@ from typing import Any
 import numpy as np
 
 from lethe._rng import check_random_state
-from lethe.certified.bounds import release_sensitivity
 from lethe.certified.mechanism import CertifiedRemoval, ModelState, NewtonCache
-from lethe.losses import get_loss
 from lethe.release.certificate import Release
-from lethe.release.checks import LOGISTIC_AT_ZERO
-from lethe.release.model_file import check_release_file, check_tree_file
+from lethe.release.model_file import check_ledger_sensitivity, check_release_file, check_tree_file
 from lethe.release.tree_stream import TreeStreamAccountant, accountant_from_dict, restore_tree
 
 __all__ = ["restore_stream", "stream_state"]
@@ -118,13 +115,7 @@ def _check_publish_only(est: Any) -> None:
     st, cap = est._state, float(est.residual_cap)
     if not (np.all(np.isfinite(st.w)) and math.isfinite(st.residual_bound) and 0.0 <= st.residual_bound <= cap):
         raise ValueError(f"{_WHERE}: the centre must be finite and its residual bound in [0, residual_cap = {cap}].")
-    loss = get_loss("logistic")
-    assert loss.grad_bound is not None
-    expected = release_sensitivity(float(est.lam), int(est.n_floor_), cap, loss.grad_bound,
-                                   loss_at_zero=LOGISTIC_AT_ZERO)
-    if est._accountant.sensitivity != expected:
-        raise ValueError(f"{_WHERE}: the accountant's sensitivity {est._accountant.sensitivity!r} is not the one its "
-                         f"parameters give ({expected!r}).")
+    check_ledger_sensitivity(est, _WHERE)
 
 
 def stream_state(est: Any) -> dict[str, Any]:

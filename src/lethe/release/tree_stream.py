@@ -23,7 +23,6 @@ published parameters, never of the data beyond them, so the guarantee of the cho
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -195,19 +194,6 @@ class TreeStreamAccountant(HorizonLedger):
     def release_std(self, t: int) -> float:
         """Noise standard deviation per coordinate of release t."""
         return self.tree.release_std(t)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe record (public parameters and the count only)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TreeStreamAccountant:
-        """Inverse of :meth:`to_dict`, re-validated."""
-        keys = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - keys
-        if unknown:
-            raise ValueError(f"Unknown TreeStreamAccountant fields: {sorted(unknown)}.")
-        return cls(**{k: data[k] for k in keys if k in data})
 
 
 def accountant_from_dict(data: Mapping[str, Any]) -> ReleaseAccountant | TreeStreamAccountant:
