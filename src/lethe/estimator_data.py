@@ -160,6 +160,15 @@ def check_keys(sample_ids: Any, n: int) -> np.ndarray:
     return keys.copy()
 
 
+def check_new_keys(keys: np.ndarray, record_keys: np.ndarray, active: np.ndarray) -> None:
+    """``ValueError`` if a key of rows being added is the key of a record the model holds (``record_keys`` of the
+    ``active`` rows): an added row needs a key of its own."""
+    taken = set(record_keys[active].tolist())
+    clash = [k for k in keys.tolist() if k in taken]
+    if clash:
+        raise ValueError(f"sample_ids must be new keys. Found {clash[0]!r}, a record of this model.")
+
+
 def check_sample_weight(sample_weight: Any, n: int) -> None:
     """``fit``'s ``sample_weight``: None or all ones (the certified objective is unweighted); ValueError otherwise."""
     if sample_weight is None:
@@ -173,5 +182,5 @@ def check_sample_weight(sample_weight: Any, n: int) -> None:
             f"{sw.max() if sw.size else 0:g}].")
 
 
-__all__ = ["check_keys", "check_sample_ids", "check_sample_weight", "data_arrays", "is_dask", "is_dask_frame",
-           "keys_of", "margins", "n_rows", "own_copy", "removal_rows", "same_value", "validate_input"]
+__all__ = ["check_keys", "check_new_keys", "check_sample_ids", "check_sample_weight", "data_arrays", "is_dask",
+           "is_dask_frame", "keys_of", "margins", "n_rows", "own_copy", "removal_rows", "same_value", "validate_input"]

@@ -26,7 +26,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils.validation import check_is_fitted
 
 from lethe._locking import SerialisedModel, serialised
-from lethe.estimator_data import check_keys, keys_of, removal_rows
+from lethe.estimator_data import check_keys, check_new_keys, keys_of, removal_rows
 from lethe.io import JsonRecord
 
 __all__ = ["RetrainingCertificate", "RetrainingClassifier"]
@@ -192,10 +192,7 @@ class RetrainingClassifier(SerialisedModel, ClassifierMixin, BaseEstimator):
             if sample_ids is None:
                 raise ValueError("sample_ids: this model has record keys; give the keys of the new rows.")
             keys = check_keys(sample_ids, m)
-            taken = set(self.keys_[self.active_].tolist())
-            clash = [k for k in keys.tolist() if k in taken]
-            if clash:
-                raise ValueError(f"sample_ids must be new keys. Found {clash[0]!r}, a record of this model.")
+            check_new_keys(keys, self.keys_, self.active_)
         elif sample_ids is not None:
             raise ValueError("sample_ids: this model was fitted without record keys.")
         Xa, ya = _concat(self._X, X), np.concatenate([self._y, y])

@@ -19,6 +19,7 @@ from lethe.certified.one_vs_all import OneVsAllRemoval
 from lethe.certified.rows import owned_mask
 from lethe.certified.transaction import begin as begin_undo
 from lethe.certified.transaction import resume
+from lethe.estimator_data import check_new_keys
 from lethe.model_origin import reports_model_origin
 
 
@@ -59,10 +60,7 @@ class CertifiedAddition:
                 raise ValueError("sample_ids: this model has record keys; give the keys of the new rows.")
             keys = self._keys_from(X, sample_ids)
             assert keys is not None
-            taken = set(self.keys_[self.active_].tolist())
-            clash = [k for k in keys.tolist() if k in taken]
-            if clash:
-                raise ValueError(f"sample_ids must be new keys. Found {clash[0]!r}, a record of this model.")
+            check_new_keys(keys, self.keys_, self.active_)
         elif sample_ids is not None:
             raise ValueError("sample_ids: this model was fitted without record keys.")
         Yn = self._encode_targets(np.asarray(yn))
